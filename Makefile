@@ -1,0 +1,21 @@
+# Two entry points for a fresh machine: `make search` runs a real local search, `make test` runs
+# the whole suite. Both create .venv and install what they need.
+PY ?= python3
+VENV := .venv
+PIP := $(VENV)/bin/pip
+export HF_HUB_OFFLINE := 1
+
+.PHONY: venv test search slurm-up slurm-down
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[cpu,test]"
+	$(PIP) install -q --no-deps "verl==0.9.1"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(VENV)/bin/python -m pytest -q

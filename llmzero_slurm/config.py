@@ -1,0 +1,193 @@
+"""The experiment configuration (experiment.yaml): typed sections, checked on load.
+
+Each section is a dataclass whose field defaults are the documented defaults; unknown keys
+are refused with the list of known ones, so a typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, get_type_hints
+
+import yaml
+
+from .errors import ConfigError
+from .hparams import validate_hparams
+from .search.settings import SearchSettings
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+
+
+@dataclass
+class TaskConfig:
+    """The dataset and reward. `builtin` names an embedded CPU task; otherwise give files."""
+
+    builtin: str | None = None
+    train_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    test_files: list[str] = field(default_factory=list)
+    reward_path: str | None = None
+    reward_name: str = "compute_score"
+
+
+@dataclass
+class SlurmConfig:
+    """#SBATCH directives and environment set-up for phase jobs."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodes: int = 1
+    gpus_per_node: int = 0
+    gpu_directive: str = "gpus-per-node"   # or "gres" for clusters that want --gres=gpu:N
+    gpu_type: str | None = None
+    cpus_per_task: int = 2
+    mem: str | None = None
+    time: str = "01:00:00"
+    exclusive: bool = False
+    extra_directives: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    requeue: bool = True
+
+
+@dataclass
+class AgentConfig:
+    """Which LLM backend the agents use; the API key is read from the environment only."""
+
+    backend: str = "auto"          # auto | anthropic | openai | heuristic
+    model: str = "claude-sonnet-4-5"
+    base_url: str | None = None
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    max_tokens: int = 2048
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    image_max_px: int = 768
+    price_input_per_mtok: float = 3.0
+    price_output_per_mtok: float = 15.0
+    price_cache_write_per_mtok: float = 3.75
+    price_cache_read_per_mtok: float = 0.30
+
+
+@dataclass
+class StateConfig:
+    """How the run directory is locked; `soft` suits filesystems without working flock."""
+
+    lock: str = "flock"            # flock | soft
+    lock_timeout_s: float = 120.0
+    stale_after_s: float = 30.0
+
+
+@dataclass
+class ExperimentConfig:
+    name: str
+    backend: str = "cpu"           # cpu | verl
+    scheduler: str = "auto"        # auto | slurm | local
+    model_path: str | None = None  # verl: HF model directory or hub id cached on the cluster
+    task: TaskConfig = field(default_factory=TaskConfig)
+    hparams: dict[str, Any] = field(default_factory=dict)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    agents: AgentConfig = field(default_factory=AgentConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    trainer: dict[str, Any] = field(default_factory=dict)   # backend-specific extras
+    source: str = ""               # where it was loaded from, for messages
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return data
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Instantiate a config dataclass from a mapping, naming the path of any bad key."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(where or "<top>", f"must be a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise ConfigError(path, f"unknown key (known: {', '.join(sorted(names))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value, path)
+        else:
+            kwargs[key] = _coerce(hint, value, path)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(where or "<top>", str(exc)) from None
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    text = str(hint)
+    if value is None:
+        if "None" in text:
+            return None
+        raise ConfigError(path, "must not be empty")
+    if hint is bool or text == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(path, "must be true or false")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, "must be an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, "must be a number")
+        value = float(value)
+    elif text.startswith("list"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(path, "must be a list of strings")
+    elif text.startswith("dict"):
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, "must be a mapping")
+        value = dict(value)
+    elif "str" in text and not isinstance(value, str):
+        raise ConfigError(path, "must be a string")
+    return value
+
+
+def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
+    """Build and check a configuration from already-parsed YAML."""
+    cfg = _build(ExperimentConfig, data, "")
+    if "name" not in data:
+        raise ConfigError("name", "is required (a short experiment name used in job names)")
+    if not _NAME.match(cfg.name):
+        raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job names)")
+    if cfg.backend not in ("cpu", "verl"):
+        raise ConfigError("backend", "must be 'cpu' (embedded trainer) or 'verl'")
+    if cfg.scheduler not in ("auto", "slurm", "local"):
+        raise ConfigError("scheduler", "must be auto, slurm or local")
+    if cfg.state.lock not in ("flock", "soft"):
+        raise ConfigError("state.lock", "must be 'flock' or 'soft'")
+    if cfg.slurm.gpu_directive not in ("gpus-per-node", "gres"):
+        raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
+    if cfg.agents.backend not in ("auto", "anthropic", "openai", "heuristic"):
+        raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")
+    try:
+        cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
+    except ConfigError as exc:
+        raise ConfigError(f"hparams.{exc.key}", str(exc).split(": ", 1)[1]) from None
+    cfg.search.check()
+    cfg.source = source
+    return cfg
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read experiment.yaml; YAML syntax errors are reported with the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        raise ConfigError("<file>", f"{path} is empty")
+    return parse_config(data, str(path))

@@ -1,0 +1,53 @@
+"""Errors a user can act on. Each names the thing that is wrong (a key, a file, a job)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class LLMZeroError(Exception):
+    """Base of every error this package raises on purpose; the CLI prints it without a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(LLMZeroError):
+    """A bad experiment configuration; the message names the key and the fix."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"config key '{key}': {problem}")
+        self.key = key
+
+
+class HyperparameterError(ConfigError):
+    """A hyperparameter value that must never reach a script."""
+
+    def __init__(self, key: str, value: Any, problem: str):
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(key, f"{problem} (got {shown})")
+        self.value = value
+
+
+class StateError(LLMZeroError):
+    """A state file on shared storage is corrupt, torn, or of an unknown schema version."""
+
+    exit_code = 3
+
+    def __init__(self, path: Any, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+
+
+class LockTimeout(LLMZeroError):
+    """Another process holds the run's lock for longer than we are willing to wait."""
+
+    exit_code = 4
+
+
+class SchedulerError(LLMZeroError):
+    """The batch system refused or failed a request (after retries for transient errors)."""
+
+    exit_code = 5
