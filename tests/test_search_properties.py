@@ -1,0 +1,88 @@
+"""Invariants of selection on random trees and over long simulated searches."""
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from llmzero_slurm.search.policy import (Analysis, best_path, make_child, reparent_fix,
+                                         scratch_ratio, select)
+from llmzero_slurm.search.settings import SearchSettings
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
+
+SET = SearchSettings()
+STATUSES = list(Status)
+
+
+@st.composite
+def random_trees(draw) -> Tree:
+    """Arbitrary (but well-formed) trees: parents older than children, debug under failures."""
+    size = draw(st.integers(1, 40))
+    nodes: list[Node] = []
+    for i in range(size):
+        parent = None if i == 0 else draw(st.integers(0, i - 1))
+        status = draw(st.sampled_from(STATUSES))
+        if parent is None:
+            kind, resume, depth = Kind.SCRATCH, None, 0
+        elif nodes[parent].status is Status.FAILED and draw(st.booleans()):
+            kind, resume, depth = Kind.DEBUG, nodes[parent].resume, nodes[parent].debug_depth + 1
+        elif draw(st.integers(0, 4)) == 0:
+            kind, resume, depth = Kind.SCRATCH, None, 0
+        else:
+            kind, resume, depth = Kind.EVOLVE, Resume(parent, 10), 0
+        scored = status in (Status.COMPLETED, Status.EARLY_STOPPED) and draw(st.booleans())
+        score = draw(st.floats(0, 1)) if scored else None
+        nodes.append(Node(id=i, parent=parent, kind=kind, hparams={}, resume=resume,
+                          status=status, results=Results(best_val=score, checkpoints=[10]),
+                          debug_depth=depth, injected=kind is Kind.SCRATCH and parent is not None))
+    return Tree(nodes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_trees(), st.integers(1, 3), st.integers(1, 3))
+def test_selection_never_picks_a_terminal_or_full_node(tree, k_evolve, k_debug):
+    s = SearchSettings(max_evolve_children=k_evolve, max_debug_children=k_debug, min_scratch_ratio=0)
+    action = select(tree, s)
+    if action is None:
+        return
+    parent = tree[action.parent]
+    analysis = Analysis.of(tree, s)
+    assert not analysis.terminal[parent.id]
+    assert not parent.status.pending and parent.status is not Status.CANCELLED
+    limit = k_debug if parent.status is Status.FAILED else k_evolve
+    assert len(analysis.limit_children(parent)) < limit
+    assert (action.kind is Kind.DEBUG) == (parent.status is Status.FAILED)
+
+
+def simulate(seed: int, iterations: int, s: SearchSettings) -> tuple[Tree, list[bool]]:
+    """Run a search where every phase ends at once with a random outcome."""
+    rnd = random.Random(seed)
+    nodes: dict[int, Node] = {}
+    ratio_ok: list[bool] = []
+    for i in range(iterations):
+        tree = Tree(nodes.values())
+        action = select(tree, s)
+        if action is None:
+            break
+        if action.kind is Kind.EVOLVE:
+            ratio_ok.append(scratch_ratio(tree) >= s.min_scratch_ratio)
+        step = rnd.choice(tree[action.parent].results.checkpoints) if action.kind is Kind.EVOLVE else None
+        child = make_child(tree, action, i, {}, resume_step=step)
+        child.status = rnd.choices([Status.COMPLETED, Status.EARLY_STOPPED, Status.FAILED],
+                                   [0.6, 0.25, 0.15])[0]
+        if child.status is not Status.FAILED:
+            child.results = Results(best_val=rnd.random(), checkpoints=[child.start_step + 10])
+        nodes[i] = child
+        plan = reparent_fix(Tree(nodes.values()), i)
+        if plan:
+            nodes.update({n.id: n for n in plan.apply(Tree(nodes.values()))})
+    return Tree(nodes.values()), ratio_ok
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_long_searches_keep_the_scratch_ratio_and_start_strategies_from_scratch(seed):
+    tree, ratio_ok = simulate(seed, 80, SET)
+    assert all(ratio_ok)  # every evolve happened with n_scratch/n_evolve >= rho_min
+    path = best_path(tree)
+    assert path and path[0].kind is Kind.SCRATCH and path[0].resume is None
+    assert all(b.resume and b.resume.node == a.id for a, b in zip(path, path[1:]))
+    assert sum(n.injected for n in tree) >= 1  # long enough for injection to act
