@@ -1,0 +1,189 @@
+"""The verl override mapping, checked against verl 0.9.1's own Hydra config (installed --no-deps)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from llmzero_slurm.backends.verl import (HPARAM_KEYS, PhaseInputs, VerlSettings, build_overrides,
+                                         check_traps, hydra_value)
+from llmzero_slurm.backends.verl_schema import check_overrides, compose, unavailable_reason
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.hparams import PARAMS, validate_hparams
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
+                                reason=f"verl schema unavailable: {unavailable_reason()}")
+
+# The paper's practitioner defaults (Table 12).
+TABLE12 = validate_hparams({
+    "lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "temperature": 1.0,
+    "clip_ratio_high": 0.28, "train_batch_size": 128, "ppo_mini_batch_size": 64,
+    "lora_rank": 64, "lora_alpha": 64, "rollout_n": 8, "total_epochs": 1,
+    "max_response_length": 6144, "grad_clip": 1.0, "weight_decay": 0.01,
+    "norm_adv_by_std_in_grpo": False}, "verl")
+
+
+def phase(**changes) -> PhaseInputs:
+    base = dict(experiment="gsm", node_id=7, node_dir="/shared/runs/gsm/nodes/0007",
+                model_path="Qwen/Qwen3-8B", train_files=["/data/gsm8k/train.parquet"],
+                val_files=["/data/gsm8k/val.parquet"], test_files=["/data/gsm8k/test.parquet"],
+                reward_path="/data/gsm8k/reward.py")
+    return PhaseInputs(**{**base, **changes})
+
+
+ADAPTER = "/shared/runs/gsm/nodes/0003/export/global_step_40/lora_adapter"
+PHASES = {
+    "scratch": (phase(), TABLE12),
+    "evolve": (phase(adapter_path=ADAPTER, parent_lora_rank=64),
+               {**TABLE12, "lr": 2e-5, "rollout_n": 16, "kl_loss_coef": 0.01}),
+    "debug": (phase(adapter_path=ADAPTER, parent_lora_rank=64),
+              {**TABLE12, "gpu_memory_utilization": 0.4, "max_num_seqs": 64,
+               "ppo_micro_batch_size_per_gpu": 4, "log_prob_micro_batch_size_per_gpu": 8}),
+    "multi-node": (phase(nnodes=4, gpus_per_node=8), {**TABLE12, "tensor_model_parallel_size": 2}),
+}
+
+
+@pytest.mark.parametrize("kind", PHASES)
+def test_every_phase_kind_composes_and_resolves(kind):
+    inputs, hp = PHASES[kind]
+    cfg = compose(build_overrides(inputs, hp, VerlSettings()))
+    actor = cfg.actor_rollout_ref.actor
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.algorithm.norm_adv_by_std_in_grpo is False
+    assert actor.optim.lr == hp["lr"] and actor.optim.clip_grad == 1.0
+    assert actor.clip_ratio_high == 0.28 and actor.use_kl_loss is True
+    assert cfg.actor_rollout_ref.rollout.n == hp["rollout_n"]
+    assert cfg.actor_rollout_ref.rollout.name == "vllm"
+    assert cfg.data.val_files == ["/data/gsm8k/val.parquet", "/data/gsm8k/test.parquet"]
+    assert cfg.reward.custom_reward_function.path == "/data/gsm8k/reward.py"
+    assert cfg.trainer.default_local_dir == "/shared/runs/gsm/nodes/0007/ckpt"
+    assert cfg.trainer.resume_mode == "auto"
+    assert list(cfg.trainer.logger) == ["console", "file"]
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == \
+        "/shared/runs/gsm/nodes/0007/verl_metrics.jsonl"
+    assert cfg.actor_rollout_ref.model.lora_rank == 64
+    assert cfg.actor_rollout_ref.model.lora_alpha == 64
+    assert cfg.trainer.nnodes == inputs.nnodes
+    assert cfg.actor_rollout_ref.model.lora_adapter_path == inputs.adapter_path
+
+
+def test_every_verl_hyperparameter_lands_on_its_key():
+    """Each vocabulary name changes exactly the verl keys it maps to (distinct test values)."""
+    values = {"lr": 3e-6, "weight_decay": 0.07, "grad_clip": 0.3, "kl_loss_coef": 0.02,
+              "kl_loss_type": "k3", "use_kl_loss": True, "use_kl_in_reward": True,
+              "kl_in_reward_coef": 0.05, "clip_ratio_low": 0.19, "clip_ratio_high": 0.31,
+              "temperature": 0.9, "entropy_coeff": 0.001, "norm_adv_by_std_in_grpo": False,
+              "rollout_n": 12, "max_response_length": 3000, "max_prompt_length": 700,
+              "total_epochs": 3, "total_training_steps": 77, "save_freq": 11, "test_freq": 13,
+              "seed": 1234, "train_batch_size": 96, "ppo_mini_batch_size": 48,
+              "ppo_micro_batch_size_per_gpu": 6, "log_prob_micro_batch_size_per_gpu": 9,
+              "lora_rank": 16, "lora_alpha": 24, "target_modules": "q_proj,v_proj",
+              "gpu_memory_utilization": 0.55, "tensor_model_parallel_size": 4,
+              "max_num_seqs": 99}
+    assert set(values) == {n for n, p in PARAMS.items() if "verl" in p.backends} == set(HPARAM_KEYS)
+    cfg = compose(build_overrides(phase(), validate_hparams(values, "verl"), VerlSettings()))
+    from omegaconf import OmegaConf
+    for name, keys in HPARAM_KEYS.items():
+        expected = ["q_proj", "v_proj"] if name == "target_modules" else values[name]
+        for key in keys:
+            got = OmegaConf.select(cfg, key)
+            got = list(got) if name == "target_modules" else got
+            assert got == expected, (name, key, got)
+
+
+def test_hostile_paths_reach_verl_unchanged():
+    odd = '/data/my "runs"/x=1,y [a]\\b\\"c/0007'
+    model = "/m/Qwen3 8B\\"
+    cfg = compose(build_overrides(phase(node_dir=odd, model_path=model), TABLE12, VerlSettings()))
+    assert cfg.trainer.default_local_dir == odd + "/ckpt"
+    assert cfg.actor_rollout_ref.model.path == model
+    with pytest.raises(ConfigError, match=r"\$\{"):
+        hydra_value("/data/${oc.env:HOME}")
+
+
+def test_user_overrides_are_appended_and_checked():
+    settings = VerlSettings.from_config({"rollout_engine": "sglang", "extra_loggers": ["wandb"],
+                                         "overrides": ["actor_rollout_ref.model.use_shm=true",
+                                                       "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]})
+    cfg = compose(build_overrides(phase(), TABLE12, settings))
+    assert cfg.actor_rollout_ref.model.use_shm is True
+    assert cfg.actor_rollout_ref.rollout.name == "sglang"
+    assert list(cfg.trainer.logger) == ["console", "file", "wandb"]
+
+
+def test_misspelt_key_is_named():
+    settings = VerlSettings.from_config({"overrides": ["actor_rollout_ref.actor.optim.lrr=1e-5"]})
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(), TABLE12, settings))
+    assert err.value.key == "actor_rollout_ref.actor.optim.lrr"
+
+
+@pytest.mark.parametrize("override, key", [
+    ("custom_reward_function.path=/r.py", "custom_reward_function.path"),
+    ("+custom_reward_function.name=score", "custom_reward_function.name"),
+    ("reward_model.enable=true", "reward_model.enable"),
+    ("actor_rollout_ref.actor.grad_clip=0.5", "actor_rollout_ref.actor.grad_clip"),
+])
+def test_trap_keys_are_refused_with_the_fix(override, key):
+    with pytest.raises(ConfigError, match="reward.custom_reward_function|optim.clip_grad|"
+                                          "reward.reward_model") as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert key in str(err.value)
+    with pytest.raises(ConfigError) as err:   # and in any complete list, however it got there
+        check_traps(["actor_rollout_ref.rollout.name=vllm", override])
+    assert err.value.key == key
+
+
+@pytest.mark.parametrize("override", ["actor_rollout_ref.actor.optim.lr=1e-4",
+                                      "trainer.default_local_dir=/elsewhere",
+                                      "data.val_files=[/x.parquet]"])
+def test_raw_overrides_cannot_undo_what_the_search_sets(override):
+    with pytest.raises(ConfigError, match="hparams|per phase"):
+        VerlSettings.from_config({"overrides": [override]})
+
+
+def test_adapter_without_lora_rank_is_refused():
+    with pytest.raises(ConfigError, match="lora_rank"):
+        build_overrides(phase(adapter_path=ADAPTER, parent_lora_rank=0), TABLE12, VerlSettings())
+    with pytest.raises(ConfigError, match="fixed along a strategy"):
+        build_overrides(phase(adapter_path=ADAPTER, parent_lora_rank=32), TABLE12, VerlSettings())
+    scratch = build_overrides(phase(), {**TABLE12, "lora_rank": 0}, VerlSettings())
+    sneaked = scratch + [f"actor_rollout_ref.model.lora_adapter_path={ADAPTER}"]
+    with pytest.raises(ConfigError, match="lora_rank > 0") as err:
+        check_traps(sneaked)
+    assert err.value.key == "actor_rollout_ref.model.lora_adapter_path"
+    with pytest.raises(ConfigError, match="lora_rank > 0"):
+        compose(sneaked)
+
+
+def test_mandatory_keys_are_checked():
+    full = build_overrides(phase(), TABLE12, VerlSettings())
+    no_engine = [o for o in full if not o.startswith("actor_rollout_ref.rollout.name=")]
+    with pytest.raises(ConfigError) as err:
+        compose(no_engine)
+    assert err.value.key == "actor_rollout_ref.rollout.name"
+    no_model = [o for o in full if not o.startswith("actor_rollout_ref.model.path=")]
+    with pytest.raises(ConfigError) as err:
+        compose(no_model)
+    assert err.value.key == "actor_rollout_ref.model.path"
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ConfigError, match="trainer.rollout_engin"):
+        VerlSettings.from_config({"rollout_engin": "vllm"})
+    with pytest.raises(ConfigError, match="trainer.rollout_engine"):
+        VerlSettings.from_config({"rollout_engine": "tgi"})
+    with pytest.raises(ConfigError, match="not a Hydra override"):
+        VerlSettings.from_config({"overrides": ["just words"]})
+
+
+def test_login_node_without_hydra_skips_with_a_reason():
+    code = ("import sys; sys.modules['hydra'] = None\n"
+            "import importlib.util as u; real = u.find_spec\n"
+            "u.find_spec = lambda n, *a: None if n == 'hydra' else real(n, *a)\n"
+            "from llmzero_slurm.backends.verl_schema import check_overrides\n"
+            "print(check_overrides(['x=1']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "not checked" in out.stdout and "hydra-core" in out.stdout
+    assert check_overrides(build_overrides(phase(), TABLE12, VerlSettings())) is None
