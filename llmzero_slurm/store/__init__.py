@@ -1,0 +1,1 @@
+"""The run directory on shared storage: atomic JSON files, locks, node records."""

@@ -1,0 +1,58 @@
+"""Crash-safe JSON files: a reader sees the old file or the new one, never a torn one.
+
+Write = temp file in the same directory, flush, fsync, os.replace, fsync the directory (so the
+rename itself survives a crash). Read = parse or raise StateError naming the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Replace `path` with `data` as indented JSON, atomically and durably."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` atomically and durably."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a missing, unreadable or corrupt file raises StateError with its path."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise StateError(path, "missing") from None
+    except OSError as exc:
+        raise StateError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StateError(path, f"corrupt JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None

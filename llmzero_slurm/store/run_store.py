@@ -1,0 +1,140 @@
+"""The run directory: a frozen config, one folder per node, and the lock guarding them.
+
+An update touches one node.json (plus meta.json when a node is created), so its cost does
+not grow with the tree. Loading the whole tree reads every node.json once; the search works
+on that snapshot.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+
+from ..config import ExperimentConfig, load_config
+from ..errors import StateError
+from ..search.tree import Node, Tree
+from .atomic import read_json, write_json, write_text
+from .locks import RunLock, make_lock
+
+SCHEMA_VERSION = 1
+
+
+def _versioned(path: Path) -> dict[str, Any]:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise StateError(path, "expected a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise StateError(path, f"schema_version {version!r} is not supported by this llmzero-slurm "
+                               f"(it reads version {SCHEMA_VERSION}); use the matching release")
+    return data
+
+
+class RunStore:
+    """All state of one experiment, under `root` on the shared filesystem."""
+
+    def __init__(self, root: str | Path, lock_kind: str = "flock", lock_timeout: float = 120.0,
+                 stale_after: float = 30.0):
+        self.root = Path(root)
+        self.nodes_dir = self.root / "nodes"
+        self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
+
+    # -- creation and opening -------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
+        """Make a new run directory with a frozen copy of the config."""
+        root = Path(root)
+        if (root / "meta.json").exists():
+            raise StateError(root, "already holds a run; open it instead of creating it")
+        (root / "nodes").mkdir(parents=True, exist_ok=True)
+        store = cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
+        with store.lock.hold():
+            write_text(root / "experiment.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+            write_json(root / "meta.json", {"schema_version": SCHEMA_VERSION, "next_id": 0,
+                                            "created_at": time.time()})
+        return store
+
+    @classmethod
+    def open(cls, root: str | Path) -> "RunStore":
+        """Open an existing run, with the lock kind its frozen config asks for."""
+        root = Path(root)
+        _versioned(root / "meta.json")
+        config = cls.config_of(root)
+        return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
+
+    @staticmethod
+    def config_of(root: str | Path) -> ExperimentConfig:
+        return load_config(Path(root) / "experiment.yaml")
+
+    @property
+    def config(self) -> ExperimentConfig:
+        return self.config_of(self.root)
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.nodes_dir / f"{node_id:04d}"
+
+    def node_path(self, node_id: int) -> Path:
+        return self.node_dir(node_id) / "node.json"
+
+    def read_node(self, node_id: int) -> Node:
+        path = self.node_path(node_id)
+        data = _versioned(path)
+        data.pop("schema_version")
+        try:
+            return Node.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(path, f"not a valid node record: {exc}") from None
+
+    def write_node(self, node: Node) -> None:
+        """Replace one node record. Callers changing structure hold the lock."""
+        write_json(self.node_path(node.id), {"schema_version": SCHEMA_VERSION, **node.to_dict()})
+
+    def add_node(self, build: Callable[[int], Node]) -> Node:
+        """Allocate the next id and write the node `build(id)` returns, under the lock."""
+        with self.lock.hold():
+            meta_path = self.root / "meta.json"
+            meta = _versioned(meta_path)
+            node = build(meta["next_id"])
+            if node.id != meta["next_id"]:
+                raise ValueError("build() must use the id it is given")
+            self.node_dir(node.id).mkdir(parents=True, exist_ok=True)
+            self.write_node(node)
+            meta["next_id"] = node.id + 1
+            write_json(meta_path, meta)
+        return node
+
+    def update_node(self, node_id: int, change: Callable[[Node], Any]) -> Node:
+        """Locked read-modify-write of one node; `change` mutates the node in place."""
+        with self.lock.hold():
+            node = self.read_node(node_id)
+            change(node)
+            self.write_node(node)
+        return node
+
+    def write_nodes(self, nodes: list[Node]) -> None:
+        """Write several records under one lock hold (e.g. a debug-chain reparent)."""
+        with self.lock.hold():
+            for node in nodes:
+                self.write_node(node)
+
+    def node_ids(self) -> list[int]:
+        ids = []
+        for entry in self.nodes_dir.iterdir():
+            if entry.name.isdigit() and (entry / "node.json").exists():
+                ids.append(int(entry.name))
+        return sorted(ids)
+
+    def load_tree(self) -> Tree:
+        """A snapshot of every node; a corrupt record stops the load with its path."""
+        return Tree(self.read_node(i) for i in self.node_ids())
+
+    @contextmanager
+    def locked(self) -> Iterator["RunStore"]:
+        with self.lock.hold():
+            yield self

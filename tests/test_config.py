@@ -1,0 +1,64 @@
+"""experiment.yaml and hyperparameter checks name the offending key."""
+import pytest
+
+from llmzero_slurm.config import load_config, parse_config
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.hparams import merge, validate_hparams
+
+
+def test_defaults_are_the_papers():
+    cfg = parse_config({"name": "demo"})
+    s = cfg.search
+    assert (s.exploration_c, s.temperature, s.fail_penalty, s.early_penalty, s.fail_forgiven) == \
+        (1.414, 0.3, 0.5, 0.3, 2)
+    assert (s.max_evolve_children, s.max_debug_children, s.max_debug_depth) == (2, 3, 5)
+    assert (s.min_scratch_ratio, s.early_stop_interval_s, s.budget_iterations) == (0.2, 900.0, 16)
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"name": "x", "serach": {}}, "serach"),
+    ({"name": "x", "search": {"temprature": 1}}, "search.temprature"),
+    ({"name": "x", "search": {"concurrency": 0}}, "search.concurrency"),
+    ({"name": "x", "slurm": {"nodes": "two"}}, "slurm.nodes"),
+    ({"name": "x", "hparams": {"lr": "1e-5; rm -rf ~"}}, "hparams.lr"),
+    ({"name": "x", "hparams": {"learning_rate": 1e-5}}, "hparams.learning_rate"),
+    ({"name": "bad name!"}, "name"),
+    ({"name": "x", "search": {"method": "replay"}}, "search.strategy_file"),
+])
+def test_bad_config_names_the_key(data, key):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert err.value.key == key
+    assert f"'{key}'" in str(err.value)
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="exp.yaml is not valid YAML"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"rollout_n": 2.5}, "rollout_n"),
+    ({"rollout_n": True}, "rollout_n"),
+    ({"temperature": float("inf")}, "temperature"),
+    ({"use_kl_loss": "yes"}, "use_kl_loss"),
+    ({"target_modules": "$(curl x)"}, "target_modules"),
+    ({"kl_loss_type": "fancy"}, "kl_loss_type"),
+    ({"train_batch_size": 16, "ppo_mini_batch_size": 6}, "ppo_mini_batch_size"),
+    ({"ppo_mini_batch_size": 4, "rollout_n": 3, "ppo_micro_batch_size_per_gpu": 8},
+     "ppo_micro_batch_size_per_gpu"),
+    ({"lora_rank": 8, "lora_alpha": 0}, "lora_alpha"),
+])
+def test_hyperparameter_errors(values, key):
+    with pytest.raises(ConfigError) as err:
+        validate_hparams(values)
+    assert err.value.key == key
+
+
+def test_backend_specific_keys_and_merge():
+    with pytest.raises(ConfigError, match="not used by the cpu backend"):
+        validate_hparams({"max_num_seqs": 8}, "cpu")
+    assert merge({"lr": 1e-3, "rollout_n": 8}, {"lr": 5e-4}) == {"lr": 5e-4, "rollout_n": 8}
+    assert validate_hparams({"total_epochs": 3.0}) == {"total_epochs": 3}

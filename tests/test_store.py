@@ -1,0 +1,182 @@
+"""The run directory: atomic records, clear errors on bad files, locks under real concurrency."""
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.errors import LockTimeout, StateError
+from llmzero_slurm.search.policy import Action, make_child
+from llmzero_slurm.search.tree import Kind, Status, Tree
+from llmzero_slurm.store.atomic import read_json, write_json
+from llmzero_slurm.store.locks import SoftLock
+from llmzero_slurm.store.run_store import RunStore
+
+
+def new_store(tmp_path, lock="flock") -> RunStore:
+    cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}, "state": {"lock": lock}})
+    return RunStore.create(tmp_path / "run", cfg)
+
+
+def add_root(store: RunStore):
+    return store.add_node(lambda i: make_child(Tree([]), Action(Kind.SCRATCH, None), i, {"lr": 1e-3}))
+
+
+def test_create_open_and_round_trip(tmp_path):
+    store = new_store(tmp_path)
+    root = add_root(store)
+    root.status = Status.COMPLETED
+    root.results.best_val = 0.4
+    root.submission.token = "tok-1"
+    store.write_node(root)
+    again = RunStore.open(store.root)
+    assert again.config.hparams == {"lr": 1e-3}
+    assert again.read_node(0) == root
+    data = json.loads(again.node_path(0).read_text())
+    assert data["schema_version"] == 1 and data["status"] == "completed"
+    assert [n.id for n in again.load_tree()] == [0]
+
+
+def test_creating_over_an_existing_run_is_refused(tmp_path):
+    store = new_store(tmp_path)
+    with pytest.raises(StateError, match="already holds a run"):
+        RunStore.create(store.root, store.config)
+
+
+def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):
+    store = new_store(tmp_path)
+    ids = [add_root(store).id for _ in range(3)]
+    assert ids == [0, 1, 2]
+    assert store.node_path(2).parent.name == "0002"
+
+
+def test_corrupt_node_file_is_named(tmp_path):
+    store = new_store(tmp_path)
+    add_root(store)
+    store.node_path(0).write_text('{"schema_version": 1, "id": 0,')
+    with pytest.raises(StateError, match=r"0000/node.json: corrupt JSON"):
+        store.load_tree()
+
+
+def test_unknown_schema_version_is_named(tmp_path):
+    store = new_store(tmp_path)
+    add_root(store)
+    data = json.loads(store.node_path(0).read_text())
+    data["schema_version"] = 99
+    store.node_path(0).write_text(json.dumps(data))
+    with pytest.raises(StateError, match=r"node.json: schema_version 99 is not supported"):
+        store.read_node(0)
+
+
+def test_malformed_record_is_named(tmp_path):
+    store = new_store(tmp_path)
+    add_root(store)
+    store.node_path(0).write_text(json.dumps({"schema_version": 1, "id": 0, "kind": "weird"}))
+    with pytest.raises(StateError, match="not a valid node record"):
+        store.read_node(0)
+
+
+def test_write_json_leaves_no_temp_file_and_refuses_nan(tmp_path):
+    write_json(tmp_path / "a.json", {"x": 1})
+    assert read_json(tmp_path / "a.json") == {"x": 1}
+    with pytest.raises(ValueError):
+        write_json(tmp_path / "a.json", {"x": float("nan")})
+    assert read_json(tmp_path / "a.json") == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def _bump(root: str, n: int) -> None:
+    store = RunStore.open(root)
+    for _ in range(n):
+        store.update_node(0, lambda node: setattr(node.results, "gpu_hours", node.results.gpu_hours + 1))
+
+
+def _read_forever(path: str, stop, bad) -> None:
+    while not stop.is_set():
+        try:
+            json.loads(open(path).read())
+        except ValueError:
+            bad.value += 1
+
+
+@pytest.mark.parametrize("lock", ["flock", "soft"])
+def test_concurrent_updates_lose_nothing_and_readers_never_see_torn_json(tmp_path, lock):
+    store = new_store(tmp_path, lock)
+    add_root(store)
+    ctx = mp.get_context("fork")
+    stop, bad = ctx.Event(), ctx.Value("i", 0)
+    reader = ctx.Process(target=_read_forever, args=(str(store.node_path(0)), stop, bad))
+    reader.start()
+    writers = [ctx.Process(target=_bump, args=(str(store.root), 150)) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(120)
+        assert w.exitcode == 0
+    stop.set()
+    reader.join(10)
+    assert store.read_node(0).results.gpu_hours == 600
+    assert bad.value == 0
+
+
+WRITER = """
+import sys
+from llmzero_slurm.store.run_store import RunStore
+store = RunStore.open(sys.argv[1])
+i = 0
+while True:
+    i += 1
+    store.update_node(i % 3, lambda n: setattr(n, "diagnosis", "x" * (i % 5000)))
+"""
+
+
+def test_writers_killed_mid_stream_leave_every_file_valid(tmp_path):
+    store = new_store(tmp_path)
+    for _ in range(3):
+        add_root(store)
+    for round_ in range(5):
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store.root)]) for _ in range(3)]
+        time.sleep(0.8 + 0.1 * round_)
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    tree = store.load_tree()  # raises StateError on any torn record
+    assert len(tree) == 3
+    assert any(len(n.diagnosis) > 0 for n in tree)
+    # the flock died with its holders: a new update goes through at once
+    store.update_node(0, lambda n: setattr(n, "diagnosis", "after"))
+    assert store.read_node(0).diagnosis == "after"
+
+
+def test_soft_lock_breaks_a_lock_left_by_a_dead_process(tmp_path):
+    path = tmp_path / "tree.lock"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path.write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "token": "old"}))
+    with SoftLock(path, timeout=2, stale_after=30).hold():
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert not path.exists()
+
+
+def test_soft_lock_waits_for_a_live_holder_then_times_out(tmp_path):
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": os.uname().nodename, "pid": os.getppid(), "token": "x"}))
+    with pytest.raises(LockTimeout, match="still held"):
+        with SoftLock(path, timeout=0.3, stale_after=30).hold():
+            pass
+    assert path.exists()  # a live holder's lock is not broken
+
+
+def test_soft_lock_breaks_a_lock_past_its_grace_period(tmp_path):
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "x"}))
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    with SoftLock(path, timeout=2, stale_after=30).hold():
+        pass
+    assert not path.exists()
