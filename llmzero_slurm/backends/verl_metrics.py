@@ -1,0 +1,186 @@
+"""Copy verl's file-logger output into the node's metrics.jsonl, as the CPU trainer writes it.
+
+verl's FileLogger writes `{"step": N, "data": {...}}` lines with steps counted from 0 in every
+run and truncates its file when it opens it. The node's metrics.jsonl counts global steps
+across a strategy and keeps the held-out test scores apart from validation, so each line is
+rewritten on the way: step + offset, and `val-core/<source>/...` (and `val-aux/...`) become
+`test-core/<source>/...` for the data sources of the test files (agents never see those).
+
+A phase job runs this beside verl (`follow --pid`) so the monitor sees curves while training
+runs; `drain` before verl starts copies what an interrupted earlier attempt left and removes
+that file, so verl's truncation can never destroy lines not yet copied. The byte position
+already copied is kept in `<metrics>.verl-pos`; a crash between appending and recording it
+repeats a line (same step, same values) rather than losing one.
+
+Runs on GPU nodes as a plain script (standard library only):
+    python3 verl_metrics.py drain|follow --verl-file F --metrics-file M --step-offset K
+        [--test-source S ...] [--pid PID] [--interval SECONDS]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+_SPLITS = (("val-core/", "test-core/"), ("val-aux/", "test-aux/"))
+
+
+def rename_metrics(data: Mapping[str, Any], test_sources: Sequence[str]) -> dict[str, Any]:
+    """Move validation-loop metrics of test data sources to the test-* namespace."""
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        for val_prefix, test_prefix in _SPLITS:
+            for source in test_sources:
+                if name.startswith(f"{val_prefix}{source}/"):
+                    name = test_prefix + name[len(val_prefix):]
+                    break
+        out[name] = value
+    return out
+
+
+class VerlMetricsIngest:
+    """Incremental copier from one verl file-logger file to a node's metrics.jsonl."""
+
+    def __init__(self, verl_file: Path, metrics_file: Path, step_offset: int,
+                 test_sources: Sequence[str] = ()):
+        self.verl_file = Path(verl_file)
+        self.metrics_file = Path(metrics_file)
+        self.step_offset = step_offset
+        self.test_sources = tuple(test_sources)
+        self.pos_file = self.metrics_file.with_name(self.metrics_file.name + ".verl-pos")
+
+    def _position(self) -> int:
+        try:
+            return int(json.loads(self.pos_file.read_text())["pos"])
+        except FileNotFoundError:
+            return 0
+        except (ValueError, KeyError, TypeError):
+            warn(f"{self.pos_file} is unreadable; copying {self.verl_file} from its start")
+            return 0
+
+    def _save_position(self, pos: int) -> None:
+        tmp = self.pos_file.with_name(f"{self.pos_file.name}.tmp{os.getpid()}")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"pos": pos, "verl_file": str(self.verl_file)}))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.pos_file)
+
+    def poll(self) -> int:
+        """Copy every complete new line; return how many were copied."""
+        try:
+            with open(self.verl_file, "rb") as src:
+                src.seek(0, os.SEEK_END)
+                size = src.tell()
+                pos = self._position()
+                if size < pos:      # verl reopened (truncated) the file under us
+                    warn(f"{self.verl_file} shrank from {pos} to {size} bytes; "
+                         "copying it again from the start")
+                    pos = 0
+                src.seek(pos)
+                chunk = src.read(size - pos)
+        except FileNotFoundError:
+            return 0
+        complete = chunk[:chunk.rfind(b"\n") + 1]   # a torn last line waits for the next poll
+        lines = []
+        offset = pos
+        for raw in complete.splitlines(keepends=True):
+            line = self._convert(raw, offset)
+            offset += len(raw)
+            if line is not None:
+                lines.append(line)
+        if lines:
+            with open(self.metrics_file, "a") as dst:
+                dst.write("".join(lines))
+                dst.flush()
+                os.fsync(dst.fileno())
+        if complete:
+            self._save_position(pos + len(complete))
+        return len(lines)
+
+    def _convert(self, raw: bytes, offset: int) -> str | None:
+        if not raw.strip():
+            return None
+        try:
+            record = json.loads(raw)
+            step, data = int(record["step"]), record["data"]
+            if not isinstance(data, dict):
+                raise TypeError("data is not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            warn(f"{self.verl_file} byte {offset}: not a verl file-logger line ({exc}); "
+                 f"left in place, not copied: {raw[:120]!r}")
+            return None
+        data = rename_metrics(data, self.test_sources)
+        return json.dumps({"step": step + self.step_offset, "data": data}) + "\n"
+
+    def drain(self) -> int:
+        """Copy what an earlier attempt left, then clear the way for a fresh verl run."""
+        copied = self.poll()
+        self.verl_file.unlink(missing_ok=True)
+        self.pos_file.unlink(missing_ok=True)
+        return copied
+
+    def follow(self, pid: int, interval: float) -> int:
+        """Copy new lines every `interval` seconds while `pid` lives, then once more."""
+        copied = 0
+        while _alive(pid):
+            copied += self.poll()
+            time.sleep(interval)
+        return copied + self.poll()
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs; an exited child its parent has not reaped yet counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+
+
+def warn(message: str) -> None:
+    print(f"verl_metrics: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Copy verl's file-logger metrics into a node's metrics.jsonl with global "
+                    "steps and test scores renamed to test-core/ (exit 0 ok, 2 bad arguments).")
+    parser.add_argument("action", choices=("drain", "follow"),
+                        help="drain: copy leftovers and remove the verl file; "
+                             "follow: copy while --pid runs")
+    parser.add_argument("--verl-file", type=Path, required=True)
+    parser.add_argument("--metrics-file", type=Path, required=True)
+    parser.add_argument("--step-offset", type=int, default=0,
+                        help="global step at which this phase starts")
+    parser.add_argument("--test-source", action="append", default=[],
+                        help="a data_source of the test files (repeatable)")
+    parser.add_argument("--pid", type=int, help="follow: the training process to watch")
+    parser.add_argument("--interval", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    if args.step_offset < 0:
+        parser.error("--step-offset must be >= 0")
+    ingest = VerlMetricsIngest(args.verl_file, args.metrics_file, args.step_offset,
+                               args.test_source)
+    if args.action == "drain":
+        copied = ingest.drain()
+    else:
+        if args.pid is None:
+            parser.error("follow needs --pid")
+        copied = ingest.follow(args.pid, args.interval)
+    print(f"verl_metrics: {args.action}: copied {copied} lines to {args.metrics_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

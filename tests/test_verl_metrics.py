@@ -1,0 +1,99 @@
+"""Ingestion of verl's file-logger output into a node's metrics.jsonl."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from llmzero_slurm.backends import verl_metrics
+from llmzero_slurm.backends.verl_metrics import VerlMetricsIngest
+
+SCRIPT = verl_metrics.__file__
+
+
+def verl_line(step: int, **data) -> str:
+    return json.dumps({"step": step, "data": data}) + "\n"
+
+
+def read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_steps_are_offset_and_test_sources_renamed(tmp_path):
+    src, dst = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
+    src.write_text(
+        verl_line(0, **{"val-core/gsm8k_val/acc/mean@1": 0.41, "val-core/gsm8k_test/acc/mean@1": 0.39,
+                        "val-aux/gsm8k_test/reward/mean@1": 0.5})
+        + verl_line(1, **{"actor/entropy": 0.8, "critic/score/mean": 0.3, "timing_s/step": 12.5}))
+    ingest = VerlMetricsIngest(src, dst, step_offset=40, test_sources=["gsm8k_test"])
+    assert ingest.poll() == 2
+    first, second = read(dst)
+    assert first == {"step": 40, "data": {"val-core/gsm8k_val/acc/mean@1": 0.41,
+                                          "test-core/gsm8k_test/acc/mean@1": 0.39,
+                                          "test-aux/gsm8k_test/reward/mean@1": 0.5}}
+    assert second == {"step": 41, "data": {"actor/entropy": 0.8, "critic/score/mean": 0.3,
+                                           "timing_s/step": 12.5}}
+    assert ingest.poll() == 0            # nothing new: nothing copied twice
+
+
+def test_data_sources_with_slashes_and_prefix_lookalikes(tmp_path):
+    src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
+    src.write_text(verl_line(3, **{"val-core/openai/gsm8k/acc/mean@1": 0.5,
+                                   "val-core/openai/gsm8k_hard/acc/mean@1": 0.2}))
+    VerlMetricsIngest(src, dst, 0, ["openai/gsm8k"]).poll()
+    assert set(read(dst)[0]["data"]) == {"test-core/openai/gsm8k/acc/mean@1",
+                                         "val-core/openai/gsm8k_hard/acc/mean@1"}
+
+
+def test_torn_last_line_waits_and_bad_lines_are_reported(tmp_path, capsys):
+    src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
+    torn = verl_line(2, **{"actor/kl_loss": 0.01})
+    src.write_text(verl_line(1, **{"actor/kl_loss": 0.0}) + "not json\n" + torn[:10])
+    ingest = VerlMetricsIngest(src, dst, 10)
+    assert ingest.poll() == 1
+    assert "byte" in capsys.readouterr().err
+    with open(src, "a") as fh:
+        fh.write(torn[10:])
+    assert ingest.poll() == 1
+    assert [r["step"] for r in read(dst)] == [11, 12]
+
+
+def test_position_survives_a_restart_and_drain_clears_the_way(tmp_path):
+    src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
+    src.write_text(verl_line(1, a=1) + verl_line(2, a=2))
+    assert VerlMetricsIngest(src, dst, 0).poll() == 2
+    with open(src, "a") as fh:          # the job was killed after verl wrote one more line
+        fh.write(verl_line(3, a=3))
+    again = VerlMetricsIngest(src, dst, 0)   # a requeued job starts a fresh copier
+    assert again.drain() == 1
+    assert not src.exists()
+    src.write_text(verl_line(4, a=4))   # the resumed verl run writes a new file
+    assert again.poll() == 1
+    assert [r["step"] for r in read(dst)] == [1, 2, 3, 4]
+
+
+def test_follow_copies_while_training_runs_then_stops(tmp_path):
+    src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
+    trainer = subprocess.Popen([sys.executable, "-c", (
+        "import json, sys, time\n"
+        "with open(sys.argv[1], 'w') as fh:\n"
+        "    for s in range(4):\n"
+        "        fh.write(json.dumps({'step': s, 'data': {'x': s}}) + '\\n'); fh.flush()\n"
+        "        time.sleep(0.3)\n"), str(src)])
+    follower = subprocess.run(
+        [sys.executable, SCRIPT, "follow", "--verl-file", str(src), "--metrics-file", str(dst),
+         "--step-offset", "5", "--pid", str(trainer.pid), "--interval", "0.2"],
+        capture_output=True, text=True, timeout=30)
+    trainer.wait()
+    assert follower.returncode == 0, follower.stderr
+    assert [r["step"] for r in read(dst)] == [5, 6, 7, 8]
+
+
+def test_cli_refuses_bad_arguments(tmp_path):
+    out = subprocess.run([sys.executable, SCRIPT, "follow", "--verl-file", "a",
+                          "--metrics-file", "b"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--pid" in out.stderr
+    out = subprocess.run([sys.executable, SCRIPT, "drain", "--verl-file", str(tmp_path / "none"),
+                          "--metrics-file", str(tmp_path / "m"), "--step-offset", "-1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "step-offset" in out.stderr
