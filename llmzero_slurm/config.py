@@ -65,9 +65,12 @@ class AgentConfig:
     timeout_s: float = 120.0
     max_retries: int = 4
     image_max_px: int = 768
+    images: bool = True            # openai: false for text-only models
+    # 1h: the stopper asks every 15 min, so a 5 min cache would expire between calls.
+    cache_ttl: str = "1h"          # 5m | 1h (the write price below must match)
     price_input_per_mtok: float = 3.0
     price_output_per_mtok: float = 15.0
-    price_cache_write_per_mtok: float = 3.75
+    price_cache_write_per_mtok: float = 6.0
     price_cache_read_per_mtok: float = 0.30
 
 
@@ -168,6 +171,8 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
         raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
     if cfg.agents.backend not in ("auto", "anthropic", "openai", "heuristic"):
         raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")
+    if cfg.agents.cache_ttl not in ("5m", "1h"):
+        raise ConfigError("agents.cache_ttl", "must be '5m' or '1h'")
     try:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:

@@ -1,0 +1,199 @@
+"""Turn an agent's raw answer into checked values, or say precisely what is wrong with it.
+
+An `AnswerError` message is written for the LLM: it is sent back verbatim in the single repair
+round, so it names the field, the value and the rule. Nothing an LLM writes reaches a script
+without passing `hparams.merge` here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import HyperparameterError
+from ..hparams import CAPACITY, MODEL, PARAMS, merge
+
+SCHEDULE_KEYS = ("total_training_steps", "total_epochs")   # computed in code, never by the LLM
+MAX_ADDITIONAL_STEPS = 100000
+FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
+FIX_ACTIONS = ("change", "retry", "give_up")
+_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
+_DECISION = re.compile(r"DECISION\s*:\s*\**\s*(CONTINUE|STOP)\b", re.I)
+_REASON = re.compile(r"REASON\s*:\s*(.+?)(?:\n\s*DECISION|\Z)", re.I | re.S)
+
+
+class AnswerError(ValueError):
+    """The answer cannot be used; the message tells the LLM what to fix."""
+
+
+@dataclass
+class Proposal:
+    diagnosis: str
+    changes: dict[str, Any]
+    checkpoint: int | None          # a parent's saved global step; None = from scratch
+    additional_steps: int
+    hparams: dict[str, Any]         # the child's full validated configuration
+    source: str = "heuristic"       # which backend produced it
+
+
+@dataclass
+class Fix:
+    failure: str                    # one of FAILURE_CLASSES
+    action: str                     # one of FIX_ACTIONS
+    changes: dict[str, Any] = field(default_factory=dict)
+    hparams: dict[str, Any] = field(default_factory=dict)
+    message: str = ""               # for the user when the chain should stop
+    source: str = "heuristic"
+
+
+@dataclass
+class Decision:
+    action: str                     # CONTINUE | STOP
+    reason: str
+    step: int | None = None
+    source: str = "rule"
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """The answer's JSON object: the last fenced block, else the last balanced {...}."""
+    blocks = _FENCED.findall(text)
+    candidates = blocks[::-1] or _balanced_objects(text)
+    if not candidates:
+        raise AnswerError("no JSON object found; end your answer with one ```json block")
+    try:
+        data = json.loads(candidates[0])
+    except json.JSONDecodeError as exc:
+        raise AnswerError(f"the JSON block is not valid JSON ({exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise AnswerError("the JSON block must be an object")
+    return data
+
+
+def _balanced_objects(text: str) -> list[str]:
+    """Top-level {...} spans, last first."""
+    spans, depth, start = [], 0, -1
+    for i, ch in enumerate(text):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start:i + 1])
+    return spans[::-1]
+
+
+def _int_field(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise AnswerError(f"'{key}' must be an integer, got {value!r:.60}")
+    if not low <= value <= high:
+        raise AnswerError(f"'{key}' must be between {low} and {high}, got {value}")
+    return int(value)
+
+
+def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
+             backend: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    changes = data.get("changes", {})
+    if not isinstance(changes, dict):
+        raise AnswerError("'changes' must be an object of hyperparameter: value")
+    for key in SCHEDULE_KEYS:
+        if key in changes:
+            raise AnswerError(f"do not set '{key}' in changes: the system computes it from "
+                              "additional_steps")
+    try:
+        hparams = merge(parent, changes, backend)
+    except HyperparameterError as exc:
+        raise AnswerError(f"changes: {exc}") from None
+    if resuming:
+        for key, value in hparams.items():
+            param, old = PARAMS[key], parent.get(key)
+            if old is None or value == old:
+                continue
+            if param.category == MODEL:
+                raise AnswerError(f"changes: '{key}' cannot change when resuming from a "
+                                  f"checkpoint (the adapter has {key}={old})")
+            if param.category == CAPACITY and value < old:
+                raise AnswerError(f"changes: '{key}' may not shrink when resuming (parent "
+                                  f"{old}, proposed {value}); capacity only grows along a "
+                                  "strategy")
+    return {k: hparams[k] for k in changes}, hparams
+
+
+def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_steps: int,
+             backend: str) -> dict[str, Any]:
+    """Set the phase length: `total_training_steps`, and enough epochs for the dataloader.
+
+    The parent's steps per epoch scale with the batch-size ratio, so a new batch size keeps
+    the epoch count consistent (the arithmetic the paper left to the LLM).
+    """
+    out = dict(hparams, total_training_steps=additional_steps)
+    old_steps, old_epochs = parent.get("total_training_steps"), parent.get("total_epochs")
+    old_bs, new_bs = parent.get("train_batch_size"), hparams.get("train_batch_size")
+    if old_steps and old_epochs and old_bs and new_bs:
+        steps_per_epoch = old_steps / old_epochs * old_bs / new_bs
+        out["total_epochs"] = max(1, math.ceil(additional_steps / steps_per_epoch))
+    return merge({}, out, backend)
+
+
+def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
+                   scratch_only: bool, backend: str, source: str) -> Proposal:
+    """Every rule a proposal must meet, whoever wrote it (LLM or heuristic)."""
+    diagnosis = data.get("diagnosis")
+    if not isinstance(diagnosis, str) or not diagnosis.strip():
+        raise AnswerError("'diagnosis' must be a non-empty string")
+    step = data.get("checkpoint_step")
+    if step is not None:
+        if scratch_only:
+            raise AnswerError("this proposal must train from scratch: set checkpoint_step to "
+                              "null")
+        if isinstance(step, bool) or not isinstance(step, int) or step not in checkpoints:
+            raise AnswerError(f"checkpoint_step {step!r:.40} is not a saved step; choose one of "
+                              f"{checkpoints} or null for scratch")
+    additional = _int_field(data, "additional_steps", 1, MAX_ADDITIONAL_STEPS)
+    changes, hparams = _changes(data, parent, step is not None, backend)
+    return Proposal(diagnosis.strip()[:4000], changes, step, additional,
+                    schedule(parent, hparams, additional, backend), source)
+
+
+def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: str,
+              source: str) -> Fix:
+    failure, action = data.get("class"), data.get("action")
+    if failure not in FAILURE_CLASSES:
+        raise AnswerError(f"'class' must be one of {list(FAILURE_CLASSES)}, got {failure!r:.40}")
+    if action not in FIX_ACTIONS:
+        raise AnswerError(f"'action' must be one of {list(FIX_ACTIONS)}, got {action!r:.40}")
+    message = data.get("message", "")
+    if not isinstance(message, str):
+        raise AnswerError("'message' must be a string")
+    if action == "give_up" and not message.strip():
+        raise AnswerError("'message' must tell the user what to do when action is give_up")
+    if action != "change":
+        return Fix(failure, action, {}, dict(hparams), message.strip()[:2000], source)
+    changes = data.get("changes")
+    if not isinstance(changes, dict) or not changes:
+        raise AnswerError("action 'change' needs a non-empty 'changes' object")
+    try:
+        merged = merge(hparams, changes, backend)
+    except HyperparameterError as exc:
+        raise AnswerError(f"changes: {exc}") from None
+    if merged == dict(hparams):
+        raise AnswerError("'changes' repeat the failed configuration; change something or use "
+                          "action 'retry'")
+    return Fix(failure, action, {k: merged[k] for k in changes}, merged, message.strip()[:2000],
+               source)
+
+
+def parse_decision(text: str, step: int | None, source: str) -> Decision | None:
+    """CONTINUE/STOP from the stopper's answer, or None when it does not say."""
+    found = _DECISION.findall(text)
+    if not found:
+        return None
+    reason = _REASON.search(text)
+    return Decision(found[-1].upper(), (reason.group(1).strip() if reason else "")[:1000],
+                    step, source)

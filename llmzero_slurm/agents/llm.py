@@ -1,0 +1,196 @@
+"""LLM backends behind one small interface: a prompt in, a reply with tokens and dollars out.
+
+`complete` either returns text or raises `LLMUnavailable` (after the SDK's own retries with
+back-off on 429, 5xx and timeouts); agents then fall back to the heuristics. The API key is
+read from the environment here and handed to the SDK; it is never stored anywhere else.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import anthropic
+import openai
+from PIL import Image
+
+from ..config import AgentConfig
+from ..errors import ConfigError
+
+
+class LLMUnavailable(Exception):
+    """The service could not give an answer (network, rate limit, server error, timeout)."""
+
+
+@dataclass
+class Prompt:
+    """`system` is the static part (role, grounding notes, answer format), identical across
+    calls of one agent, so it is the part marked for prompt caching."""
+
+    system: str
+    text: str
+    images: list[Path] = field(default_factory=list)
+    turns: list[tuple[str, str]] = field(default_factory=list)  # (role, text) after the first
+    max_tokens: int = 1024
+
+    def repair(self, answer: str, problem: str) -> "Prompt":
+        """The same conversation plus the rejected answer and what was wrong with it."""
+        note = (f"Your answer could not be used: {problem}\n"
+                "Answer again in the required format, fixing exactly this problem.")
+        return Prompt(self.system, self.text, self.images,
+                      [*self.turns, ("assistant", answer), ("user", note)], self.max_tokens)
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: "Usage") -> None:
+        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
+                     "cost_usd"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Reply:
+    text: str
+    usage: Usage
+
+
+class Backend(Protocol):
+    name: str
+
+    def complete(self, prompt: Prompt) -> Reply: ...
+
+
+def encode_png(path: Path, max_px: int) -> tuple[str, int, int]:
+    """Base64 PNG no larger than max_px on its longer side (image tokens grow with area)."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        img.thumbnail((max_px, max_px))
+        buf = io.BytesIO()
+        img.save(buf, format="PNG", optimize=True)
+        return base64.b64encode(buf.getvalue()).decode("ascii"), img.width, img.height
+
+
+def user_content(prompt: Prompt, max_px: int, image_block: Callable[[str], dict[str, Any]],
+                 images: bool = True) -> list[dict[str, Any]]:
+    """Each plot announced by name, then the image, then the per-call text."""
+    content: list[dict[str, Any]] = []
+    for path in prompt.images if images else ():
+        content.append({"type": "text", "text": f"Plot {path.name}:"})
+        content.append(image_block(encode_png(path, max_px)[0]))
+    content.append({"type": "text", "text": prompt.text})
+    return content
+
+
+def price(cfg: AgentConfig, usage: Usage) -> float:
+    return (usage.input_tokens * cfg.price_input_per_mtok
+            + usage.output_tokens * cfg.price_output_per_mtok
+            + usage.cache_write_tokens * cfg.price_cache_write_per_mtok
+            + usage.cache_read_tokens * cfg.price_cache_read_per_mtok) / 1e6
+
+
+class _SDKBackend:
+    """A vendor SDK client; the SDK retries 429/5xx/timeouts itself with exponential back-off
+    (honouring retry-after), `max_retries` times."""
+
+    sdk: type
+
+    def __init__(self, cfg: AgentConfig, api_key: str):
+        self.cfg = cfg
+        self.client = self.sdk(api_key=api_key, base_url=cfg.base_url, timeout=cfg.timeout_s,
+                               max_retries=cfg.max_retries)
+
+
+class AnthropicBackend(_SDKBackend):
+    """Claude through the official SDK: cached system block, images as base64 PNG blocks."""
+
+    name = "anthropic"
+    sdk = anthropic.Anthropic
+
+    def request(self, prompt: Prompt) -> dict[str, Any]:
+        """The Messages API request body (also used by the cost benchmark)."""
+        content = user_content(prompt, self.cfg.image_max_px, lambda data: {
+            "type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}})
+        messages = [{"role": "user", "content": content}]
+        messages += [{"role": role, "content": text} for role, text in prompt.turns]
+        cache: dict[str, str] = {"type": "ephemeral"}
+        if self.cfg.cache_ttl != "5m":
+            cache["ttl"] = self.cfg.cache_ttl
+        return {"model": self.cfg.model, "max_tokens": min(prompt.max_tokens, self.cfg.max_tokens),
+                "system": [{"type": "text", "text": prompt.system, "cache_control": cache}],
+                "messages": messages}
+
+    def complete(self, prompt: Prompt) -> Reply:
+        try:
+            resp = self.client.messages.create(**self.request(prompt))
+        except anthropic.APIError as exc:
+            raise LLMUnavailable(f"Anthropic API: {type(exc).__name__}: {exc}") from None
+        text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
+        u = resp.usage
+        usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens or 0,
+                      u.cache_read_input_tokens or 0)
+        usage.cost_usd = price(self.cfg, usage)
+        return Reply(text, usage)
+
+
+class OpenAIBackend(_SDKBackend):
+    """Any OpenAI-compatible chat-completions server (vLLM, SGLang on the cluster, ...)."""
+
+    name = "openai"
+    sdk = openai.OpenAI
+
+    def request(self, prompt: Prompt) -> dict[str, Any]:
+        content = user_content(prompt, self.cfg.image_max_px, lambda data: {
+            "type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+            self.cfg.images)
+        messages = [{"role": "system", "content": prompt.system},
+                    {"role": "user", "content": content}]
+        messages += [{"role": role, "content": text} for role, text in prompt.turns]
+        return {"model": self.cfg.model, "messages": messages,
+                "max_tokens": min(prompt.max_tokens, self.cfg.max_tokens)}
+
+    def complete(self, prompt: Prompt) -> Reply:
+        try:
+            resp = self.client.chat.completions.create(**self.request(prompt))
+        except openai.APIError as exc:
+            raise LLMUnavailable(f"OpenAI-compatible API: {type(exc).__name__}: {exc}") from None
+        if not resp.choices:
+            raise LLMUnavailable("OpenAI-compatible API: the reply has no choices")
+        u = resp.usage
+        cached = 0
+        if u is not None and u.prompt_tokens_details is not None:
+            cached = u.prompt_tokens_details.cached_tokens or 0
+        usage = Usage((u.prompt_tokens - cached) if u else 0, u.completion_tokens if u else 0,
+                      0, cached)
+        usage.cost_usd = price(self.cfg, usage)
+        return Reply(resp.choices[0].message.content or "", usage)
+
+
+def choose_backend(cfg: AgentConfig) -> Backend | None:
+    """The configured LLM, or None for the offline heuristics.
+
+    `auto` uses Anthropic when the key variable is set and the heuristics otherwise, so a
+    cluster without outbound access still runs a full search.
+    """
+    key = os.environ.get(cfg.api_key_env, "")
+    if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
+        return None
+    if cfg.backend in ("auto", "anthropic"):
+        if not key:
+            raise ConfigError("agents.api_key_env",
+                              f"backend anthropic needs the API key in ${cfg.api_key_env}")
+        return AnthropicBackend(cfg, key)
+    if cfg.backend == "openai":
+        if not cfg.base_url:
+            raise ConfigError("agents.base_url", "backend openai needs the server's base_url")
+        return OpenAIBackend(cfg, key or "EMPTY")   # local servers usually take any key
+    raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")

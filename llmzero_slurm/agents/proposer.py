@@ -1,0 +1,80 @@
+"""The proposer: reads a finished phase and proposes the next one (paper §3.4).
+
+It is shown the parent's configuration, a metric summary, one plot per metric and the best
+validation score so far, and returns a validated `Proposal`. A forced from-scratch proposal
+is shown no checkpoints, so it cannot anchor on the parent's weights.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import AgentConfig
+from ..metrics import MetricsLog, summarize
+from ..plots import metric_plots
+from ..search.tree import Node, Status
+from . import heuristic
+from .answers import Proposal, check_proposal, extract_json
+from .ask import ask
+from .knowledge import hparam_guide, metric_guide
+from .llm import Backend, Prompt
+from .prompting import as_yaml, render, score_text
+from .records import AgentRecord, save_record, secrets_from_env
+
+RECORD = "proposal.json"
+
+
+@dataclass
+class ProposerInput:
+    parent: Node
+    metrics: MetricsLog                  # the parent phase's own metrics.jsonl
+    best_val: float | None               # best validation score anywhere in the tree
+    scratch_only: bool = False           # forced from-scratch injection
+    taken: list[dict[str, Any]] = field(default_factory=list)  # siblings' configurations
+
+    @property
+    def phase_steps(self) -> int:
+        planned = self.parent.hparams.get("total_training_steps")
+        trained = (self.metrics.last_step or 0) - self.parent.start_step
+        return int(planned or trained or 1)
+
+
+class Proposer:
+    def __init__(self, cfg: AgentConfig, trainer: str, llm: Backend | None):
+        self.cfg, self.trainer, self.llm = cfg, trainer, llm
+
+    def propose(self, inp: ProposerInput, out_dir: str | Path) -> Proposal:
+        """Propose the child, writing the plots it was shown and proposal.json to out_dir."""
+        out_dir = Path(out_dir)
+        metrics = inp.metrics.without_test()
+        checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
+
+        def fallback() -> Proposal:
+            return heuristic.propose(inp.parent.hparams, metrics, checkpoints, inp.phase_steps,
+                                     self.trainer, inp.scratch_only, inp.taken)
+
+        if self.llm is None:
+            record = AgentRecord("proposer", "heuristic")
+            proposal = fallback()
+        else:
+            record = AgentRecord("proposer", self.llm.name, self.cfg.model)
+            prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
+            proposal = ask(self.llm, prompt, lambda text: check_proposal(
+                extract_json(text), inp.parent.hparams, checkpoints, inp.scratch_only,
+                self.trainer, self.llm.name), fallback, record)
+        record.result = asdict(proposal)
+        save_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
+        return proposal
+
+    def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],
+               plot_dir: Path) -> Prompt:
+        system, task = render(
+            "proposer", metric_guide=metric_guide(), hparam_guide=hparam_guide(self.trainer),
+            parent_yaml=as_yaml(inp.parent.hparams),
+            early_stopped=inp.parent.status == Status.EARLY_STOPPED,
+            start_step=inp.parent.start_step, last_step=metrics.last_step or 0,
+            summary=summarize(metrics), best_val_text=score_text(inp.best_val),
+            scratch_only=inp.scratch_only, checkpoints=checkpoints,
+            taken=[as_yaml(t).replace("\n", ", ") for t in inp.taken])
+        return Prompt(system, task, metric_plots(metrics, plot_dir), max_tokens=2048)

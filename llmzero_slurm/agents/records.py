@@ -1,0 +1,74 @@
+"""What an agent saw and answered, saved beside the node so every decision can be audited.
+
+Records hold a hash of the full prompt, its per-call text, image file names, every raw answer,
+the parsed result, tokens, dollars, the backend and each fallback with its reason. Secrets
+(the API key's value) are scrubbed from every string before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..store.atomic import read_json, write_json
+from .llm import Prompt, Usage
+
+
+@dataclass
+class AgentRecord:
+    agent: str                       # proposer | stopper | error_analyzer
+    backend: str                     # anthropic | openai | heuristic | rule
+    model: str | None = None
+    prompt_sha256: str | None = None
+    prompt_text: str | None = None   # the per-call part; the static part is in the templates
+    images: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    fallbacks: list[str] = field(default_factory=list)
+    created_at: float = field(default_factory=time.time)
+
+    def saw(self, prompt: Prompt) -> None:
+        digest = hashlib.sha256(prompt.system.encode() + b"\0" + prompt.text.encode())
+        for path in prompt.images:
+            digest.update(Path(path).read_bytes())
+        self.prompt_sha256 = digest.hexdigest()
+        self.prompt_text = prompt.text
+        self.images = [Path(p).name for p in prompt.images]
+
+
+def secrets_from_env(names: Iterable[str]) -> list[str]:
+    """Values of the named environment variables that are long enough to be real secrets."""
+    return [v for v in (os.environ.get(n, "") for n in names) if len(v) >= 8]
+
+
+def scrub(data: Any, secrets: list[str]) -> Any:
+    if isinstance(data, str):
+        for secret in secrets:
+            data = data.replace(secret, "[redacted]")
+        return data
+    if isinstance(data, dict):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [scrub(v, secrets) for v in data]
+    return data
+
+
+def _plain(record: AgentRecord, secrets: list[str]) -> dict[str, Any]:
+    return scrub(dataclasses.asdict(record), secrets)
+
+
+def save_record(path: str | Path, record: AgentRecord, secrets: list[str]) -> None:
+    """Write one record (proposal.json, error_analysis.json) atomically."""
+    write_json(path, _plain(record, secrets))
+
+
+def append_record(path: str | Path, record: AgentRecord, secrets: list[str]) -> None:
+    """Add a record to a list file (early_stop.json: one entry per decision, one writer)."""
+    path = Path(path)
+    entries = read_json(path) if path.exists() else []
+    write_json(path, [*entries, _plain(record, secrets)])

@@ -1,0 +1,77 @@
+"""The early stopper: CONTINUE or STOP for a running phase (paper §3.5).
+
+CONTINUE is the answer unless the validation trajectory clearly cannot win: before 10 steps
+into the phase, without a best strategy to compare to, on any unparsable answer, and when the
+phase has no validation point yet, no LLM is even consulted or its STOP is overruled.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from ..config import AgentConfig
+from ..metrics import MetricsLog, summarize, val_score_series
+from ..plots import overlay_plot
+from . import heuristic
+from .answers import Decision, parse_decision
+from .knowledge import metric_guide
+from .llm import Backend, LLMUnavailable, Prompt
+from .prompting import render, score_text
+from .records import AgentRecord, append_record, secrets_from_env
+
+RECORD = "early_stop.json"
+
+
+class Stopper:
+    def __init__(self, cfg: AgentConfig, llm: Backend | None):
+        self.cfg, self.llm = cfg, llm
+
+    def decide(self, current: MetricsLog, start_step: int, planned_end: int | None,
+               best: MetricsLog | None, best_val: float | None, out_dir: str | Path) -> Decision:
+        """Decide for the phase whose metrics are `current`; append the record to out_dir."""
+        out_dir = Path(out_dir)
+        current = current.after(start_step).without_test()
+        step = current.last_step or start_step
+        phase_steps = step - start_step
+        val = val_score_series(current)
+        record = AgentRecord("stopper", "rule")
+        if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val:
+            decision = heuristic.decide(val, best_val, phase_steps, planned_end)
+            decision.reason = decision.reason if val else "no validation point in this phase yet"
+        elif self.llm is None:
+            record.backend = "heuristic"
+            decision = heuristic.decide(val, best_val, phase_steps, planned_end)
+            decision.source = "heuristic"
+        else:
+            record.backend, record.model = self.llm.name, self.cfg.model
+            decision = self._ask(current, start_step, planned_end, best, best_val, out_dir,
+                                 record, phase_steps, val)
+        decision.step = step
+        record.result = asdict(decision)
+        append_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
+        return decision
+
+    def _ask(self, current: MetricsLog, start_step: int, planned_end: int | None,
+             best: MetricsLog | None, best_val: float, out_dir: Path, record: AgentRecord,
+             phase_steps: int, val: list[tuple[int, float]]) -> Decision:
+        step = current.last_step
+        image = overlay_plot(current, best, out_dir / "plots" / f"overlay_{step:06d}.png")
+        system, task = render(
+            "stopper", metric_guide=metric_guide(), best_val_text=score_text(best_val),
+            best_summary=summarize(best, rows=6) if best else "(no curves)",
+            start_step=start_step, step=step, phase_steps=phase_steps, planned_end=planned_end,
+            current_summary=summarize(current, rows=6))
+        prompt = Prompt(system, task, [image], max_tokens=300)
+        record.saw(prompt)
+        try:
+            reply = self.llm.complete(prompt)
+        except LLMUnavailable as exc:
+            record.fallbacks.append(f"LLM unavailable: {exc}; used the heuristic rule")
+            return heuristic.decide(val, best_val, phase_steps, planned_end)
+        record.usage.add(reply.usage)
+        record.answers.append(reply.text)
+        decision = parse_decision(reply.text, step, self.llm.name)
+        if decision is None:
+            record.fallbacks.append("answer has no DECISION line; CONTINUE by default")
+            return Decision("CONTINUE", "the answer could not be read", step, "rule")
+        return decision

@@ -1,0 +1,182 @@
+"""Read a phase's metrics.jsonl (verl's file-logger format) into per-metric series.
+
+The job appends while the controller and monitor read, so the last line can be half written:
+it is skipped and flagged, never fatal. Test-set metrics are kept apart from everything an
+agent may see; `without_test` is the one gate every prompt builder goes through.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+Series = list[tuple[int, float]]
+
+VAL_PREFIX = "val-"      # val-core/..., val-aux/...
+TEST_PREFIX = "test"     # test-core/..., test-aux/..., test/...
+_VAL_SCORE = re.compile(r"^val-core/[^/]+/(acc|reward)/mean@\d+$")
+_TEST_TEXT = re.compile(r"test[-_/][\w@/.\-]*\s*[:=]\s*\S+")
+
+# What a prompt summarises, in the order an expert reads it (verl's names).
+KEY_METRICS = (
+    "critic/rewards/mean", "critic/score/mean", "actor/entropy", "actor/kl_loss", "actor/ppo_kl",
+    "actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/grad_norm",
+    "response_length/mean", "response_length/clip_ratio", "timing_s/step",
+    "actor/perf/max_memory_reserved_gb",
+)
+
+
+@dataclass
+class MetricsLog:
+    """Per-metric series keyed by global step; `problems` lists skipped lines for humans."""
+
+    series: dict[str, Series] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int | None:
+        steps = [s[-1][0] for s in self.series.values() if s]
+        return max(steps) if steps else None
+
+    def get(self, name: str) -> Series:
+        return self.series.get(name, [])
+
+    def values(self, name: str) -> list[float]:
+        return [v for _, v in self.get(name)]
+
+    def validation(self) -> "MetricsLog":
+        return MetricsLog({k: v for k, v in self.series.items() if k.startswith(VAL_PREFIX)})
+
+    def test(self) -> "MetricsLog":
+        return MetricsLog({k: v for k, v in self.series.items() if is_test_metric(k)})
+
+    def without_test(self) -> "MetricsLog":
+        """Everything an agent may be shown: every test-set metric removed."""
+        return MetricsLog({k: v for k, v in self.series.items() if not is_test_metric(k)},
+                          list(self.problems))
+
+    def after(self, step: int) -> "MetricsLog":
+        """Only points logged after a global step (the part a phase itself trained)."""
+        return MetricsLog({k: [(s, v) for s, v in pts if s > step]
+                           for k, pts in self.series.items()})
+
+    def until(self, step: int) -> "MetricsLog":
+        return MetricsLog({k: [(s, v) for s, v in pts if s <= step]
+                           for k, pts in self.series.items()})
+
+
+def is_test_metric(name: str) -> bool:
+    return name.startswith(TEST_PREFIX)
+
+
+def strip_test_text(text: str) -> str:
+    """Remove `test-core/...: value` fragments from free text (verl's console log prints them)."""
+    return _TEST_TEXT.sub("[test metric removed]", text)
+
+
+def read_metrics(path: str | Path) -> MetricsLog:
+    """Parse a metrics file; a missing file is an empty log, bad lines are skipped and flagged."""
+    path = Path(path)
+    log = MetricsLog()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return log
+    points: dict[str, dict[int, float]] = {}
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = number == len(lines)   # no newline after it: the writer may still be writing
+        try:
+            record = json.loads(line)
+            step, data = int(record["step"]), record["data"]
+            if not isinstance(data, Mapping):
+                raise TypeError("data is not a mapping")
+        except (ValueError, KeyError, TypeError) as exc:
+            what = "torn last line (still being written?)" if last else f"unreadable line: {exc}"
+            log.problems.append(f"{path.name}:{number}: {what}")
+            continue
+        for name, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            points.setdefault(str(name), {})[step] = float(value)  # a requeue re-logs: last wins
+    log.series = {k: sorted(v.items()) for k, v in points.items()}
+    return log
+
+
+def stitch(phases: Iterable[tuple[MetricsLog, int | None]]) -> MetricsLog:
+    """One strategy's curves from its phases, root first: each (log, step the next phase resumed
+    from) keeps its points up to that step, so the result reads on one global-step axis."""
+    out: dict[str, dict[int, float]] = {}
+    for log, until in phases:
+        part = log if until is None else log.until(until)
+        for name, pts in part.series.items():
+            out.setdefault(name, {}).update(pts)
+    return MetricsLog({k: sorted(v.items()) for k, v in out.items()})
+
+
+def val_score_series(log: MetricsLog) -> Series:
+    """The validation score per validated step: mean over data sources of the accuracy
+    (or the reward when the reward function returns a dict)."""
+    names = [n for n in log.series if _VAL_SCORE.match(n)]
+    acc = [n for n in names if "/acc/" in n]
+    names = acc or names
+    by_step: dict[int, list[float]] = {}
+    for name in names:
+        for step, value in log.get(name):
+            by_step.setdefault(step, []).append(value)
+    return [(s, sum(v) / len(v)) for s, v in sorted(by_step.items())]
+
+
+def best_val(log: MetricsLog) -> tuple[int, float] | None:
+    series = [(s, v) for s, v in val_score_series(log) if math.isfinite(v)]
+    return max(series, key=lambda p: (p[1], -p[0])) if series else None
+
+
+def _fmt(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or 1e-3 <= abs(value) < 1e4:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
+
+
+def _sample(steps: list[int], rows: int) -> list[int]:
+    if len(steps) <= rows:
+        return steps
+    picked = {steps[round(i * (len(steps) - 1) / (rows - 1))] for i in range(rows)}
+    return sorted(picked)
+
+
+def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METRICS) -> str:
+    """A compact text table for prompts: per-metric first/min/max/last, then values at evenly
+    spaced steps (every validated step is a candidate row). Test metrics never appear."""
+    log = log.without_test()
+    val = val_score_series(log)
+    present = [m for m in metrics if log.get(m)]
+    if not present and not val:
+        return "(no metrics were logged)"
+    lines = ["metric | first | min | max | last"]
+    if val:
+        vs = [v for _, v in val]
+        lines.append(f"validation score | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | "
+                     f"{_fmt(vs[-1])}")
+    for m in present:
+        vs = log.values(m)
+        lines.append(f"{m} | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | {_fmt(vs[-1])}")
+    columns = ["step"] + (["validation score"] if val else []) + present
+    # Validated steps make the best rows (every column is filled there); the last step too.
+    steps = sorted({s for s, _ in val} | {log.last_step or 0} if len(val) >= rows // 2 else
+                   {s for m in present for s, _ in log.get(m)} | {s for s, _ in val})
+    table = [" | ".join(columns)]
+    lookup = {m: dict(log.get(m)) for m in present}
+    val_at = dict(val)
+    for step in _sample(steps, rows):
+        cells = [str(step)] + ([_fmt(val_at[step]) if step in val_at else "-"] if val else [])
+        cells += [_fmt(lookup[m][step]) if step in lookup[m] else "-" for m in present]
+        table.append(" | ".join(cells))
+    return "\n".join(lines) + "\n\n" + "\n".join(table)

@@ -1,0 +1,96 @@
+"""Training-curve images for the agents (matplotlib, Agg: no display on a login node).
+
+The proposer gets one small image per metric so it can spot inflections a table hides; the
+stopper gets one panel grid that overlays the running phase (blue) on the best completed
+strategy (green, dashed) on the shared global-step axis. Test metrics are never drawn.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from .metrics import KEY_METRICS, MetricsLog, Series, val_score_series  # noqa: E402
+
+VAL_SCORE = "validation score"
+# What the stopper compares; validation first because only it can justify STOP.
+OVERLAY_METRICS = (VAL_SCORE, "critic/rewards/mean", "actor/entropy", "actor/kl_loss",
+                   "response_length/mean", "actor/grad_norm")
+DPI = 100
+
+
+def _series(log: MetricsLog, name: str) -> Series:
+    return val_score_series(log) if name == VAL_SCORE else log.get(name)
+
+
+def plot_name(metric: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_") + ".png"
+
+
+def _draw(ax: plt.Axes, points: Series, **style: object) -> None:
+    if points:
+        steps, values = zip(*points)
+        marker = "o" if len(points) < 30 else None
+        ax.plot(steps, values, marker=marker, markersize=3, linewidth=1.2, **style)
+
+
+def metric_plots(log: MetricsLog, out_dir: str | Path,
+                 metrics: Iterable[str] = (VAL_SCORE, *KEY_METRICS),
+                 size_px: tuple[int, int] = (480, 300)) -> list[Path]:
+    """One PNG per metric that has data; returns the written paths in prompt order."""
+    log = log.without_test()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in metrics:
+        points = _series(log, name)
+        if not points:
+            continue
+        fig, ax = plt.subplots(figsize=(size_px[0] / DPI, size_px[1] / DPI), dpi=DPI)
+        _draw(ax, points, color="tab:blue")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("global step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = out / plot_name(name)
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
+                 metrics: Iterable[str] = OVERLAY_METRICS,
+                 size_px: tuple[int, int] = (768, 480)) -> Path:
+    """One grid of panels, current run blue solid, best completed strategy green dashed."""
+    current = current.without_test()
+    best = best.without_test() if best is not None else None
+    names = [m for m in metrics if _series(current, m) or (best and _series(best, m))]
+    names = names or [VAL_SCORE]
+    cols = 3 if len(names) > 4 else 2
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(size_px[0] / DPI, size_px[1] / DPI), dpi=DPI,
+                             squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        if best is not None:
+            _draw(ax, _series(best, name), color="tab:green", linestyle="--", label="best")
+        _draw(ax, _series(current, name), color="tab:blue", label="current")
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6)
+    fig.supxlabel("global step", fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

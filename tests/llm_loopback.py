@@ -1,0 +1,133 @@
+"""A scripted LLM service on 127.0.0.1 speaking the Anthropic Messages API and the OpenAI chat
+completions API, so tests drive the real SDKs over real HTTP.
+
+Each request takes the next scripted step; the last step repeats forever. Steps:
+  {"text": "..."}                  a 200 answer
+  {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
+  {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
+Every request's path, headers and JSON body are kept in `requests`. Usage mimics prompt
+caching: a system block marked cache_control is a cache write the first time, a read after.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_ANTHROPIC_ERRORS = {429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+def _tokens(value: Any) -> int:
+    """About four characters a token; an image counts as a flat 500 (its bytes are not text)."""
+    images = 0
+
+    def strip(v: Any) -> Any:
+        nonlocal images
+        if isinstance(v, dict):
+            if v.get("type") in ("image", "image_url"):
+                images += 1
+                return None
+            return {k: strip(x) for k, x in v.items()}
+        return [strip(x) for x in v] if isinstance(v, list) else v
+
+    return max(1, len(json.dumps(strip(value))) // 4 + 500 * images)
+
+
+class LoopbackLLM:
+    def __init__(self) -> None:
+        self.script: list[dict[str, Any]] = [{"text": "no answer scripted"}]
+        self.requests: list[dict[str, Any]] = []
+        self.cached: set[str] = set()
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "LoopbackLLM":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reply(self, *steps: dict[str, Any] | str) -> None:
+        """Script the next responses; plain strings are 200 answers."""
+        self.script = [{"text": s} if isinstance(s, str) else s for s in steps]
+        self.requests.clear()
+
+    def _next(self, path: str, headers: dict[str, str], body: Any) -> dict[str, Any]:
+        with self.lock:
+            self.requests.append({"path": path, "headers": headers, "body": body})
+            return self.script.pop(0) if len(self.script) > 1 else self.script[0]
+
+    def _anthropic_usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
+        write = read = 0
+        for block in body.get("system") or []:
+            if isinstance(block, dict) and block.get("cache_control"):
+                key = hashlib.sha256(block["text"].encode()).hexdigest()
+                with self.lock:
+                    hit = key in self.cached
+                    self.cached.add(key)
+                read, write = (read + _tokens(block["text"]), write) if hit else (
+                    read, write + _tokens(block["text"]))
+        return {"input_tokens": _tokens(body.get("messages")), "output_tokens": _tokens(text),
+                "cache_creation_input_tokens": write, "cache_read_input_tokens": read}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                if status >= 400:
+                    self.send_header("retry-after-ms", "20")
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                step = service._next(self.path, dict(self.headers), body)
+                time.sleep(step.get("delay", 0))
+                status, text = step.get("status", 200), step.get("text", "")
+                anthropic = self.path.endswith("/v1/messages")
+                if status != 200:
+                    error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(
+                        status, "api_error"), "message": f"scripted {status}"}} if anthropic
+                        else {"error": {"message": f"scripted {status}", "type": "server_error",
+                                        "code": None}})
+                    return self._send(status, error)
+                if anthropic:
+                    return self._send(200, {
+                        "id": f"msg_{len(service.requests)}", "type": "message",
+                        "role": "assistant", "model": body["model"],
+                        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                        "stop_sequence": None, "usage": service._anthropic_usage(body, text)})
+                if self.path.endswith("/chat/completions"):
+                    prompt, completion = _tokens(body["messages"]), _tokens(text)
+                    return self._send(200, {
+                        "id": f"chatcmpl-{len(service.requests)}", "object": "chat.completion",
+                        "created": int(time.time()), "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": text}}],
+                        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                  "total_tokens": prompt + completion}})
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        return Handler
