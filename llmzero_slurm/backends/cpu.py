@@ -1,0 +1,51 @@
+"""The embedded CPU GRPO trainer (jobs/cpu_grpo.py): tests, CI and demos on any machine."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..paths import JOBS
+from .base import TrainerBackend
+
+if TYPE_CHECKING:
+    from ..render import PhaseSpec
+
+
+def hparam_arg(key: str, value: object) -> str:
+    """key=value in the spelling the trainers parse (YAML scalars)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    else:
+        text = repr(value) if isinstance(value, float) else str(value)
+    return f"{key}={text}"
+
+
+class CpuBackend(TrainerBackend):
+    name = "cpu"
+    template = "phase/cpu.sbatch.j2"
+    trainer_keys = {"python": str, "cache_dir": str, "max_memory_mb": int}
+
+    def command(self, spec: "PhaseSpec") -> list[str]:
+        task = spec.task
+        argv = [spec.python, str(JOBS / "cpu_grpo.py")]
+        if task.builtin:
+            argv += ["--task", task.builtin]
+        else:
+            argv += ["--train-files", *task.train_files, "--val-files", *task.val_files]
+            if task.test_files:
+                argv += ["--test-files", *task.test_files]
+            if task.reward_path:
+                argv += ["--reward-path", task.reward_path]
+        argv += ["--output-dir", str(spec.node_dir)]
+        if spec.resume_dir is not None:
+            argv += ["--init-adapter", str(spec.resume_dir / "ckpt" / f"global_step_{spec.resume_step}"),
+                     "--step-offset", str(spec.resume_step)]
+        if "cache_dir" in spec.trainer:
+            argv += ["--cache-dir", spec.trainer["cache_dir"]]
+        if "max_memory_mb" in spec.trainer:
+            argv += ["--max-memory-mb", str(spec.trainer["max_memory_mb"])]
+        return argv + [hparam_arg(k, v) for k, v in sorted(spec.hparams.items())]
+
+    def env(self, spec: "PhaseSpec") -> dict[str, str]:
+        return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -1,0 +1,199 @@
+"""A training phase, described as data, rendered into the sbatch script that runs it.
+
+The script is the single source of truth for a phase: the controller submits it, a person can
+rerun it by hand (`sbatch phase.sbatch`, or `bash phase.sbatch` without a cluster). Every value
+that reaches it is checked here first: hyperparameters by `validate_hparams`, directives
+against Slurm's syntax, paths and names against what a script can carry. Words on the shell's
+side are quoted with shlex.quote; #SBATCH lines cannot be quoted, so their values are only
+accepted from a safe character set. Errors name the offending key.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import jinja2
+
+from .backends import TrainerBackend, get_backend
+from .config import ExperimentConfig, SlurmConfig, TaskConfig
+from .errors import ConfigError
+from .hparams import validate_hparams
+from .paths import TEMPLATES
+from .schedulers.base import parse_time
+from .search.tree import Kind, Node
+from .store.atomic import write_text
+
+MAX_VALUE = 4096
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")                 # partition, account, qos, gpu type
+_LIST = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
+_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+_DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
+_EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Directives the controller relies on; extra_directives may not replace them.
+MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
+                     "no-requeue", "parsable", "wrap", "chdir"})
+WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """Everything that decides what a phase script does."""
+
+    experiment: str
+    node_id: int
+    kind: str                           # scratch | evolve | debug
+    node_dir: Path
+    token: str                          # exactly-once submission token (in --comment)
+    hparams: Mapping[str, Any]
+    backend: str = "cpu"
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    trainer: Mapping[str, Any] = field(default_factory=dict)   # backend-specific extras
+    model_path: str | None = None
+    resume_dir: Path | None = None      # node dir of the phase this one starts from
+    resume_step: int = 0                # global step of that phase's checkpoint
+
+    @property
+    def python(self) -> str:
+        return self.trainer.get("python") or sys.executable
+
+    @property
+    def job_name(self) -> str:
+        return f"llmz-{self.experiment}-{self.node_id:04d}-{self.kind}"
+
+    @classmethod
+    def for_node(cls, config: ExperimentConfig, node: Node, node_dir: Path, token: str,
+                 resume_dir: Path | None = None) -> "PhaseSpec":
+        """The phase of a tree node; `resume_dir` is the node dir of `node.resume.node`."""
+        if (node.resume is None) != (resume_dir is None):
+            raise ConfigError("resume", f"node {node.id}: a resume step needs the resumed "
+                                        "node's directory, and only then")
+        return cls(config.name, node.id, node.kind.value, Path(node_dir), token, node.hparams,
+                   config.backend, config.slurm, config.task, config.trainer, config.model_path,
+                   resume_dir, node.resume.step if node.resume else 0)
+
+
+def _text(key: str, value: Any, pattern: re.Pattern | None = None, what: str = "") -> str:
+    if not isinstance(value, str):
+        raise ConfigError(key, f"must be a string (got {type(value).__name__})")
+    if len(value) > MAX_VALUE:
+        raise ConfigError(key, f"is {len(value)} characters long; the limit is {MAX_VALUE}")
+    if _CONTROL.search(value):
+        raise ConfigError(key, f"contains a newline or control character: {value[:60]!r}")
+    if pattern is not None and not pattern.match(value):
+        raise ConfigError(key, f"{what} (got {value[:60]!r})")
+    return value
+
+
+def _directives(spec: PhaseSpec) -> list[str]:
+    """The #SBATCH options of a phase, each value checked for a line sbatch parses."""
+    s = spec.slurm
+    node_dir = _text("node_dir", str(spec.node_dir), _DIRECTIVE_PATH,
+                     "must be an absolute path without spaces, quotes or '%' (it goes into "
+                     "#SBATCH --output)")
+    out = [f"--job-name={spec.job_name}",
+           f"--comment=llmz:node={spec.node_id:04d},token={spec.token}",
+           f"--output={node_dir}/slurm-%j.out",
+           "--open-mode=append"]
+    for key in ("partition", "account", "qos"):
+        value = getattr(s, key)
+        if value is not None:
+            out.append(f"--{key}={_text(f'slurm.{key}', value, _LIST, 'must be comma-separated names')}")
+    if s.constraint is not None:
+        out.append("--constraint=" + _text("slurm.constraint", s.constraint, _CONSTRAINT,
+                                           "must be a Slurm feature expression without spaces"))
+    for key, value, low in (("nodes", s.nodes, 1), ("cpus_per_task", s.cpus_per_task, 1),
+                            ("gpus_per_node", s.gpus_per_node, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"slurm.{key}", f"must be an integer >= {low} (got {value!r})")
+    out += [f"--nodes={s.nodes}", "--ntasks-per-node=1", f"--cpus-per-task={s.cpus_per_task}"]
+    if s.gpus_per_node:
+        gpus = str(s.gpus_per_node)
+        if s.gpu_type is not None:
+            gpus = _text("slurm.gpu_type", s.gpu_type, _WORD, "must be a GPU type name") + ":" + gpus
+        if s.gpu_directive == "gres":
+            out.append(f"--gres=gpu:{gpus}")
+        elif s.gpu_directive == "gpus-per-node":
+            out.append(f"--gpus-per-node={gpus}")
+        else:
+            raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
+    if s.mem is not None:
+        out.append("--mem=" + _text("slurm.mem", s.mem, _MEM, "must be a size like 16G or 4000M"))
+    try:
+        parse_time(_text("slurm.time", s.time))
+    except ValueError as exc:
+        raise ConfigError("slurm.time", str(exc)) from None
+    out.append(f"--time={s.time}")
+    if s.exclusive:
+        out.append("--exclusive")
+    out.append("--requeue" if s.requeue else "--no-requeue")
+    out.append(f"--signal=B:USR1@{WARN_SIGNAL_S}")
+    for i, line in enumerate(s.extra_directives):
+        key = f"slurm.extra_directives[{i}]"
+        match = _EXTRA.match(_text(key, line))
+        if not match:
+            raise ConfigError(key, "must be one long option like --reservation=name, without "
+                                   f"spaces, quotes or shell characters (got {line[:60]!r})")
+        if match.group(1) in MANAGED:
+            raise ConfigError(key, f"--{match.group(1)} is set by llmzero-slurm itself")
+        out.append(line)
+    return out
+
+
+def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
+    """Validate every field of the spec; return it with hyperparameters typed."""
+    _text("experiment", spec.experiment, _NAME, "must be 1-40 letters, digits, '-' or '_'")
+    if isinstance(spec.node_id, bool) or not isinstance(spec.node_id, int) or spec.node_id < 0:
+        raise ConfigError("node_id", f"must be a non-negative integer (got {spec.node_id!r})")
+    if spec.kind not in {k.value for k in Kind}:
+        raise ConfigError("kind", f"must be one of {[k.value for k in Kind]} (got {spec.kind!r})")
+    _text("token", spec.token, _TOKEN, "must be 1-64 letters, digits, '_' or '-'")
+    if isinstance(spec.resume_step, bool) or not isinstance(spec.resume_step, int) \
+            or spec.resume_step < 0:
+        raise ConfigError("resume_step", f"must be a non-negative integer (got {spec.resume_step!r})")
+    for i, line in enumerate(spec.slurm.setup):
+        _text(f"slurm.setup[{i}]", line)
+    hparams = validate_hparams(spec.hparams, backend.name)
+    trainer = backend.check_trainer(spec.trainer)
+    return PhaseSpec(**{**spec.__dict__, "hparams": hparams, "trainer": trainer})
+
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
+                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
+    """The phase script's text; raises ConfigError naming the first bad value."""
+    backend = backend or get_backend(spec.backend)
+    spec = _check(spec, backend)
+    directives = _directives(spec)
+    argv = backend.command(spec)
+    for i, arg in enumerate(argv):
+        _text(f"command[{i}]", arg)
+    env = backend.env(spec)
+    for name, value in env.items():
+        _text(f"env.{name}", name, re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "must be a variable name")
+        _text(f"env.{name}", value)
+    return _ENV.get_template(backend.template).render(
+        spec=spec, directives=directives, setup=list(spec.slurm.setup),
+        node_dir=shlex.quote(str(spec.node_dir)),
+        env=[(name, shlex.quote(value)) for name, value in env.items()],
+        command=" ".join(shlex.quote(a) for a in argv))
+
+
+def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -> Path:
+    """Render into <node_dir>/phase.sbatch (atomically, executable) and return its path."""
+    text = render(spec, backend)
+    path = Path(spec.node_dir) / "phase.sbatch"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, text)
+    path.chmod(0o755)
+    return path

@@ -1,0 +1,155 @@
+"""What the controller and the monitor need from a batch system, and nothing more.
+
+Four calls: submit a rendered script under a token, ask the states of many jobs at once,
+cancel one, and find a job by its token after a controller crash (exactly-once submission).
+States are reported in Slurm's own vocabulary (`JobState.raw`) plus the node status it means.
+
+A monitor's cancellation ends as CANCELLED here like any other; the caller turns it into
+EARLY_STOPPED when the node's early_stop.json records a STOP decision (the scheduler does not
+know why a job was cancelled).
+"""
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..errors import StateError
+from ..search.tree import Status
+from ..store.atomic import read_json
+
+# Slurm job states and the node status each one means. Failure states keep their raw name
+# in JobState.raw so the error analyzer can tell a time limit from an out-of-memory kill.
+SLURM_STATUS: dict[str, Status] = {
+    "PENDING": Status.QUEUED,
+    "CONFIGURING": Status.QUEUED,
+    "PREEMPTED": Status.QUEUED,       # requeueable jobs come back after a preemption
+    "REQUEUED": Status.QUEUED,
+    "REQUEUE_HOLD": Status.QUEUED,
+    "REQUEUE_FED": Status.QUEUED,
+    "RESV_DEL_HOLD": Status.QUEUED,
+    "SUSPENDED": Status.RUNNING,
+    "RUNNING": Status.RUNNING,
+    "COMPLETING": Status.RUNNING,
+    "SIGNALING": Status.RUNNING,
+    "STAGE_OUT": Status.RUNNING,
+    "RESIZING": Status.RUNNING,
+    "COMPLETED": Status.COMPLETED,
+    "CANCELLED": Status.CANCELLED,
+    "FAILED": Status.FAILED,
+    "TIMEOUT": Status.FAILED,
+    "OUT_OF_MEMORY": Status.FAILED,
+    "NODE_FAIL": Status.FAILED,
+    "BOOT_FAIL": Status.FAILED,
+    "DEADLINE": Status.FAILED,
+    "SPECIAL_EXIT": Status.FAILED,
+    "REVOKED": Status.FAILED,
+}
+
+# status.json "state" (written by the job) -> the Slurm state it corresponds to.
+STATUS_FILE_STATES = {
+    "completed": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED",
+    "timeout": "TIMEOUT", "preempted": "PREEMPTED", "running": "RUNNING",
+}
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    raw: str                    # Slurm's state name, e.g. TIMEOUT
+    status: Status              # what it means for the node
+    exit_code: int | None = None
+    reason: str | None = None
+    source: str = ""            # squeue | sacct | sacct -c | status.json | local
+
+    @property
+    def final(self) -> bool:
+        return self.status.finished
+
+
+def job_state(job_id: str, raw: str, exit_code: int | None = None, reason: str | None = None,
+              source: str = "") -> JobState:
+    """Map a raw Slurm state ("CANCELLED by 0" included) to a JobState; unknown names fail."""
+    name = raw.split()[0].upper() if raw.strip() else "UNKNOWN"
+    status = SLURM_STATUS.get(name)
+    if status is None:
+        status = Status.FAILED
+        reason = f"unrecognised Slurm state {name}" + (f"; {reason}" if reason else "")
+    return JobState(job_id, name, status, exit_code, reason or None, source)
+
+
+def state_from_status_file(job_id: str, node_dir: Path) -> JobState | None:
+    """The job's own status.json, for a job the scheduler no longer remembers.
+
+    Only a file written by this very job id counts (a rerun by hand writes another id). A job
+    the scheduler has forgotten cannot come back, so "running" or "preempted" there means the
+    job died without finishing its record: that is a failure, with the last state kept.
+    """
+    try:
+        data = read_json(node_dir / "status.json")
+    except StateError:
+        return None
+    if not isinstance(data, dict) or str(data.get("job_id")) != str(job_id):
+        return None
+    raw = STATUS_FILE_STATES.get(str(data.get("state")))
+    if raw is None:
+        return None
+    code = data.get("exit_code")
+    code = code if isinstance(code, int) else None
+    reason = data.get("reason") or None
+    if raw in ("RUNNING", "PREEMPTED"):
+        return JobState(job_id, raw, Status.FAILED, code,
+                        f"the scheduler no longer knows the job and status.json still says "
+                        f"'{data['state']}' (the job died without recording its end)", "status.json")
+    return job_state(job_id, raw, code, reason, "status.json")
+
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int:
+    """Seconds in a Slurm time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; raises ValueError."""
+    match = _TIME.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)")
+    days, a, b, c = match.groups()
+    a, b, c = int(a), int(b) if b else None, int(c) if c else None
+    if days is not None:
+        hours, minutes, seconds = a, b or 0, c or 0
+    elif c is not None:
+        hours, minutes, seconds = a, b, c
+    elif b is not None:
+        hours, minutes, seconds = 0, a, b
+    else:
+        hours, minutes, seconds = 0, a, 0
+    total = ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"{text!r} is not a positive time limit")
+    return total
+
+
+class Scheduler(ABC):
+    """A batch system: Slurm on a cluster, or local processes where there is none."""
+
+    name: str
+
+    @abstractmethod
+    def submit(self, script: Path, token: str) -> str:
+        """Submit a rendered phase script; return the job id. Its directory is the node dir."""
+
+    @abstractmethod
+    def states(self, job_ids: Iterable[str],
+               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+        """States of many jobs in one round trip. `node_dirs` (job id -> node dir) lets a job's
+        status.json stand in when the scheduler has forgotten it; jobs submitted by this object
+        are known already. A job whose state cannot be learnt yet is absent from the result."""
+
+    @abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """Ask the job to stop (TERM, then KILL after a grace period)."""
+
+    @abstractmethod
+    def find_by_token(self, token: str) -> str | None:
+        """The id of a job submitted with `token`, if the scheduler still knows one."""

@@ -1,0 +1,207 @@
+"""Run phase scripts as local process groups: the same rendered script, no cluster needed.
+
+Each job gets a small supervisor process (this module run with -m) that starts `bash script`
+in its own process group with the SLURM_* variables a batch job would see, writes the job's
+output to the --output path, enforces the --time limit, and records the outcome. Like
+slurmstepd, it writes "*** JOB <id> ON <host> CANCELLED AT <time> [DUE TO TIME LIMIT] ***" to
+the output before signalling, so the script can tell a cancel from a time-out. The job table
+(jobs.json, under a lock) survives a controller restart, so jobs can be found by token.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..errors import SchedulerError, StateError
+from ..store.atomic import read_json, write_json
+from ..store.locks import FlockLock
+from .base import JobState, Scheduler, job_state, parse_time, state_from_status_file
+from .directives import expand_output, read_directives
+
+KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
+_SUPERVISOR = "llmzero_slurm.schedulers.local"
+
+
+def _alive(pid: int | None) -> bool:
+    """True when `pid` is one of our supervisors (a reused pid is not mistaken for one)."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return _SUPERVISOR.encode() in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class LocalScheduler(Scheduler):
+    name = "local"
+
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = FlockLock(self.dir / "jobs.lock", timeout=60)
+        self._children: list[subprocess.Popen] = []
+
+    # -- the job table ----------------------------------------------------------------------
+
+    def _table(self) -> dict[str, Any]:
+        path = self.dir / "jobs.json"
+        if not path.exists():
+            return {"next_id": 1, "jobs": {}}
+        table = read_json(path)
+        if not isinstance(table, dict) or "jobs" not in table:
+            raise StateError(path, "not a local job table")
+        return table
+
+    def _result(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            return read_json(self.dir / f"{job_id}.result.json")
+        except StateError:
+            return None
+
+    # -- interface --------------------------------------------------------------------------
+
+    def submit(self, script: Path, token: str) -> str:
+        script = Path(script).resolve()
+        try:
+            directives = read_directives(script.read_text())
+        except OSError as exc:
+            raise SchedulerError(f"submitting {script}: cannot read it: {exc.strerror}") from None
+        except ValueError as exc:
+            raise SchedulerError(f"submitting {script}: unreadable #SBATCH line: {exc}") from None
+        try:
+            limit = parse_time(directives["time"]) if "time" in directives else None
+        except ValueError as exc:
+            raise SchedulerError(f"submitting {script}: --time: {exc}") from None
+        with self._lock.hold():
+            table = self._table()
+            job_id = str(table["next_id"])
+            name = directives.get("job-name", script.name)
+            output = Path(os.getcwd(), expand_output(
+                directives.get("output", "slurm-%j.out"), job_id, name))
+            table["next_id"] += 1
+            table["jobs"][job_id] = {
+                "token": token, "script": str(script), "name": name, "output": str(output),
+                "submit_dir": os.getcwd(), "time_limit_s": limit,
+                "cpus_per_task": directives.get("cpus-per-task", "1"),
+                "submitted_at": time.time(), "supervisor_pid": None}
+            write_json(self.dir / "jobs.json", table)
+            log = open(self.dir / f"{job_id}.supervisor.log", "ab")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", _SUPERVISOR, str(self.dir), job_id],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            log.close()
+            self._children.append(proc)
+            table["jobs"][job_id]["supervisor_pid"] = proc.pid
+            write_json(self.dir / "jobs.json", table)
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        job = self._table()["jobs"].get(str(job_id))
+        if job is None:
+            raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
+        if _alive(job["supervisor_pid"]):
+            os.kill(job["supervisor_pid"], signal.SIGTERM)   # it stops the process group
+
+    def find_by_token(self, token: str) -> str | None:
+        for job_id, job in self._table()["jobs"].items():
+            if job["token"] == token:
+                return job_id
+        return None
+
+    def states(self, job_ids: Iterable[str],
+               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+        self._children = [c for c in self._children if c.poll() is None]
+        jobs = self._table()["jobs"]
+        out: dict[str, JobState] = {}
+        for job_id in (str(j) for j in job_ids):
+            job = jobs.get(job_id)
+            result = self._result(job_id) if job else None
+            if result and result["state"] != "RUNNING":
+                out[job_id] = job_state(job_id, result["state"], result.get("exit_code"),
+                                        result.get("reason"), "local")
+            elif job and _alive(job["supervisor_pid"]):
+                out[job_id] = job_state(job_id, "RUNNING" if result else "PENDING", source="local")
+            else:
+                node_dir = (node_dirs or {}).get(job_id) or (
+                    Path(job["script"]).parent if job else None)
+                state = state_from_status_file(job_id, Path(node_dir)) if node_dir else None
+                if state is None and job:
+                    state = JobState(job_id, "NODE_FAIL", job_state(job_id, "NODE_FAIL").status,
+                                     None, "the local supervisor died before the job ended", "local")
+                if state is not None:
+                    out[job_id] = state
+        return out
+
+
+# -- the supervisor (runs detached, one per job) --------------------------------------------
+
+def _job_env(job_id: str, job: Mapping[str, Any]) -> dict[str, str]:
+    host = socket.gethostname().split(".")[0]
+    env = dict(os.environ)
+    env.update({
+        "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": job["name"],
+        "SLURM_SUBMIT_DIR": job["submit_dir"], "SLURM_RESTART_COUNT": "0",
+        "SLURM_CPUS_PER_TASK": str(job["cpus_per_task"]), "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": host,
+        "SLURM_NODELIST": host, "SLURMD_NODENAME": host, "SLURM_JOB_PARTITION": "local",
+        "SLURM_CLUSTER_NAME": "local"})
+    return env
+
+
+def supervise(state_dir: Path, job_id: str) -> int:
+    job = read_json(state_dir / "jobs.json")["jobs"][job_id]
+    result_path = state_dir / f"{job_id}.result.json"
+    output = Path(job["output"])
+    stop_reason: list[str] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_reason.append("CANCELLED"))
+    started = time.time()
+    with open(output, "ab") as out:
+        proc = subprocess.Popen(["bash", job["script"]], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=job["submit_dir"],
+                                env=_job_env(job_id, job), start_new_session=True)
+    write_json(result_path, {"state": "RUNNING", "pgid": proc.pid, "started_at": started})
+    limit = job["time_limit_s"]
+    while proc.poll() is None and not stop_reason:
+        if limit is not None and time.time() - started > limit:
+            stop_reason.append("TIMEOUT")
+            break
+        time.sleep(0.1)
+    if stop_reason and proc.poll() is None:
+        _stop(proc, output, job_id, stop_reason[0] == "TIMEOUT")
+    rc = proc.wait()
+    try:   # like proctrack/pgid: nothing the job left in the background outlives it
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    code, reason = (rc, None) if rc >= 0 else (128 - rc, f"signal {-rc}")
+    state = stop_reason[0] if stop_reason else ("COMPLETED" if rc == 0 else "FAILED")
+    write_json(result_path, {"state": state, "exit_code": code, "reason": reason,
+                             "pgid": proc.pid, "started_at": started, "finished_at": time.time()})
+    return 0
+
+
+def _stop(proc: subprocess.Popen, output: Path, job_id: str, timeout: bool) -> None:
+    """What slurmstepd does: announce in the job's output, TERM the group, KILL after a grace."""
+    when = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    host = socket.gethostname().split(".")[0]
+    with open(output, "a") as out:
+        out.write(f"llmzero-local: error: *** JOB {job_id} ON {host} CANCELLED AT {when}"
+                  f"{' DUE TO TIME LIMIT' if timeout else ''} ***\n")
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(Path(sys.argv[1]), sys.argv[2]))

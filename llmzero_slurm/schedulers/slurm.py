@@ -1,0 +1,195 @@
+"""Slurm through its command-line clients: sbatch, squeue, sacct, scancel.
+
+One `squeue` call answers a poll for all of an experiment's jobs (live ones and those that
+ended within MinJobAge, with their exit codes); polls back off while nothing changes. A job
+squeue has forgotten is looked up once in `sacct` (slurmdbd), then in `sacct -c` (jobcomp
+file), then in its own status.json, and a final answer is cached for good. Transient client
+errors (controller restarting, socket timeouts) are retried with back-off, never read as a
+job failure.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from ..errors import SchedulerError
+from .base import JobState, Scheduler, job_state, state_from_status_file
+
+Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
+
+TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slurm controller",
+             "not responding", "connection refused", "try again", "temporarily unavailable",
+             "slurm is down")
+NO_SUCH_JOB = "invalid job id"
+_SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
+
+
+def _exit_status(wait_status: str) -> tuple[int | None, str | None]:
+    """squeue's exit_code is a raw wait status: exit code in the high byte, signal below."""
+    try:
+        value = int(wait_status)
+    except ValueError:
+        return None, None
+    signal = value & 0x7F
+    return value >> 8, (f"signal {signal}" if signal else None)
+
+
+def _exit_pair(text: str) -> tuple[int | None, str | None]:
+    """sacct's ExitCode is 'code:signal'."""
+    code, _, signal = text.partition(":")
+    try:
+        return int(code), (f"signal {signal}" if signal not in ("", "0") else None)
+    except ValueError:
+        return None, None
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+
+    def __init__(self, runner: Runner = run_command, retries: int = 5, retry_wait_s: float = 2.0,
+                 min_poll_s: float = 5.0, max_poll_s: float = 60.0):
+        self.run = runner
+        self.retries, self.retry_wait_s = retries, retry_wait_s
+        self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
+        self._poll_s = min_poll_s
+        self._next_poll = 0.0
+        self._live: dict[str, JobState] = {}
+        self._final: dict[str, JobState] = {}
+        self._dirs: dict[str, Path] = {}
+
+    @staticmethod
+    def available() -> bool:
+        return all(shutil.which(c) for c in ("sbatch", "squeue", "scancel"))
+
+    # -- the client calls -----------------------------------------------------------------
+
+    def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = ()) -> str:
+        """Run a client; retry transient failures; raise SchedulerError on real ones."""
+        wait = self.retry_wait_s
+        for attempt in range(self.retries + 1):
+            try:
+                proc = self.run(argv)
+            except subprocess.TimeoutExpired:
+                err = f"{argv[0]} did not answer within its timeout"
+            except OSError as exc:
+                raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+            else:
+                err = (proc.stderr or "").strip()
+                if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
+                    return proc.stdout
+                if not any(t in err.lower() for t in TRANSIENT):
+                    raise SchedulerError(f"{what}: {argv[0]} failed (exit {proc.returncode}): "
+                                         f"{err or '(no message)'}")
+            if attempt < self.retries:
+                time.sleep(wait)
+                wait = min(wait * 2, 60.0)
+        raise SchedulerError(f"{what}: {argv[0]} kept failing with a transient error after "
+                             f"{self.retries + 1} attempts: {err}")
+
+    # -- interface --------------------------------------------------------------------------
+
+    def submit(self, script: Path, token: str) -> str:
+        script = Path(script).resolve()
+        out = self._call(["sbatch", "--parsable", str(script)], f"submitting {script}")
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SchedulerError(f"submitting {script}: sbatch answered {out.strip()!r}, not a job id")
+        self._dirs[job_id] = script.parent
+        self._next_poll = 0.0
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        self._call(["scancel", str(job_id)], f"cancelling job {job_id}")
+        self._next_poll = 0.0
+
+    def find_by_token(self, token: str) -> str | None:
+        for job_id, _, comment in self._squeue_rows(None):
+            if f"token={token}" in comment.split(","):
+                return job_id
+        return None
+
+    def states(self, job_ids: Iterable[str],
+               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+        ids = list(dict.fromkeys(str(j) for j in job_ids))
+        self._dirs.update({str(k): Path(v) for k, v in (node_dirs or {}).items()})
+        out = {j: self._final[j] for j in ids if j in self._final}
+        todo = [j for j in ids if j not in out]
+        if not todo:
+            return out
+        if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
+            return out | {j: self._live[j] for j in todo}
+        found = {s.job_id: s for s in self._poll(todo)}
+        missing = [j for j in todo if j not in found]
+        if missing:
+            found.update(self._forgotten(missing))
+        changed = any(self._live.get(j) != s for j, s in found.items())
+        for j, s in found.items():
+            if s.final:
+                self._final[j] = s
+                self._live.pop(j, None)
+            else:
+                self._live[j] = s
+        self._poll_s = self.min_poll_s if changed else min(self._poll_s * 2, self.max_poll_s)
+        self._next_poll = time.monotonic() + self._poll_s
+        return out | found
+
+    # -- the sources, in order ---------------------------------------------------------------
+
+    def _squeue_rows(self, job_ids: list[str] | None) -> list[tuple[str, list[str], str]]:
+        argv = ["squeue", "--noheader", "--states=all", f"--Format={_SQUEUE_FORMAT}"]
+        if job_ids:
+            argv.append("--jobs=" + ",".join(job_ids))
+        else:
+            argv.append("--me")
+        text = self._call(argv, "polling jobs", ok_errors=(NO_SUCH_JOB,))
+        rows = []
+        for line in text.splitlines():
+            fields = line.split("|", 4)
+            if len(fields) == 5:
+                rows.append((fields[0].strip(), fields[1:4], fields[4].strip()))
+        return rows
+
+    def _poll(self, job_ids: list[str]) -> list[JobState]:
+        """One squeue call for every job asked about."""
+        out = []
+        for job_id, (state, reason, wait_status), _ in self._squeue_rows(job_ids):
+            code, signal = _exit_status(wait_status)
+            reason = None if reason in ("None", "") else reason
+            out.append(job_state(job_id, state, code, reason or signal, "squeue"))
+        return out
+
+    def _forgotten(self, job_ids: list[str]) -> dict[str, JobState]:
+        found = self._accounting(["sacct", "--allocations"], job_ids, "sacct")
+        rest = [j for j in job_ids if j not in found]
+        if rest:
+            found.update(self._accounting(["sacct", "--completion"], rest, "sacct -c"))
+        for j in job_ids:
+            if j not in found and j in self._dirs:
+                state = state_from_status_file(j, self._dirs[j])
+                if state is not None:
+                    found[j] = state
+        return found
+
+    def _accounting(self, argv: list[str], job_ids: list[str], source: str) -> dict[str, JobState]:
+        """Final states from an accounting source; a cluster without it yields nothing."""
+        argv = argv + ["--noheader", "--parsable2", "--jobs=" + ",".join(job_ids),
+                       "--format=JobID,State,ExitCode"]
+        try:
+            text = self._call(argv, f"reading {source}")
+        except SchedulerError:
+            return {}
+        found: dict[str, JobState] = {}
+        for line in text.splitlines():   # a requeued job has one row per attempt: the last wins
+            fields = line.split("|")
+            if len(fields) >= 3 and fields[0] in job_ids:
+                code, signal = _exit_pair(fields[2])
+                state = job_state(fields[0], fields[1], code, signal, source)
+                found[fields[0]] = state
+        return {j: s for j, s in found.items() if s.final}
