@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import StateError
+from ..errors import SchedulerError, StateError
 from ..search.tree import Status
 from ..store.atomic import read_json
+from .directives import read_directives
 
 # Slurm job states and the node status each one means. Failure states keep their raw name
 # in JobState.raw so the error analyzer can tell a time limit from an out-of-memory kill.
@@ -128,6 +129,21 @@ def parse_time(text: str) -> int:
     if total <= 0:
         raise ValueError(f"{text!r} is not a positive time limit")
     return total
+
+
+def read_submission(script: Path, token: str) -> dict[str, str]:
+    """The script's #SBATCH options, after checking its --comment carries `token`: the token
+    is how a restarted controller finds the job, so a mismatch would break exactly-once."""
+    try:
+        directives = read_directives(script.read_text())
+    except OSError as exc:
+        raise SchedulerError(f"submitting {script}: cannot read it: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SchedulerError(f"submitting {script}: unreadable #SBATCH line: {exc}") from None
+    if f"token={token}" not in directives.get("comment", "").split(","):
+        raise SchedulerError(f"submitting {script}: its --comment does not carry token={token}; "
+                             "render the script with the token it is submitted under")
+    return directives
 
 
 class Scheduler(ABC):

@@ -22,8 +22,9 @@ from typing import Any, Iterable, Mapping
 from ..errors import SchedulerError, StateError
 from ..store.atomic import read_json, write_json
 from ..store.locks import FlockLock
-from .base import JobState, Scheduler, job_state, parse_time, state_from_status_file
-from .directives import expand_output, read_directives
+from .base import (JobState, Scheduler, job_state, parse_time, read_submission,
+                   state_from_status_file)
+from .directives import expand_output
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 _SUPERVISOR = "llmzero_slurm.schedulers.local"
@@ -71,12 +72,7 @@ class LocalScheduler(Scheduler):
 
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
-        try:
-            directives = read_directives(script.read_text())
-        except OSError as exc:
-            raise SchedulerError(f"submitting {script}: cannot read it: {exc.strerror}") from None
-        except ValueError as exc:
-            raise SchedulerError(f"submitting {script}: unreadable #SBATCH line: {exc}") from None
+        directives = read_submission(script, token)
         try:
             limit = parse_time(directives["time"]) if "time" in directives else None
         except ValueError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError
-from .base import JobState, Scheduler, job_state, state_from_status_file
+from .base import JobState, Scheduler, job_state, read_submission, state_from_status_file
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -97,6 +97,7 @@ class SlurmScheduler(Scheduler):
 
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
+        read_submission(script, token)
         out = self._call(["sbatch", "--parsable", str(script)], f"submitting {script}")
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():

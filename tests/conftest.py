@@ -1,0 +1,104 @@
+"""Shared fixtures: the local Slurm cluster, and a tiny real trainer for phase-script tests."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from llmzero_slurm.backends.base import TrainerBackend
+from llmzero_slurm.paths import ROOT
+
+CLUSTER_SCRIPT = ROOT / "bin" / "llmzero-local-slurm"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """Start (or reuse) the local cluster once per session; SLURM_CONF is set for clients."""
+    try:
+        proc = subprocess.run([str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True,
+                              timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"the local Slurm cluster could not be started: {exc}")
+    if proc.returncode != 0:
+        pytest.skip("the local Slurm cluster could not be started "
+                    f"(bin/llmzero-local-slurm start: {proc.stderr.strip()[-500:]})")
+    env = subprocess.run([str(CLUSTER_SCRIPT), "env"], capture_output=True, text=True, check=True)
+    conf = env.stdout.strip().split("=", 1)[1]
+    os.environ["SLURM_CONF"] = conf
+    return conf
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slurm") and "slurm_cluster" not in item.fixturenames:
+            item.fixturenames.insert(0, "slurm_cluster")
+
+
+# A tiny real trainer: the same output contract as the CPU trainer (metrics.jsonl lines,
+# ckpt/global_step_N folders, resume from its own latest checkpoint), seconds instead of minutes.
+TINY_TRAINER = r'''
+import json, os, pathlib, sys, time
+args = sys.argv[1:]
+def opt(name, default):
+    return args[args.index(name) + 1] if name in args else default
+out = pathlib.Path(opt("--output-dir", "."))
+hp = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("--"))
+steps, save, seed = int(hp.get("total_training_steps", 3)), int(hp.get("save_freq", 1)), int(hp.get("seed", 0))
+step_s, fail_at = float(opt("--step-s", "0")), int(opt("--fail-at", "0"))
+done = sorted(int(p.name.rsplit("_", 1)[1]) for p in out.glob("ckpt/global_step_*"))
+start = done[-1] if done else 0
+metrics = out / "metrics.jsonl"
+kept = [l for l in (metrics.read_text().splitlines() if metrics.exists() else [])
+        if json.loads(l)["step"] <= start]
+metrics.write_text("".join(l + "\n" for l in kept))
+print(f"tiny trainer: start at step {start}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
+for step in range(start + 1, steps + 1):
+    time.sleep(step_s)
+    if step == fail_at:
+        print(f"tiny trainer: failing at step {step}", file=sys.stderr)
+        sys.exit(3)
+    score = ((seed * 7919 + step * 104729) % 1000) / 1000
+    with metrics.open("a") as fh:
+        fh.write(json.dumps({"step": step, "data": {"val-core/tiny/acc/mean@1": score}}) + "\n")
+    if step % save == 0:
+        (out / "ckpt" / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+print("tiny trainer: done", flush=True)
+'''
+
+
+class TinyBackend(TrainerBackend):
+    """A second real backend: the base template's machinery around a few-second program."""
+
+    name = "cpu"
+    template = "phase/cpu.sbatch.j2"
+    trainer_keys = {"python": str, "program": str, "step_s": float, "fail_at": int}
+
+    def command(self, spec: Any) -> list[str]:
+        argv = [spec.python, spec.trainer["program"], "--output-dir", str(spec.node_dir),
+                "--step-s", str(spec.trainer.get("step_s", 0.0)),
+                "--fail-at", str(spec.trainer.get("fail_at", 0))]
+        return argv + [f"{k}={v}" for k, v in sorted(spec.hparams.items())]
+
+
+@pytest.fixture(scope="session")
+def tiny_program(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("tiny") / "tiny_trainer.py"
+    path.write_text(TINY_TRAINER)
+    return str(path)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    """Poll until `predicate()` is truthy; fail the test naming what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)

@@ -1,0 +1,147 @@
+"""Phase scripts run through both schedulers: the local one and the real local Slurm cluster.
+
+Each test renders a real phase script (the CPU template around a tiny real trainer), submits
+it, and checks that the scheduler's verdict, the job's own status.json and the files the
+trainer wrote all agree.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmzero_slurm.config import SlurmConfig
+from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.render import PhaseSpec, write_phase_script
+from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler
+from llmzero_slurm.schedulers.base import JobState
+from llmzero_slurm.search.tree import Status
+
+from conftest import TinyBackend, wait_for
+
+BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
+
+
+@pytest.fixture(params=BACKENDS)
+def sched(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "slurm":
+        return SlurmScheduler(min_poll_s=0, retry_wait_s=0.5)
+    return LocalScheduler(tmp_path / "local-jobs")
+
+
+def phase(tmp_path: Path, program: str, node_id: int = 1, hparams: dict | None = None,
+          time: str = "00:05:00", token: str = "tok-1", **trainer: Any) -> Path:
+    spec = PhaseSpec("sched", node_id, "scratch", tmp_path / f"node{node_id}", token,
+                     hparams or {"total_training_steps": 3, "seed": 1},
+                     slurm=SlurmConfig(time=time, cpus_per_task=1),
+                     trainer={"program": program, **trainer})
+    return write_phase_script(spec, TinyBackend())
+
+
+def finish(sched: Any, job_id: str, timeout: float = 60) -> JobState:
+    return wait_for(lambda: (s := sched.states([job_id]).get(job_id)) and s.final and s,
+                    timeout, f"job {job_id} to finish")
+
+
+def status_json(script: Path) -> dict:
+    return json.loads((script.parent / "status.json").read_text())
+
+
+def steps(script: Path) -> list[int]:
+    return [json.loads(l)["step"] for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_completed_phase_agrees_with_status_json(sched, tmp_path, tiny_program):
+    script = phase(tmp_path, tiny_program)
+    job = sched.submit(script, "tok-1")
+    state = finish(sched, job)
+    assert (state.raw, state.status, state.exit_code) == ("COMPLETED", Status.COMPLETED, 0)
+    status = status_json(script)
+    assert status["state"] == "completed" and status["exit_code"] == 0
+    assert status["job_id"] == job and status["restart_count"] == 0
+    assert status["finished_at"] >= status["started_at"] > 0
+    assert steps(script) == [1, 2, 3]
+    assert (script.parent / f"slurm-{job}.out").read_text().count("tiny trainer: done") == 1
+
+
+def test_failing_phase_is_failed_with_its_exit_code(sched, tmp_path, tiny_program):
+    script = phase(tmp_path, tiny_program, fail_at=2)
+    job = sched.submit(script, "tok-1")
+    state = finish(sched, job)
+    assert (state.raw, state.status, state.exit_code) == ("FAILED", Status.FAILED, 3)
+    status = status_json(script)
+    assert (status["state"], status["exit_code"]) == ("failed", 3)
+    assert "exited with code 3" in status["reason"]
+    assert "failing at step 2" in (script.parent / f"slurm-{job}.out").read_text()
+
+
+def test_cancelled_running_phase(sched, tmp_path, tiny_program):
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
+    job = sched.submit(script, "tok-1")
+    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
+    sched.cancel(job)
+    state = finish(sched, job)
+    assert (state.raw, state.status) == ("CANCELLED", Status.CANCELLED)
+    status = status_json(script)
+    assert status["state"] == "cancelled" and status["exit_code"] == 143
+    assert len(steps(script)) < 100
+
+
+def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program):
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 20}, step_s=0.5,
+                   token="tok-restart")
+    with pytest.raises(SchedulerError, match="token=tok-other"):
+        sched.submit(script, "tok-other")
+    job = sched.submit(script, "tok-restart")
+    fresh = (SlurmScheduler() if isinstance(sched, SlurmScheduler)
+             else LocalScheduler(sched.dir))          # what a restarted controller builds
+    assert fresh.find_by_token("tok-restart") == job
+    assert fresh.find_by_token("tok-never-submitted") is None
+    sched.cancel(job)
+    finish(sched, job)
+
+
+def test_rerun_by_hand_gives_the_same_metrics(sched, tmp_path, tiny_program):
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 4, "seed": 5})
+    job = sched.submit(script, "tok-1")
+    finish(sched, job)
+    first = (script.parent / "metrics.jsonl").read_text()
+    for name in ("metrics.jsonl", "status.json"):
+        (script.parent / name).unlink()
+    subprocess.run(["rm", "-rf", str(script.parent / "ckpt")], check=True)
+    if isinstance(sched, SlurmScheduler):
+        subprocess.run(["sbatch", "--wait", str(script)], check=True, capture_output=True,
+                       timeout=120)
+        by_hand = status_json(script)
+        assert by_hand["job_id"] != job and by_hand["state"] == "completed"
+    else:
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert status_json(script)["job_id"].startswith("manual-")
+    assert (script.parent / "metrics.jsonl").read_text() == first
+
+
+def test_status_json_stands_in_for_a_forgotten_job(sched, tmp_path):
+    node = tmp_path / "forgotten"
+    node.mkdir()
+    (node / "status.json").write_text(json.dumps(
+        {"state": "timeout", "job_id": "987654", "exit_code": 143, "reason": "time_limit"}))
+    state = sched.states(["987654"], {"987654": node})["987654"]
+    assert (state.raw, state.status, state.exit_code, state.source) == (
+        "TIMEOUT", Status.FAILED, 143, "status.json")
+    # A status.json written by another job (e.g. a rerun by hand) proves nothing about this one.
+    assert "987655" not in sched.states(["987655"], {"987655": node})
+
+
+def test_local_time_limit_is_a_timeout(tmp_path, tiny_program):
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5,
+                   time="0:02")
+    job = sched.submit(script, "tok-1")
+    state = finish(sched, job, timeout=30)
+    assert (state.raw, state.status) == ("TIMEOUT", Status.FAILED)
+    status = status_json(script)
+    assert status["state"] == "timeout" and "time_limit" in status["reason"]
