@@ -58,7 +58,7 @@ class AgentConfig:
     """Which LLM backend the agents use; the API key is read from the environment only."""
 
     backend: str = "auto"          # auto | anthropic | openai | heuristic
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-4-6"   # the paper's backbone (4-5 reaches end of life 2026-11-30)
     base_url: str | None = None
     api_key_env: str = "ANTHROPIC_API_KEY"
     max_tokens: int = 2048

@@ -65,7 +65,8 @@ class LoopbackLLM:
 
     def _next(self, path: str, headers: dict[str, str], body: Any) -> dict[str, Any]:
         with self.lock:
-            self.requests.append({"path": path, "headers": headers, "body": body})
+            self.requests.append({"path": path, "body": body,
+                                  "headers": {k.lower(): v for k, v in headers.items()}})
             return self.script.pop(0) if len(self.script) > 1 else self.script[0]
 
     def _anthropic_usage(self, body: dict[str, Any], text: str) -> dict[str, int]:

@@ -1,0 +1,84 @@
+"""Answer validation: what an LLM writes can only reach a script through these checks."""
+from __future__ import annotations
+
+import pytest
+
+from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
+                                          parse_decision)
+
+PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_batch_size": 16,
+          "ppo_micro_batch_size_per_gpu": 16, "rollout_n": 8, "max_response_length": 8,
+          "lora_rank": 8, "lora_alpha": 16.0, "total_training_steps": 100, "total_epochs": 4}
+
+
+def proposal(changes, step=50, additional=60, scratch=False):
+    data = {"diagnosis": "d", "changes": changes, "checkpoint_step": step,
+            "additional_steps": additional}
+    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, "cpu", "test")
+
+
+def test_extract_json_prefers_last_fenced_block():
+    text = 'thinking {"a": 1}\n```json\n{"a": 2}\n```\nmore ```json\n{"a": 3}\n```'
+    assert extract_json(text) == {"a": 3}
+    assert extract_json('reason... {"x": {"y": 1}} done') == {"x": {"y": 1}}
+    with pytest.raises(AnswerError, match="not valid JSON"):
+        extract_json('```json\n{"a": 1,}\n```')
+    with pytest.raises(AnswerError, match="no JSON object"):
+        extract_json("I think lr should go down")
+
+
+def test_epochs_follow_the_batch_size_in_code():
+    p = proposal({"train_batch_size": 32, "ppo_mini_batch_size": 16}, additional=60)
+    # parent: 25 steps/epoch at batch 16 -> 12.5 at batch 32 -> 60 steps need 5 epochs
+    assert p.hparams["total_training_steps"] == 60 and p.hparams["total_epochs"] == 5
+    assert p.changes == {"train_batch_size": 32, "ppo_mini_batch_size": 16}
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"learning_rate": 1e-4}, "'learning_rate': is not a known hyperparameter"),
+    ({"lr": 5.0}, "'lr': must be <= 0.1"),
+    ({"rollout_n": "eight"}, "'rollout_n': must be an integer"),
+    ({"lr": "1e-3; rm -rf /"}, "'lr': must be a number"),
+    ({"target_modules": "$(reboot)"}, "'target_modules': must be 1-64 characters"),
+    ({"lr; touch /tmp/x": 1e-4}, "is not a known hyperparameter"),
+    ({"ppo_mini_batch_size": 5}, "'ppo_mini_batch_size': must divide train_batch_size"),
+    ({"total_epochs": 9}, "do not set 'total_epochs'"),
+    ({"max_response_length": 4}, "'max_response_length' may not shrink"),
+    ({"lora_rank": 16}, "'lora_rank' cannot change when resuming"),
+])
+def test_bad_changes_are_named(changes, needle):
+    with pytest.raises(AnswerError) as err:
+        proposal(changes)
+    assert needle in str(err.value)
+
+
+def test_checkpoint_rules():
+    with pytest.raises(AnswerError, match=r"60 is not a saved step; choose one of \[25, 50"):
+        proposal({}, step=60)
+    with pytest.raises(AnswerError, match="must train from scratch"):
+        proposal({}, step=50, scratch=True)
+    scratch = proposal({"lora_rank": 16, "max_response_length": 4}, step=None)
+    assert scratch.checkpoint is None and scratch.hparams["lora_rank"] == 16
+    with pytest.raises(AnswerError, match="'additional_steps' must be an integer"):
+        proposal({}, additional="many")
+
+
+def test_fix_validation():
+    fix = check_fix({"class": "oom", "action": "change",
+                     "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, "cpu", "t")
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 8
+    for data, needle in [({"class": "cosmic", "action": "retry"}, "'class' must be one of"),
+                         ({"class": "oom", "action": "change", "changes": {}}, "non-empty"),
+                         ({"class": "oom", "action": "give_up"}, "'message' must tell"),
+                         ({"class": "oom", "action": "change",
+                           "changes": {"ppo_micro_batch_size_per_gpu": 16}}, "repeat the failed"),
+                         ({"class": "oom", "action": "change",
+                           "changes": {"ppo_micro_batch_size_per_gpu": 3}}, "must divide")]:
+        with pytest.raises(AnswerError, match=needle):
+            check_fix(data, PARENT, "cpu", "t")
+
+
+def test_decision_parsing():
+    d = parse_decision("REASON: flat and far below.\nDECISION: **STOP**", 40, "x")
+    assert d.action == "STOP" and d.reason == "flat and far below." and d.step == 40
+    assert parse_decision("I would stop this run.", 40, "x") is None

