@@ -4,7 +4,7 @@ verl saves sharded FSDP state (`ckpt/global_step_N/actor/model_world_size_W_rank
 PEFT folder, so an evolve phase first runs verl's own merger:
 
     python -m verl.model_merger merge --backend fsdp \
-        --local_dir PARENT/ckpt/global_step_N/actor --target_dir PARENT/export/global_step_N
+        --local_dir PARENT/ckpt/global_step_N/actor --target_dir TARGET
 
 which writes `lora_adapter/{adapter_config.json,adapter_model.safetensors}` there. Sibling
 phases resuming from the same parent step share that folder: the first takes a lock, merges
@@ -40,14 +40,6 @@ class ExportError(Exception):
     def __init__(self, exit_code: int, message: str):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def actor_dir(parent_dir: Path, step: int) -> Path:
-    return parent_dir / "ckpt" / f"global_step_{step}" / "actor"
-
-
-def export_dir(parent_dir: Path, step: int) -> Path:
-    return parent_dir / "export" / f"global_step_{step}"
 
 
 def check_checkpoint(actor: Path) -> None:
@@ -109,9 +101,8 @@ def run_merger(python: str, actor: Path, target: Path) -> None:
         raise ExportError(3, f"verl.model_merger exited with {result.returncode} for {actor}")
 
 
-def export(parent_dir: Path, step: int, python: str, expect_rank: int | None = None) -> Path:
-    """The parent's adapter folder at `step`, exporting it unless a sibling already did."""
-    actor, target = actor_dir(parent_dir, step), export_dir(parent_dir, step)
+def export(actor: Path, target: Path, python: str, expect_rank: int | None = None) -> Path:
+    """The adapter folder of `actor` in `target`, exporting it unless a sibling already did."""
     check_checkpoint(actor)
     if (target / ADAPTER).is_dir():
         check_adapter(target, expect_rank)
@@ -149,18 +140,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Export a parent phase's LoRA adapter from its verl checkpoint at a step "
                     "(shared by sibling phases). Exit codes: 0 ready, 2 no such checkpoint, "
                     "3 merger failed, 4 unusable adapter.")
-    parser.add_argument("--parent-dir", type=Path, required=True,
-                        help="the parent node's directory (holds ckpt/global_step_N/actor)")
-    parser.add_argument("--step", type=int, required=True,
-                        help="the parent's own (verl) step number of the checkpoint")
+    parser.add_argument("--actor-dir", type=Path, required=True,
+                        help="the parent's PARENT/ckpt/global_step_N/actor")
+    parser.add_argument("--target-dir", type=Path, required=True,
+                        help="where the export goes (shared by siblings); the adapter is "
+                             "TARGET/lora_adapter")
     parser.add_argument("--lora-rank", type=int, help="the parent's lora_rank, checked")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter that has verl installed (default: this one)")
     args = parser.parse_args(argv)
-    if args.step < 0:
-        parser.error("--step must be >= 0")
     try:
-        path = export(args.parent_dir, args.step, args.python, args.lora_rank)
+        path = export(args.actor_dir, args.target_dir, args.python, args.lora_rank)
     except ExportError as exc:
         print(f"export_adapter: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -26,9 +26,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
+from ..paths import ROOT
+from .base import TrainerBackend
+
+if TYPE_CHECKING:
+    from ..render import PhaseSpec
 
 ROLLOUT_ENGINES = ("vllm", "sglang")
 FILE_LOGGER_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
@@ -295,3 +301,115 @@ def _spelled(key: str, value: Any) -> str:
         return hydra_value(value)
     except ConfigError as exc:
         raise ConfigError(key, str(exc).split(": ", 1)[1]) from None
+
+
+STEP_OFFSET_FILE = "verl_step_offset"   # a verl phase's first global step, written by its job
+
+
+def data_sources(path: str) -> set[str]:
+    """The data_source values of a verl parquet file (the names its validation scores get)."""
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["data_source"]).column("data_source")
+    except (OSError, KeyError, ValueError) as exc:
+        raise ConfigError("trainer.test_data_sources", f"cannot read data_source from {path} "
+                          f"({exc}); list the test files' data sources there instead") from None
+    return {str(v) for v in column.to_pylist()}
+
+
+def held_out_sources(task: Any, settings: VerlSettings) -> list[str]:
+    """Data sources whose validation-loop scores are held-out test scores.
+
+    verl names validation metrics by data_source only, so a source shared between the
+    validation and test files would mix the two scores into one curve: refused.
+    """
+    if not task.test_files:
+        return []
+    sources = set(settings.test_data_sources)
+    if not sources:
+        sources = set().union(*(data_sources(f) for f in task.test_files))
+        shared = sources & set().union(*(data_sources(f) for f in task.val_files))
+        if shared:
+            raise ConfigError("task.test_files", f"share data_source {sorted(shared)} with "
+                              "task.val_files; verl would log both as one val-core/ score, so "
+                              "give the test rows their own data_source")
+    for source in sources:
+        if not re.match(r"^[^\s'\"\\$`]{1,200}$", source):
+            raise ConfigError("trainer.test_data_sources", f"{source!r}: use a data_source "
+                              "without spaces, quotes or shell characters")
+    return sorted(sources)
+
+
+class VerlBackend(TrainerBackend):
+    """Phases run by `python3 -m verl.trainer.main_ppo` on GPU nodes (templates/phase/verl.sbatch.j2)."""
+
+    name = "verl"
+    template = "phase/verl.sbatch.j2"
+    trainer_keys = {"python": str, "rollout_engine": str, "overrides": list,
+                    "extra_loggers": list, "test_data_sources": list}
+
+    def check_trainer(self, extras: Mapping[str, Any]) -> dict[str, Any]:
+        extras = super().check_trainer(extras)
+        VerlSettings.from_config({k: v for k, v in extras.items() if k != "python"})
+        return extras
+
+    def overrides(self, spec: "PhaseSpec") -> list[str]:
+        """The phase's Hydra overrides, except trainer.nnodes (the job fills in $SLURM_NNODES)."""
+        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
+        if not spec.model_path:
+            raise ConfigError("model_path", "the verl backend needs the HF model directory "
+                              "(or hub id cached on the cluster)")
+        if spec.task.builtin or not spec.task.train_files or not spec.task.val_files:
+            raise ConfigError("task", "the verl backend needs task.train_files and "
+                              "task.val_files (parquet in verl's format), not a builtin task")
+        adapter = parent_rank = None
+        if spec.resume_dir is not None:
+            adapter = str(self.export_dir(spec) / "lora_adapter")
+            parent_rank = spec.hparams.get("lora_rank", 0)
+        inputs = PhaseInputs(
+            spec.experiment, spec.node_id, str(spec.node_dir), spec.model_path,
+            spec.task.train_files, spec.task.val_files, spec.task.test_files,
+            spec.task.reward_path, spec.task.reward_name, nnodes=spec.slurm.nodes,
+            gpus_per_node=spec.slurm.gpus_per_node, adapter_path=adapter,
+            parent_lora_rank=parent_rank)
+        return [o for o in build_overrides(inputs, spec.hparams, settings)
+                if not o.startswith("trainer.nnodes=")]
+
+    def command(self, spec: "PhaseSpec") -> list[str]:
+        python = spec.trainer.get("python", "python3")
+        return [python, "-m", "verl.trainer.main_ppo", *self.overrides(spec)]
+
+    def export_dir(self, spec: "PhaseSpec") -> Path:
+        """Where siblings resuming from the same parent step share its exported adapter."""
+        assert spec.resume_dir is not None
+        return Path(spec.resume_dir) / "export" / f"global_step_{spec.resume_step}"
+
+    def parent_actor_dir(self, spec: "PhaseSpec") -> Path:
+        """The parent's verl checkpoint at the resume step (verl numbers steps per phase)."""
+        assert spec.resume_dir is not None
+        offset_file = Path(spec.resume_dir) / STEP_OFFSET_FILE
+        try:
+            offset = int(offset_file.read_text().strip())
+        except (OSError, ValueError):
+            raise ConfigError("resume", f"{offset_file} is missing or unreadable: the parent "
+                              "phase did not run as a verl phase") from None
+        local = spec.resume_step - offset
+        if local < 0:
+            raise ConfigError("resume", f"step {spec.resume_step} is before the parent's first "
+                              f"step {offset}")
+        return Path(spec.resume_dir) / "ckpt" / f"global_step_{local}" / "actor"
+
+    def env(self, spec: "PhaseSpec") -> dict[str, str]:
+        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
+        env = {"LLMZ_PYTHON": spec.trainer.get("python", "python3"),
+               "LLMZ_REPO": str(ROOT),
+               "LLMZ_STEP_OFFSET": str(spec.resume_step),
+               "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
+               "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
+               "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node)}
+        if spec.resume_dir is not None:
+            env["LLMZ_PARENT_ACTOR"] = str(self.parent_actor_dir(spec))
+            env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
+            env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))
+        return env

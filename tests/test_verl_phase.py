@@ -1,0 +1,198 @@
+"""verl phase scripts: rendered for every phase kind, checked by verl's schema, bash and shellcheck,
+and the multi-node script run on the local Slurm cluster with stand-ins for the GPU programs."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmzero_slurm.backends.verl import VerlBackend
+from llmzero_slurm.backends.verl_schema import compose, unavailable_reason
+from llmzero_slurm.config import SlurmConfig, TaskConfig
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.render import PhaseSpec, render
+from verl_stubs import stub_merger, verl_checkpoint
+
+HP = {"lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "clip_ratio_high": 0.28,
+      "train_batch_size": 128, "ppo_mini_batch_size": 64, "lora_rank": 64, "lora_alpha": 64,
+      "rollout_n": 8, "total_epochs": 1, "max_response_length": 6144, "grad_clip": 1.0,
+      "weight_decay": 0.01, "norm_adv_by_std_in_grpo": False}
+TASK = TaskConfig(train_files=["/data/gsm8k/train.parquet"], val_files=["/data/gsm8k/val.parquet"],
+                  test_files=["/data/gsm8k/test.parquet"], reward_path="/data/gsm8k/reward.py")
+
+
+def spec(tmp_path: Path, kind: str = "scratch", nodes: int = 1, resume: bool = False,
+         **changes) -> PhaseSpec:
+    parent = tmp_path / "nodes" / "0003"
+    base = dict(experiment="gsm", node_id=7, kind=kind, node_dir=tmp_path / "nodes" / "0007",
+                token="tok7", hparams=HP, backend="verl",
+                slurm=SlurmConfig(nodes=nodes, gpus_per_node=2, cpus_per_task=1, time="00:05:00"),
+                task=TASK, trainer={"test_data_sources": ["gsm8k_test"]},
+                model_path="Qwen/Qwen3-8B", resume_dir=parent if resume else None,
+                resume_step=30 if resume else 0)
+    return PhaseSpec(**{**base, **changes})
+
+
+def parent_checkpoint(tmp_path: Path) -> Path:
+    """A finished verl parent phase that started at global step 10 and saved its step 20."""
+    parent = tmp_path / "nodes" / "0003"
+    verl_checkpoint(parent, 20, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
+    (parent / "verl_step_offset").write_text("10\n")
+    return parent
+
+
+def main_ppo_overrides(script: str, nnodes: int) -> list[str]:
+    """The override list the script passes to main_ppo, with $SLURM_NNODES as the job sets it."""
+    line = next(l for l in script.splitlines() if "-m verl.trainer.main_ppo" in l)
+    words = shlex.split(line.replace('"${SLURM_NNODES:-1}"', str(nnodes)).rstrip(" &"))
+    return words[words.index("verl.trainer.main_ppo") + 1:]
+
+
+def shell_checks(path: Path) -> None:
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    # SC2317: functions called only from traps look unreachable to shellcheck.
+    out = subprocess.run(["shellcheck", "-e", "SC2317", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+CASES = {"scratch": dict(), "evolve": dict(kind="evolve", resume=True),
+         "debug": dict(kind="debug", resume=True, hparams={**HP, "gpu_memory_utilization": 0.4}),
+         "multi-node": dict(kind="evolve", resume=True, nodes=4)}
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_phases_compose_with_verl_and_pass_shellcheck(tmp_path, case):
+    parent_checkpoint(tmp_path)
+    phase = spec(tmp_path, **CASES[case])
+    script = render(phase)
+    path = tmp_path / "phase.sbatch"
+    path.write_text(script)
+    shell_checks(path)
+    cfg = compose(main_ppo_overrides(script, phase.slurm.nodes))
+    assert cfg.trainer.nnodes == phase.slurm.nodes
+    assert cfg.trainer.default_local_dir == f"{phase.node_dir}/ckpt"
+    assert ("ray start --head" in script) == (phase.slurm.nodes > 1)
+    if phase.resume_dir is None:
+        assert cfg.actor_rollout_ref.model.lora_adapter_path is None
+        assert "export_adapter.py" not in script
+    else:
+        assert cfg.actor_rollout_ref.model.lora_adapter_path == \
+            f"{phase.resume_dir}/export/global_step_30/lora_adapter"
+        # global step 30 of a parent that started at step 10 is its own step 20
+        assert f"LLMZ_PARENT_ACTOR={phase.resume_dir}/ckpt/global_step_20/actor" in script
+
+
+@pytest.mark.parametrize("trainer, hparams, match", [
+    ({"overrides": ["custom_reward_function.path=/r.py"]}, HP, "reward.custom_reward_function"),
+    ({"overrides": ["actor_rollout_ref.actor.grad_clip=0.5"]}, HP, "optim.clip_grad"),
+    ({"overrides": ["actor_rollout_ref.model.lora_adapter_path=/a"]}, HP, "per phase"),
+    ({}, {k: v for k, v in HP.items() if k != "lora_rank"}, "lora_rank"),
+])
+def test_traps_are_refused_before_a_script_exists(tmp_path, trainer, hparams, match):
+    parent_checkpoint(tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        render(spec(tmp_path, kind="evolve", resume=True, hparams=hparams,
+                    trainer={"test_data_sources": ["gsm8k_test"], **trainer}))
+
+
+def test_parent_that_was_not_a_verl_phase_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="verl_step_offset"):
+        render(spec(tmp_path, kind="evolve", resume=True))
+
+
+def test_test_sources_come_from_the_parquet_and_must_differ(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(name, source):
+        path = tmp_path / name
+        pq.write_table(pa.table({"data_source": [source, source], "prompt": ["a", "b"]}), path)
+        return str(path)
+
+    task = TaskConfig(train_files=[parquet("train.parquet", "gsm8k")],
+                      val_files=[parquet("val.parquet", "gsm8k")],
+                      test_files=[parquet("test.parquet", "gsm8k_test")])
+    env = VerlBackend().env(spec(tmp_path, task=task, trainer={}))
+    assert env["LLMZ_TEST_SOURCES"] == "gsm8k_test"
+    task.test_files = [parquet("test2.parquet", "gsm8k")]
+    with pytest.raises(ConfigError, match="share data_source"):
+        VerlBackend().env(spec(tmp_path, task=task, trainer={}))
+
+
+STUB_PYTHON = """#!/bin/bash
+# python3 stand-in: records main_ppo's arguments and writes what verl's file logger would.
+if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
+    printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
+    printf 'RAY_ADDRESS=%s\\n' "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
+    for arg in "$@"; do
+        case $arg in +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=*)
+            log=${arg#*=}; log=${log//\\"/} ;;
+        esac
+    done
+    printf '%s\\n' '{"step": 0, "data": {"val-core/gsm8k/acc/mean@1": 0.4, "val-core/gsm8k_test/acc/mean@1": 0.3}}' \\
+        '{"step": 1, "data": {"actor/entropy": 0.7}}' >"$log"
+    exit 0
+fi
+exec REAL_PYTHON "$@"
+"""
+
+STUB_RAY = """#!/bin/bash
+# ray stand-in: `start` records itself and blocks like `ray start --block`; `status` lists nodes.
+case $1 in
+    start) echo "$*" >>"$STUB_LOG/ray.log"; exec sleep 300 ;;
+    status) echo "Active:"; grep -c '^start' "$STUB_LOG/ray.log" | xargs seq | sed 's/^/ 1 node_/' ;;
+esac
+"""
+
+
+@pytest.mark.slurm
+def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
+    parent_checkpoint(tmp_path)
+    phase = spec(tmp_path, kind="evolve", resume=True, nodes=2)
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir()
+    log.mkdir()
+    (bin_dir / "python3").write_text(STUB_PYTHON.replace("REAL_PYTHON", sys.executable))
+    (bin_dir / "ray").write_text(STUB_RAY)
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    env, merger_log = stub_merger(tmp_path, dict(os.environ))
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", STUB_LOG=str(log))
+    # The local cluster has one node: the 2-node script runs its Ray choreography on it.
+    job = subprocess.run(["sbatch", "--parsable", "--nodes=1", str(script)], env=env,
+                         capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    status = node_dir / "status.json"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if status.exists() and json.loads(status.read_text())["state"] != "running":
+            break
+        time.sleep(1)
+    output = (node_dir / f"slurm-{job}.out").read_text()
+    assert json.loads(status.read_text())["state"] == "completed", output
+    args = (log / "main_ppo.args").read_text().splitlines()
+    assert args == main_ppo_overrides(script.read_text(), 1)
+    port = 20000 + (int(job) % 9000) * 5
+    assert (log / "main_ppo.env").read_text().strip().endswith(f":{port}")
+    [head] = (log / "ray.log").read_text().splitlines()
+    assert head.startswith("start --head") and f"--port={port}" in head and "--num-gpus=2" in head
+    [merge] = [json.loads(line) for line in merger_log.read_text().splitlines()]
+    assert merge[merge.index("--local_dir") + 1] == str(tmp_path / "nodes/0003/ckpt/global_step_20/actor")
+    metrics = [json.loads(line) for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics == [
+        {"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.4, "test-core/gsm8k_test/acc/mean@1": 0.3}},
+        {"step": 31, "data": {"actor/entropy": 0.7}}]
+    assert (node_dir / "verl_step_offset").read_text().strip() == "30"
