@@ -196,3 +196,20 @@ def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
         {"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.4, "test-core/gsm8k_test/acc/mean@1": 0.3}},
         {"step": 31, "data": {"actor/entropy": 0.7}}]
     assert (node_dir / "verl_step_offset").read_text().strip() == "30"
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
+def test_example_config_renders_a_phase_verl_accepts(tmp_path):
+    from llmzero_slurm.config import load_config
+    from llmzero_slurm.paths import ROOT
+
+    cfg = load_config(ROOT / "examples" / "verl-qwen3-lora.yaml")
+    phase = PhaseSpec(cfg.name, 0, "scratch", tmp_path / "nodes" / "0000", "tok0", cfg.hparams,
+                      cfg.backend, cfg.slurm, cfg.task, cfg.trainer, cfg.model_path)
+    script = render(phase)
+    assert "#SBATCH --gpus-per-node=8" in script
+    cfg_verl = compose(main_ppo_overrides(script, 1))
+    actor = cfg_verl.actor_rollout_ref.actor
+    assert (actor.optim.lr, actor.kl_loss_coef, actor.clip_ratio_high) == (5e-5, 0.001, 0.28)
+    assert cfg_verl.actor_rollout_ref.model.lora_rank == 64
+    assert cfg_verl.data.max_response_length == 6144
