@@ -213,3 +213,11 @@ def test_example_config_renders_a_phase_verl_accepts(tmp_path):
     assert (actor.optim.lr, actor.kl_loss_coef, actor.clip_ratio_high) == (5e-5, 0.001, 0.28)
     assert cfg_verl.actor_rollout_ref.model.lora_rank == 64
     assert cfg_verl.data.max_response_length == 6144
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
+def test_rendering_refuses_a_key_verl_does_not_know(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, trainer={"test_data_sources": ["gsm8k_test"],
+                                       "overrides": ["actor_rollout_ref.rollout.max_num_seq=8"]}))
+    assert err.value.key == "actor_rollout_ref.rollout.max_num_seq"

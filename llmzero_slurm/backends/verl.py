@@ -16,6 +16,7 @@ of keys this module manages, are refused with the reason before any script is wr
 
 The `trainer:` section of experiment.yaml for `backend: verl` takes:
 
+    python: python3                # the interpreter with verl on the GPU nodes
     rollout_engine: vllm           # actor_rollout_ref.rollout.name (vllm | sglang)
     overrides: []                  # raw Hydra overrides appended last (checked, see above)
     extra_loggers: []              # e.g. [wandb]; 'console' and 'file' are always on
@@ -24,6 +25,7 @@ The `trainer:` section of experiment.yaml for `backend: verl` takes:
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -377,8 +379,15 @@ class VerlBackend(TrainerBackend):
                 if not o.startswith("trainer.nnodes=")]
 
     def command(self, spec: "PhaseSpec") -> list[str]:
+        """main_ppo's argv, refused here (before any submission) if verl's schema rejects it."""
+        from .verl_schema import check_overrides
+
+        overrides = self.overrides(spec)
+        skipped = check_overrides([*overrides, f"trainer.nnodes={spec.slurm.nodes}"])
+        if skipped:
+            logging.getLogger(__name__).warning("node %04d: %s", spec.node_id, skipped)
         python = spec.trainer.get("python", "python3")
-        return [python, "-m", "verl.trainer.main_ppo", *self.overrides(spec)]
+        return [python, "-m", "verl.trainer.main_ppo", *overrides]
 
     def export_dir(self, spec: "PhaseSpec") -> Path:
         """Where siblings resuming from the same parent step share its exported adapter."""
