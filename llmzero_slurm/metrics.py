@@ -146,10 +146,7 @@ def _fmt(value: float) -> str:
 
 
 def _sample(steps: list[int], rows: int) -> list[int]:
-    if len(steps) <= rows:
-        return steps
-    picked = {steps[round(i * (len(steps) - 1) / (rows - 1))] for i in range(rows)}
-    return sorted(picked)
+    return [steps[i] for i in _sample_indexes(len(steps), rows)]
 
 
 def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METRICS) -> str:
@@ -180,3 +177,23 @@ def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METR
         cells += [_fmt(lookup[m][step]) if step in lookup[m] else "-" for m in present]
         table.append(" | ".join(cells))
     return "\n".join(lines) + "\n\n" + "\n".join(table)
+
+
+def brief(log: MetricsLog, metrics: Iterable[str], points: int = 12) -> str:
+    """A few lines for frequent prompts: the validation trajectory and the latest context."""
+    log = log.without_test()
+    val = val_score_series(log)
+    shown = [val[i] for i in _sample_indexes(len(val), points)]
+    lines = ["validation (step: score): " + (", ".join(f"{s}: {v:.3f}" for s, v in shown)
+                                            if shown else "none yet")]
+    latest = [f"{m} {_fmt(log.get(m)[-1][1])}" for m in metrics if log.get(m)]
+    if latest:
+        lines.append(f"latest at step {log.last_step}: " + ", ".join(latest))
+    return "\n".join(lines)
+
+
+def _sample_indexes(n: int, k: int) -> list[int]:
+    """Up to k evenly spread indexes of n items, always the first and the last."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})

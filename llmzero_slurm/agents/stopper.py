@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..config import AgentConfig
-from ..metrics import MetricsLog, summarize, val_score_series
+from ..metrics import MetricsLog, brief, val_score_series
 from ..plots import overlay_plot
 from . import heuristic
 from .answers import Decision, parse_decision
@@ -20,6 +20,8 @@ from .prompting import render, score_text
 from .records import AgentRecord, append_record, secrets_from_env
 
 RECORD = "early_stop.json"
+# Latest values given as context beside the validation trajectory (the plot shows the rest).
+CONTEXT = ("critic/rewards/mean", "actor/entropy", "actor/kl_loss", "response_length/mean")
 
 
 class Stopper:
@@ -51,17 +53,23 @@ class Stopper:
         append_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
         return decision
 
+    def prompt(self, current: MetricsLog, start_step: int, planned_end: int | None,
+               best: MetricsLog | None, best_val: float, out_dir: Path) -> Prompt:
+        """The overlay image and the two short summaries (kept small: this runs every 15 min)."""
+        step = current.last_step or start_step
+        image = overlay_plot(current, best, out_dir / "plots" / f"overlay_{step:06d}.png")
+        system, task = render(
+            "stopper", metric_guide=metric_guide(), best_val_text=score_text(best_val),
+            best_summary=brief(best, CONTEXT) if best else "(no curves)",
+            start_step=start_step, step=step, phase_steps=step - start_step,
+            planned_end=planned_end, current_summary=brief(current, CONTEXT))
+        return Prompt(system, task, [image], max_tokens=300)
+
     def _ask(self, current: MetricsLog, start_step: int, planned_end: int | None,
              best: MetricsLog | None, best_val: float, out_dir: Path, record: AgentRecord,
              phase_steps: int, val: list[tuple[int, float]]) -> Decision:
         step = current.last_step
-        image = overlay_plot(current, best, out_dir / "plots" / f"overlay_{step:06d}.png")
-        system, task = render(
-            "stopper", metric_guide=metric_guide(), best_val_text=score_text(best_val),
-            best_summary=summarize(best, rows=6) if best else "(no curves)",
-            start_step=start_step, step=step, phase_steps=phase_steps, planned_end=planned_end,
-            current_summary=summarize(current, rows=6))
-        prompt = Prompt(system, task, [image], max_tokens=300)
+        prompt = self.prompt(current, start_step, planned_end, best, best_val, out_dir)
         record.saw(prompt)
         try:
             reply = self.llm.complete(prompt)
