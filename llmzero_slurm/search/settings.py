@@ -1,7 +1,8 @@
 """Search constants, with the paper's defaults (Appendix B.6)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -24,16 +25,21 @@ class SearchSettings:
     min_scratch_ratio: float = 0.2  # rho_min
     virtual_loss: float = 1.0      # zero-score visits charged per pending phase
     early_stop_interval_s: float = 900.0
+    poll_interval_s: float = 10.0  # how often the controller asks the scheduler
     seed: int = 0
     strategy_file: str | None = None   # replay: a strategy.yaml from an earlier search
+    # random / grid / guidebook: replaces the method's default space (methods/space.py).
+    space: dict[str, Any] = field(default_factory=dict)
 
     METHODS = ("llmzero", "practitioner", "random", "grid", "guidebook", "replay")
+    SPACE_METHODS = ("random", "grid", "guidebook")
 
     def check(self) -> None:
         if self.method not in self.METHODS:
             raise ConfigError("search.method", f"must be one of {', '.join(self.METHODS)}")
         positive = {"budget_iterations": self.budget_iterations, "concurrency": self.concurrency,
-                    "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s}
+                    "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s,
+                    "poll_interval_s": self.poll_interval_s}
         for key, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"search.{key}", "must be > 0")
@@ -44,5 +50,8 @@ class SearchSettings:
         for key in ("fail_forgiven", "max_evolve_children", "max_debug_children", "max_debug_depth"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"search.{key}", "must be >= 0")
+        if self.space and self.method not in self.SPACE_METHODS:
+            raise ConfigError("search.space", "is read only by the methods "
+                              f"{', '.join(self.SPACE_METHODS)}; remove it or change search.method")
         if self.method == "replay" and not self.strategy_file:
             raise ConfigError("search.strategy_file", "is required when search.method is replay")

@@ -1,0 +1,38 @@
+"""Replay: run the phases of a strategy.yaml from an earlier search on a new task (transfer).
+
+The chain is the strategy's: each phase trains its recorded number of steps with its recorded
+hyperparameters (keys the strategy lacks come from this experiment's hparams), and each later
+phase resumes from the previous phase's last checkpoint.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..hparams import merge
+from ..report.strategy import KEY, load_strategy
+from .static import Chain, Planned
+
+
+class ReplayMethod(Chain):
+    name = "replay"
+
+    def plan(self) -> list[Planned]:
+        cfg = self.ctx.config
+        if not cfg.search.strategy_file:
+            raise ConfigError(KEY, "is required when search.method is replay")
+        # Relative paths are taken from the working directory; the start command freezes the
+        # config, so pass an absolute path when the controller may restart elsewhere.
+        path = Path(cfg.search.strategy_file).expanduser().absolute()
+        phases = load_strategy(path, self.backend)
+        planned = []
+        for i, phase in enumerate(phases):
+            try:
+                hparams = merge(cfg.hparams, {**phase.hparams, "total_training_steps": phase.steps},
+                                self.backend)
+            except ConfigError as exc:
+                raise ConfigError(KEY, f"{path}: phases[{i}].hparams: {exc}") from None
+            source = f" (source node {phase.node})" if phase.node is not None else ""
+            planned.append(Planned(hparams, f"replay of {path.name} phase {i + 1}/{len(phases)}"
+                                            f"{source}: {phase.steps} steps"))
+        return planned

@@ -1,0 +1,200 @@
+"""The hyperparameter spaces of the static baselines, with documented defaults per backend.
+
+`search.space` in experiment.yaml replaces the method's default space. It has one shape for
+every method: each key is a hyperparameter of `hparams.PARAMS`; its value is either a plain
+value (fixed in every trial or phase) or the method's kind of entry:
+
+    random     {loguniform: [low, high]} | {uniform: [low, high]} | {choice: [a, b, ...]}
+    grid       [a, b, ...]       swept; points are the Cartesian product in key order
+    guidebook  [v1, v2, ...]     one value per phase; every list has the phase count's length
+
+Defaults. verl follows the paper (Appendix B.2 / E.1, Tables 13-14). The cpu backend uses an
+analogue scaled to the embedded trainer, whose tiny model learns at lr ~1e-3 and collapses at
+1e-2: learning rates span that range, ranks and batches are its small sizes, and training
+steps stand in for epochs (an epoch of a generated task has no fixed length).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from ..hparams import PARAMS, merge, validate_hparams
+
+RANDOM_SPACES: dict[str, dict[str, Any]] = {
+    "verl": {
+        "lr": {"loguniform": [1e-5, 1e-4]},
+        "kl_loss_coef": {"loguniform": [1e-5, 1e-3]},
+        "temperature": {"uniform": [0.6, 1.2]},
+        "clip_ratio_high": {"uniform": [0.15, 0.35]},
+        "train_batch_size": {"choice": [64, 128, 256]},
+        "lora_rank": {"choice": [16, 32, 64, 128]},
+        "rollout_n": {"choice": [6, 8, 12]},
+        "total_epochs": {"choice": [3, 5]},
+        "max_response_length": {"choice": [4096, 8192]},
+    },
+    "cpu": {
+        "lr": {"loguniform": [1e-4, 1e-2]},
+        "kl_loss_coef": {"loguniform": [1e-3, 1e-1]},
+        "temperature": {"uniform": [0.6, 1.2]},
+        "clip_ratio_high": {"uniform": [0.15, 0.35]},
+        "train_batch_size": {"choice": [8, 16, 32]},
+        "lora_rank": {"choice": [4, 8, 16]},
+        "rollout_n": {"choice": [4, 8, 12]},
+        "total_training_steps": {"choice": [100, 200]},
+    },
+}
+
+GRID_SPACES: dict[str, dict[str, Any]] = {
+    "verl": {"lr": [1e-5, 3e-5, 5e-5, 1e-4], "lora_rank": [64, 128],
+             "total_epochs": 5, "max_response_length": 8192},
+    "cpu": {"lr": [3e-4, 1e-3, 3e-3, 1e-2], "lora_rank": [4, 8], "total_training_steps": 200},
+}
+
+# Capacity grows phase by phase; everything else stays at the experiment's hparams. The cpu
+# phases are 50 steps so the trainer's default save_freq (25) lands a checkpoint at each end.
+GUIDEBOOK_SCHEDULES: dict[str, dict[str, Any]] = {
+    "verl": {"total_training_steps": 60, "max_response_length": [4096, 6144, 8192],
+             "rollout_n": [6, 8, 12]},
+    "cpu": {"total_training_steps": 50, "max_response_length": [4, 6, 8],
+            "rollout_n": [4, 8, 12]},
+}
+
+
+def _where(key: str) -> str:
+    return f"search.space.{key}"
+
+
+def _check_value(key: str, value: Any, backend: str) -> Any:
+    """One hyperparameter value, re-keyed so the error names its place in the config."""
+    try:
+        return validate_hparams({key: value}, backend)[key]
+    except ConfigError as exc:
+        raise ConfigError(_where(key), str(exc).split(": ", 1)[1]) from None
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or key not in PARAMS:
+        raise ConfigError(_where(str(key)[:80]), "is not a known hyperparameter "
+                          f"(known: {', '.join(sorted(PARAMS))})")
+    return key
+
+
+def _round(value: float) -> float:
+    """Three significant digits: as precise as a sampled knob needs, and readable."""
+    return float(f"{value:.3g}")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str                      # fixed | choice | uniform | loguniform
+    values: tuple[Any, ...]
+
+    def draw(self, rng: random.Random, param_type: type) -> Any:
+        if self.kind == "fixed":
+            return self.values[0]
+        if self.kind == "choice":
+            return rng.choice(self.values)
+        low, high = self.values
+        if self.kind == "uniform":
+            value = rng.uniform(low, high)
+        else:
+            value = math.exp(rng.uniform(math.log(low), math.log(high)))
+        return round(value) if param_type is int else _round(value)
+
+
+def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Distribution]:
+    out: dict[str, Distribution] = {}
+    for key, spec in space.items():
+        key = _check_key(key)
+        if not isinstance(spec, Mapping):
+            out[key] = Distribution("fixed", (_check_value(key, spec, backend),))
+            continue
+        if len(spec) != 1 or next(iter(spec)) not in ("choice", "uniform", "loguniform"):
+            raise ConfigError(_where(key), "must be a value or one of {choice: [...]}, "
+                              "{uniform: [low, high]}, {loguniform: [low, high]}")
+        kind, values = next(iter(spec.items()))
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{_where(key)}.{kind}", "must be a non-empty list")
+        values = [_check_value(key, v, backend) for v in values]
+        if kind != "choice":
+            if len(values) != 2 or not values[0] < values[1]:
+                raise ConfigError(f"{_where(key)}.{kind}", "must be [low, high] with low < high")
+            if PARAMS[key].type not in (int, float):
+                raise ConfigError(f"{_where(key)}.{kind}", "needs a numeric hyperparameter; "
+                                  "use choice")
+            if kind == "loguniform" and values[0] <= 0:
+                raise ConfigError(f"{_where(key)}.{kind}", "needs low > 0")
+        out[key] = Distribution(kind, tuple(values))
+    return out
+
+
+def sample(space: Mapping[str, Distribution], seed: int, trial: int) -> dict[str, Any]:
+    """One trial's values, a pure function of (seed, trial, key): adding a key to the space
+    leaves the others' draws unchanged, and a restarted controller draws the same trials."""
+    return {key: dist.draw(random.Random(f"{seed}:{trial}:{key}"), PARAMS[key].type)
+            for key, dist in space.items()}
+
+
+def _lists(space: Mapping[str, Any], backend: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Split a grid/guidebook space into fixed values and per-key lists, all checked."""
+    fixed: dict[str, Any] = {}
+    lists: dict[str, list[Any]] = {}
+    for key, spec in space.items():
+        key = _check_key(key)
+        if isinstance(spec, list):
+            if not spec:
+                raise ConfigError(_where(key), "must not be an empty list")
+            lists[key] = [_check_value(key, v, backend) for v in spec]
+        elif isinstance(spec, Mapping):
+            raise ConfigError(_where(key), "must be a value or a list of values")
+        else:
+            fixed[key] = _check_value(key, spec, backend)
+    return fixed, lists
+
+
+def grid_points(space: Mapping[str, Any], backend: str) -> list[dict[str, Any]]:
+    """Every point of the grid, first key varying slowest."""
+    fixed, lists = _lists(space, backend)
+    return [{**dict(zip(lists, combo)), **fixed} for combo in itertools.product(*lists.values())]
+
+
+def schedule_phases(space: Mapping[str, Any], backend: str) -> list[dict[str, Any]]:
+    """The guidebook's phases: list entries give one value per phase, plain values repeat."""
+    fixed, lists = _lists(space, backend)
+    lengths = {len(v) for v in lists.values()}
+    if len(lengths) > 1:
+        detail = ", ".join(f"{k}: {len(v)}" for k, v in lists.items())
+        raise ConfigError("search.space", f"every per-phase list needs the same length ({detail})")
+    count = lengths.pop() if lengths else 1
+    return [{**{k: v[i] for k, v in lists.items()}, **fixed} for i in range(count)]
+
+
+def fit_batches(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the batch shape legal around sampled or swept batch sizes and rollout counts.
+
+    Mini and micro batches are divisors of what they split, not choices of the space: when a
+    drawn train_batch_size or rollout_n no longer divides evenly, each shrinks to the largest
+    divisor of its configured value that fits (keys set by the space itself are left alone).
+    """
+    hp = {**base, **values}
+    out = dict(values)
+    tbs, mini = hp.get("train_batch_size"), hp.get("ppo_mini_batch_size")
+    if tbs and mini and "ppo_mini_batch_size" not in values and tbs % mini:
+        out["ppo_mini_batch_size"] = mini = math.gcd(mini, tbs)
+    micro, n = hp.get("ppo_micro_batch_size_per_gpu"), hp.get("rollout_n")
+    if mini and micro and n and "ppo_micro_batch_size_per_gpu" not in values and (mini * n) % micro:
+        out["ppo_micro_batch_size_per_gpu"] = math.gcd(micro, mini * n)
+    return out
+
+
+def full_config(base: Mapping[str, Any], values: Mapping[str, Any], backend: str,
+                what: str) -> dict[str, Any]:
+    """The experiment's hparams with a trial's or phase's values, checked as a whole."""
+    try:
+        return merge(base, fit_batches(base, values), backend)
+    except ConfigError as exc:
+        raise ConfigError("search.space", f"{what} is not a valid configuration: {exc}") from None

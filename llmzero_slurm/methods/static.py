@@ -1,0 +1,91 @@
+"""Static schedules: a list of phases fixed before the search starts.
+
+Two shapes cover every baseline. Independent trials (practitioner, random, grid) are scratch
+roots that can all run at once. A chain (guidebook, replay) trains phase i+1 from phase i's last
+checkpoint, so it waits for each phase to finish and stops for good when one fails.
+
+The i-th node of the run is the i-th planned phase: methods write nothing, so a restarted
+controller rebuilds the same plan and finds its place from the tree alone.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from ..search.policy import Action
+from ..search.tree import Kind, Node, Status, Tree
+from .base import MethodContext, PhasePlan, SearchMethod
+
+
+@dataclass(frozen=True)
+class Planned:
+    hparams: dict[str, Any]        # the phase's full configuration
+    diagnosis: str                 # why this phase: shown in status views and the report
+
+
+def describe(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+class StaticMethod(SearchMethod):
+    """A method whose phases are all known up front; `plan()` lists them in order."""
+
+    def __init__(self, ctx: MethodContext):
+        super().__init__(ctx)
+        self.phases = self.plan()   # built (and checked) once: bad spaces fail at start-up
+
+    @abstractmethod
+    def plan(self) -> list[Planned]:
+        """Every phase, in creation order."""
+
+    @property
+    def backend(self) -> str:
+        return self.ctx.config.backend
+
+
+class IndependentTrials(StaticMethod):
+    """Scratch roots only; a failed trial does not hold up the others."""
+
+    def next_phase(self, tree: Tree) -> PhasePlan | None:
+        if self.exhausted(tree):
+            return None
+        phase = self.phases[len(tree)]
+        return PhasePlan(Action(Kind.SCRATCH, None), dict(phase.hparams), diagnosis=phase.diagnosis)
+
+    def exhausted(self, tree: Tree) -> bool:
+        return len(tree) >= len(self.phases)
+
+
+class Chain(StaticMethod):
+    """One strategy of several phases, each an evolve child of the one before."""
+
+    def next_phase(self, tree: Tree) -> PhasePlan | None:
+        if not len(tree):
+            first = self.phases[0]
+            return PhasePlan(Action(Kind.SCRATCH, None), dict(first.hparams),
+                             diagnosis=first.diagnosis)
+        last = _last(tree)
+        if self.exhausted(tree) or last.status.pending:
+            return None
+        phase = self.phases[len(tree)]
+        return PhasePlan(Action(Kind.EVOLVE, last.id), dict(phase.hparams),
+                         resume_step=max(last.results.checkpoints), diagnosis=phase.diagnosis)
+
+    def exhausted(self, tree: Tree) -> bool:
+        if len(tree) >= len(self.phases):
+            return True
+        if not len(tree):
+            return False
+        last = _last(tree)
+        return last.status.finished and not _can_continue(last)
+
+
+def _last(tree: Tree) -> Node:
+    return tree[max(tree.nodes)]
+
+
+def _can_continue(node: Node) -> bool:
+    """A chain goes on from a phase that trained to its end (or was stopped early on purpose)
+    and left a checkpoint; a failure or a person's cancel ends it."""
+    return node.status in (Status.COMPLETED, Status.EARLY_STOPPED) and bool(node.results.checkpoints)

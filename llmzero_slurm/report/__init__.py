@@ -1,0 +1,1 @@
+"""The run report: figures, tables and the replayable best strategy (llmzero-report)."""

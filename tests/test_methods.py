@@ -1,0 +1,295 @@
+"""The baseline search methods: what each plans, in which order, and when it waits or stops."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmzero_slurm.config import ExperimentConfig, parse_config
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.hparams import validate_hparams
+from llmzero_slurm.methods import MethodContext, make_method
+from llmzero_slurm.methods.base import PhasePlan, SearchMethod
+from llmzero_slurm.methods.space import GRID_SPACES, GUIDEBOOK_SCHEDULES
+from llmzero_slurm.search.policy import make_child
+from llmzero_slurm.search.tree import Kind, Results, Status, Tree
+
+# A small practitioner recipe for the CPU trainer (its batch shape constrains the samplers).
+RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "temperature": 1.0, "rollout_n": 8,
+          "train_batch_size": 16, "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 64,
+          "lora_rank": 8, "lora_alpha": 16.0, "save_freq": 25, "max_response_length": 8}
+
+
+def config(backend: str = "cpu", hparams: dict | None = None, **search) -> ExperimentConfig:
+    return parse_config({"name": "t", "backend": backend,
+                         "hparams": RECIPE if hparams is None else hparams, "search": search})
+
+
+def method(tmp_path: Path, cfg: ExperimentConfig) -> SearchMethod:
+    ctx = MethodContext(cfg, lambda i: tmp_path / f"{i:04d}", tmp_path / "scratch")
+    return make_method(cfg.search.method, ctx)
+
+
+def create(tree: Tree, plan: PhasePlan) -> Tree:
+    """What the controller does with a plan: record the child (make_child checks it)."""
+    node = make_child(tree, plan.action, len(tree), plan.hparams, plan.resume_step, plan.diagnosis)
+    return Tree([*tree, node])
+
+
+def finish(tree: Tree, node_id: int, status: Status, checkpoints=(25, 50)) -> Tree:
+    node = tree[node_id]
+    start = node.start_step
+    node.status = status
+    node.results = Results(best_val=0.5, last_step=start + 50,
+                           checkpoints=[start + c for c in checkpoints])
+    return Tree(tree)
+
+
+def drain(m: SearchMethod, tree: Tree | None = None) -> tuple[Tree, list[PhasePlan]]:
+    """Create every phase the method offers without waiting for any job."""
+    tree = tree if tree is not None else Tree([])
+    plans = []
+    while (plan := m.next_phase(tree)) is not None:
+        plans.append(plan)
+        tree = create(tree, plan)
+    return tree, plans
+
+
+# -- practitioner ---------------------------------------------------------------------------
+
+def test_practitioner_is_one_static_run_of_the_recipe(tmp_path):
+    m = method(tmp_path, config(method="practitioner"))
+    assert not m.exhausted(Tree([]))
+    tree, plans = drain(m)
+    assert len(plans) == 1 and plans[0].action.kind is Kind.SCRATCH and plans[0].action.parent is None
+    assert plans[0].hparams == validate_hparams(RECIPE, "cpu")
+    assert m.exhausted(tree)
+    assert m.next_phase(finish(tree, 0, Status.COMPLETED)) is None
+
+
+# -- random ---------------------------------------------------------------------------------
+
+def test_random_plans_budget_many_independent_roots(tmp_path):
+    m = method(tmp_path, config(method="random", budget_iterations=6, seed=3))
+    tree, plans = drain(m)       # nothing finished: independent trials never wait
+    assert len(plans) == 6 and m.exhausted(tree)
+    assert all(p.action.kind is Kind.SCRATCH and p.action.parent is None for p in plans)
+    assert len({tuple(sorted(p.hparams.items())) for p in plans}) == 6
+    for p in plans:
+        assert 1e-4 <= p.hparams["lr"] <= 1e-2
+        assert p.hparams["rollout_n"] in (4, 8, 12) and p.hparams["lora_rank"] in (4, 8, 16)
+        assert p.hparams["total_training_steps"] in (100, 200)
+        assert validate_hparams(p.hparams, "cpu") == p.hparams     # batch shape kept legal
+        assert "random trial" in p.diagnosis and "lr=" in p.diagnosis
+
+
+def test_random_is_a_function_of_seed_and_trial(tmp_path):
+    def hparams(seed: int, budget: int) -> list[dict]:
+        return [p.hparams for p in drain(method(tmp_path, config(
+            method="random", budget_iterations=budget, seed=seed)))[1]]
+    assert hparams(1, 4) == hparams(1, 4)
+    assert hparams(1, 6)[:4] == hparams(1, 4)       # a bigger budget extends the same trials
+    assert hparams(2, 4) != hparams(1, 4)
+
+
+def test_random_verl_space_is_the_papers(tmp_path):
+    recipe = {"lr": 5e-5, "kl_loss_coef": 1e-3, "train_batch_size": 128,
+              "ppo_mini_batch_size": 32, "lora_rank": 64, "lora_alpha": 64.0}
+    plans = drain(method(tmp_path, config("verl", recipe, method="random", budget_iterations=16)))[1]
+    for p in plans:
+        hp = p.hparams
+        assert 1e-5 <= hp["lr"] <= 1e-4 and 1e-5 <= hp["kl_loss_coef"] <= 1e-3
+        assert 0.6 <= hp["temperature"] <= 1.2 and 0.15 <= hp["clip_ratio_high"] <= 0.35
+        assert hp["train_batch_size"] in (64, 128, 256) and hp["lora_rank"] in (16, 32, 64, 128)
+        assert hp["rollout_n"] in (6, 8, 12) and hp["total_epochs"] in (3, 5)
+        assert hp["train_batch_size"] % hp["ppo_mini_batch_size"] == 0
+    # 16 log-uniform draws over a decade reach both halves of it
+    assert min(p.hparams["lr"] for p in plans) < 3.2e-5 < max(p.hparams["lr"] for p in plans)
+
+
+def test_random_space_from_the_config_replaces_the_default(tmp_path):
+    space = {"lr": {"loguniform": [1e-3, 2e-3]}, "rollout_n": {"choice": [16]}, "temperature": 0.8}
+    plans = drain(method(tmp_path, config(method="random", budget_iterations=5, space=space)))[1]
+    for p in plans:
+        assert 1e-3 <= p.hparams["lr"] <= 2e-3
+        assert p.hparams["rollout_n"] == 16 and p.hparams["temperature"] == 0.8
+        assert p.hparams["lora_rank"] == 8              # not in the space: the recipe's value
+
+
+@pytest.mark.parametrize("space, key", [
+    ({"lrr": {"uniform": [0.1, 0.2]}}, "search.space.lrr"),
+    ({"lr": {"uniform": [0.002, 0.001]}}, "search.space.lr.uniform"),
+    ({"kl_loss_coef": {"loguniform": [0.0, 0.1]}}, "search.space.kl_loss_coef.loguniform"),
+    ({"lr": {"normal": [0.0, 0.1]}}, "search.space.lr"),
+    ({"rollout_n": {"choice": [8, "many"]}}, "search.space.rollout_n"),
+    ({"rollout_n": {"choice": []}}, "search.space.rollout_n.choice"),
+    ({"kl_loss_type": {"uniform": ["kl", "k3"]}}, "search.space.kl_loss_type.uniform"),
+    ({"temperature": 99.0}, "search.space.temperature"),
+])
+def test_bad_random_space_names_the_key(tmp_path, space, key):
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="random", space=space))
+    assert err.value.key == key
+
+
+def test_a_space_that_breaks_the_recipe_is_refused_at_start(tmp_path):
+    space = {"ppo_mini_batch_size": {"choice": [32]}}       # larger than train_batch_size 16
+    with pytest.raises(ConfigError, match="random trial 0 is not a valid configuration") as err:
+        method(tmp_path, config(method="random", space=space))
+    assert err.value.key == "search.space"
+
+
+def test_a_space_for_a_method_that_reads_none_is_refused():
+    with pytest.raises(ConfigError) as err:
+        config(method="practitioner", space={"lr": [1e-3]})
+    assert err.value.key == "search.space"
+
+
+# -- grid -----------------------------------------------------------------------------------
+
+def test_grid_is_the_product_in_a_fixed_order(tmp_path):
+    tree, plans = drain(method(tmp_path, config(method="grid")))
+    points = [(p.hparams["lr"], p.hparams["lora_rank"]) for p in plans]
+    assert points == [(lr, r) for lr in (3e-4, 1e-3, 3e-3, 1e-2) for r in (4, 8)]
+    assert all(p.hparams["total_training_steps"] == 200 for p in plans)
+    assert plans[2].diagnosis.startswith("grid point 3/8 of 8: lr=0.001, lora_rank=4")
+
+
+def test_grid_stops_at_the_budget(tmp_path):
+    m = method(tmp_path, config(method="grid", budget_iterations=3))
+    tree, plans = drain(m)
+    assert [p.hparams["lr"] for p in plans] == [3e-4, 3e-4, 1e-3] and m.exhausted(tree)
+
+
+def test_grid_verl_default_is_the_papers():
+    assert GRID_SPACES["verl"] == {"lr": [1e-5, 3e-5, 5e-5, 1e-4], "lora_rank": [64, 128],
+                                   "total_epochs": 5, "max_response_length": 8192}
+
+
+def test_grid_space_must_be_values_or_lists(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="grid", space={"lr": {"choice": [1e-3]}}))
+    assert err.value.key == "search.space.lr"
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="grid", space={"lr": []}))
+    assert err.value.key == "search.space.lr"
+
+
+# -- guidebook (a chain) --------------------------------------------------------------------
+
+def test_guidebook_chains_phases_from_each_last_checkpoint(tmp_path):
+    m = method(tmp_path, config(method="guidebook"))
+    schedule = GUIDEBOOK_SCHEDULES["cpu"]
+    plan = m.next_phase(Tree([]))
+    assert plan.action.kind is Kind.SCRATCH and plan.hparams["rollout_n"] == schedule["rollout_n"][0]
+    tree = create(Tree([]), plan)
+    for status in (Status.PROPOSED, Status.QUEUED, Status.RUNNING):
+        tree[0].status = status
+        assert m.next_phase(tree) is None and not m.exhausted(tree)   # waits for the phase
+    tree = finish(tree, 0, Status.COMPLETED)
+    plan = m.next_phase(tree)
+    assert plan.action.kind is Kind.EVOLVE and plan.action.parent == 0 and plan.resume_step == 50
+    assert plan.hparams["max_response_length"] == schedule["max_response_length"][1]
+    assert plan.hparams["lr"] == RECIPE["lr"]                       # the rest stays the recipe
+    tree = finish(create(tree, plan), 1, Status.EARLY_STOPPED)     # stopped early: still a parent
+    plan = m.next_phase(tree)
+    assert plan.action.parent == 1 and plan.resume_step == 100
+    assert plan.diagnosis.startswith("guidebook phase 3/3")
+    tree = create(tree, plan)
+    assert m.exhausted(tree) and m.next_phase(finish(tree, 2, Status.COMPLETED)) is None
+    assert tree[2].start_step == 100
+
+
+@pytest.mark.parametrize("status, checkpoints", [
+    (Status.FAILED, (25,)), (Status.CANCELLED, (25,)), (Status.COMPLETED, ())])
+def test_a_chain_stops_when_a_phase_cannot_be_continued(tmp_path, status, checkpoints):
+    m = method(tmp_path, config(method="guidebook"))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, status, checkpoints)
+    assert m.exhausted(tree) and m.next_phase(tree) is None
+
+
+def test_guidebook_schedule_from_the_config(tmp_path):
+    space = {"max_response_length": [4, 8], "rollout_n": [4, 16], "total_training_steps": 30}
+    m = method(tmp_path, config(method="guidebook", space=space))
+    assert [(p.hparams["max_response_length"], p.hparams["rollout_n"]) for p in m.phases] == \
+        [(4, 4), (8, 16)]
+    with pytest.raises(ConfigError, match="max_response_length: 2, rollout_n: 3"):
+        method(tmp_path, config(method="guidebook", space={"max_response_length": [4, 8],
+                                                           "rollout_n": [4, 8, 12]}))
+
+
+def test_guidebook_verl_default_is_table_13(tmp_path):
+    recipe = {"lr": 5e-5, "train_batch_size": 128, "lora_rank": 64, "lora_alpha": 64.0}
+    phases = method(tmp_path, config("verl", recipe, method="guidebook")).phases
+    assert [(p.hparams["max_response_length"], p.hparams["rollout_n"],
+             p.hparams["total_training_steps"]) for p in phases] == \
+        [(4096, 6, 60), (6144, 8, 60), (8192, 12, 60)]
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+def strategy_file(tmp_path: Path, phases: list, fmt: str = "llmzero-strategy/1") -> Path:
+    path = tmp_path / "strategy.yaml"
+    path.write_text(yaml.safe_dump({"format": fmt, "phases": phases}))
+    return path
+
+
+def test_replay_runs_the_strategys_chain(tmp_path):
+    path = strategy_file(tmp_path, [
+        {"node": 0, "steps": 40, "hparams": {**RECIPE, "lr": 2e-3}},
+        {"node": 3, "steps": 30, "hparams": {**RECIPE, "lr": 5e-4, "rollout_n": 16}}])
+    m = method(tmp_path, config(method="replay", strategy_file=str(path),
+                                hparams={**RECIPE, "seed": 9}))
+    tree = create(Tree([]), m.next_phase(Tree([])))
+    assert tree[0].hparams["total_training_steps"] == 40 and tree[0].hparams["lr"] == 2e-3
+    assert tree[0].hparams["seed"] == 9                 # missing keys come from this experiment
+    tree = finish(tree, 0, Status.COMPLETED, checkpoints=(20, 40))
+    plan = m.next_phase(tree)
+    assert plan.action.kind is Kind.EVOLVE and plan.resume_step == 40
+    assert plan.hparams["rollout_n"] == 16 and plan.hparams["total_training_steps"] == 30
+    assert "source node 3" in plan.diagnosis
+    assert m.exhausted(create(tree, plan))
+
+
+@pytest.mark.parametrize("phases, fmt, where", [
+    ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),
+    ([{"steps": 0, "hparams": RECIPE}], None, "phases[0].steps"),
+    ([{"steps": 10, "hparams": {"lr": "fast"}}], None, "phases[0].hparams.lr"),
+    ([{"steps": 10, "hparams": {"gpu_memory_utilization": 0.5}}], None,
+     "phases[0].hparams.gpu_memory_utilization"),
+    ([{"steps": 10, "hparams": [1, 2]}], None, "phases[0].hparams"),
+    ([{"steps": 10, "hparams": RECIPE}, {"steps": 5, "hparams": {**RECIPE, "lora_rank": 4}}],
+     None, "phases[1].hparams.lora_rank"),
+    ([], None, "phases"),
+    ([{"steps": 10, "hparams": RECIPE}], "v0", "format"),
+])
+def test_replay_refuses_a_malformed_strategy_naming_file_and_key(tmp_path, phases, fmt, where):
+    path = strategy_file(tmp_path, phases, fmt or "llmzero-strategy/1")
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+    assert err.value.key == "search.strategy_file"
+    assert f"{path}: {where}:" in str(err.value)
+
+
+def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read .*nope.yaml"):
+        method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
+    (tmp_path / "bad.yaml").write_text("phases: [unclosed")
+    with pytest.raises(ConfigError, match="bad.yaml is not valid YAML"):
+        method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "bad.yaml")))
+
+
+def test_unknown_method_is_refused(tmp_path):
+    ctx = MethodContext(config(), lambda i: tmp_path, tmp_path)
+    with pytest.raises(ConfigError) as err:
+        make_method("annealing", ctx)
+    assert err.value.key == "search.method"
+
+
+def test_sampled_floats_are_rounded_but_in_range(tmp_path):
+    plans = drain(method(tmp_path, config(method="random", budget_iterations=8)))[1]
+    for p in plans:
+        lr = p.hparams["lr"]
+        assert lr == float(f"{lr:.3g}") and math.isfinite(lr)
