@@ -68,12 +68,28 @@ class SlurmScheduler(Scheduler):
     def available() -> bool:
         return all(shutil.which(c) for c in ("sbatch", "squeue", "scancel"))
 
+    @staticmethod
+    def reachable(timeout_s: float = 15.0) -> bool:
+        """Whether a slurmctld answers (clients installed is not a configured cluster)."""
+        try:
+            done = subprocess.run(["squeue", "-h", "-o", "%i", "-j", "0"], capture_output=True,
+                                  timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0 or b"Invalid job id" in done.stderr
+
     # -- the client calls -----------------------------------------------------------------
 
-    def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = ()) -> str:
-        """Run a client; retry transient failures; raise SchedulerError on real ones."""
+    def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = (),
+              recover: Callable[[], str | None] | None = None) -> str:
+        """Run a client; retry transient failures; raise SchedulerError on real ones.
+
+        `recover` runs before each retry and may return the answer instead (a submission
+        that got through although its client timed out)."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
+            if attempt and recover is not None and (answer := recover()) is not None:
+                return answer
             try:
                 proc = self.run(argv)
             except subprocess.TimeoutExpired:
@@ -98,7 +114,8 @@ class SlurmScheduler(Scheduler):
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
         read_submission(script, token)
-        out = self._call(["sbatch", "--parsable", str(script)], f"submitting {script}")
+        out = self._call(["sbatch", "--parsable", str(script)], f"submitting {script}",
+                         recover=lambda: self.find_by_token(token))
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SchedulerError(f"submitting {script}: sbatch answered {out.strip()!r}, not a job id")

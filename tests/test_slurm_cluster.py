@@ -1,0 +1,168 @@
+"""Behaviour only a real Slurm cluster shows: squeue names, GRES, time limits, requeue, and
+what polling costs in client calls. Runs against bin/llmzero-local-slurm's cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from llmzero_slurm.config import SlurmConfig
+from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.render import PhaseSpec, write_phase_script
+from llmzero_slurm.schedulers import SlurmScheduler
+from llmzero_slurm.schedulers.slurm import run_command
+from llmzero_slurm.search.tree import Status
+
+from conftest import TinyBackend, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def phase(root: Path, program: str, node_id: int, hparams: dict, slurm: SlurmConfig | None = None,
+          **trainer: Any) -> Path:
+    spec = PhaseSpec("clu", node_id, "scratch", root / f"{node_id:04d}", f"tok-{node_id}", hparams,
+                     slurm=slurm or SlurmConfig(cpus_per_task=1),
+                     trainer={"program": program, **trainer})
+    return write_phase_script(spec, TinyBackend())
+
+
+def finish(sched: SlurmScheduler, job: str, timeout: float = 60):
+    return wait_for(lambda: (s := sched.states([job]).get(job)) and s.final and s, timeout,
+                    f"job {job} to finish")
+
+
+def status_json(script: Path) -> dict:
+    return json.loads((script.parent / "status.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def timed_out(tmp_path_factory, tiny_program, slurm_cluster):
+    """Submitted first, checked last: Slurm enforces a 1-minute limit about 30-70 s late."""
+    sched = SlurmScheduler(min_poll_s=0)
+    script = phase(tmp_path_factory.mktemp("timeout"), tiny_program, 1,
+                   {"total_training_steps": 1000}, SlurmConfig(time="1", cpus_per_task=1),
+                   step_s=1.0)
+    return sched, script, sched.submit(script, "tok-1")
+
+
+def test_phase_appears_in_squeue_under_its_name(tmp_path, tiny_program, timed_out):
+    sched = SlurmScheduler(min_poll_s=0)
+    script = phase(tmp_path, tiny_program, 7, {"total_training_steps": 30}, step_s=0.5)
+    job = sched.submit(script, "tok-7")
+    listed = subprocess.run(["squeue", "--noheader", "--name=llmz-clu-0007-scratch",
+                             "--format=%i %j %k"], capture_output=True, text=True, check=True)
+    assert f"{job} llmz-clu-0007-scratch llmz:node=0007,token=tok-7" in listed.stdout
+    assert sched.states([job])[job].status in (Status.QUEUED, Status.RUNNING)
+    sched.cancel(job)
+    assert finish(sched, job).status == Status.CANCELLED
+
+
+@pytest.mark.parametrize("directive", ["gpus-per-node", "gres"])
+def test_gpu_directives_give_the_job_gpus(tmp_path, tiny_program, directive):
+    sched = SlurmScheduler(min_poll_s=0)
+    script = phase(tmp_path, tiny_program, 2, {"total_training_steps": 1},
+                   SlurmConfig(gpus_per_node=2, gpu_directive=directive, cpus_per_task=1))
+    job = sched.submit(script, "tok-2")
+    assert finish(sched, job).status == Status.COMPLETED
+    gpus = status_json(script)["gpus"].split(",")
+    assert len(gpus) == 2 and all(g.isdigit() for g in gpus)
+    assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}" in (script.parent / f"slurm-{job}.out").read_text()
+
+
+def test_requeued_phase_reruns_and_resumes(tmp_path, tiny_program):
+    sched = SlurmScheduler(min_poll_s=0)
+    script = phase(tmp_path, tiny_program, 3, {"total_training_steps": 6, "save_freq": 1},
+                   step_s=0.7)
+    job = sched.submit(script, "tok-3")
+    ckpt = script.parent / "ckpt"
+    wait_for(lambda: (ckpt / "global_step_2").exists(), 60, "the second checkpoint")
+    subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
+    wait_for(lambda: status_json(script)["state"] == "preempted", 30, "the requeue recorded")
+    assert "requeue" in status_json(script)["reason"]
+    assert sched.states([job])[job].status in (Status.QUEUED, Status.RUNNING)
+    state = finish(sched, job, timeout=90)
+    assert state.status == Status.COMPLETED
+    status = status_json(script)
+    assert status["state"] == "completed" and status["restart_count"] == 1
+    steps = [json.loads(l)["step"] for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    out = (script.parent / f"slurm-{job}.out").read_text()
+    resumed_at = int(out.split("tiny trainer: start at step ")[2].split(",")[0])
+    assert resumed_at >= 2
+
+
+def test_polling_twenty_jobs_costs_one_squeue_call_per_poll(tmp_path, tiny_program):
+    calls: list[Sequence[str]] = []
+
+    def counting(argv: Sequence[str]) -> subprocess.CompletedProcess:
+        calls.append(list(argv))
+        return run_command(argv)
+
+    sched = SlurmScheduler(runner=counting, min_poll_s=0)
+    jobs = [sched.submit(phase(tmp_path, tiny_program, i, {"total_training_steps": 60},
+                               step_s=0.5), f"tok-{i}") for i in range(100, 120)]
+    calls.clear()
+    for poll in range(1, 4):
+        states = sched.states(jobs)
+        assert set(states) == set(jobs)
+        assert all(not s.final for s in states.values())
+        assert [c[0] for c in calls] == ["squeue"] * poll
+    for job in jobs:
+        sched.cancel(job)
+    calls.clear()
+    wait_for(lambda: all(s.final for s in sched.states(jobs).values()), 60, "all 20 cancelled")
+    polls = len(calls)
+    assert [c[0] for c in calls] == ["squeue"] * polls
+    sched.states(jobs)     # final states are cached: no further client call
+    assert len(calls) == polls
+
+
+def test_polls_back_off_while_nothing_changes(tmp_path, tiny_program):
+    calls: list[Sequence[str]] = []
+    sched = SlurmScheduler(runner=lambda a: calls.append(a) or run_command(a), min_poll_s=30)
+    job = sched.submit(phase(tmp_path, tiny_program, 5, {"total_training_steps": 40}, step_s=0.5),
+                       "tok-5")
+    sched.states([job])
+    sched.states([job])
+    assert [c[0] for c in calls] == ["sbatch", "squeue"]
+    sched.cancel(job)           # our own action ends the back-off
+    finish(sched, job)
+
+
+def test_transient_errors_are_retried_then_reported(tmp_path, tiny_program, slurm_cluster):
+    # A controller that does not answer: the same cluster's configuration with a closed port.
+    dead = tmp_path / "dead.conf"
+    dead.write_text(Path(slurm_cluster).read_text().replace("SlurmctldPort=", "SlurmctldPort=1")
+                    + "MessageTimeout=1\n")
+    calls: list[tuple[str, bool]] = []
+
+    def client(argv: Sequence[str], reachable: bool) -> subprocess.CompletedProcess:
+        calls.append((argv[0], reachable))
+        env = {**os.environ, "SLURM_CONF": slurm_cluster if reachable else str(dead)}
+        return subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=60)
+
+    sched = SlurmScheduler(runner=lambda a: client(a, False), retries=2, retry_wait_s=0.1)
+    with pytest.raises(SchedulerError, match="transient error after 3 attempts"):
+        sched.states(["1"])
+    assert calls == [("squeue", False)] * 3
+
+    # The controller comes back between attempts: the poll goes through on the retry.
+    calls.clear()
+    sched = SlurmScheduler(runner=lambda a: client(a, bool(calls)), retries=2, retry_wait_s=0.1)
+    job = sched.submit(phase(tmp_path, tiny_program, 6,
+                             {"total_training_steps": 1}), "tok-6")
+    # Before resubmitting, the scheduler asks whether the first sbatch got through after all.
+    assert calls[:3] == [("sbatch", False), ("squeue", True), ("sbatch", True)]
+    assert finish(sched, job).status == Status.COMPLETED
+
+
+def test_a_job_past_its_time_limit_is_timed_out(timed_out):
+    sched, script, job = timed_out
+    state = finish(sched, job, timeout=150)
+    assert (state.raw, state.status) == ("TIMEOUT", Status.FAILED)
+    status = status_json(script)
+    assert status["state"] == "timeout" and "time_limit" in status["reason"]
