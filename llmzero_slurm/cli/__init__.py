@@ -1,0 +1,1 @@
+"""Command-line entry points: llmzero-start, llmzero-status, llmzero-stop, llmzero-report."""

@@ -1,0 +1,35 @@
+"""Shared CLI plumbing: errors become one clear line and a meaningful exit code.
+
+Exit codes: 0 done, 1 failure, 2 bad configuration or arguments, 3 corrupt state, 4 lock
+timeout, 5 batch-system error, 6 another controller holds the run, 130/143 stopped by a signal.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from ..errors import LLMZeroError, StateError
+from ..store.run_store import RunStore
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    try:
+        code = main(argv)
+    except LLMZeroError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def add_run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="the run directory (runs/<experiment>)")
+
+
+def open_run(path: Path) -> RunStore:
+    if not (path / "meta.json").exists():
+        raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
+    return RunStore.open(path)

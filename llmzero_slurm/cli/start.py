@@ -1,0 +1,109 @@
+"""llmzero-start: start (or resume) a search from an experiment config or a run directory."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..config import load_config
+from ..controller.controller import Controller
+from ..controller.monitor import MonitorKeeper
+from ..controller.preflight import preflight
+from ..errors import ConfigError
+from ..methods import make_method
+from ..methods.base import MethodContext
+from ..report import write_report
+from ..schedulers import make_scheduler, resolve_scheduler_kind
+from ..store.run_store import RunStore
+from .common import run_main
+
+DESCRIPTION = """Start a search, or resume one after a crash or a stop.
+
+CONFIG is an experiment.yaml (a new run is created under --run-dir, default runs/<name>) or an
+existing run directory (resumed with its frozen config). Without a Slurm cluster the phases run
+as local processes with the same rendered scripts."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="llmzero-start", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", type=Path, help="experiment.yaml, or a run directory to resume")
+    p.add_argument("--run-dir", type=Path, help="where the run lives (default: runs/<name>)")
+    p.add_argument("--check", action="store_true",
+                   help="validate config, data, reward, scripts, scheduler and agents; submit nothing")
+    p.add_argument("--detach", action="store_true",
+                   help="run the controller in the background; its log is <run>/controller.log")
+    p.add_argument("--cancel-on-stop", action="store_true",
+                   help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
+    p.add_argument("--poll", type=float, default=None,
+                   help="seconds between scheduler polls (default: search.poll_interval_s)")
+    return p.parse_args(argv)
+
+
+def open_or_create(args: argparse.Namespace) -> RunStore:
+    if (args.config / "meta.json").exists():
+        return RunStore.open(args.config)
+    if args.config.is_dir():
+        raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
+    cfg = load_config(args.config)
+    run_dir = args.run_dir or Path("runs") / cfg.name
+    if (run_dir / "meta.json").exists():
+        store = RunStore.open(run_dir)
+        if store.config.to_dict() != cfg.to_dict():
+            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
+                  f"(your {args.config} differs; use another --run-dir for a new run)")
+        return store
+    return RunStore.create(run_dir, cfg)
+
+
+def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
+    """Wire a run directory to its scheduler, search method, monitor and report."""
+    cfg = store.config
+    kind = resolve_scheduler_kind(cfg.scheduler)
+    scheduler = make_scheduler(kind, store.root)
+    ctx = MethodContext(cfg, store.node_dir, store.root / "proposals")
+    method = make_method(cfg.search.method, ctx)
+    monitor = MonitorKeeper(store, kind) if method.early_stopping else None
+    return Controller(store, scheduler, method, poll_s or cfg.search.poll_interval_s,
+                      on_finish=write_report, monitor=monitor)
+
+
+def detach(store: RunStore, args: argparse.Namespace) -> int:
+    """Run the controller on the run directory in a new session, output to controller.log."""
+    log = store.root / "controller.log"
+    cmd = [sys.executable, "-m", "llmzero_slurm.cli.start", str(store.root)]
+    if args.cancel_on_stop:
+        cmd.append("--cancel-on-stop")
+    if args.poll is not None:
+        cmd += ["--poll", str(args.poll)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
+          f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.check:
+        cfg = load_config(args.config) if args.config.is_file() else RunStore.config_of(args.config)
+        checks = preflight(cfg, resolve_scheduler_kind(cfg.scheduler))
+        for check in checks:
+            print(check.line())
+        return 0 if all(c.ok for c in checks) else 2
+    store = open_or_create(args)
+    if args.detach:
+        return detach(store, args)
+    print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
+    controller = build_controller(store, args.poll)
+    code = controller.run(cancel_on_stop=args.cancel_on_stop)
+    report = write_report(store.root)
+    print(f"report: {report}")
+    return code
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,81 @@
+"""llmzero-status: the tree with statuses and scores, running jobs with their Slurm state,
+and the best strategy so far. --json prints the same as one JSON document."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from ..controller.lease import Lease, holder_alive
+from ..controller.progress import tree_summary
+from ..schedulers import make_scheduler, resolve_scheduler_kind
+from ..search.policy import best_path, is_terminal
+from ..search.tree import Node, Status, Tree
+from ..store.run_store import RunStore
+from .common import add_run_dir, open_run, run_main
+
+
+def _steps(node: Node) -> str:
+    last = node.results.last_step
+    return f"{node.start_step}-{last if last is not None else '...'}"
+
+
+def _row(node: Node, depth: int, live: dict[str, str], terminal: bool) -> str:
+    val = f"{node.score:.3f}" if node.score is not None else "-"
+    job = node.submission.job_id or "-"
+    state = live.get(job, node.submission.scheduler_state or "")
+    flags = "".join(f for f, on in (("*", node.injected), ("T", terminal and not node.pruned),
+                                    ("P", node.pruned)) if on)
+    return (f"{'  ' * depth}{node.id:04d} {node.kind.value:<7} {node.status.value:<13} "
+            f"{val:>6}  {_steps(node):<11} {job:<10} {state:<12} {flags}")
+
+
+def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> list[str]:
+    lines = ["node kind    status           val  steps       job        slurm        flags"]
+    stack = [(r, 0) for r in reversed(tree.children(None, include_pruned=True))]
+    while stack:
+        node, depth = stack.pop()
+        lines.append(_row(node, depth, live, terminal.get(node.id, True)))
+        stack += [(c, depth + 1) for c in reversed(tree.children(node.id, include_pruned=True))]
+    lines.append("flags: * injected scratch, T terminal, P pruned")
+    return lines
+
+
+def live_states(store: RunStore, tree: Tree) -> dict[str, str]:
+    """Raw scheduler states of the pending jobs, in one scheduler call."""
+    jobs = {n.submission.job_id: store.node_dir(n.id) for n in tree
+            if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
+    if not jobs:
+        return {}
+    scheduler = make_scheduler(resolve_scheduler_kind(store.config.scheduler), store.root)
+    return {j: s.raw for j, s in scheduler.states(list(jobs), jobs).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmzero-status", description=__doc__)
+    add_run_dir(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = p.parse_args(argv)
+    store = open_run(args.run_dir)
+    tree = store.load_tree()
+    live = live_states(store, tree)
+    lease = Lease(store).read()
+    running = bool(lease and holder_alive(lease, Lease(store).expire_s))
+    path = [n.id for n in best_path(tree)]
+    if args.json:
+        print(json.dumps({"experiment": store.config.name, "controller_running": running,
+                          "controller": lease, "best_path": path,
+                          "nodes": [n.to_dict() for n in tree], "slurm_states": live},
+                         indent=2, sort_keys=True))
+        return 0
+    print(f"experiment {store.config.name} ({store.config.search.method}), controller "
+          + (f"running on {lease['host']} pid {lease['pid']}" if running else "not running"))
+    print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
+    print(tree_summary(tree))
+    if lease and running:
+        print(f"last controller heartbeat {time.time() - lease['heartbeat_at']:.0f} s ago")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,44 @@
+"""llmzero-stop: ask a run's controller to stop, optionally cancelling its running phases.
+
+The request is a file in the run directory, so it reaches a controller on any login node.
+Without --cancel, running phases continue and a later llmzero-start re-attaches to them."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..controller.lease import Lease, holder_alive
+from ..controller.stop_request import request_stop
+from .common import add_run_dir, open_run, run_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmzero-stop", description=__doc__)
+    add_run_dir(p)
+    p.add_argument("--cancel", action="store_true", help="also scancel the running phases")
+    p.add_argument("--wait", type=float, default=120.0,
+                   help="seconds to wait for the controller to exit (0: do not wait)")
+    args = p.parse_args(argv)
+    store = open_run(args.run_dir)
+    lease = Lease(store)
+    info = lease.read()
+    if not info or not holder_alive(info, lease.expire_s):
+        print("no controller is running for this run")
+        return 0
+    request_stop(store, args.cancel)
+    print(f"stop requested from controller on {info['host']} pid {info['pid']}"
+          + (" (cancelling running phases)" if args.cancel else ""), flush=True)
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        if lease.read() is None:
+            print("controller stopped")
+            return 0
+        time.sleep(1.0)
+    if args.wait:
+        print(f"controller still running after {args.wait:.0f} s (it acts at its next poll)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,1 @@
+"""The login-node controller and the monitor job that share the run directory."""

@@ -1,0 +1,275 @@
+"""The controller loop: select -> propose -> render -> submit -> watch -> ingest -> back-propagate.
+
+Everything it knows is in the run directory, so it can be killed at any instruction and
+restarted: a node's status says how far its phase got. Submission is exactly-once: the token
+is recorded (status `submitting`) before sbatch and the job id after; on restart a
+`submitting` node is looked up by token before anything is resubmitted.
+"""
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from ..errors import LLMZeroError, StateError
+from ..methods.base import GiveUp, PhasePlan, SearchMethod
+from ..render import PhaseSpec, write_phase_script
+from ..schedulers.base import JobState, Scheduler
+from ..search.policy import make_child, reparent_fix
+from ..search.tree import Node, Status, Tree
+from ..store.atomic import read_json
+from ..store.run_store import RunStore
+from . import faults
+from .ingest import collect_results
+from .lease import Lease
+from .monitor import MonitorKeeper, stop_decided
+from .progress import Progress
+from .stop_request import clear_stop_request, read_stop_request
+
+
+@dataclass
+class Budget:
+    """When to stop creating phases: iterations (phases), device-hours, wall-clock hours."""
+
+    iterations: int
+    gpu_hours: float | None = None
+    wall_hours: float | None = None
+    started_at: float = field(default_factory=time.time)
+
+    def spent(self, tree: Tree) -> str | None:
+        """Why the budget is spent, or None while phases may still be created."""
+        if len(tree) >= self.iterations:
+            return f"{len(tree)} of {self.iterations} phases created"
+        used = sum(n.results.gpu_hours for n in tree)
+        if self.gpu_hours is not None and used >= self.gpu_hours:
+            return f"{used:.2f} of {self.gpu_hours} device-hours used"
+        if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
+            return f"wall-clock budget of {self.wall_hours} h reached"
+        return None
+
+
+class Controller:
+    def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
+                 poll_s: float = 10.0, out: TextIO = sys.stdout,
+                 on_finish: Callable[[RunStore], None] | None = None,
+                 monitor: MonitorKeeper | None = None):
+        self.store, self.scheduler, self.method = store, scheduler, method
+        self.config = store.config
+        self.poll_s = poll_s
+        self.progress = Progress(out)
+        self.on_finish = on_finish
+        self.monitor = monitor
+        self.lease = Lease(store)
+        s = self.config.search
+        created = store.root.stat().st_mtime
+        self.budget = Budget(s.budget_iterations, s.budget_gpu_hours, s.budget_wall_hours,
+                             started_at=min(created, time.time()))
+        self._stop_signal: int | None = None
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, cancel_on_stop: bool = False) -> int:
+        """Run the search to its end; return 0 when finished, 130/143 when stopped by a signal."""
+        self.lease.acquire()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._loop(cancel_on_stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.monitor is not None:
+                self.monitor.stop()
+            self.lease.release()
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._stop_signal = signum
+
+    def _loop(self, cancel_on_stop: bool) -> int:
+        while True:
+            self.lease.heartbeat()
+            tree = self.reconcile()
+            request = read_stop_request(self.store)
+            if self._stop_signal is not None or request is not None:
+                cancel = cancel_on_stop or bool(request and request.get("cancel"))
+                self._stop(tree, cancel)
+                return 128 + self._stop_signal if self._stop_signal else 0
+            pending = [n for n in tree if n.status.pending]
+            spent = self.budget.spent(tree)
+            if spent is None and not self.method.exhausted(tree):
+                tree = self._start_phases(tree, len(pending))
+                pending = [n for n in tree if n.status.pending]
+            elif not pending:
+                self.progress.finished(tree, spent or "the search has no branch left to grow")
+                return 0
+            if self.monitor is not None and self.method.early_stopping:
+                self.monitor.ensure(any(n.status is Status.RUNNING for n in tree))
+            self.progress.show(tree)
+            self._sleep()
+
+    def _sleep(self) -> None:
+        end = time.monotonic() + self.poll_s
+        while time.monotonic() < end and self._stop_signal is None:
+            time.sleep(min(0.2, self.poll_s))
+
+    def _start_phases(self, tree: Tree, running: int) -> Tree:
+        """Create and submit phases until `concurrency` are pending or the method must wait."""
+        while running < self.config.search.concurrency and self.budget.spent(tree) is None:
+            plan = self.method.next_phase(tree)
+            if plan is None:
+                break
+            if isinstance(plan, GiveUp):
+                self.store.update_node(plan.node, lambda n: _give_up(n, plan.message))
+                self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
+            else:
+                node = self._create(tree, plan)
+                self._submit(node)
+                running += 1
+            tree = self.store.load_tree()
+        return tree
+
+    # -- creating and submitting --------------------------------------------------------------
+
+    def _create(self, tree: Tree, plan: PhasePlan) -> Node:
+        node = self.store.add_node(lambda i: make_child(
+            tree, plan.action, i, plan.hparams, plan.resume_step, plan.diagnosis, time.time()))
+        if plan.records_dir is not None and plan.records_dir.is_dir():
+            for entry in plan.records_dir.iterdir():
+                shutil.move(str(entry), str(self.store.node_dir(node.id) / entry.name))
+            plan.records_dir.rmdir()
+        where = f"from node {node.resume.node} step {node.resume.step}" if node.resume else "from the base model"
+        self.progress.event(f"node {node.id}: new {node.kind.value} phase {where}"
+                            + (f" -- {node.diagnosis}" if node.diagnosis else ""))
+        return node
+
+    def _script(self, node: Node) -> Path:
+        resume_dir = self.store.node_dir(node.resume.node) if node.resume else None
+        spec = PhaseSpec.for_node(self.config, node, self.store.node_dir(node.id),
+                                  node.submission.token or "unsubmitted", resume_dir)
+        return write_phase_script(spec)
+
+    def _submit(self, node: Node) -> None:
+        """Record intent, then sbatch, then the job id: a crash between leaves a findable token."""
+        if node.submission.token is None or node.status is Status.PROPOSED:
+            token = f"{self.config.name}-{node.id:04d}-{uuid.uuid4().hex[:10]}"
+
+            def intent(n: Node) -> None:
+                n.submission.token = token
+                n.submission.attempts += 1
+                n.status = Status.SUBMITTING
+                n.submitted_at = time.time()
+            node = self.store.update_node(node.id, intent)
+        script = self._script(node)
+        faults.point("before_sbatch")
+        job_id = self.scheduler.submit(script, node.submission.token)
+        faults.point("after_sbatch")
+        self.store.update_node(node.id, lambda n: _submitted(n, job_id))
+        self.progress.event(f"node {node.id}: submitted as job {job_id}")
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def reconcile(self) -> Tree:
+        """Bring every pending node up to date with the scheduler; ingest finished phases."""
+        tree = self.store.load_tree()
+        for node in tree:
+            if node.status is Status.PROPOSED:
+                self._submit(node)
+            elif node.status is Status.SUBMITTING:
+                job_id = self.scheduler.find_by_token(node.submission.token or "") \
+                    or job_in_status_file(self.store.node_dir(node.id))
+                if job_id is None:
+                    self._submit(node)
+                else:
+                    self.store.update_node(node.id, lambda n, j=job_id: _submitted(n, j))
+        tree = self.store.load_tree()
+        watched = {n.submission.job_id: n for n in tree
+                   if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
+        if watched:
+            dirs = {j: self.store.node_dir(n.id) for j, n in watched.items()}
+            for job_id, state in self.scheduler.states(list(watched), dirs).items():
+                self._observe(watched[job_id], state)
+        return self.store.load_tree()
+
+    def _observe(self, node: Node, state: JobState) -> None:
+        if not state.final:
+            if state.status is not node.status:
+                self.store.update_node(node.id, lambda n: _advance(n, state))
+                self.progress.event(f"node {node.id}: {state.status.value} ({state.raw})")
+            return
+        self._finish(node, state)
+
+    def _finish(self, node: Node, state: JobState) -> None:
+        node_dir = self.store.node_dir(node.id)
+        status = state.status
+        if status is Status.CANCELLED and stop_decided(node_dir):
+            status = Status.EARLY_STOPPED
+        results = collect_results(node, node_dir, self.config.slurm.nodes)
+        faults.point("while_ingesting")
+
+        def finish(n: Node) -> None:
+            n.status = status
+            n.results = results
+            n.submission.scheduler_state = state.raw
+            n.submission.exit_code = state.exit_code
+            n.submission.reason = state.reason
+            n.finished_at = time.time()
+        self.store.update_node(node.id, finish)
+        score = f"best val {results.best_val:.3f} at step {results.best_val_step}" \
+            if results.best_val is not None else "no validation score"
+        self.progress.event(f"node {node.id}: {status.value} ({state.raw}"
+                            + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}")
+        tree = self.store.load_tree()
+        plan = reparent_fix(tree, node.id)
+        if plan is not None:
+            self.store.write_nodes(plan.apply(tree))
+            self.progress.event(f"node {node.id}: fixes node {plan.fixed_from}; moved beside it, "
+                                f"{len(plan.prune)} debug node(s) pruned")
+        if self.on_finish is not None:
+            try:
+                self.on_finish(self.store)
+            except LLMZeroError as exc:
+                self.progress.event(f"report not updated: {exc}")
+
+    def _stop(self, tree: Tree, cancel: bool) -> None:
+        pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
+        if cancel:
+            for node in pending:
+                self.scheduler.cancel(node.submission.job_id)  # type: ignore[arg-type]
+            self.progress.event(f"stopped; cancelled {len(pending)} running phase(s)")
+        else:
+            self.progress.event(f"stopped; {len(pending)} phase(s) keep running "
+                                "(llmzero-start resumes watching them)")
+        clear_stop_request(self.store)
+
+
+def job_in_status_file(node_dir: Path) -> str | None:
+    """The job id a phase wrote when it started: proof it was submitted even if the
+    scheduler has forgotten its token."""
+    try:
+        data = read_json(node_dir / "status.json")
+    except StateError:
+        return None
+    job = data.get("job_id") if isinstance(data, dict) else None
+    return str(job) if job and not str(job).startswith("manual-") else None
+
+
+def _submitted(n: Node, job_id: str) -> None:
+    n.submission.job_id = job_id
+    n.status = Status.QUEUED
+
+
+def _advance(n: Node, state: JobState) -> None:
+    n.status = state.status
+    n.submission.scheduler_state = state.raw
+    if state.status is Status.RUNNING and n.started_at is None:
+        n.started_at = time.time()
+
+
+def _give_up(n: Node, message: str) -> None:
+    n.terminal = True
+    n.diagnosis = (n.diagnosis + "\n" if n.diagnosis else "") + f"debugging stopped: {message}"
+

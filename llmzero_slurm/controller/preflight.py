@@ -1,0 +1,125 @@
+"""`llmzero-start --check`: everything that can be checked before a single job is submitted.
+
+Each check returns a line; the first problem of each kind is reported with the key, file or
+command to fix, and the whole list is printed so a user fixes everything in one round.
+"""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..agents.llm import choose_backend
+from ..config import ExperimentConfig
+from ..errors import LLMZeroError
+from ..render import PhaseSpec, write_phase_script
+from ..search.tree import Kind, Node, Resume
+
+ROWS_CHECKED = 3
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"[{'ok' if self.ok else 'FAIL'}] {self.name}: {self.detail}"
+
+
+def _run(name: str, fn: Callable[[], str]) -> Check:
+    try:
+        return Check(name, True, fn())
+    except LLMZeroError as exc:
+        return Check(name, False, str(exc))
+    except Exception as exc:  # noqa: BLE001 - a preflight reports, it does not crash
+        return Check(name, False, f"{type(exc).__name__}: {exc}")
+
+
+def _load_reward(path: str, name: str) -> Callable[..., Any]:
+    spec = importlib.util.spec_from_file_location("llmzero_reward_check", path)
+    if spec is None or spec.loader is None:
+        raise LLMZeroError(f"task.reward_path: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise LLMZeroError(f"task.reward_name: {path} has no function {name}")
+    return fn
+
+
+def check_data(cfg: ExperimentConfig) -> str:
+    """Dataset files follow verl's schema; the reward function scores their ground truths."""
+    from ..tasks import get_task
+    from ..tasks.dataset import read_examples
+
+    task = cfg.task
+    if task.builtin:
+        module = get_task(task.builtin)
+        reward, files = module.compute_score, []
+    else:
+        if not task.train_files or not task.val_files:
+            raise LLMZeroError("task: give `builtin` or both train_files and val_files")
+        if not task.reward_path:
+            raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
+        reward, files = _load_reward(task.reward_path, task.reward_name), \
+            [*task.train_files, *task.val_files, *task.test_files]
+    if cfg.backend == "verl" and not task.test_files:
+        raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
+    rows = 0
+    for path in files:
+        examples = read_examples(path)
+        for ex in examples[:ROWS_CHECKED]:
+            score = reward(ex.data_source, ex.ground_truth, ex.ground_truth, ex.extra_info)
+            value = score.get("score") if isinstance(score, dict) else score
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise LLMZeroError(f"{path}: the reward returned {score!r} for a row's own ground "
+                                   "truth; it must return a number or a dict with 'score'")
+        rows += len(examples)
+    return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
+
+
+def check_scripts(cfg: ExperimentConfig) -> str:
+    """Render a scratch, an evolve and a debug phase and let bash parse them."""
+    with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
+        root = Path(tmp)
+        nodes = [Node(0, None, Kind.SCRATCH, cfg.hparams),
+                 Node(1, 0, Kind.EVOLVE, cfg.hparams, resume=Resume(0, 10)),
+                 Node(2, 1, Kind.DEBUG, cfg.hparams, resume=Resume(0, 10), debug_depth=1)]
+        for node in nodes:
+            resume_dir = root / "0000" if node.resume else None
+            spec = PhaseSpec.for_node(cfg, node, root / f"{node.id:04d}", "preflight", resume_dir)
+            script = write_phase_script(spec)
+            done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+            if done.returncode:
+                raise LLMZeroError(f"rendered {node.kind.value} script does not parse: {done.stderr}")
+    return "scratch, evolve and debug phase scripts render and parse"
+
+
+def check_scheduler(kind: str) -> str:
+    if kind == "local":
+        return "no Slurm cluster: phases run as local processes"
+    done = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %G"], capture_output=True, text=True,
+                          timeout=30)
+    if done.returncode:
+        raise LLMZeroError(f"sinfo failed: {done.stderr.strip()}")
+    return "Slurm reachable; partitions: " + "; ".join(done.stdout.split("\n")[:5]).strip()
+
+
+def check_llm(cfg: ExperimentConfig) -> str:
+    llm = choose_backend(cfg.agents)
+    if llm is None:
+        return "offline heuristic agents (no API key configured)"
+    return f"{llm.name} backend, model {cfg.agents.model}"
+
+
+def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:
+    return [Check("config", True, f"{cfg.source or 'config'} is valid"),
+            _run("data and reward", lambda: check_data(cfg)),
+            _run("phase scripts", lambda: check_scripts(cfg)),
+            _run("scheduler", lambda: check_scheduler(scheduler_kind)),
+            _run("agents", lambda: check_llm(cfg))]

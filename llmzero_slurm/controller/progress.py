@@ -1,0 +1,42 @@
+"""What the controller shows while it runs: one timestamped line per event, and a status line
+whenever the picture changes (node counts by status, the best score and its path)."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TextIO
+
+from ..search.policy import best_node, best_path
+from ..search.tree import Tree
+
+
+def tree_summary(tree: Tree) -> str:
+    """e.g. '7 phases: 2 running, 4 completed, 1 failed | best 0.512 (node 5: 0 -> 3 -> 5)'."""
+    counts = Counter(n.status.value for n in tree if not n.pruned)
+    parts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    text = f"{len(tree)} phases: {parts}" if len(tree) else "no phases yet"
+    best = best_node(tree)
+    if best is not None:
+        path = " -> ".join(str(n.id) for n in best_path(tree))
+        text += f" | best val {best.score:.3f} (node {best.id}: {path})"
+    return text
+
+
+class Progress:
+    def __init__(self, out: TextIO):
+        self.out = out
+        self._last = ""
+
+    def event(self, message: str) -> None:
+        self.out.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+        self.out.flush()
+
+    def show(self, tree: Tree) -> None:
+        summary = tree_summary(tree)
+        if summary != self._last:
+            self._last = summary
+            self.event(summary)
+
+    def finished(self, tree: Tree, reason: str) -> None:
+        self.event(f"search finished: {reason}")
+        self.event(tree_summary(tree))

@@ -1,0 +1,62 @@
+"""What a search method decides: the next phase to run, given the tree so far.
+
+Every method (the agent-driven llmzero search and the baselines) runs on the same controller,
+store, scheduler and templates; only this decision differs. A method never writes anything:
+it returns a plan and the controller records, renders and submits it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import ExperimentConfig
+from ..search.policy import Action
+from ..search.tree import Tree
+
+
+@dataclass
+class PhasePlan:
+    """A phase to create: where it hangs, its full configuration and where it resumes."""
+
+    action: Action
+    hparams: dict[str, Any]
+    resume_step: int | None = None      # evolve: the parent's checkpoint (global step)
+    diagnosis: str = ""                 # why (shown in status views and the report)
+    # Agent records to move into the new node's directory once it exists.
+    records_dir: Path | None = None
+
+
+@dataclass
+class GiveUp:
+    """Stop a failed node's debug chain: its failure needs a person, not another retry."""
+
+    node: int
+    message: str
+
+
+@dataclass
+class MethodContext:
+    """What a method may read besides the tree: the config and each node's directory."""
+
+    config: ExperimentConfig
+    node_dir: Callable[[int], Path]
+    scratch_dir: Path                   # where agents write records before a node id exists
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class SearchMethod(ABC):
+    name: str
+    early_stopping: bool = False        # whether the monitor job runs for this method
+
+    def __init__(self, ctx: MethodContext):
+        self.ctx = ctx
+
+    @abstractmethod
+    def next_phase(self, tree: Tree) -> PhasePlan | GiveUp | None:
+        """The next phase to start now, or None when nothing can start until a job ends."""
+
+    @abstractmethod
+    def exhausted(self, tree: Tree) -> bool:
+        """True when no further phase will ever be proposed (pending jobs aside)."""

@@ -1,0 +1,71 @@
+"""The LLMZero search: UCT selection over the tree, agents for every new phase (Algorithm 1).
+
+Selection picks where to branch; the proposer fills in an evolve or injected-scratch child,
+the error analyzer a debug child. The root runs the experiment's own configuration (the
+practitioner's recipe), as in the paper.
+"""
+from __future__ import annotations
+
+import uuid
+
+from ..agents.error_analyzer import ErrorAnalyzer
+from ..agents.llm import choose_backend
+from ..agents.proposer import Proposer, ProposerInput
+from ..metrics import read_metrics
+from ..search.policy import Action, best_node, select
+from ..search.tree import Kind, Tree
+from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
+
+
+class LLMZeroMethod(SearchMethod):
+    name = "llmzero"
+    early_stopping = True
+
+    def __init__(self, ctx: MethodContext):
+        super().__init__(ctx)
+        cfg = ctx.config
+        llm = choose_backend(cfg.agents)
+        self.proposer = Proposer(cfg.agents, cfg.backend, llm)
+        self.analyzer = ErrorAnalyzer(cfg.agents, cfg.backend, llm)
+
+    def exhausted(self, tree: Tree) -> bool:
+        return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
+            and not any(n.status.pending for n in tree)
+
+    def next_phase(self, tree: Tree) -> PhasePlan | GiveUp | None:
+        action = select(tree, self.ctx.config.search)
+        if action is None:
+            return None
+        if action.parent is None:
+            return PhasePlan(action, dict(self.ctx.config.hparams), diagnosis="initial configuration")
+        records = self.ctx.scratch_dir / uuid.uuid4().hex[:12]
+        records.mkdir(parents=True, exist_ok=True)
+        if action.kind is Kind.DEBUG:
+            return self._debug(tree, action, records)
+        return self._propose(tree, action, records)
+
+    def _propose(self, tree: Tree, action: Action, records) -> PhasePlan:
+        parent = tree[action.parent]
+        best = best_node(tree)
+        siblings = [c.hparams for c in tree.children(parent.id)]
+        inp = ProposerInput(parent, read_metrics(self.ctx.node_dir(parent.id) / "metrics.jsonl"),
+                            best.score if best else None, scratch_only=action.injected,
+                            taken=siblings)
+        proposal = self.proposer.propose(inp, records)
+        if proposal.checkpoint is None:
+            action = Action(Kind.SCRATCH, action.parent, action.injected)
+        return PhasePlan(action, proposal.hparams, proposal.checkpoint, proposal.diagnosis, records)
+
+    def _debug(self, tree: Tree, action: Action, records) -> PhasePlan | GiveUp:
+        failed = tree[action.parent]
+        node_dir = self.ctx.node_dir(failed.id)
+        job = failed.submission
+        logs = sorted(node_dir.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
+        text = logs[-1].read_text(errors="replace") if logs else ""
+        fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams, records)
+        if fix.action == "give_up":
+            return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix")
+        hparams = fix.hparams or dict(failed.hparams)
+        diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
+                                          or "retry unchanged")
+        return PhasePlan(action, hparams, None, diagnosis, records)
