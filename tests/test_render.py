@@ -1,0 +1,194 @@
+"""Rendering phase scripts: what the directives say, and that no value can run as code."""
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from llmzero_slurm.backends.cpu import CpuBackend
+from llmzero_slurm.config import SlurmConfig, TaskConfig, parse_config
+from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.render import PhaseSpec, render, write_phase_script
+from llmzero_slurm.schedulers.base import parse_time
+from llmzero_slurm.schedulers.directives import read_directives
+from llmzero_slurm.search.tree import Kind, Node, Resume
+
+# A stand-in interpreter that records the argv it was given, to see exactly what ran.
+ARGV_DUMP = f"""#!{sys.executable}
+import json, os, sys
+with open(os.path.join(os.environ["LLMZ_NODE_DIR"], "argv.json"), "w") as fh:
+    json.dump(sys.argv[1:], fh)
+"""
+
+
+def spec(tmp_path: Path, **changes) -> PhaseSpec:
+    base = PhaseSpec("exp1", 7, "evolve", tmp_path / "nodes" / "0007", "tok-abc",
+                     {"lr": 1e-5, "use_kl_loss": True, "total_training_steps": 20},
+                     task=TaskConfig(builtin="addition"))
+    return replace(base, **changes)
+
+
+def directives(text: str) -> dict[str, str]:
+    return read_directives(text)
+
+
+def test_directives_come_from_the_config(tmp_path):
+    slurm = SlurmConfig(partition="gpu", account="proj-1", qos="high", constraint="a100&ib",
+                        nodes=2, gpus_per_node=4, gpu_type="a100", cpus_per_task=16, mem="200G",
+                        time="1-12:00:00", exclusive=True,
+                        extra_directives=["--reservation=llm", "--mail-type=END"],
+                        setup=["module load cuda/12.4", "source ~/venvs/verl/bin/activate"])
+    text = render(spec(tmp_path, slurm=slurm))
+    d = directives(text)
+    assert d["job-name"] == "llmz-exp1-0007-evolve"
+    assert d["comment"] == "llmz:node=0007,token=tok-abc"
+    assert d["output"] == f"{tmp_path}/nodes/0007/slurm-%j.out"
+    assert (d["partition"], d["account"], d["qos"], d["constraint"]) == ("gpu", "proj-1", "high", "a100&ib")
+    assert (d["nodes"], d["cpus-per-task"], d["mem"], d["time"]) == ("2", "16", "200G", "1-12:00:00")
+    assert d["gpus-per-node"] == "a100:4" and "gres" not in d
+    assert "exclusive" in d and "requeue" in d and d["reservation"] == "llm"
+    assert d["signal"].startswith("B:USR1@")
+    assert text.index("module load cuda/12.4") < text.index("source ~/venvs") < text.index("llmz_run ")
+
+
+def test_gres_spelling_no_gpus_and_no_requeue(tmp_path):
+    d = directives(render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=2, gpu_directive="gres"))))
+    assert d["gres"] == "gpu:2" and "gpus-per-node" not in d
+    d = directives(render(spec(tmp_path, slurm=SlurmConfig(requeue=False))))
+    assert "gres" not in d and "gpus-per-node" not in d and "no-requeue" in d and "requeue" not in d
+
+
+def test_cpu_trainer_command_follows_its_contract(tmp_path):
+    parent = tmp_path / "nodes" / "0003"
+    s = spec(tmp_path, resume_dir=parent, resume_step=40,
+             trainer={"cache_dir": "/scratch/cache", "max_memory_mb": 900})
+    run_line = next(l for l in render(s).splitlines() if l.startswith("llmz_run "))
+    argv = run_line.split()[1:]
+    assert argv[0] == sys.executable and argv[1].endswith("jobs/cpu_grpo.py")
+    assert argv[argv.index("--task") + 1] == "addition"
+    assert argv[argv.index("--output-dir") + 1] == str(s.node_dir)
+    assert argv[argv.index("--init-adapter") + 1] == f"{parent}/ckpt/global_step_40"
+    assert argv[argv.index("--step-offset") + 1] == "40"
+    assert argv[argv.index("--cache-dir") + 1] == "/scratch/cache"
+    assert argv[argv.index("--max-memory-mb") + 1] == "900"
+    assert argv[-3:] == ["lr=1e-05", "total_training_steps=20", "use_kl_loss=true"]
+    files = TaskConfig(train_files=["/d/train.parquet"], val_files=["/d/val.parquet"],
+                       reward_path="/d/reward.py")
+    run_line = next(l for l in render(spec(tmp_path, task=files)).splitlines()
+                    if l.startswith("llmz_run "))
+    assert "--train-files /d/train.parquet --val-files /d/val.parquet --reward-path /d/reward.py" in run_line
+
+
+def test_for_node_takes_everything_from_config_and_node(tmp_path):
+    cfg = parse_config({"name": "demo", "hparams": {"lr": 1e-3},
+                        "slurm": {"partition": "cpu", "time": "00:30:00"}})
+    node = Node(id=12, parent=3, kind=Kind.EVOLVE, hparams={"lr": 2e-3}, resume=Resume(3, 60))
+    s = PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x", resume_dir=tmp_path / "0003")
+    d = directives(render(s))
+    assert d["job-name"] == "llmz-demo-0012-evolve" and d["partition"] == "cpu"
+    assert "--step-offset 60" in render(s)
+    with pytest.raises(ConfigError, match="resume"):
+        PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x")
+
+
+def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path):
+    slurm = SlurmConfig(gpus_per_node=1, setup=["export FOO=bar"])
+    path = write_phase_script(spec(tmp_path, slurm=slurm))
+    assert path == tmp_path / "nodes" / "0007" / "phase.sbatch"
+    assert path.stat().st_mode & stat.S_IXUSR
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    proc = subprocess.run(["shellcheck", "--severity=warning", "--shell=bash", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"hparams": {"lr": "1e-5; rm -rf ~"}}, "lr"),
+    ({"hparams": {"target_modules": "$(curl x)"}}, "target_modules"),
+    ({"hparams": {"target_modules": "all-linear\nrm -rf ~"}}, "target_modules"),
+    ({"hparams": {"target_modules": "q" * 10000}}, "target_modules"),
+    ({"hparams": {"lr_typo": 1e-3}}, "lr_typo"),
+    ({"hparams": {"gpu_memory_utilization": 0.5}}, "gpu_memory_utilization"),   # verl-only
+    ({"experiment": "x; reboot"}, "experiment"),
+    ({"experiment": "e" * 5000}, "experiment"),
+    ({"token": "$(id)"}, "token"),
+    ({"kind": "scratch`id`"}, "kind"),
+    ({"node_dir": Path("/runs/with space/0007")}, "node_dir"),
+    ({"node_dir": Path("/runs/100%/0007")}, "node_dir"),
+    ({"node_dir": Path("/runs/x\n#SBATCH --wrap=id/0007")}, "node_dir"),
+    ({"trainer": {"evil": "$(id)"}}, "trainer.evil"),
+    ({"trainer": {"max_memory_mb": "900; id"}}, "trainer.max_memory_mb"),
+    ({"task": TaskConfig(train_files=["/d/a\n/d/b"], val_files=["/d/v"])}, "command["),
+    ({"task": TaskConfig(train_files=["/d/" + "a" * 5000], val_files=["/d/v"])}, "command["),
+    ({"slurm": SlurmConfig(partition="gpu;id")}, "slurm.partition"),
+    ({"slurm": SlurmConfig(account="a b")}, "slurm.account"),
+    ({"slurm": SlurmConfig(constraint="a100 --wrap=id")}, "slurm.constraint"),
+    ({"slurm": SlurmConfig(mem="16G\n#SBATCH --uid=0")}, "slurm.mem"),
+    ({"slurm": SlurmConfig(time="forever")}, "slurm.time"),
+    ({"slurm": SlurmConfig(gpus_per_node=1, gpu_type="a100$(id)")}, "slurm.gpu_type"),
+    ({"slurm": SlurmConfig(nodes=0)}, "slurm.nodes"),
+    ({"slurm": SlurmConfig(extra_directives=["--reservation=x y"])}, "slurm.extra_directives[0]"),
+    ({"slurm": SlurmConfig(extra_directives=["--output=/tmp/elsewhere"])}, "slurm.extra_directives[0]"),
+    ({"slurm": SlurmConfig(extra_directives=["--mail-user=$(id)"])}, "slurm.extra_directives[0]"),
+    ({"slurm": SlurmConfig(setup=["module load a", "echo ok\nrm -rf ~"])}, "slurm.setup[1]"),
+])
+def test_hostile_values_are_refused_naming_the_key(tmp_path, changes, key):
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, **changes))
+    assert f"'{key}" in str(err.value)
+
+
+HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a b; touch PWNED", "x' ; touch PWNED; '",
+           '"$HOME" && touch PWNED', "!!", "*", "~", "a\\tb", "-n", "--task=$(id)"]
+
+
+def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
+    dump = tmp_path / "argv-dump"
+    dump.write_text(ARGV_DUMP)
+    dump.chmod(0o755)
+    s = replace(s, trainer={**s.trainer, "python": str(dump)})
+    path = write_phase_script(s)
+    proc = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((s.node_dir / "status.json").read_text())["state"] == "completed"
+    return json.loads((s.node_dir / "argv.json").read_text())
+
+
+def test_shell_metacharacters_in_values_never_execute(tmp_path):
+    files = [f"/data/{h}.parquet" for h in HOSTILE]
+    s = spec(tmp_path, task=TaskConfig(train_files=files, val_files=[HOSTILE[0]],
+                                       reward_path="/r/$(touch PWNED).py"),
+             trainer={"cache_dir": "; touch PWNED"})
+    argv = run_by_hand(tmp_path, s)
+    assert argv[argv.index("--train-files") + 1:argv.index("--val-files")] == files
+    assert argv[argv.index("--cache-dir") + 1] == "; touch PWNED"
+    assert argv[argv.index("--reward-path") + 1] == "/r/$(touch PWNED).py"
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40),
+                min_size=1, max_size=3))
+def test_any_printable_path_reaches_the_trainer_unchanged(tmp_path_factory, paths):
+    tmp_path = tmp_path_factory.mktemp("prop")
+    s = spec(tmp_path, task=TaskConfig(train_files=paths, val_files=["/v"]))
+    argv = run_by_hand(tmp_path, s)
+    assert argv[argv.index("--train-files") + 1:argv.index("--val-files")] == paths
+
+
+def test_slurm_time_formats():
+    assert [parse_time(t) for t in ("30", "5:30", "1:00:00", "2-0", "1-1:30", "1-00:00:10")] == [
+        1800, 330, 3600, 172800, 91800, 86410]
+    for bad in ("", "1h", "0", "1:2:3:4", "-1"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
