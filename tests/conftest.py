@@ -1,6 +1,7 @@
 """Shared fixtures: the local Slurm cluster, and a tiny real trainer for phase-script tests."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,3 +103,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every)
+
+
+def finish(sched: Any, job_id: str, timeout: float = 60) -> Any:
+    """Poll a scheduler until the job reaches a final state; return that JobState."""
+    return wait_for(lambda: (s := sched.states([job_id]).get(job_id)) and s.final and s,
+                    timeout, f"job {job_id} to finish")
+
+
+def status_json(script: Path) -> dict:
+    """The status.json the phase wrote beside its script."""
+    return json.loads((script.parent / "status.json").read_text())

@@ -20,7 +20,7 @@ from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler
 from llmzero_slurm.schedulers.base import JobState
 from llmzero_slurm.search.tree import Status
 
-from conftest import TinyBackend, wait_for
+from conftest import TinyBackend, finish, status_json, wait_for
 
 BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
 
@@ -39,15 +39,6 @@ def phase(tmp_path: Path, program: str, node_id: int = 1, hparams: dict | None =
                      slurm=SlurmConfig(time=time, cpus_per_task=1),
                      trainer={"program": program, **trainer})
     return write_phase_script(spec, TinyBackend())
-
-
-def finish(sched: Any, job_id: str, timeout: float = 60) -> JobState:
-    return wait_for(lambda: (s := sched.states([job_id]).get(job_id)) and s.final and s,
-                    timeout, f"job {job_id} to finish")
-
-
-def status_json(script: Path) -> dict:
-    return json.loads((script.parent / "status.json").read_text())
 
 
 def steps(script: Path) -> list[int]:

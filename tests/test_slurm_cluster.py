@@ -17,7 +17,7 @@ from llmzero_slurm.schedulers import SlurmScheduler
 from llmzero_slurm.schedulers.slurm import run_command
 from llmzero_slurm.search.tree import Status
 
-from conftest import TinyBackend, wait_for
+from conftest import TinyBackend, finish, status_json, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -28,15 +28,6 @@ def phase(root: Path, program: str, node_id: int, hparams: dict, slurm: SlurmCon
                      slurm=slurm or SlurmConfig(cpus_per_task=1),
                      trainer={"program": program, **trainer})
     return write_phase_script(spec, TinyBackend())
-
-
-def finish(sched: SlurmScheduler, job: str, timeout: float = 60):
-    return wait_for(lambda: (s := sched.states([job]).get(job)) and s.final and s, timeout,
-                    f"job {job} to finish")
-
-
-def status_json(script: Path) -> dict:
-    return json.loads((script.parent / "status.json").read_text())
 
 
 @pytest.fixture(scope="module")
