@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Run one GRPO training phase of the embedded CPU trainer (the program a phase script runs).
+
+Examples:
+  cpu_grpo.py --task addition --output-dir runs/x/nodes/0001 lr=1e-3 total_training_steps=100
+  cpu_grpo.py --task addition --output-dir runs/x/nodes/0002 \\
+      --init-adapter runs/x/nodes/0001/ckpt/global_step_50 --step-offset 50 kl_loss_coef=0.1
+
+Writes OUTPUT_DIR/metrics.jsonl (appended, verl file-logger format) and PEFT adapter folders
+OUTPUT_DIR/ckpt/global_step_N/. Rerun with the same --output-dir (a Slurm requeue) and it
+resumes its own newest checkpoint with optimizer, RNG and data position.
+
+Exit codes: 0 finished; 1 unexpected error; 2 bad arguments, hyperparameters, data or reward
+file; 3 out of memory (a line containing "out of memory" names the torch error); 143 stopped
+by SIGTERM (scancel, time limit, preemption) after saving and flushing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a plain checkout
+
+import yaml  # noqa: E402
+
+from llmzero_slurm.cputrain.defaults import DEFAULTS  # noqa: E402
+from llmzero_slurm.errors import ConfigError, LLMZeroError  # noqa: E402
+from llmzero_slurm.hparams import validate_hparams  # noqa: E402
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OOM, EXIT_TERMINATED = 0, 1, 2, 3, 143
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="cpu_grpo.py", description=__doc__.split("\n\n")[0],
+        epilog="Hyperparameters are key=value in the shared vocabulary (llmzero_slurm/hparams.py)"
+               "; unset keys take these defaults: " + ", ".join(
+                   f"{k}={v}" for k, v in DEFAULTS.items()))
+    data = parser.add_argument_group("data (either --task or all four files)")
+    data.add_argument("--task", help="a built-in task: addition, arithmetic, sort")
+    data.add_argument("--train-files", type=Path, help="verl-format parquet of the train split")
+    data.add_argument("--val-files", type=Path, help="parquet of the validation split")
+    data.add_argument("--test-files", type=Path, help="parquet of the test split")
+    data.add_argument("--reward-path", type=Path, help="python file defining compute_score")
+    parser.add_argument("--output-dir", type=Path, required=True,
+                        help="phase directory: metrics.jsonl and ckpt/ go here")
+    parser.add_argument("--init-adapter", type=Path,
+                        help="a parent's PEFT adapter folder to start from (weights only)")
+    parser.add_argument("--step-offset", type=int, default=0,
+                        help="global step of the parent checkpoint; steps log as K+1, K+2, ...")
+    parser.add_argument("--cache-dir", type=Path,
+                        default=Path(os.environ.get("LLMZERO_CACHE",
+                                                    Path.home() / ".cache" / "llmzero")),
+                        help="where base models and task data are cached "
+                             "(default: $LLMZERO_CACHE or ~/.cache/llmzero)")
+    parser.add_argument("--max-memory-mb", type=int,
+                        help="memory limit; beyond it allocations fail (exit 3)")
+    parser.add_argument("hparams", nargs="*", metavar="key=value")
+    args = parser.parse_args(argv)
+    files = (args.train_files, args.val_files, args.test_files, args.reward_path)
+    if (args.task is None) == all(f is None for f in files) or (
+            args.task is None and not all(files)):
+        parser.error("give either --task NAME or all of --train-files, --val-files, "
+                     "--test-files and --reward-path")
+    if args.step_offset < 0:
+        parser.error("--step-offset must be >= 0")
+    args.hparams = parse_hparams(args.hparams)
+    return args
+
+
+def parse_hparams(pairs: list[str]) -> dict:
+    """key=value pairs (values in YAML syntax) merged over DEFAULTS and validated as a whole."""
+    given = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(pair[:80], "hyperparameters are given as key=value")
+        try:
+            given[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(key, f"value {text[:80]!r} is not valid YAML") from None
+    hparams = validate_hparams({**DEFAULTS, **given}, "cpu")
+    if hparams["lora_rank"] == 0:
+        raise ConfigError("lora_rank", "the CPU trainer trains LoRA adapters only; use >= 1")
+    return hparams
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+    except LLMZeroError as exc:
+        print(f"cpu_grpo: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    stop = {"signal": None}
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from llmzero_slurm.cputrain.session import run_phase   # torch loads only past argument checks
+    from llmzero_slurm.cputrain.memory import is_out_of_memory
+    try:
+        finished = run_phase(args, should_stop=lambda: stop["signal"] is not None)
+    except LLMZeroError as exc:
+        print(f"cpu_grpo: error: {exc}", file=sys.stderr)
+        return exc.exit_code if exc.exit_code == EXIT_BAD_INPUT else EXIT_ERROR
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        print(f"cpu_grpo: out of memory: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_OOM
+    if not finished:
+        print("cpu_grpo: stopped by SIGTERM after saving a checkpoint", file=sys.stderr)
+        return EXIT_TERMINATED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

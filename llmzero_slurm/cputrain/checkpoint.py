@@ -1,0 +1,53 @@
+"""Checkpoint folders: a PEFT adapter plus the trainer state, written atomically.
+
+`ckpt/global_step_N/` holds adapter_config.json + adapter_model.safetensors (loadable by
+peft, and the contract a child phase starts from) and trainer_state.pt (optimizer, RNGs and
+data position) so a requeued job resumes exactly. Folders appear by rename, never half-written.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "trainer_state.pt"
+_FOLDER = re.compile(r"^global_step_(\d+)$")
+
+
+def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any]) -> Path:
+    """Write global_step_<step>/ via a temporary folder and a rename."""
+    final = ckpt_dir / f"global_step_{step}"
+    tmp = ckpt_dir / f".global_step_{step}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    torch.save(state, tmp / STATE_FILE)
+    if final.exists():   # a rerun of the same step: the new folder replaces the old one
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def latest(ckpt_dir: Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint (step, folder), or None."""
+    found = []
+    if ckpt_dir.is_dir():
+        for entry in ckpt_dir.iterdir():
+            match = _FOLDER.match(entry.name)
+            if match and (entry / STATE_FILE).exists():
+                found.append((int(match.group(1)), entry))
+    return max(found) if found else None
+
+
+def remove_partial(ckpt_dir: Path) -> None:
+    """Delete temporary folders a killed job left behind."""
+    if ckpt_dir.is_dir():
+        for entry in ckpt_dir.glob(".global_step_*.tmp"):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def load_state(folder: Path) -> dict[str, Any]:
+    return torch.load(folder / STATE_FILE, weights_only=False)

@@ -1,0 +1,48 @@
+"""metrics.jsonl in verl's file-logger format, appended and flushed line by line.
+
+A monitor reads the file while the job runs, so every line is complete when written. A
+requeued job first drops the lines after the step it resumes from, keeping one curve.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = None
+
+    def truncate_after(self, step: int) -> None:
+        """Keep only lines with step <= `step` (atomically); unreadable lines are kept as-is."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines(keepends=True):
+            try:
+                if json.loads(line)["step"] > step:
+                    continue
+            except (ValueError, KeyError, TypeError):
+                if not line.endswith("\n"):
+                    continue   # a torn last line from a killed writer
+            kept.append(line)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, self.path)
+
+    def write(self, step: int, data: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        clean = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
+                 for k, v in data.items()}
+        self._file.write(json.dumps({"step": step, "data": clean}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

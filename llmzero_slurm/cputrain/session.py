@@ -1,0 +1,48 @@
+"""From parsed command-line arguments to a running phase: device, threads, data, limits."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..tasks import dataset, reward_path
+from ..tasks.reward_file import load_reward
+from .memory import limit_memory
+from .trainer import GRPOTrainer, Phase
+
+
+def pick_device() -> torch.device:
+    """CUDA when present; on CPU, as many threads as Slurm (or OMP) grants, default 2."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    threads = os.environ.get("SLURM_CPUS_PER_TASK") or os.environ.get("OMP_NUM_THREADS") or "2"
+    torch.set_num_threads(max(1, int(threads)))
+    return torch.device("cpu")
+
+
+def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool:
+    """Train one phase as the arguments say; False when stopped early."""
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    device = pick_device()
+    if args.task:
+        files = dataset.materialize(args.task, Path(args.cache_dir) / "tasks")
+        reward_file = reward_path(args.task)
+    else:
+        files = {"train": args.train_files, "val": args.val_files, "test": args.test_files}
+        reward_file = args.reward_path
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    phase = Phase(train=dataset.read_examples(files["train"]),
+                  val=dataset.read_examples(files["val"]),
+                  test=dataset.read_examples(files["test"]),
+                  reward=load_reward(reward_file), reward_path=Path(reward_file),
+                  hparams=args.hparams, output_dir=args.output_dir,
+                  cache_dir=Path(args.cache_dir), device=device,
+                  init_adapter=args.init_adapter, step_offset=args.step_offset)
+    trainer = GRPOTrainer(phase)
+    if args.max_memory_mb:
+        limit_memory(args.max_memory_mb, device)
+    return trainer.run(should_stop)

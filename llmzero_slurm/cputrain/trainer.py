@@ -1,0 +1,242 @@
+"""One GRPO phase on the tiny model: rollouts, rewards, clipped updates, validation, checkpoints.
+
+The loop mirrors verl's ray trainer closely enough that every metric means the same thing:
+validate at the phase start, then per step sample `rollout_n` responses per prompt, score
+them, compute reference log-probs with the adapter switched off, normalise rewards within
+each prompt group, and take one optimiser step per mini-batch.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import DataError
+from ..tasks.dataset import Example
+from ..tasks.reward_file import RewardFn, score
+from . import checkpoint, grpo, policy
+from .memory import memory_metrics
+from .metrics_log import MetricsLog
+from .model import with_lora
+from .tokenizer import CharTokenizer
+from .warmstart import load_base
+
+
+@dataclass
+class Phase:
+    """Everything one phase needs; `hparams` is complete and already validated."""
+
+    train: Sequence[Example]
+    val: Sequence[Example]
+    test: Sequence[Example]
+    reward: RewardFn
+    reward_path: Path
+    hparams: dict[str, Any]
+    output_dir: Path
+    cache_dir: Path
+    device: torch.device
+    init_adapter: Path | None = None
+    step_offset: int = 0
+
+
+class GRPOTrainer:
+    def __init__(self, phase: Phase, log: Callable[[str], None] = print):
+        self.phase, self.hp, self.log = phase, phase.hparams, log
+        self.tok = CharTokenizer()
+        for split, examples in (("train", phase.train), ("val", phase.val), ("test", phase.test)):
+            self._check_prompt_lengths(split, examples)
+        self.ckpt_dir = phase.output_dir / "ckpt"
+        checkpoint.remove_partial(self.ckpt_dir)
+        resume = checkpoint.latest(self.ckpt_dir)
+        base, base_id = load_base(self.tok, phase.train, phase.cache_dir, log)
+        adapter = resume[1] if resume else phase.init_adapter
+        self.model = with_lora(base.to(phase.device), base_id, self.hp["lora_rank"],
+                               self.hp["lora_alpha"], self.hp["target_modules"], adapter)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optim = torch.optim.AdamW(self.params, lr=self.hp["lr"],
+                                       weight_decay=self.hp["weight_decay"])
+        self.sampler = torch.Generator(device=phase.device).manual_seed(self.hp["seed"])
+        self.total_steps = self.hp["total_training_steps"] or max(
+            1, len(phase.train) // self.hp["train_batch_size"]) * self.hp["total_epochs"]
+        self.local_step, self.epoch, self.position = 0, 0, 0
+        self.metrics = MetricsLog(phase.output_dir / "metrics.jsonl")
+        if resume:
+            self._restore(checkpoint.load_state(resume[1]))
+            log(f"resumed own checkpoint {resume[1].name} (phase step {self.local_step})")
+            self.metrics.truncate_after(self.global_step)
+        else:
+            self.metrics.truncate_after(phase.step_offset - 1)
+        self._order = self._epoch_order()
+
+    @property
+    def global_step(self) -> int:
+        return self.phase.step_offset + self.local_step
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Train to the last step; return False when stopped early by `should_stop`."""
+        try:
+            if self.local_step == 0:
+                self.metrics.write(self.global_step, self.evaluate())
+            while self.local_step < self.total_steps:
+                if should_stop():
+                    if self.local_step and checkpoint.latest(self.ckpt_dir)[0] != self.global_step:
+                        self.save()   # so a requeued or evolved run loses no finished step
+                    return False
+                data = self.train_step()
+                self.local_step += 1
+                last = self.local_step == self.total_steps
+                if last or self.local_step % self.hp["test_freq"] == 0:
+                    data.update(self.evaluate())
+                    self.log(f"step {self.global_step}: " + ", ".join(
+                        f"{k}={v:.3f}" for k, v in data.items() if "-core/" in k))
+                self.metrics.write(self.global_step, data)
+                if last or self.local_step % self.hp["save_freq"] == 0:
+                    self.save()
+            return True
+        finally:
+            self.metrics.close()
+
+    # -- one step ---------------------------------------------------------------------------
+
+    def train_step(self) -> dict[str, float]:
+        hp, started = self.hp, time.perf_counter()
+        examples = self._next_batch()
+        n = hp["rollout_n"]
+        prompts = [self.tok.prompt_ids(ex.messages) for ex in examples for _ in range(n)]
+        batch = policy.sample(self.model, self.tok, prompts, hp["max_response_length"],
+                              hp["temperature"], self.sampler, self.phase.device)
+        scores = self._scores([ex for ex in examples for _ in range(n)], batch)
+        ref_logp = self._reference_logp(batch)
+        mask = batch.response_mask.float()
+        rewards = scores
+        if hp["use_kl_in_reward"]:
+            kl = grpo.kl_penalty(batch.old_logp, ref_logp, "kl") * mask
+            rewards = scores - hp["kl_in_reward_coef"] * kl.sum(-1)
+        adv = grpo.group_advantages(rewards, n, hp["norm_adv_by_std_in_grpo"])
+        stats = self._update(batch, ref_logp, adv)
+        lengths = batch.lengths.float()
+        stats.update({
+            "critic/score/mean": scores.mean().item(),
+            "critic/rewards/mean": rewards.mean().item(),
+            "critic/advantages/mean": adv.mean().item(),
+            "response_length/mean": lengths.mean().item(),
+            "response_length/clip_ratio":
+                (lengths >= hp["max_response_length"]).float().mean().item(),
+            "actor/lr": self.optim.param_groups[0]["lr"],
+            "training/global_step": float(self.global_step + 1),
+            "training/epoch": float(self.epoch),
+            "timing_s/step": time.perf_counter() - started,
+            **memory_metrics(self.phase.device),
+        })
+        return stats
+
+    def _update(self, batch: policy.Batch, ref_logp: torch.Tensor,
+                adv: torch.Tensor) -> dict[str, float]:
+        """One optimiser step per mini-batch of prompts, accumulating over micro-batches."""
+        hp = self.hp
+        mini = hp["ppo_mini_batch_size"] * hp["rollout_n"]
+        sums: dict[str, float] = {}
+        updates = 0
+        for start in range(0, len(adv), mini):
+            self.optim.zero_grad(set_to_none=True)
+            idx_mini = torch.arange(start, min(start + mini, len(adv)), device=adv.device)
+            for micro in idx_mini.split(hp["ppo_micro_batch_size_per_gpu"]):
+                part = batch.select(micro)
+                mask = part.response_mask.float()
+                logp, entropy = policy.response_logp(self.model, part, hp["temperature"], True)
+                pg_loss, stats = grpo.policy_loss(logp, part.old_logp, adv[micro], mask,
+                                                  hp["clip_ratio_low"], hp["clip_ratio_high"])
+                kl = grpo.masked_mean(grpo.kl_penalty(logp, ref_logp[micro],
+                                                      hp["kl_loss_type"]), mask)
+                ent = grpo.masked_mean(entropy, mask)
+                loss = pg_loss - hp["entropy_coeff"] * ent
+                if hp["use_kl_loss"]:
+                    loss = loss + hp["kl_loss_coef"] * kl
+                (loss * len(micro) / len(idx_mini)).backward()
+                stats.update({"actor/pg_loss": pg_loss.item(), "actor/kl_loss": kl.item(),
+                              "actor/entropy": ent.item()})
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value * len(micro) / len(idx_mini)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, hp["grad_clip"]).item()
+            if math.isfinite(grad_norm):   # verl skips the update on a non-finite norm
+                self.optim.step()
+            sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + grad_norm
+            updates += 1
+        return {k: v / updates for k, v in sums.items()}
+
+    @torch.no_grad()
+    def _reference_logp(self, batch: policy.Batch) -> torch.Tensor:
+        """Log-probs under the base model: the policy with its adapter switched off."""
+        parts = []
+        with self.model.disable_adapter():
+            for idx in torch.arange(len(batch.prompt), device=batch.prompt.device).split(
+                    self.hp["log_prob_micro_batch_size_per_gpu"]):
+                parts.append(policy.response_logp(self.model, batch.select(idx),
+                                                  self.hp["temperature"])[0])
+        return torch.cat(parts)
+
+    def _scores(self, examples: Sequence[Example], batch: policy.Batch) -> torch.Tensor:
+        texts = [self.tok.decode(r) for r in batch.response.tolist()]
+        return torch.tensor([score(self.phase.reward, self.phase.reward_path, ex.data_source,
+                                   text, ex.ground_truth, ex.extra_info)
+                             for ex, text in zip(examples, texts)], device=self.phase.device)
+
+    # -- validation -------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy per data source: val-core/... (agents see it), test-core/... (never)."""
+        out: dict[str, float] = {}
+        for prefix, examples in (("val-core", self.phase.val), ("test-core", self.phase.test)):
+            totals: dict[str, list[float]] = {}
+            for start in range(0, len(examples), 512):
+                chunk = examples[start:start + 512]
+                batch = policy.sample(self.model, self.tok,
+                                      [self.tok.prompt_ids(ex.messages) for ex in chunk],
+                                      self.hp["max_response_length"], 1.0, None,
+                                      self.phase.device)
+                for ex, value in zip(chunk, self._scores(chunk, batch).tolist()):
+                    totals.setdefault(ex.data_source, []).append(value)
+            for source, values in totals.items():
+                out[f"{prefix}/{source}/acc/mean@1"] = sum(values) / len(values)
+        return out
+
+    # -- data order and state ---------------------------------------------------------------
+
+    def _epoch_order(self) -> list[int]:
+        rng = random.Random(self.hp["seed"] * 1_000_003 + self.epoch)
+        return rng.sample(range(len(self.phase.train)), len(self.phase.train))
+
+    def _next_batch(self) -> list[Example]:
+        size = self.hp["train_batch_size"]
+        if self.position + size > len(self._order):   # drop the ragged tail, as verl does
+            self.epoch, self.position = self.epoch + 1, 0
+            self._order = self._epoch_order()
+        picked = self._order[self.position:self.position + size]
+        self.position += size
+        return [self.phase.train[i] for i in picked]
+
+    def save(self) -> None:
+        state = {"local_step": self.local_step, "global_step": self.global_step,
+                 "epoch": self.epoch, "position": self.position,
+                 "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
+                 "hparams": self.hp}
+        checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.local_step, self.epoch, self.position = (state["local_step"], state["epoch"],
+                                                      state["position"])
+        self.optim.load_state_dict(state["optimizer"])
+        self.sampler.set_state(state["sampler"])
+
+    def _check_prompt_lengths(self, split: str, examples: Sequence[Example]) -> None:
+        limit = self.hp["max_prompt_length"]
+        for i, ex in enumerate(examples):
+            if len(self.tok.prompt_ids(ex.messages)) > limit:
+                raise DataError(split, f"row {i}: prompt of {len(self.tok.prompt_ids(ex.messages))}"
+                                f" tokens exceeds max_prompt_length={limit}")

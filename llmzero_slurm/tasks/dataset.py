@@ -1,0 +1,125 @@
+"""verl-format parquet splits: writing a built-in task's data and reading any dataset back.
+
+Rows follow verl's RL dataset schema (data_source, prompt as a chat list, ability,
+reward_model{style, ground_truth}, extra_info), so one file serves verl and the CPU trainer.
+Reading checks every row and names the file and row of the first bad one.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import DataError
+from . import get_task
+
+SPLITS = ("train", "val", "test")
+SPLIT_SIZES = {"train": 4000, "val": 256, "test": 256}
+DATA_SEED = 20260611
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt of a split, in the form the trainers consume."""
+
+    data_source: str
+    messages: tuple[dict[str, str], ...]
+    ground_truth: str
+    extra_info: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+def generate_rows(task: ModuleType, sizes: dict[str, int] = SPLIT_SIZES,
+                  seed: int = DATA_SEED) -> dict[str, list[dict[str, Any]]]:
+    """Distinct problems split into train/val/test, identical on every machine for one seed."""
+    rng = random.Random(seed)
+    needed = sum(sizes.values())
+    problems: dict[str, str] = {}
+    for _ in range(needed * 20):
+        question, answer = task.sample(rng)
+        problems.setdefault(question, answer)
+        if len(problems) == needed:
+            break
+    else:
+        raise DataError(task.DATA_SOURCE, f"could not draw {needed} distinct problems")
+    items = list(problems.items())
+    rows: dict[str, list[dict[str, Any]]] = {}
+    start = 0
+    for split in SPLITS:
+        rows[split] = [_row(task, q, a, split, i)
+                       for i, (q, a) in enumerate(items[start:start + sizes[split]])]
+        start += sizes[split]
+    return rows
+
+
+def _row(task: ModuleType, question: str, answer: str, split: str, index: int) -> dict[str, Any]:
+    return {
+        "data_source": task.DATA_SOURCE,
+        "prompt": [{"role": "user", "content": question}],
+        "ability": task.ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": split, "index": index},
+    }
+
+
+def materialize(name: str, root: Path) -> dict[str, Path]:
+    """Write (once) a built-in task's splits under `root`; return the parquet path of each split.
+
+    The folder name carries a hash of the task's source and the split sizes, so a changed
+    generator never reuses stale files, and concurrent writers each rename a complete file.
+    """
+    task = get_task(name)
+    digest = hashlib.sha256(Path(task.__file__).read_bytes())
+    digest.update(repr((sorted(SPLIT_SIZES.items()), DATA_SEED)).encode())
+    folder = Path(root) / f"{name}-{digest.hexdigest()[:12]}"
+    paths = {split: folder / f"{split}.parquet" for split in SPLITS}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, split_rows in generate_rows(task).items():
+        write_parquet(split_rows, paths[split])
+    return paths
+
+
+def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write rows atomically: a reader sees the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    os.replace(tmp, path)
+
+
+def read_examples(path: str | Path) -> list[Example]:
+    """Load and check one verl-format parquet file."""
+    path = Path(path)
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(path, f"cannot read as parquet: {exc}") from None
+    if not rows:
+        raise DataError(path, "has no rows")
+    return [_example(path, i, row) for i, row in enumerate(rows)]
+
+
+def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
+    def bad(problem: str) -> DataError:
+        return DataError(path, f"row {index}: {problem}")
+
+    source = row.get("data_source")
+    if not isinstance(source, str) or not source:
+        raise bad("column 'data_source' must be a non-empty string")
+    prompt = row.get("prompt")
+    if not isinstance(prompt, list) or not prompt or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
+        raise bad("column 'prompt' must be a chat list of {role, content} messages")
+    reward = row.get("reward_model")
+    truth = reward.get("ground_truth") if isinstance(reward, dict) else None
+    if truth is None:
+        raise bad("column 'reward_model' needs a 'ground_truth'")
+    messages = tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in prompt)
+    return Example(source, messages, str(truth), row.get("extra_info") or {})
