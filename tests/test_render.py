@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from llmzero_slurm.backends.cpu import CpuBackend
 from llmzero_slurm.config import SlurmConfig, TaskConfig, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render, write_phase_script

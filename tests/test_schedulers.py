@@ -17,7 +17,6 @@ from llmzero_slurm.config import SlurmConfig
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler
-from llmzero_slurm.schedulers.base import JobState
 from llmzero_slurm.search.tree import Status
 
 from conftest import TinyBackend, finish, status_json, wait_for
