@@ -71,28 +71,33 @@ def test_cpu_trainer_command_follows_its_contract(tmp_path):
     run_line = next(l for l in render(s).splitlines() if l.startswith("llmz_run "))
     argv = run_line.split()[1:]
     assert argv[0] == sys.executable and argv[1].endswith("jobs/cpu_grpo.py")
-    assert argv[argv.index("--task") + 1] == "addition"
-    assert argv[argv.index("--output-dir") + 1] == str(s.node_dir)
-    assert argv[argv.index("--init-adapter") + 1] == f"{parent}/ckpt/global_step_40"
-    assert argv[argv.index("--step-offset") + 1] == "40"
-    assert argv[argv.index("--cache-dir") + 1] == "/scratch/cache"
-    assert argv[argv.index("--max-memory-mb") + 1] == "900"
+    assert f"--output-dir={s.node_dir}" in argv and "--task=addition" in argv
+    assert f"--init-adapter={parent}/ckpt/global_step_40" in argv and "--step-offset=40" in argv
+    assert "--cache-dir=/scratch/cache" in argv and "--max-memory-mb=900" in argv
     assert argv[-3:] == ["lr=1e-05", "total_training_steps=20", "use_kl_loss=true"]
-    files = TaskConfig(train_files=["/d/train.parquet"], val_files=["/d/val.parquet"],
-                       reward_path="/d/reward.py")
-    run_line = next(l for l in render(spec(tmp_path, task=files)).splitlines()
+    run_line = next(l for l in render(spec(tmp_path, task=files_task())).splitlines()
                     if l.startswith("llmz_run "))
-    assert "--train-files /d/train.parquet --val-files /d/val.parquet --reward-path /d/reward.py" in run_line
+    assert ("--train-files=/d/train.parquet --val-files=/d/val.parquet "
+            "--test-files=/d/test.parquet --reward-path=/d/reward.py") in run_line
+    with pytest.raises(ConfigError, match="task.train_files"):
+        render(spec(tmp_path, task=files_task(train_files=["/d/a.parquet", "/d/b.parquet"])))
+    with pytest.raises(ConfigError, match="task.reward_path"):
+        render(spec(tmp_path, task=files_task(reward_path=None)))
+
+
+def files_task(**changes) -> TaskConfig:
+    return replace(TaskConfig(train_files=["/d/train.parquet"], val_files=["/d/val.parquet"],
+                              test_files=["/d/test.parquet"], reward_path="/d/reward.py"), **changes)
 
 
 def test_for_node_takes_everything_from_config_and_node(tmp_path):
-    cfg = parse_config({"name": "demo", "hparams": {"lr": 1e-3},
+    cfg = parse_config({"name": "demo", "hparams": {"lr": 1e-3}, "task": {"builtin": "addition"},
                         "slurm": {"partition": "cpu", "time": "00:30:00"}})
     node = Node(id=12, parent=3, kind=Kind.EVOLVE, hparams={"lr": 2e-3}, resume=Resume(3, 60))
     s = PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x", resume_dir=tmp_path / "0003")
     d = directives(render(s))
     assert d["job-name"] == "llmz-demo-0012-evolve" and d["partition"] == "cpu"
-    assert "--step-offset 60" in render(s)
+    assert "--step-offset=60" in render(s)
     with pytest.raises(ConfigError, match="resume"):
         PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x")
 
@@ -126,8 +131,8 @@ def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path):
     ({"node_dir": Path("/runs/x\n#SBATCH --wrap=id/0007")}, "node_dir"),
     ({"trainer": {"evil": "$(id)"}}, "trainer.evil"),
     ({"trainer": {"max_memory_mb": "900; id"}}, "trainer.max_memory_mb"),
-    ({"task": TaskConfig(train_files=["/d/a\n/d/b"], val_files=["/d/v"])}, "command["),
-    ({"task": TaskConfig(train_files=["/d/" + "a" * 5000], val_files=["/d/v"])}, "command["),
+    ({"task": files_task(train_files=["/d/a\n/d/b"])}, "command["),
+    ({"task": files_task(train_files=["/d/" + "a" * 5000])}, "command["),
     ({"slurm": SlurmConfig(partition="gpu;id")}, "slurm.partition"),
     ({"slurm": SlurmConfig(account="a b")}, "slurm.account"),
     ({"slurm": SlurmConfig(constraint="a100 --wrap=id")}, "slurm.constraint"),
@@ -164,25 +169,22 @@ def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
 
 
 def test_shell_metacharacters_in_values_never_execute(tmp_path):
-    files = [f"/data/{h}.parquet" for h in HOSTILE]
-    s = spec(tmp_path, task=TaskConfig(train_files=files, val_files=[HOSTILE[0]],
-                                       reward_path="/r/$(touch PWNED).py"),
-             trainer={"cache_dir": "; touch PWNED"})
-    argv = run_by_hand(tmp_path, s)
-    assert argv[argv.index("--train-files") + 1:argv.index("--val-files")] == files
-    assert argv[argv.index("--cache-dir") + 1] == "; touch PWNED"
-    assert argv[argv.index("--reward-path") + 1] == "/r/$(touch PWNED).py"
+    for hostile in HOSTILE:
+        s = spec(tmp_path, task=files_task(train_files=[hostile], val_files=[f"/v/{hostile}"],
+                                           reward_path=f"/r/{hostile}.py"),
+                 trainer={"cache_dir": hostile})
+        argv = run_by_hand(tmp_path, s)
+        assert f"--train-files={hostile}" in argv and f"--val-files=/v/{hostile}" in argv
+        assert f"--reward-path=/r/{hostile}.py" in argv and f"--cache-dir={hostile}" in argv
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40),
-                min_size=1, max_size=3))
-def test_any_printable_path_reaches_the_trainer_unchanged(tmp_path_factory, paths):
+@given(st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=60))
+def test_any_printable_path_reaches_the_trainer_unchanged(tmp_path_factory, path):
     tmp_path = tmp_path_factory.mktemp("prop")
-    s = spec(tmp_path, task=TaskConfig(train_files=paths, val_files=["/v"]))
-    argv = run_by_hand(tmp_path, s)
-    assert argv[argv.index("--train-files") + 1:argv.index("--val-files")] == paths
+    argv = run_by_hand(tmp_path, spec(tmp_path, task=files_task(test_files=[path])))
+    assert f"--test-files={path}" in argv
 
 
 def test_slurm_time_formats():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigError
 from ..paths import JOBS
 from .base import TrainerBackend
 
@@ -30,21 +31,25 @@ class CpuBackend(TrainerBackend):
         task = spec.task
         argv = [spec.python, str(JOBS / "cpu_grpo.py")]
         if task.builtin:
-            argv += ["--task", task.builtin]
+            argv.append(f"--task={task.builtin}")
         else:
-            argv += ["--train-files", *task.train_files, "--val-files", *task.val_files]
-            if task.test_files:
-                argv += ["--test-files", *task.test_files]
-            if task.reward_path:
-                argv += ["--reward-path", task.reward_path]
-        argv += ["--output-dir", str(spec.node_dir)]
+            for key in ("train_files", "val_files", "test_files"):
+                if len(getattr(task, key)) != 1:
+                    raise ConfigError(f"task.{key}", "the cpu trainer reads exactly one parquet "
+                                                     "file per split (or use task.builtin)")
+            if not task.reward_path:
+                raise ConfigError("task.reward_path", "is required when the data comes from files")
+            # --opt=value keeps a path that starts with '-' from reading as an option.
+            argv += [f"--train-files={task.train_files[0]}", f"--val-files={task.val_files[0]}",
+                     f"--test-files={task.test_files[0]}", f"--reward-path={task.reward_path}"]
+        argv.append(f"--output-dir={spec.node_dir}")
         if spec.resume_dir is not None:
-            argv += ["--init-adapter", str(spec.resume_dir / "ckpt" / f"global_step_{spec.resume_step}"),
-                     "--step-offset", str(spec.resume_step)]
+            adapter = spec.resume_dir / "ckpt" / f"global_step_{spec.resume_step}"
+            argv += [f"--init-adapter={adapter}", f"--step-offset={spec.resume_step}"]
         if "cache_dir" in spec.trainer:
-            argv += ["--cache-dir", spec.trainer["cache_dir"]]
+            argv.append(f"--cache-dir={spec.trainer['cache_dir']}")
         if "max_memory_mb" in spec.trainer:
-            argv += ["--max-memory-mb", str(spec.trainer["max_memory_mb"])]
+            argv.append(f"--max-memory-mb={spec.trainer['max_memory_mb']}")
         return argv + [hparam_arg(k, v) for k, v in sorted(spec.hparams.items())]
 
     def env(self, spec: "PhaseSpec") -> dict[str, str]:
