@@ -36,7 +36,7 @@ from ..config import ExperimentConfig
 from ..errors import ConfigError
 from ..hparams import validate_hparams
 from ..search.policy import best_path
-from ..search.tree import Tree
+from ..search.tree import Node, Tree
 from ..store.atomic import write_text
 
 FORMAT = "llmzero-strategy/1"
@@ -50,25 +50,34 @@ class StrategyPhase:
     node: int | None = None
 
 
+def last_step(node: Node) -> int:
+    return node.results.last_step if node.results.last_step is not None else node.start_step
+
+
+def phase_spans(tree: Tree) -> list[tuple[Node, int, int]]:
+    """The best path as (node, first global step, step where the strategy leaves it): the
+    next phase's resume step, or the last phase's last trained step."""
+    path = best_path(tree)
+    return [(node, node.start_step, path[i + 1].start_step if i + 1 < len(path) else last_step(node))
+            for i, node in enumerate(path)]
+
+
 def strategy_document(tree: Tree, config: ExperimentConfig) -> dict[str, Any] | None:
     """The best path as a replayable schedule, or None while no phase has a score."""
-    path = best_path(tree)
-    if not path:
+    spans = phase_spans(tree)
+    if not spans:
         return None
     phases: list[dict[str, Any]] = []
-    for i, node in enumerate(path):
-        start = node.start_step
-        trained_end = node.results.last_step if node.results.last_step is not None else start
-        end = path[i + 1].start_step if i + 1 < len(path) else trained_end
+    for node, start, end in spans:
         if end <= start:
             continue    # resumed from the phase's own starting point: it adds nothing
         phases.append({
             "node": node.id, "kind": node.kind.value, "start_step": start, "steps": end - start,
-            "trained_steps": trained_end - start,
+            "trained_steps": last_step(node) - start,
             "resume_offset": phases[-1]["steps"] if phases else None,
             "diagnosis": node.diagnosis, "hparams": dict(node.hparams),
         })
-    best = path[-1]
+    best = spans[-1][0]
     return {"format": FORMAT, "experiment": config.name, "backend": config.backend,
             "best_node": best.id, "best_val": best.results.best_val,
             "best_val_step": best.results.best_val_step, "phases": phases}

@@ -1,0 +1,157 @@
+"""What the report shows, gathered once from a run directory: every node with its metrics and
+agent records, the best path phase by phase, and the costs.
+
+Agent records are written by other processes and may be missing, half-migrated or from an
+older version, so they are read defensively: an unreadable file becomes a note in the report,
+never an exception. The tree itself must be sound (RunStore refuses a corrupt node record).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ExperimentConfig
+from ..errors import StateError
+from ..metrics import MetricsLog, read_metrics
+from ..search.tree import Node, Tree
+from ..store.atomic import read_json
+from ..store.run_store import RunStore
+from .strategy import phase_spans
+
+PROPOSAL, EARLY_STOP, ERROR_ANALYSIS = "proposal.json", "early_stop.json", "error_analysis.json"
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
+
+
+@dataclass
+class NodeView:
+    node: Node
+    log: MetricsLog
+    proposal: dict[str, Any] | None = None
+    error_analysis: dict[str, Any] | None = None
+    stops: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def stop_reason(self) -> str:
+        """The stopper's reason for its STOP decision, if it made one."""
+        for entry in reversed(self.stops):
+            result = entry.get("result")
+            if isinstance(result, dict) and result.get("action") == "STOP":
+                return str(result.get("reason", ""))
+        return ""
+
+    @property
+    def diagnosis(self) -> str:
+        if self.node.diagnosis:
+            return self.node.diagnosis
+        for record in (self.proposal, self.error_analysis):
+            result = record.get("result") if record else None
+            if isinstance(result, dict):
+                text = result.get("diagnosis") or result.get("message") or result.get("failure")
+                if text:
+                    return str(text)
+        return ""
+
+
+@dataclass
+class Phase:
+    """One phase of the best strategy: the steps it contributes and what changed going in."""
+
+    view: NodeView
+    start: int
+    end: int                        # the next phase resumed here, or the phase's last step
+    changes: dict[str, tuple[Any, Any]]   # hyperparameter: (previous phase, this phase)
+
+
+@dataclass
+class AgentCost:
+    calls: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
+    dollars: float = 0.0
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.calls += 1
+        usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+        for name in TOKEN_FIELDS:
+            self.tokens[name] += int(_number(usage.get(name)))
+        self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))
+
+
+@dataclass
+class RunView:
+    root: Path
+    config: ExperimentConfig
+    tree: Tree
+    nodes: dict[int, NodeView]
+    phases: list[Phase]
+    agent_costs: dict[str, AgentCost]
+    notes: list[str]
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(n.results.gpu_hours for n in self.tree)
+
+    @property
+    def best(self) -> Node | None:
+        return self.phases[-1].view.node if self.phases else None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0.0
+    return float(value)
+
+
+def _read(path: Path, notes: list[str]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return read_json(path)
+    except StateError as exc:
+        notes.append(f"skipped {path.parent.name}/{path.name}: {exc}")
+        return None
+
+
+def _node_view(node: Node, node_dir: Path, notes: list[str]) -> NodeView:
+    log = read_metrics(node_dir / "metrics.jsonl")
+    notes.extend(f"node {node.id}: {p}" for p in log.problems)
+    view = NodeView(node, log)
+    proposal, analysis = _read(node_dir / PROPOSAL, notes), _read(node_dir / ERROR_ANALYSIS, notes)
+    view.proposal = proposal if isinstance(proposal, dict) else None
+    view.error_analysis = analysis if isinstance(analysis, dict) else None
+    stops = _read(node_dir / EARLY_STOP, notes)
+    view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
+    return view
+
+
+def _phases(tree: Tree, views: dict[int, NodeView]) -> list[Phase]:
+    phases: list[Phase] = []
+    for node, start, end in phase_spans(tree):
+        before = phases[-1].view.node.hparams if phases else None
+        changes = {} if before is None else {
+            k: (before.get(k), v) for k, v in node.hparams.items()
+            if before.get(k) != v and k != "total_training_steps"}   # a phase length, not a change
+        phases.append(Phase(views[node.id], start, end, changes))
+    return phases
+
+
+def _agent_costs(views: dict[int, NodeView]) -> dict[str, AgentCost]:
+    costs: dict[str, AgentCost] = {}
+    for view in views.values():
+        for fallback, records in (("proposer", [view.proposal]),
+                                  ("error_analyzer", [view.error_analysis]),
+                                  ("stopper", view.stops)):
+            for record in records:
+                if record:
+                    costs.setdefault(str(record.get("agent") or fallback), AgentCost()).add(record)
+    return costs
+
+
+def collect(root: str | Path) -> RunView:
+    store = RunStore.open(root)
+    tree = store.load_tree()
+    notes: list[str] = []
+    views = {n.id: _node_view(n, store.node_dir(n.id), notes) for n in sorted(tree, key=lambda n: n.id)}
+    return RunView(store.root, store.config, tree, views, _phases(tree, views),
+                   _agent_costs(views), notes)

@@ -1,0 +1,247 @@
+"""The report's figures (matplotlib, Agg). Each draws one question about the run into one PNG;
+with nothing to show yet it still writes a figure saying so, so the page never links to a
+missing file. Unlike the agents' plots, these may show test-set scores."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ..hparams import BATCH, CAPACITY, PARAMS, REGULARISATION
+from ..metrics import val_score_series
+from ..plots import DPI, plt
+from ..search.tree import Kind, Node, Status, Tree
+from .collect import Phase, RunView
+
+STATUS_COLOURS = {
+    Status.COMPLETED: "tab:green", Status.EARLY_STOPPED: "tab:orange", Status.FAILED: "tab:red",
+    Status.CANCELLED: "tab:gray", Status.RUNNING: "tab:blue", Status.QUEUED: "lightskyblue",
+    Status.SUBMITTING: "lightskyblue", Status.PROPOSED: "white",
+}
+PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
+          ("regularisation (free to move both ways)", (REGULARISATION,)))
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    """Write beside the target and rename, so a reader of the page never sees half a PNG."""
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=DPI)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def _finish(fig: plt.Figure, ax: Any, path: Path, title: str, xlabel: str, ylabel: str) -> Path:
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _figure(size: tuple[float, float] = (7.5, 4.0)) -> tuple[plt.Figure, Any]:
+    return plt.subplots(figsize=size, dpi=DPI)
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def strategy_curve(view: RunView, path: Path) -> Path:
+    """The best strategy's validation score on the global-step axis, one colour per phase."""
+    fig, ax = _figure()
+    for i, phase in enumerate(view.phases):
+        points = [(s, v) for s, v in val_score_series(phase.view.log.without_test())
+                  if phase.start <= s <= phase.end]
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, marker="o", markersize=3,
+                    label=f"phase {i + 1}: node {phase.view.node.id}")
+        if i:
+            ax.axvline(phase.start, color="gray", linestyle=":", linewidth=1)
+    best = view.best
+    if best is not None and best.results.best_val_step is not None:
+        ax.plot([best.results.best_val_step], [best.results.best_val], marker="*", markersize=14,
+                color="gold", markeredgecolor="black", linestyle="none", label="best validation")
+        test = best.results.test_at_best
+        if test is not None:
+            ax.annotate(f"test at best val: {test:.3f}",
+                        (best.results.best_val_step, best.results.best_val),
+                        textcoords="offset points", xytext=(-10, -18), ha="right", fontsize=8)
+    if not view.phases:
+        _empty(ax, "no scored phase yet")
+    else:
+        ax.legend(fontsize=7)
+    return _finish(fig, ax, path, "Best strategy: validation score by phase",
+                   "global step", "validation score")
+
+
+def best_so_far(view: RunView, path: Path) -> Path:
+    """Best validation score so far against iteration (phases in creation order)."""
+    fig, ax = _figure()
+    nodes = sorted(view.tree, key=lambda n: n.id)
+    xs, best, running = [], [], None
+    for i, node in enumerate(nodes, 1):
+        if node.score is not None:
+            ax.scatter([i], [node.score], color=STATUS_COLOURS[node.status], edgecolor="black",
+                       zorder=3, s=25)
+            running = node.score if running is None else max(running, node.score)
+        if running is not None:
+            xs.append(i)
+            best.append(running)
+    if xs:
+        ax.step(xs, best, where="post", color="black", label="best so far")
+        ax.legend(fontsize=7)
+    else:
+        _empty(ax, "no scored phase yet")
+    return _finish(fig, ax, path, "Best validation score so far",
+                   "iteration (phase created)", "validation score")
+
+
+def test_vs_compute(view: RunView, path: Path) -> Path:
+    """Test score of the best-validation phase so far against cumulative device-hours."""
+    fig, ax = _figure()
+    done = sorted((n for n in view.tree if n.status.finished),
+                  key=lambda n: (n.finished_at or 0.0, n.id))
+    hours, tests, spent, leader = [], [], 0.0, None
+    for node in done:
+        spent += node.results.gpu_hours
+        if node.score is not None and (leader is None or node.score > leader.score):
+            leader = node
+        if leader is not None and leader.results.test_at_best is not None:
+            hours.append(spent)
+            tests.append(leader.results.test_at_best)
+    if hours:
+        ax.step(hours, tests, where="post", marker="o", markersize=3)
+    else:
+        _empty(ax, "no test score yet")
+    return _finish(fig, ax, path, "Test score at the best validation vs compute",
+                   "cumulative device-hours", "test score")
+
+
+def _layout(tree: Tree) -> dict[int, tuple[float, int]]:
+    """Layered layout: depth down, leaves left to right, a parent centred over its children."""
+    pos: dict[int, tuple[float, int]] = {}
+    next_x = 0.0
+
+    def place(node: Node, depth: int) -> float:
+        nonlocal next_x
+        kids = tree.children(node.id, include_pruned=True)
+        if kids:
+            xs = [place(k, depth + 1) for k in kids]
+            x = (min(xs) + max(xs)) / 2
+        else:
+            x, next_x = next_x, next_x + 1
+        pos[node.id] = (x, depth)
+        return x
+
+    for root in tree.children(None, include_pruned=True):
+        place(root, 0)
+    return pos
+
+
+def tree_figure(view: RunView, path: Path) -> Path:
+    """Every node coloured by status; the best path drawn bold; debug nodes square, injected
+    scratch children joined by a dashed edge, pruned nodes faded."""
+    tree = view.tree
+    pos = _layout(tree)
+    width = max(6.0, min(20.0, 0.6 * (max((x for x, _ in pos.values()), default=0) + 2)))
+    depth = max((d for _, d in pos.values()), default=0)
+    fig, ax = _figure((width, max(3.0, 1.0 + 0.9 * (depth + 1))))
+    on_path = {p.view.node.id for p in view.phases}
+    for node in tree:
+        if node.parent is not None and node.parent in pos:
+            (x0, y0), (x1, y1) = pos[node.parent], pos[node.id]
+            bold = node.id in on_path and node.parent in on_path
+            ax.plot([x0, x1], [y0, y1], color="black" if bold else "gray",
+                    linewidth=2.5 if bold else 1, linestyle="--" if node.injected else "-", zorder=1)
+    for node in tree:
+        x, y = pos[node.id]
+        ax.scatter([x], [y], s=260, marker="s" if node.kind is Kind.DEBUG else "o",
+                   color=STATUS_COLOURS[node.status], edgecolor="black",
+                   linewidth=2 if node.id in on_path else 0.8, alpha=0.35 if node.pruned else 1,
+                   zorder=2)
+        label = str(node.id) + (f"\n{node.score:.2f}" if node.score is not None else "")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(12, -4), fontsize=7)
+    for status in sorted({n.status for n in tree}, key=list(Status).index):
+        ax.scatter([], [], color=STATUS_COLOURS[status], edgecolor="black", label=status.value)
+    if len(tree):
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    else:
+        _empty(ax, "no phase yet")
+    ax.invert_yaxis()
+    ax.set_xticks([])
+    ax.set_ylabel("depth")
+    ax.set_title("Search tree (bold: best strategy; square: debug; dashed edge: injected scratch)",
+                 fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _numeric(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tuple[str, ...]) -> None:
+    names = [k for k, p in PARAMS.items() if p.category in categories and k != "total_training_steps"]
+    unchanged = []
+    drawn = False
+    for name in names:
+        values = [_numeric(p.view.node.hparams.get(name)) for p in phases]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        if len(set(values)) == 1:
+            unchanged.append(f"{name}={phases[0].view.node.hparams[name]}")
+            continue
+        scale = max(abs(v) for v in known) or 1.0
+        xs: list[float] = []
+        ys: list[float] = []
+        for phase, value in zip(phases, values):
+            if value is not None:
+                xs += [phase.start, phase.end]
+                ys += [value / scale] * 2
+        trail = " → ".join(str(p.view.node.hparams.get(name, "default")) for p in phases)
+        ax.plot(xs, ys, marker="o", markersize=3, label=f"{name}: {trail}")
+        drawn = True
+    if drawn:
+        ax.set_ylim(0, 1.08)
+        ax.legend(fontsize=6, loc="best")
+    if unchanged:
+        ax.text(0.01, 0.01, "unchanged: " + ", ".join(unchanged), transform=ax.transAxes,
+                fontsize=6, color="gray", va="bottom", wrap=True)
+    if not drawn and not unchanged:
+        _empty(ax, "no values")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("fraction of its largest value", fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def hparam_trajectories(view: RunView, path: Path) -> Path:
+    """Each hyperparameter along the best path, capacity and regularisation side by side."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.2), dpi=DPI)
+    for ax, (title, categories) in zip(axes, PANELS):
+        if view.phases:
+            _trajectory_panel(ax, view.phases, title, categories)
+        else:
+            _empty(ax, "no scored phase yet")
+        ax.set_xlabel("global step", fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+FIGURES: dict[str, Callable[[RunView, Path], Path]] = {
+    "strategy_curve.png": strategy_curve,
+    "best_so_far.png": best_so_far,
+    "test_vs_compute.png": test_vs_compute,
+    "tree.png": tree_figure,
+    "hparams.png": hparam_trajectories,
+}
+
+
+def draw_all(view: RunView, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {name: draw(view, out_dir / name) for name, draw in FIGURES.items()}

@@ -1,0 +1,35 @@
+"""The report page: one static HTML file from templates/report/index.html.j2, linking the PNGs
+beside it by relative name, with no external assets (it opens from a copied folder)."""
+from __future__ import annotations
+
+import math
+import time
+
+import jinja2
+
+from ..paths import TEMPLATES
+from .collect import TOKEN_FIELDS, AgentCost, RunView
+
+TEMPLATE = "report/index.html.j2"
+
+
+def fmt(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.4g}"
+
+
+def render_html(view: RunView, strategy_file: str | None) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    totals = AgentCost()
+    for cost in view.agent_costs.values():
+        totals.calls += cost.calls
+        totals.dollars += cost.dollars
+        for name in TOKEN_FIELDS:
+            totals.tokens[name] += cost.tokens[name]
+    return env.get_template(TEMPLATE).render(
+        config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
+        views=list(view.nodes.values()), gpu_hours=view.gpu_hours, agent_costs=view.agent_costs,
+        totals=totals, token_fields=TOKEN_FIELDS, notes=view.notes, strategy_file=strategy_file,
+        generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt)

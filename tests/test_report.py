@@ -1,0 +1,214 @@
+"""The report on a hand-built run directory: files, the best path's table, costs, defensive
+reading of agent records, and strategy.yaml replayed by the replay method."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.methods import MethodContext, make_method
+from llmzero_slurm.report import write_report
+from llmzero_slurm.report.figures import FIGURES
+from llmzero_slurm.report.strategy import FORMAT, load_strategy
+from llmzero_slurm.search.policy import Action, make_child
+from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
+from llmzero_slurm.store.run_store import RunStore
+
+RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "rollout_n": 8, "train_batch_size": 16,
+          "ppo_mini_batch_size": 8, "lora_rank": 8, "lora_alpha": 16.0, "save_freq": 25,
+          "test_freq": 10}
+VAL, TEST = "val-core/addition/acc/mean@1", "test-core/addition/acc/mean@1"
+# Test scores chosen to be unmistakable in any text they might leak into.
+TEST_AT_BEST = {0: 0.4321, 1: 0.5678, 5: 0.6543}
+
+
+def config(**search):
+    return parse_config({"name": "rep", "backend": "cpu", "hparams": RECIPE,
+                         "search": search or {"method": "llmzero"}})
+
+
+def metrics(node_dir: Path, start: int, end: int, best_step: int, best: float,
+            test: float | None) -> None:
+    """verl file-logger lines: training metrics every step, validation (and test) every 10."""
+    lines = []
+    for step in range(start + 1, end + 1):
+        data = {"critic/rewards/mean": 0.3 + step / 1000, "actor/entropy": 1.0 - step / 1000}
+        if step % 10 == 0:
+            data[VAL] = best if step == best_step else best - 0.05 - (step % 20) / 1000
+            if test is not None:
+                data[TEST] = test if step == best_step else 0.1
+        lines.append(json.dumps({"step": step, "data": data}))
+    (node_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def record(agent: str, tokens: int, dollars: float, **result) -> dict:
+    return {"agent": agent, "backend": "anthropic", "result": result,
+            "usage": {"input_tokens": tokens, "output_tokens": tokens // 10,
+                      "cache_write_tokens": 0, "cache_read_tokens": 5, "cost_usd": dollars}}
+
+
+def add(store: RunStore, kind: Kind, parent: int | None, hparams: dict, status: Status,
+        results: Results, resume: int | None = None, diagnosis: str = "", injected: bool = False,
+        finished_at: float = 0.0) -> Node:
+    """Record a finished phase as the controller would (make_child checks the resume point)."""
+    tree = store.load_tree()
+
+    def build(i: int) -> Node:
+        node = make_child(tree, Action(kind, parent, injected), i, hparams, resume, diagnosis)
+        node.status, node.results, node.finished_at = status, results, finished_at
+        return node
+    return store.add_node(build)
+
+
+def scored(start: int, end: int, best_step: int, best: float, node_id: int | None,
+           ckpts: list[int], hours: float) -> Results:
+    test = TEST_AT_BEST.get(node_id) if node_id is not None else None
+    return Results(best_val=best, best_val_step=best_step, test_at_best=test, last_step=end,
+                   checkpoints=ckpts, gpu_hours=hours)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """0 scratch -> 1 evolve@50 -> 5 evolve@100 is the best path; 2 was stopped early;
+    3 is an injected scratch that failed, 4 its failed debug child."""
+    root = tmp_path_factory.mktemp("run") / "rep"
+    store = RunStore.create(root, config())
+    d = store.node_dir
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 60, 40, 0.45, 0, [25, 50, 60], 0.10), finished_at=1.0)
+    metrics(d(0), 0, 60, 40, 0.45, TEST_AT_BEST[0])    # trained past the step its child took
+
+    hp1 = {**RECIPE, "lr": 5e-4, "rollout_n": 12}
+    add(store, Kind.EVOLVE, 0, hp1, Status.COMPLETED, scored(50, 100, 90, 0.60, 1, [75, 100], 0.20),
+        resume=50, diagnosis="reward plateaued while KL stayed low: more rollouts, smaller steps",
+        finished_at=3.0)
+    metrics(d(1), 50, 100, 90, 0.60, TEST_AT_BEST[1])
+    (d(1) / "proposal.json").write_text(json.dumps(record("proposer", 1000, 0.25,
+                                                          diagnosis="plateau")))
+
+    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 3e-3}, Status.EARLY_STOPPED,
+        scored(25, 40, 40, 0.30, None, [], 0.05), resume=25, finished_at=2.0)
+    metrics(d(2), 25, 40, 40, 0.30, None)
+    (d(2) / "early_stop.json").write_text(json.dumps([
+        record("stopper", 300, 0.01, action="CONTINUE", reason="too early to tell"),
+        record("stopper", 300, 0.01, action="STOP", reason="validation far below the best strategy")]))
+
+    add(store, Kind.SCRATCH, 1, {**RECIPE, "lr": 2e-2}, Status.FAILED, Results(gpu_hours=0.01),
+        injected=True, finished_at=4.0)
+    (d(3) / "error_analysis.json").write_text('{"agent": "error_analyzer", "usage": {"inp')  # torn
+    add(store, Kind.DEBUG, 3, {**RECIPE, "lr": 1e-2}, Status.FAILED, Results(gpu_hours=0.01),
+        finished_at=5.0)
+    (d(4) / "metrics.jsonl").write_text('{"step": 1, "data": {"actor/entropy": 1.0}}\n{"step": 2, "da')
+
+    hp5 = {**hp1, "kl_loss_coef": 0.01, "max_response_length": 12}
+    add(store, Kind.EVOLVE, 1, hp5, Status.COMPLETED, scored(100, 150, 130, 0.70, 5, [125, 150], 0.20),
+        resume=100, diagnosis="entropy collapsing: loosen the KL <tie> & lengthen responses",
+        finished_at=6.0)
+    metrics(d(5), 100, 150, 130, 0.70, TEST_AT_BEST[5])
+    write_report(root)
+    return root
+
+
+def html(run: Path) -> str:
+    return (run / "report" / "index.html").read_text()
+
+
+def test_every_file_is_written(run):
+    out = run / "report"
+    for name in [*FIGURES, "index.html", "strategy.yaml"]:
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+    assert not list(out.glob(".*tmp*"))
+
+
+def test_the_page_is_self_contained(run):
+    page = html(run)
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert sorted(s for s in sources if s.endswith(".png")) == sorted(FIGURES)
+    assert all((run / "report" / s).is_file() for s in sources)
+    assert "http://" not in page and "https://" not in page
+
+
+def test_the_best_strategy_table_follows_the_best_path(run):
+    page = html(run)
+    table = page.split("<h2>Best strategy</h2>")[1].split("<h2>")[0]
+    rows = re.findall(r"<tr><td>(\d+)</td><td>node (\d+)</td>", table)
+    assert rows == [("1", "0"), ("2", "1"), ("3", "5")]
+    for span in ("0..50", "50..100", "100..150"):
+        assert span in table
+    assert "lr: 0.001 &rarr; 0.0005" in table and "rollout_n: 8 &rarr; 12" in table
+    assert "kl_loss_coef: 0.04 &rarr; 0.01" in table
+    assert "max_response_length: default &rarr; 12" in table          # unset before: the default
+    assert "reward plateaued while KL stayed low" in table
+    assert "loosen the KL &lt;tie&gt; &amp; lengthen" in table        # escaped, not raw HTML
+    assert "0.6543" in table                        # test score at the best validation
+
+
+def test_every_node_and_its_story_is_listed(run):
+    page = html(run)
+    nodes = page.split("<h2>All phases</h2>")[1]
+    assert len(re.findall(r"<tr><td>\d+", nodes)) == 6
+    assert "(injected)" in nodes and "early_stopped" in nodes and "failed" in nodes
+    assert "stopped early: validation far below the best strategy" in nodes
+    notes = page.split("<h2>Notes</h2>")[1]
+    assert "0003/error_analysis.json" in notes          # torn record: noted, not fatal
+    assert "node 4" in notes and "torn last line" in notes
+
+
+def test_costs_sum_device_hours_tokens_and_dollars(run):
+    costs = html(run).split("<h2>Costs</h2>")[1].split("<h2>")[0]
+    assert "0.570 device-hours" in costs
+    proposer = re.search(r"<td>proposer</td>(.*?)</tr>", costs, re.S).group(1)
+    assert re.findall(r'class="num">([\d.]+)<', proposer) == ["1", "1000", "100", "0", "5", "0.2500"]
+    stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
+    assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "600", "60", "0", "10", "0.0200"]
+    assert "0.2700" in costs
+
+
+def test_strategy_yaml_is_the_best_path_without_test_scores(run):
+    text = (run / "report" / "strategy.yaml").read_text()
+    doc = yaml.safe_load(text)
+    assert doc["format"] == FORMAT and doc["best_node"] == 5 and doc["best_val"] == 0.70
+    phases = doc["phases"]
+    assert [p["node"] for p in phases] == [0, 1, 5]
+    assert [(p["start_step"], p["steps"], p["trained_steps"], p["resume_offset"])
+            for p in phases] == [(0, 50, 60, None), (50, 50, 50, 50), (100, 50, 50, 50)]
+    assert phases[2]["hparams"]["max_response_length"] == 12
+    assert "test_at_best" not in text
+    assert not any(str(v) in text for v in TEST_AT_BEST.values())
+
+
+def test_strategy_yaml_replays_as_the_same_chain(run, tmp_path):
+    path = run / "report" / "strategy.yaml"
+    cfg = config(method="replay", strategy_file=str(path))
+    m = make_method("replay", MethodContext(cfg, lambda i: tmp_path, tmp_path))
+    source = RunStore.open(run).load_tree()
+    tree = Tree([])
+    for i, node_id in enumerate([0, 1, 5]):
+        plan = m.next_phase(tree)
+        assert plan.hparams == {**source[node_id].hparams, "total_training_steps": 50}
+        assert plan.resume_step == (None if i == 0 else 50 * i)
+        node = make_child(tree, plan.action, i, plan.hparams, plan.resume_step)
+        node.status = Status.COMPLETED
+        node.results = Results(best_val=0.5, last_step=node.start_step + 50,
+                               checkpoints=[node.start_step + 25, node.start_step + 50])
+        tree = Tree([*tree, node])
+    assert m.exhausted(tree) and [n.start_step for n in tree] == [0, 50, 100]
+    assert len(load_strategy(path, "cpu")) == 3
+
+
+def test_an_empty_run_gets_a_page_and_no_strategy(tmp_path):
+    root = tmp_path / "empty"
+    RunStore.create(root, config())
+    (root / "report").mkdir()
+    (root / "report" / "strategy.yaml").write_text("stale")
+    index = write_report(root)
+    assert "No phase has a validation score yet" in index.read_text()
+    assert not (root / "report" / "strategy.yaml").exists()
+    assert all((root / "report" / name).is_file() for name in FIGURES)
