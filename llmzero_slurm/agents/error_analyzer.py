@@ -14,7 +14,7 @@ from ..metrics import strip_test_text
 from . import heuristic
 from .answers import Fix, check_fix, extract_json
 from .ask import ask
-from .knowledge import hparam_guide
+from .knowledge import effective_hparams, hparam_guide
 from .llm import Backend, Prompt
 from .prompting import as_yaml, render
 from .records import AgentRecord, save_record, secrets_from_env
@@ -37,6 +37,7 @@ class ErrorAnalyzer:
     def analyze(self, state: str | None, exit_code: int | None, log_text: str,
                 hparams: Mapping[str, Any], out_dir: str | Path) -> Fix:
         tail = log_tail(log_text)
+        hparams = effective_hparams(self.trainer, hparams)
 
         def fallback() -> Fix:
             return heuristic.analyze(state, exit_code, tail, hparams, self.trainer)

@@ -7,7 +7,13 @@ accepts.
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+from ..cputrain.defaults import DEFAULTS as CPU_DEFAULTS
 from ..hparams import BATCH, CAPACITY, MEMORY, MODEL, PARAMS, REGULARISATION, SCHEDULE
+
+# What an unset key means, per trainer (verl's defaults live in its Hydra config, not here).
+TRAINER_DEFAULTS: dict[str, Mapping[str, Any]] = {"cpu": CPU_DEFAULTS}
 
 METRICS: dict[str, str] = {
     "validation score": "Mean accuracy on the held-out validation set, logged every test_freq "
@@ -78,3 +84,9 @@ def hparam_guide(backend: str) -> str:
         if rows:
             sections.append(f"{title}:\n" + "\n".join(rows))
     return "\n\n".join(sections)
+
+
+def effective_hparams(trainer: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration a phase really ran with: the trainer's defaults under its own keys,
+    so agents reason about (and scale) actual values rather than missing ones."""
+    return {**TRAINER_DEFAULTS.get(trainer, {}), **hparams}

@@ -17,7 +17,7 @@ from ..search.tree import Node, Status
 from . import heuristic
 from .answers import Proposal, check_proposal, extract_json
 from .ask import ask
-from .knowledge import hparam_guide, metric_guide
+from .knowledge import effective_hparams, hparam_guide, metric_guide
 from .llm import Backend, Prompt
 from .prompting import as_yaml, render, score_text
 from .records import AgentRecord, save_record, secrets_from_env
@@ -49,10 +49,12 @@ class Proposer:
         out_dir = Path(out_dir)
         metrics = inp.metrics.without_test()
         checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
+        parent_hp = effective_hparams(self.trainer, inp.parent.hparams)
 
         def fallback() -> Proposal:
-            return heuristic.propose(inp.parent.hparams, metrics, checkpoints, inp.phase_steps,
-                                     self.trainer, inp.scratch_only, inp.taken)
+            return heuristic.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
+                                     self.trainer, inp.scratch_only,
+                                     [effective_hparams(self.trainer, t) for t in inp.taken])
 
         if self.llm is None:
             record = AgentRecord("proposer", "heuristic")
@@ -61,7 +63,7 @@ class Proposer:
             record = AgentRecord("proposer", self.llm.name, self.cfg.model)
             prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
             proposal = ask(self.llm, prompt, lambda text: check_proposal(
-                extract_json(text), inp.parent.hparams, checkpoints, inp.scratch_only,
+                extract_json(text), parent_hp, checkpoints, inp.scratch_only,
                 self.trainer, self.llm.name), fallback, record)
         record.result = asdict(proposal)
         save_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
@@ -71,7 +73,7 @@ class Proposer:
                plot_dir: Path) -> Prompt:
         system, task = render(
             "proposer", metric_guide=metric_guide(), hparam_guide=hparam_guide(self.trainer),
-            parent_yaml=as_yaml(inp.parent.hparams),
+            parent_yaml=as_yaml(effective_hparams(self.trainer, inp.parent.hparams)),
             early_stopped=inp.parent.status == Status.EARLY_STOPPED,
             start_step=inp.parent.start_step, last_step=metrics.last_step or 0,
             summary=summarize(metrics), best_val_text=score_text(inp.best_val),
