@@ -135,3 +135,4 @@ def test_local_time_limit_is_a_timeout(tmp_path, tiny_program):
     assert (state.raw, state.status) == ("TIMEOUT", Status.FAILED)
     status = status_json(script)
     assert status["state"] == "timeout" and "time_limit" in status["reason"]
+

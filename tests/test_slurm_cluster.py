@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import pytest
 
-from llmzero_slurm.config import SlurmConfig
+from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import SlurmScheduler
@@ -149,6 +149,41 @@ def test_transient_errors_are_retried_then_reported(tmp_path, tiny_program, slur
     # Before resubmitting, the scheduler asks whether the first sbatch got through after all.
     assert calls[:3] == [("sbatch", False), ("squeue", True), ("sbatch", True)]
     assert finish(sched, job).status == Status.COMPLETED
+
+
+@pytest.fixture(scope="session")
+def cpu_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("cpu-cache"))
+
+
+def test_real_cpu_phase_on_slurm_then_by_hand(tmp_path, cpu_cache):
+    """The embedded CPU trainer as a Slurm job, then the same script run by hand with bash."""
+    sched = SlurmScheduler(min_poll_s=0)
+    spec = PhaseSpec("real", 0, "scratch", tmp_path / "0000", "tok-real",
+                     {"total_training_steps": 2, "save_freq": 1, "test_freq": 1, "seed": 3},
+                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"),
+                     trainer={"cache_dir": cpu_cache})
+    script = write_phase_script(spec)
+    job = sched.submit(script, "tok-real")
+    state = finish(sched, job, timeout=240)
+    out = (script.parent / f"slurm-{job}.out").read_text()
+    assert state.status == Status.COMPLETED, out[-2000:]
+    assert status_json(script)["state"] == "completed"
+    first = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in first] == [0, 1, 2]     # step 0: validation before training
+    assert (script.parent / "ckpt" / "global_step_2" / "adapter_config.json").exists()
+    assert "val-core/addition/acc/mean@1" in first[-1]["data"]
+    subprocess.run(["rm", "-rf", str(script.parent / "ckpt"), str(script.parent / "metrics.jsonl")],
+                   check=True)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    again = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    # Same steps, same metric names, and the same pre-training validation. Later steps are
+    # not compared exactly: the CPU trainer's sampling is not bit-reproducible between runs.
+    assert [r["step"] for r in again] == [0, 1, 2]
+    assert [sorted(r["data"]) for r in again] == [sorted(r["data"]) for r in first]
+    assert again[0]["data"]["val-core/addition/acc/mean@1"] == \
+        first[0]["data"]["val-core/addition/acc/mean@1"]
 
 
 def test_a_job_past_its_time_limit_is_timed_out(timed_out):
