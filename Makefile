@@ -19,3 +19,12 @@ venv: $(VENV)/.installed
 
 test: venv
 	$(VENV)/bin/python -m pytest -q
+
+# The private local Slurm cluster the slurm-marked tests use (installs Debian's packages when
+# missing), plus shellcheck, which the rendering tests run on phase scripts.
+slurm-up:
+	command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends shellcheck)
+	bin/llmzero-local-slurm start
+
+slurm-down:
+	bin/llmzero-local-slurm stop
