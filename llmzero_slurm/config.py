@@ -195,4 +195,20 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from None
     if data is None:
         raise ConfigError("<file>", f"{path} is empty")
-    return parse_config(data, str(path))
+    cfg = parse_config(data, str(path))
+    _anchor_paths(cfg, path.parent.resolve())
+    return cfg
+
+
+def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
+    """Relative file paths mean relative to the config file, not to wherever a controller is
+    restarted: make them absolute once, so the frozen copy is unambiguous."""
+    def fix(p: str) -> str:
+        return p if Path(p).is_absolute() else str(base / p)
+    t = cfg.task
+    t.train_files, t.val_files, t.test_files = ([fix(p) for p in files] for files in
+                                                (t.train_files, t.val_files, t.test_files))
+    if t.reward_path:
+        t.reward_path = fix(t.reward_path)
+    if cfg.search.strategy_file:
+        cfg.search.strategy_file = fix(cfg.search.strategy_file)

@@ -6,13 +6,17 @@ backend can let a value escape into the shell.
 """
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..render import PhaseSpec
+
+_CKPT = re.compile(r"^global_step_(\d+)$")
 
 
 class TrainerBackend(ABC):
@@ -33,6 +37,11 @@ class TrainerBackend(ABC):
             out[key] = value
         return out
 
+    def defaults(self) -> dict[str, Any]:
+        """The trainer's value for every key an experiment leaves unset, so that agents and
+        reports see the configuration a phase really ran with."""
+        return {}
+
     @abstractmethod
     def command(self, spec: "PhaseSpec") -> list[str]:
         """The trainer's argv for this phase (unquoted)."""
@@ -40,3 +49,17 @@ class TrainerBackend(ABC):
     def env(self, spec: "PhaseSpec") -> dict[str, str]:
         """Environment variables the trainer needs, exported before it starts."""
         return {}
+
+    def step_offset(self, node_dir: Path) -> int:
+        """What to add to a checkpoint folder's number to get a global step."""
+        return 0
+
+    def checkpoint_steps(self, node_dir: Path) -> list[int]:
+        """Global steps with a complete checkpoint folder (ckpt/global_step_N, written
+        atomically by the trainer), the steps a child may resume from."""
+        ckpt = Path(node_dir) / "ckpt"
+        if not ckpt.is_dir():
+            return []
+        offset = self.step_offset(node_dir)
+        return sorted(int(m.group(1)) + offset for e in ckpt.iterdir()
+                      if (m := _CKPT.match(e.name)) and e.is_dir())

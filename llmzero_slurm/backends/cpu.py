@@ -1,7 +1,7 @@
 """The embedded CPU GRPO trainer (jobs/cpu_grpo.py): tests, CI and demos on any machine."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..paths import JOBS
@@ -26,6 +26,10 @@ class CpuBackend(TrainerBackend):
     name = "cpu"
     template = "phase/cpu.sbatch.j2"
     trainer_keys = {"python": str, "cache_dir": str, "max_memory_mb": int}
+
+    def defaults(self) -> dict[str, Any]:
+        from ..cputrain.defaults import DEFAULTS
+        return {k: v for k, v in DEFAULTS.items() if v is not None}
 
     def command(self, spec: "PhaseSpec") -> list[str]:
         task = spec.task

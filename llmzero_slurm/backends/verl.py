@@ -394,15 +394,19 @@ class VerlBackend(TrainerBackend):
         assert spec.resume_dir is not None
         return Path(spec.resume_dir) / "export" / f"global_step_{spec.resume_step}"
 
+    def step_offset(self, node_dir: Path) -> int:
+        """verl numbers checkpoints from 0 in every phase; the job records its first global step."""
+        offset_file = Path(node_dir) / STEP_OFFSET_FILE
+        try:
+            return int(offset_file.read_text().strip())
+        except (OSError, ValueError):
+            raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
+                              "phase did not run as a verl phase") from None
+
     def parent_actor_dir(self, spec: "PhaseSpec") -> Path:
         """The parent's verl checkpoint at the resume step (verl numbers steps per phase)."""
         assert spec.resume_dir is not None
-        offset_file = Path(spec.resume_dir) / STEP_OFFSET_FILE
-        try:
-            offset = int(offset_file.read_text().strip())
-        except (OSError, ValueError):
-            raise ConfigError("resume", f"{offset_file} is missing or unreadable: the parent "
-                              "phase did not run as a verl phase") from None
+        offset = self.step_offset(spec.resume_dir)
         local = spec.resume_step - offset
         if local < 0:
             raise ConfigError("resume", f"step {spec.resume_step} is before the parent's first "

@@ -7,11 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..backends import get_backend
 from ..config import load_config
 from ..controller.controller import Controller
 from ..controller.monitor import MonitorKeeper
 from ..controller.preflight import preflight
 from ..errors import ConfigError
+from ..hparams import merge
 from ..methods import make_method
 from ..methods.base import MethodContext
 from ..report import write_report
@@ -61,6 +63,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
     """Wire a run directory to its scheduler, search method, monitor and report."""
     cfg = store.config
+    cfg.hparams = merge(get_backend(cfg.backend).defaults(), cfg.hparams, cfg.backend)
     kind = resolve_scheduler_kind(cfg.scheduler)
     scheduler = make_scheduler(kind, store.root)
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from ..backends import get_backend
 from ..errors import LLMZeroError, StateError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..render import PhaseSpec, write_phase_script
@@ -56,7 +57,7 @@ class Budget:
 class Controller:
     def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
                  poll_s: float = 10.0, out: TextIO = sys.stdout,
-                 on_finish: Callable[[RunStore], None] | None = None,
+                 on_finish: Callable[[Path], object] | None = None,
                  monitor: MonitorKeeper | None = None):
         self.store, self.scheduler, self.method = store, scheduler, method
         self.config = store.config
@@ -65,6 +66,7 @@ class Controller:
         self.on_finish = on_finish
         self.monitor = monitor
         self.lease = Lease(store)
+        self.backend = get_backend(self.config.backend)
         s = self.config.search
         created = store.root.stat().st_mtime
         self.budget = Budget(s.budget_iterations, s.budget_gpu_hours, s.budget_wall_hours,
@@ -207,7 +209,7 @@ class Controller:
         status = state.status
         if status is Status.CANCELLED and stop_decided(node_dir):
             status = Status.EARLY_STOPPED
-        results = collect_results(node, node_dir, self.config.slurm.nodes)
+        results = collect_results(node, node_dir, self.backend, self.config.slurm.nodes)
         faults.point("while_ingesting")
 
         def finish(n: Node) -> None:
@@ -230,7 +232,7 @@ class Controller:
                                 f"{len(plan.prune)} debug node(s) pruned")
         if self.on_finish is not None:
             try:
-                self.on_finish(self.store)
+                self.on_finish(self.store.root)
             except LLMZeroError as exc:
                 self.progress.event(f"report not updated: {exc}")
 

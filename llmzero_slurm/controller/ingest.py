@@ -9,13 +9,13 @@ import math
 import re
 from pathlib import Path
 
-from ..errors import StateError
+from ..backends import TrainerBackend
+from ..errors import ConfigError, StateError
 from ..metrics import MetricsLog, best_val, read_metrics
 from ..search.tree import Node, Results
 from ..store.atomic import read_json
 
 _TEST_SCORE = re.compile(r"^test-core/[^/]+/(acc|reward)/mean@\d+$")
-_CKPT = re.compile(r"^global_step_(\d+)$")
 
 
 def test_score_at(log: MetricsLog, step: int) -> float | None:
@@ -24,15 +24,6 @@ def test_score_at(log: MetricsLog, step: int) -> float | None:
     names = [n for n in names if "/acc/" in n] or names
     values = [v for n in names for s, v in log.get(n) if s == step and math.isfinite(v)]
     return sum(values) / len(values) if values else None
-
-
-def checkpoint_steps(node_dir: Path) -> list[int]:
-    """Global steps with a complete checkpoint folder (written atomically by the trainer)."""
-    ckpt = node_dir / "ckpt"
-    if not ckpt.is_dir():
-        return []
-    return sorted(int(m.group(1)) for e in ckpt.iterdir()
-                  if (m := _CKPT.match(e.name)) and e.is_dir())
 
 
 def device_hours(node_dir: Path, nodes: int) -> float:
@@ -46,14 +37,21 @@ def device_hours(node_dir: Path, nodes: int) -> float:
     return max(elapsed, 0.0) / 3600.0 * max(1, len(gpus)) * max(1, nodes)
 
 
-def collect_results(node: Node, node_dir: Path, nodes: int = 1) -> Results:
+def collect_results(node: Node, node_dir: Path, backend: TrainerBackend, nodes: int = 1) -> Results:
     """The node's results from its files: best validation (and test at that step), last step,
     checkpoints and device-hours."""
     log = read_metrics(node_dir / "metrics.jsonl").after(node.start_step)
     best = best_val(log.without_test())
-    results = Results(last_step=log.last_step, checkpoints=checkpoint_steps(node_dir),
+    results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, node_dir),
                       gpu_hours=device_hours(node_dir, nodes))
     if best is not None:
         results.best_val_step, results.best_val = best
         results.test_at_best = test_score_at(log, best[0])
     return results
+
+
+def _checkpoints(backend: TrainerBackend, node_dir: Path) -> list[int]:
+    try:
+        return backend.checkpoint_steps(node_dir)
+    except ConfigError:   # a phase that died before recording its step offset saved nothing
+        return []

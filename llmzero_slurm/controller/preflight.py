@@ -15,6 +15,8 @@ from typing import Any, Callable
 from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
 from ..errors import LLMZeroError
+from ..methods import make_method
+from ..methods.base import MethodContext
 from ..render import PhaseSpec, write_phase_script
 from ..search.tree import Kind, Node, Resume
 
@@ -117,8 +119,18 @@ def check_llm(cfg: ExperimentConfig) -> str:
     return f"{llm.name} backend, model {cfg.agents.model}"
 
 
+def check_method(cfg: ExperimentConfig) -> str:
+    """Build the search method: a static method checks its whole plan (space, strategy file)."""
+    with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
+        ctx = MethodContext(cfg, lambda i: Path(tmp) / f"{i:04d}", Path(tmp))
+        method = make_method(cfg.search.method, ctx)
+    return f"{method.name}, budget {cfg.search.budget_iterations} phases, " \
+           f"concurrency {cfg.search.concurrency}"
+
+
 def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:
     return [Check("config", True, f"{cfg.source or 'config'} is valid"),
+            _run("search method", lambda: check_method(cfg)),
             _run("data and reward", lambda: check_data(cfg)),
             _run("phase scripts", lambda: check_scripts(cfg)),
             _run("scheduler", lambda: check_scheduler(scheduler_kind)),

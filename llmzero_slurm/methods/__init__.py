@@ -9,15 +9,15 @@ from ..errors import ConfigError
 from .base import MethodContext, SearchMethod
 from .grid import GridMethod
 from .guidebook import GuidebookMethod
+from .llmzero import LLMZeroMethod
 from .practitioner import PractitionerMethod
 from .random_search import RandomSearchMethod
 from .replay import ReplayMethod
 
 METHODS: dict[str, type[SearchMethod]] = {
-    cls.name: cls for cls in (PractitionerMethod, RandomSearchMethod, GridMethod,
+    cls.name: cls for cls in (LLMZeroMethod, PractitionerMethod, RandomSearchMethod, GridMethod,
                               GuidebookMethod, ReplayMethod)
 }
-# The agent-driven search registers here as "llmzero" (methods/llmzero.py).
 
 
 def make_method(name: str, ctx: MethodContext) -> SearchMethod:

@@ -14,9 +14,9 @@ __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_sta
 
 def resolve_scheduler_kind(kind: str) -> str:
     """'slurm' or 'local' for experiment.yaml's scheduler; 'auto' picks Slurm when its
-    clients are installed."""
+    clients are installed and a controller answers (installed is not configured)."""
     if kind == "auto":
-        return "slurm" if SlurmScheduler.available() else "local"
+        return "slurm" if SlurmScheduler.available() and SlurmScheduler.reachable() else "local"
     if kind == "slurm" and not SlurmScheduler.available():
         raise ConfigError("scheduler", "is 'slurm' but sbatch/squeue/scancel are not on PATH")
     if kind not in ("slurm", "local"):
