@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llmzero_slurm.config import SlurmConfig
+from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler
@@ -136,3 +136,30 @@ def test_local_time_limit_is_a_timeout(tmp_path, tiny_program):
     status = status_json(script)
     assert status["state"] == "timeout" and "time_limit" in status["reason"]
 
+
+def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
+    """The embedded CPU trainer as a scheduled job, then the same script run by hand with bash."""
+    spec = PhaseSpec("real", 0, "scratch", tmp_path / "0000", "tok-real",
+                     {"total_training_steps": 2, "save_freq": 1, "test_freq": 1, "seed": 3},
+                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"))
+    script = write_phase_script(spec)
+    job = sched.submit(script, "tok-real")
+    state = finish(sched, job, timeout=240)
+    out = (script.parent / f"slurm-{job}.out").read_text()
+    assert state.status == Status.COMPLETED, out[-2000:]
+    assert status_json(script)["state"] == "completed"
+    first = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in first] == [0, 1, 2]     # step 0: validation before training
+    assert (script.parent / "ckpt" / "global_step_2" / "adapter_config.json").exists()
+    assert "val-core/addition/acc/mean@1" in first[-1]["data"]
+    subprocess.run(["rm", "-rf", str(script.parent / "ckpt"), str(script.parent / "metrics.jsonl")],
+                   check=True)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    again = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    # Same steps, same metric names, and the same pre-training validation. Later steps are
+    # not compared exactly: the CPU trainer's sampling is not bit-reproducible between runs.
+    assert [r["step"] for r in again] == [0, 1, 2]
+    assert [sorted(r["data"]) for r in again] == [sorted(r["data"]) for r in first]
+    assert again[0]["data"]["val-core/addition/acc/mean@1"] == \
+        first[0]["data"]["val-core/addition/acc/mean@1"]
