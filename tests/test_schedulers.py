@@ -16,7 +16,8 @@ import pytest
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
-from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler
+from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
+from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
 
 from conftest import TinyBackend, finish, status_json, wait_for
@@ -163,3 +164,26 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
     assert [sorted(r["data"]) for r in again] == [sorted(r["data"]) for r in first]
     assert again[0]["data"]["val-core/addition/acc/mean@1"] == \
         first[0]["data"]["val-core/addition/acc/mean@1"]
+
+
+@pytest.mark.parametrize("raw, status", [
+    ("PENDING", Status.QUEUED), ("REQUEUED", Status.QUEUED), ("PREEMPTED", Status.QUEUED),
+    ("RUNNING", Status.RUNNING), ("COMPLETING", Status.RUNNING), ("COMPLETED", Status.COMPLETED),
+    ("CANCELLED by 1000", Status.CANCELLED), ("TIMEOUT", Status.FAILED),
+    ("OUT_OF_MEMORY", Status.FAILED), ("NODE_FAIL", Status.FAILED), ("BOOT_FAIL", Status.FAILED),
+    ("DEADLINE", Status.FAILED)])
+def test_slurm_states_map_to_node_statuses_keeping_the_raw_name(raw, status):
+    state = job_state("5", raw, 0, None, "sacct")
+    assert state.status == status and state.raw == raw.split()[0]
+    assert state.final == status.finished
+
+
+def test_an_unknown_slurm_state_is_a_failure_that_says_so():
+    state = job_state("5", "SOMETHING_NEW")
+    assert state.status == Status.FAILED and "unrecognised Slurm state SOMETHING_NEW" in state.reason
+
+
+def test_directives_are_read_back_like_sbatch_does():
+    text = ("#!/bin/bash\n#SBATCH --job-name=a\n# a comment\n#SBATCH --time 5:00 --exclusive\n"
+            "\necho hi\n#SBATCH --output=ignored-after-the-first-command\n")
+    assert read_directives(text) == {"job-name": "a", "time": "5:00", "exclusive": ""}
