@@ -69,6 +69,18 @@ def test_failing_phase_is_failed_with_its_exit_code(sched, tmp_path, tiny_progra
     assert "failing at step 2" in (script.parent / f"slurm-{job}.out").read_text()
 
 
+def test_failing_setup_line_is_recorded_before_the_trainer_starts(sched, tmp_path, tiny_program):
+    spec = PhaseSpec("sched", 1, "scratch", tmp_path / "node1", "tok-1", {},
+                     slurm=SlurmConfig(cpus_per_task=1, setup=["module_that_is_missing load x"]),
+                     trainer={"program": tiny_program})
+    script = write_phase_script(spec, TinyBackend())
+    state = finish(sched, sched.submit(script, "tok-1"))
+    assert (state.status, state.exit_code) == (Status.FAILED, 127)
+    status = status_json(script)
+    assert status["state"] == "failed" and "during setup" in status["reason"]
+    assert not (script.parent / "metrics.jsonl").exists()
+
+
 def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
     job = sched.submit(script, "tok-1")
