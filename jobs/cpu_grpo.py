@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a p
 
 import yaml  # noqa: E402
 
-from llmzero_slurm.cputrain.defaults import DEFAULTS  # noqa: E402
+from llmzero_slurm.cputrain.defaults import DEFAULTS, with_defaults  # noqa: E402
 from llmzero_slurm.errors import ConfigError, LLMZeroError  # noqa: E402
 from llmzero_slurm.hparams import validate_hparams  # noqa: E402
 
@@ -72,20 +72,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def parse_hparams(pairs: list[str]) -> dict:
-    """key=value pairs (values in YAML syntax) merged over DEFAULTS and validated as a whole."""
+    """key=value pairs (values in YAML syntax) over the defaults, validated as a whole."""
     given = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
             raise ConfigError(pair[:80], "hyperparameters are given as key=value")
         try:
-            given[key] = yaml.safe_load(text)
+            value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise ConfigError(key, f"value {text[:80]!r} is not valid YAML") from None
-    hparams = validate_hparams({**DEFAULTS, **given}, "cpu")
+        given[key] = _as_number(value)
+    hparams = validate_hparams(with_defaults(given), "cpu")
     if hparams["lora_rank"] == 0:
         raise ConfigError("lora_rank", "the CPU trainer trains LoRA adapters only; use >= 1")
     return hparams
+
+
+def _as_number(value):
+    """YAML 1.1 reads 1e-3 (no dot) as text; people and scripts mean the number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +106,7 @@ def main(argv: list[str]) -> int:
         print(f"cpu_grpo: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     stop = {"signal": None}
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmzero_slurm.cputrain.session import run_phase   # torch loads only past argument checks
     from llmzero_slurm.cputrain.memory import is_out_of_memory
@@ -109,6 +120,8 @@ def main(argv: list[str]) -> int:
             raise
         print(f"cpu_grpo: out of memory: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_OOM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not finished:
         print("cpu_grpo: stopped by SIGTERM after saving a checkpoint", file=sys.stderr)
         return EXIT_TERMINATED

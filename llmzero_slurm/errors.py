@@ -51,3 +51,13 @@ class SchedulerError(LLMZeroError):
     """The batch system refused or failed a request (after retries for transient errors)."""
 
     exit_code = 5
+
+
+class DataError(LLMZeroError):
+    """A dataset or reward file that cannot be used; the message names the file and the row."""
+
+    exit_code = 2
+
+    def __init__(self, path: Any, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path

@@ -5,7 +5,9 @@ are the "good settings" of the testbed: they learn 2-digit addition in about a h
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+from ..hparams import PARAMS
 
 DEFAULTS: dict[str, Any] = {
     "lr": 1e-3,
@@ -31,9 +33,23 @@ DEFAULTS: dict[str, Any] = {
     "seed": 1,
     "train_batch_size": 16,
     "ppo_mini_batch_size": 8,
-    "ppo_micro_batch_size_per_gpu": 64,
     "log_prob_micro_batch_size_per_gpu": 256,
     "lora_rank": 8,
     "lora_alpha": 16.0,
     "target_modules": "all-linear",
 }
+
+
+def with_defaults(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` over DEFAULTS. An unset micro-batch means the whole mini-batch in one pass, or
+    the largest part of it that divides it evenly and stays within the vocabulary's bound."""
+    full = {**DEFAULTS, **given}
+    if "ppo_micro_batch_size_per_gpu" not in full:
+        try:
+            sequences = int(full["ppo_mini_batch_size"]) * int(full["rollout_n"])
+        except (TypeError, ValueError):
+            return full   # validation reports the bad value by name
+        cap = PARAMS["ppo_micro_batch_size_per_gpu"].high
+        full["ppo_micro_batch_size_per_gpu"] = max(
+            d for d in range(1, int(min(sequences, cap)) + 1) if sequences % d == 0)
+    return full

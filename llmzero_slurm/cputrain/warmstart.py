@@ -23,7 +23,7 @@ from ..tasks.dataset import Example
 from .model import ARCHITECTURE, random_model
 from .tokenizer import CharTokenizer
 
-SFT = {"steps": 400, "batch_size": 64, "lr": 3e-3, "seed": 0}
+SFT = {"steps": 300, "batch_size": 64, "lr": 3e-3, "seed": 0}
 
 
 def base_id(tok: CharTokenizer, examples: Sequence[Example]) -> str:

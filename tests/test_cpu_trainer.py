@@ -1,0 +1,176 @@
+"""The embedded CPU GRPO trainer, run through its command line as a phase script runs it.
+
+One session-scoped good phase is shared by the learning, format, checkpoint and evolve tests;
+the collapse, requeue and memory tests run phases of their own. All share one base model.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmzero_slurm.paths import JOBS
+
+pytestmark = pytest.mark.slow
+
+VERL_STEP_METRICS = {
+    "actor/entropy", "actor/kl_loss", "actor/ppo_kl", "actor/pg_loss", "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower", "actor/grad_norm", "actor/lr", "critic/rewards/mean",
+    "critic/score/mean", "response_length/mean", "response_length/clip_ratio", "timing_s/step",
+    "perf/max_rss_gb"}
+VAL = "val-core/addition/acc/mean@1"
+TEST = "test-core/addition/acc/mean@1"
+GOOD_STEPS = 100
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location("cpu_grpo", JOBS / "cpu_grpo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CLI = _load_cli()
+
+
+def read_metrics(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def by_step(lines: list[dict], key: str) -> dict[int, float]:
+    return {line["step"]: line["data"][key] for line in lines if key in line["data"]}
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("llmzero-cache")
+
+
+def run_phase(cache_dir: Path, out: Path, *args: str) -> int:
+    return CLI.main(["--task", "addition", "--output-dir", str(out),
+                     "--cache-dir", str(cache_dir), *args])
+
+
+def spawn(cache_dir: Path, out: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen([sys.executable, str(JOBS / "cpu_grpo.py"), "--task", "addition",
+                             "--output-dir", str(out), "--cache-dir", str(cache_dir), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.fixture(scope="session")
+def good_phase(cache_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("good")
+    assert run_phase(cache_dir, out, f"total_training_steps={GOOD_STEPS}", "test_freq=25",
+                     "save_freq=50") == 0
+    return out
+
+
+def test_good_settings_raise_validation_accuracy(good_phase):
+    val = by_step(read_metrics(good_phase), VAL)
+    assert sorted(val) == [0, 25, 50, 75, 100]
+    assert max(val[75], val[100]) >= val[0] + 0.15, val
+
+
+def test_metrics_file_speaks_verl_file_logger_format(good_phase):
+    lines = read_metrics(good_phase)
+    assert all(set(line) == {"step", "data"} for line in lines)
+    assert [line["step"] for line in lines] == list(range(GOOD_STEPS + 1))
+    assert set(lines[0]["data"]) == {VAL, TEST}   # the phase's starting point
+    for line in lines[1:]:
+        assert VERL_STEP_METRICS <= set(line["data"]), line["step"]
+        assert all(isinstance(v, float) for v in line["data"].values())
+    # the test split is scored exactly where validation is, under its own prefix
+    assert by_step(lines, TEST).keys() == by_step(lines, VAL).keys()
+    assert lines[-1]["data"]["perf/max_rss_gb"] < 1.0
+
+
+def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
+    import torch
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+
+    folders = sorted(p.name for p in (good_phase / "ckpt").iterdir())
+    assert folders == ["global_step_100", "global_step_50"]
+    config = json.loads((good_phase / "ckpt/global_step_100/adapter_config.json").read_text())
+    assert config["r"] == 8 and config["lora_alpha"] == 16
+    base_dir = next(p for p in (cache_dir / "base").iterdir() if p.is_dir())
+    model = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base_dir),
+                                      str(good_phase / "ckpt/global_step_100"))
+    lora = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora and any(torch.count_nonzero(p) for p in lora)   # trained, not the zero init
+
+
+def test_child_phase_continues_from_the_parent_level(good_phase, cache_dir, tmp_path):
+    parent = by_step(read_metrics(good_phase), VAL)
+    assert run_phase(cache_dir, tmp_path, "--init-adapter", str(good_phase / "ckpt/global_step_100"),
+                     "--step-offset", "100", "total_training_steps=5", "test_freq=5") == 0
+    child = read_metrics(tmp_path)
+    assert [line["step"] for line in child] == list(range(100, 106))
+    # greedy validation of the same weights: the child starts exactly where the parent stopped
+    assert child[0]["data"][VAL] == pytest.approx(parent[100], abs=1e-9)
+    assert child[0]["data"][VAL] >= parent[0] + 0.1
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["global_step_105"]
+
+
+def test_learning_rate_too_high_collapses(cache_dir, good_phase, tmp_path):
+    assert run_phase(cache_dir, tmp_path, "lr=1e-2", "total_training_steps=60",
+                     "test_freq=20", "save_freq=1000") == 0
+    lines = read_metrics(tmp_path)
+    val = by_step(lines, VAL)
+    good_kl = max(by_step(read_metrics(good_phase), "actor/kl_loss").values())
+    assert val[60] <= 0.05, val
+    assert max(by_step(lines, "actor/kl_loss").values()) > 5 * good_kl
+
+
+def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_path):
+    args = ("total_training_steps=40", "test_freq=10", "save_freq=1000")
+    job = spawn(cache_dir, tmp_path, *args)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(read_metrics(tmp_path)) > 3):
+        time.sleep(0.2)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    stopped_at = read_metrics(tmp_path)[-1]["step"]
+    assert 3 <= stopped_at < 40
+    assert (tmp_path / f"ckpt/global_step_{stopped_at}/adapter_model.safetensors").exists()
+    # The requeued job (same output dir) picks up its own checkpoint with full state.
+    assert run_phase(cache_dir, tmp_path, *args) == 0
+    assert [line["step"] for line in read_metrics(tmp_path)] == list(range(41))
+
+
+def test_oversized_batch_under_a_memory_limit_fails_with_a_real_allocation_error(
+        cache_dir, good_phase, tmp_path):
+    job = spawn(cache_dir, tmp_path, "--max-memory-mb", "900", "train_batch_size=256",
+                "rollout_n=32", "ppo_mini_batch_size=256", "max_response_length=24",
+                "temperature=3.0", "total_training_steps=1")
+    _, err = job.communicate(timeout=300)
+    assert job.returncode == 3, err
+    assert "out of memory" in err and "can't allocate memory" in err
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["lr=fast"], "lr"), (["lr=0"], "lr"), (["no_such_knob=1"], "no_such_knob"),
+    (["gpu_memory_utilization=0.5"], "gpu_memory_utilization"), (["lora_rank=0"], "lora_rank"),
+    (["ppo_mini_batch_size=5"], "ppo_mini_batch_size"), (["rollout_n"], "rollout_n"),
+])
+def test_bad_hyperparameters_exit_2_naming_the_key(bad, named, tmp_path, capsys):
+    assert CLI.main(["--task", "addition", "--output-dir", str(tmp_path), *bad]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_bad_data_arguments_are_refused(tmp_path, cache_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        CLI.main(["--task", "addition", "--train-files", "x.parquet", "--output-dir", "o"])
+    assert exit_info.value.code == 2
+    assert run_phase(cache_dir, tmp_path, "--init-adapter", str(tmp_path / "nowhere")) == 2
+    assert "adapter_config.json" in capsys.readouterr().err

@@ -1,0 +1,111 @@
+"""Built-in tasks: verl-format parquet splits and rewards that survive any completion."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from llmzero_slurm.errors import DataError
+from llmzero_slurm.tasks import TASKS, get_task, reward_path
+from llmzero_slurm.tasks.dataset import (SPLIT_SIZES, generate_rows, materialize, read_examples,
+                                         write_parquet)
+from llmzero_slurm.tasks.reward_file import load_reward, score
+
+SMALL = {"train": 60, "val": 20, "test": 20}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_splits_are_deterministic_disjoint_and_verl_shaped(name, tmp_path):
+    task = get_task(name)
+    rows = generate_rows(task, SMALL)
+    assert rows == generate_rows(task, SMALL)
+    questions = [{r["prompt"][0]["content"] for r in rows[s]} for s in ("train", "val", "test")]
+    assert sum(map(len, questions)) == sum(SMALL.values())   # no problem appears twice
+    write_parquet(rows["val"], tmp_path / "val.parquet")
+    table = pq.read_table(tmp_path / "val.parquet")
+    assert set(table.column_names) == {"data_source", "prompt", "ability", "reward_model",
+                                       "extra_info"}
+    first = table.to_pylist()[0]
+    assert first["prompt"][0]["role"] == "user" and first["data_source"] == name
+    assert first["reward_model"]["style"] == "rule"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_ground_truth_scores_one_and_a_wrong_answer_zero(name):
+    task = get_task(name)
+    for row in generate_rows(task, SMALL)["train"]:
+        truth = row["reward_model"]["ground_truth"]
+        assert task.compute_score(name, truth, truth) == 1.0
+        assert task.compute_score(name, f"the answer is {truth}", truth) == 1.0
+        assert task.compute_score(name, truth + "7", truth) == 0.0
+
+
+MALFORMED = [None, b"12", 12, 3.5, "", " ", "\x00\x01", "nan", "-", "+-+", "9" * 5000,
+             "🙂" * 100, "answer:", "\n\n", ["12"], {"answer": "12"}]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize("completion", MALFORMED, ids=repr)
+def test_malformed_completions_score_zero(name, completion):
+    assert get_task(name).compute_score(name, completion, "12") == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=300))
+def test_any_text_scores_zero_or_one(name, text):
+    assert get_task(name).compute_score(name, text, "121", None) in (0.0, 1.0)
+
+
+def test_reward_files_load_by_path_without_torch():
+    """verl imports the reward file by path; it must not need the package or torch."""
+    code = ("import importlib.util, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    spec = importlib.util.spec_from_file_location('r', path)\n"
+            "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "    assert m.compute_score('x', 'zzz', '1') == 0.0\n"
+            "assert 'torch' not in sys.modules and 'llmzero_slurm' not in sys.modules\n")
+    paths = [str(reward_path(name)) for name in TASKS]
+    subprocess.run([sys.executable, "-I", "-c", code, *paths], check=True)
+    fn = load_reward(reward_path("addition"))
+    assert score(fn, "f", "addition", "42", "42", {}) == 1.0
+
+
+def test_reward_results_must_be_numbers(tmp_path):
+    bad = tmp_path / "bad_reward.py"
+    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                   "    return 'yes'\n")
+    with pytest.raises(DataError, match="bad_reward.py.*finite number"):
+        score(load_reward(bad), bad, "s", "x", "x", {})
+    (tmp_path / "none.py").write_text("x = 1\n")
+    with pytest.raises(DataError, match="defines no function compute_score"):
+        load_reward(tmp_path / "none.py")
+    with pytest.raises(DataError, match="does not exist"):
+        load_reward(tmp_path / "missing.py")
+
+
+def test_materialize_writes_once_and_reads_back(tmp_path):
+    paths = materialize("sort", tmp_path)
+    stamp = paths["train"].stat().st_mtime_ns
+    assert materialize("sort", tmp_path) == paths and paths["train"].stat().st_mtime_ns == stamp
+    examples = read_examples(paths["val"])
+    assert len(examples) == SPLIT_SIZES["val"] and examples[0].data_source == "sort"
+
+
+def test_bad_rows_are_reported_by_file_and_row(tmp_path):
+    rows = generate_rows(get_task("addition"), SMALL)["val"]
+    rows[3] = {**rows[3], "reward_model": {"style": "rule", "ground_truth": None}}
+    write_parquet(rows, tmp_path / "v.parquet")
+    with pytest.raises(DataError, match=r"v\.parquet: row 3: .*ground_truth"):
+        read_examples(tmp_path / "v.parquet")
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(DataError, match="junk.parquet: cannot read as parquet"):
+        read_examples(tmp_path / "junk.parquet")
+
+
+def test_unknown_task_lists_the_known_ones():
+    with pytest.raises(Exception, match="known: addition, arithmetic, sort"):
+        get_task("subtraction")
