@@ -22,6 +22,7 @@ from llmzero_slurm.search.tree import Kind, Node, Resume
 # A stand-in interpreter that records the argv it was given, to see exactly what ran.
 ARGV_DUMP = f"""#!{sys.executable}
 import json, os, sys
+assert "ANTHROPIC_API_KEY" not in os.environ, "an API key reached the trainer"
 with open(os.path.join(os.environ["LLMZ_NODE_DIR"], "argv.json"), "w") as fh:
     json.dump(sys.argv[1:], fh)
 """
@@ -162,7 +163,7 @@ def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
     s = replace(s, trainer={**s.trainer, "python": str(dump)})
     path = write_phase_script(s)
     proc = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": "sk-x"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((s.node_dir / "status.json").read_text())["state"] == "completed"
     return json.loads((s.node_dir / "argv.json").read_text())
