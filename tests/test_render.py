@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from llmzero_slurm.config import SlurmConfig, TaskConfig, parse_config
 from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, render, write_phase_script
 from llmzero_slurm.schedulers.base import parse_time
 from llmzero_slurm.schedulers.directives import read_directives
@@ -109,8 +110,16 @@ def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path):
     assert path == tmp_path / "nodes" / "0007" / "phase.sbatch"
     assert path.stat().st_mode & stat.S_IXUSR
     subprocess.run(["bash", "-n", str(path)], check=True)
+    shellcheck(path)
+
+
+def test_the_local_cluster_script_is_shellcheck_clean():
+    shellcheck(ROOT / "bin" / "llmzero-local-slurm")
+
+
+def shellcheck(path: Path) -> None:
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+        pytest.skip("shellcheck is not installed (make slurm-up installs it)")
     proc = subprocess.run(["shellcheck", "--severity=warning", "--shell=bash", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout

@@ -17,7 +17,7 @@ from llmzero_slurm.schedulers import SlurmScheduler
 from llmzero_slurm.schedulers.slurm import run_command
 from llmzero_slurm.search.tree import Status
 
-from conftest import TinyBackend, finish, status_json, wait_for
+from conftest import CLUSTER_SCRIPT, TinyBackend, finish, status_json, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -38,6 +38,19 @@ def timed_out(tmp_path_factory, tiny_program, slurm_cluster):
                    {"total_training_steps": 1000}, SlurmConfig(time="1", cpus_per_task=1),
                    step_s=1.0)
     return sched, script, sched.submit(script, "tok-1")
+
+
+def test_cluster_script_reports_status_and_environment(slurm_cluster):
+    status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for daemon in ("munged", "slurmctld", "slurmd"):
+        assert f"{daemon}: running (pid " in status.stdout
+    env = subprocess.run([str(CLUSTER_SCRIPT), "env"], capture_output=True, text=True, check=True)
+    assert env.stdout == f"export SLURM_CONF={slurm_cluster}\n"
+    again = subprocess.run([str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True)
+    assert again.returncode == 0 and "cluster up" in again.stdout
+    after = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True)
+    assert after.stdout.splitlines()[:3] == status.stdout.splitlines()[:3]   # same daemons
 
 
 def test_phase_appears_in_squeue_under_its_name(tmp_path, tiny_program, timed_out):
