@@ -17,8 +17,13 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+# The whole suite, the local Slurm cluster included.
+test: venv slurm-up
 	$(VENV)/bin/python -m pytest -q
+
+# A real search on the embedded CPU trainer (local processes when no Slurm cluster answers).
+search: venv
+	bin/llmzero-start examples/cpu-addition.yaml
 
 # The private local Slurm cluster the slurm-marked tests use (installs Debian's packages when
 # missing), plus shellcheck, which the rendering tests run on phase scripts.
