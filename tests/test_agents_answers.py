@@ -40,7 +40,7 @@ def test_epochs_follow_the_batch_size_in_code():
     ({"rollout_n": "eight"}, "'rollout_n': must be an integer"),
     ({"lr": "1e-3; rm -rf /"}, "'lr': must be a number"),
     ({"target_modules": "$(reboot)"}, "'target_modules': must be 1-64 characters"),
-    ({"lr; touch /tmp/x": 1e-4}, "is not a known hyperparameter"),
+    ({"lr; touch pwned": 1e-4}, "is not a known hyperparameter"),
     ({"ppo_mini_batch_size": 5}, "'ppo_mini_batch_size': must divide train_batch_size"),
     ({"total_epochs": 9}, "do not set 'total_epochs'"),
     ({"max_response_length": 4}, "'max_response_length' may not shrink"),

@@ -7,8 +7,8 @@ last fifth of the logged points):
 1. collapse      rewards or validation fall well below their peak after KL rose:
                  lr x0.3, KL coef x3 (at least 0.01), grad_clip x0.5; resume from the last
                  checkpoint at or before the validation peak.
-2. kl_spike      KL rises >5x with rewards holding: lr x0.5, KL coef x2.
-3. truncation    >10% of responses hit max_response_length: length x1.5 (capacity grows).
+2. truncation    >10% of responses hit max_response_length: length x1.5 (capacity grows).
+3. kl_spike      KL rises >5x with rewards holding: lr x0.5, KL coef x2.
 4. entropy_collapse  entropy falls below a third while rewards stall: temperature +0.2,
                  clip_ratio_high up to 0.28, KL coef x0.5.
 5. vanishing     validation flat and grad_norm halved: lr x2 with KL coef x1.5 (escape the
@@ -44,6 +44,14 @@ def _window(values: list[float], late: bool) -> float:
     return sum(part) / len(part)
 
 
+def _smoothed_peak(values: list[float]) -> float:
+    """The best mean over a window of a fifth of the run (per-step rewards are noisy)."""
+    if not values:
+        return math.nan
+    k = max(1, len(values) // 5)
+    return max(statistics.fmean(values[i:i + k]) for i in range(len(values) - k + 1))
+
+
 @dataclass
 class Signals:
     """Trend numbers the rules read; NaN where a metric was not logged."""
@@ -70,7 +78,7 @@ class Signals:
         cv = (statistics.pstdev(finite) / statistics.fmean(finite)
               if len(finite) > 2 and statistics.fmean(finite) > 0 else math.nan)
         return cls(val_score_series(log.without_test()), _window(reward, False),
-                   _window(reward, True), max(reward, default=math.nan),
+                   _window(reward, True), _smoothed_peak(reward),
                    abs(_window(kl, False)), abs(_window(kl, True)), _window(ent, False),
                    _window(ent, True), _window(grad, False), _window(grad, True), cv,
                    _window(log.values("response_length/clip_ratio"), True))
@@ -80,12 +88,14 @@ class Signals:
         return max(self.val, key=lambda p: (p[1], -p[0])) if self.val else None
 
     def val_rising(self) -> bool:
-        """Still improving: the last third beats the middle by more than the noise."""
-        vs = [v for _, v in self.val]
-        if len(vs) < 3:
+        """Still improving: a line fitted to the second half of the validation points gains
+        more than a point over that half (single points are too noisy to compare)."""
+        half = self.val[len(self.val) // 2:]
+        if len(half) < 3:
             return True
-        third = max(1, len(vs) // 3)
-        return statistics.fmean(vs[-third:]) > statistics.fmean(vs[-2 * third:-third]) + 0.01
+        steps, values = zip(*half)
+        slope = statistics.linear_regression(steps, values).slope
+        return slope * (steps[-1] - steps[0]) > 0.01
 
 
 def diagnose(sig: Signals) -> tuple[str, str]:
@@ -100,11 +110,11 @@ def diagnose(sig: Signals) -> tuple[str, str]:
                             f"fell from a peak of {sig.reward_peak:.3g} to {sig.reward_late:.3g}"
                             + (f" and validation from {best[1]:.3g} to {vs[-1]:.3g}"
                                if best else ""))
-    if sig.kl_late > 5 * sig.kl_early + 1e-4:
-        return "kl_spike", f"KL rose from {sig.kl_early:.3g} to {sig.kl_late:.3g}; rewards held"
     if sig.truncation > 0.1:
         return "truncation", (f"{sig.truncation:.0%} of late responses were cut off at "
                               "max_response_length")
+    if sig.kl_late > 5 * sig.kl_early + 1e-4:
+        return "kl_spike", f"KL rose from {sig.kl_early:.3g} to {sig.kl_late:.3g}; rewards held"
     if sig.entropy_late < sig.entropy_early / 3 and not sig.reward_late > sig.reward_early * 1.05:
         return "entropy_collapse", (f"entropy fell from {sig.entropy_early:.3g} to "
                                     f"{sig.entropy_late:.3g} without reward gains")

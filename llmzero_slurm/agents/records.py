@@ -58,17 +58,19 @@ def scrub(data: Any, secrets: list[str]) -> Any:
     return data
 
 
-def _plain(record: AgentRecord, secrets: list[str]) -> dict[str, Any]:
-    return scrub(dataclasses.asdict(record), secrets)
+def _write(path: Path, data: Any, secrets: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, scrub(data, secrets))
 
 
 def save_record(path: str | Path, record: AgentRecord, secrets: list[str]) -> None:
     """Write one record (proposal.json, error_analysis.json) atomically."""
-    write_json(path, _plain(record, secrets))
+    _write(Path(path), dataclasses.asdict(record), secrets)
 
 
 def append_record(path: str | Path, record: AgentRecord, secrets: list[str]) -> None:
-    """Add a record to a list file (early_stop.json: one entry per decision, one writer)."""
+    """Add a record to a list file (early_stop.json: one entry per decision, one writer).
+    A corrupt existing file raises StateError rather than being overwritten."""
     path = Path(path)
     entries = read_json(path) if path.exists() else []
-    write_json(path, [*entries, _plain(record, secrets)])
+    _write(path, [*entries, dataclasses.asdict(record)], secrets)

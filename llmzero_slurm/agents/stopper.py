@@ -39,7 +39,6 @@ class Stopper:
         record = AgentRecord("stopper", "rule")
         if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val:
             decision = heuristic.decide(val, best_val, phase_steps, planned_end)
-            decision.reason = decision.reason if val else "no validation point in this phase yet"
         elif self.llm is None:
             record.backend = "heuristic"
             decision = heuristic.decide(val, best_val, phase_steps, planned_end)

@@ -1,0 +1,170 @@
+"""The offline agent: rules on real CPU-trainer runs (tests/data/cpu_grpo, see record.py there)
+and on constructed series for the rules those three runs do not exercise."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from llmzero_slurm.agents import heuristic
+from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer, log_tail
+from llmzero_slurm.agents.proposer import Proposer, ProposerInput
+from llmzero_slurm.agents.stopper import Stopper
+from llmzero_slurm.config import AgentConfig
+from llmzero_slurm.errors import StateError
+from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
+from llmzero_slurm.search.tree import Kind, Node, Results
+
+DATA = Path(__file__).parent / "data" / "cpu_grpo"
+BASE = {"lr": 1e-3, "kl_loss_coef": 0.04, "use_kl_loss": True, "temperature": 1.0,
+        "grad_clip": 1.0, "rollout_n": 8, "max_response_length": 8, "train_batch_size": 16,
+        "ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 16}
+OFFLINE = AgentConfig(backend="heuristic")
+
+
+def recorded(name: str) -> tuple[Node, MetricsLog]:
+    run = json.loads((DATA / name / "run.json").read_text())
+    node = Node(1, None, Kind.SCRATCH, {**BASE, **run["hparams"]},
+                results=Results(checkpoints=run["checkpoints"]))
+    return node, read_metrics(DATA / name / "metrics.jsonl")
+
+
+def propose(name: str, tmp_path: Path, **kw):
+    node, log = recorded(name)
+    return node, log, Proposer(OFFLINE, "cpu", None).propose(
+        ProposerInput(node, log, 0.6, **kw), tmp_path)
+
+
+def test_collapsed_run_lowers_lr_raises_kl_and_never_resumes_after_the_peak(tmp_path):
+    node, log, p = propose("collapse", tmp_path)
+    assert p.diagnosis.startswith("collapse")
+    assert p.hparams["lr"] < node.hparams["lr"]
+    assert p.hparams["kl_loss_coef"] > node.hparams["kl_loss_coef"]
+    peak = best_val(log)[0]
+    # This run was best before its first step, so no checkpoint of it is worth resuming.
+    assert (p.checkpoint is None) == (peak < min(node.results.checkpoints))
+    assert p.checkpoint is None or p.checkpoint <= peak
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["backend"] == "heuristic" and record["result"]["changes"] == p.changes
+
+
+def test_truncating_run_raises_max_response_length(tmp_path):
+    node, _, p = propose("truncating", tmp_path)
+    assert p.diagnosis.startswith("truncation")
+    assert p.hparams["max_response_length"] > node.hparams["max_response_length"]
+
+
+def test_healthy_run_continues_and_capacity_never_shrinks(tmp_path):
+    node, _, p = propose("healthy", tmp_path)
+    assert not p.diagnosis.startswith(("collapse", "truncation"))
+    assert p.checkpoint == max(node.results.checkpoints)
+    for key in ("rollout_n", "max_response_length"):
+        assert p.hparams[key] >= node.hparams[key]
+
+
+def test_siblings_are_not_repeated_and_scratch_hides_checkpoints(tmp_path):
+    node, log, first = propose("collapse", tmp_path / "a")
+    _, _, second = propose("collapse", tmp_path / "b", taken=[first.hparams])
+    assert second.hparams != first.hparams
+    _, _, scratch = propose("collapse", tmp_path / "c", scratch_only=True)
+    assert scratch.checkpoint is None and scratch.additional_steps == log.last_step
+
+
+def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
+    _, healthy = recorded("healthy")
+    _, collapse = recorded("collapse")
+    best = best_val(healthy)[1]
+    stopper = Stopper(OFFLINE, None)
+    dominated = stopper.decide(collapse, 0, collapse.last_step, healthy, best, tmp_path)
+    assert dominated.action == "STOP" and dominated.source == "heuristic"
+    # The healthy run seen midway is behind the best score but still climbing: continue, on
+    # the strength of where its slope leads by the planned end.
+    midway = healthy.until(healthy.last_step // 2)
+    assert best_val(midway)[1] < best
+    steeper = stopper.decide(midway, 0, healthy.last_step, healthy, best, tmp_path)
+    assert steeper.action == "CONTINUE"
+    assert float(re.search(r"may reach ([0-9.]+)", steeper.reason).group(1)) > best
+    early = stopper.decide(collapse.until(9), 0, collapse.last_step, healthy, best, tmp_path)
+    assert early.action == "CONTINUE" and "9 steps" in early.reason
+    records = json.loads((tmp_path / "early_stop.json").read_text())
+    assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE", "CONTINUE"]
+
+
+def series(n=40, **curves):
+    """A log whose metrics follow the given functions of the step."""
+    return MetricsLog({name: [(s, float(f(s))) for s in range(1, n + 1)]
+                       for name, f in curves.items()})
+
+
+@pytest.mark.parametrize("curves, rule", [
+    (dict(rewards=lambda s: 0.5, kl=lambda s: 0.001 if s < 20 else 0.05), "kl_spike"),
+    (dict(rewards=lambda s: 0.3, entropy=lambda s: 1.0 if s < 20 else 0.1), "entropy_collapse"),
+    (dict(rewards=lambda s: 0.3, grad=lambda s: 1.0 if s < 20 else 0.1,
+          val=lambda s: 0.4), "vanishing"),
+    (dict(rewards=lambda s: 0.3, grad=lambda s: 10.0 if s % 7 == 0 else 0.1,
+          val=lambda s: 0.4), "noisy"),
+    (dict(rewards=lambda s: 0.3, val=lambda s: 0.2 + 0.01 * s), "healthy"),
+    (dict(rewards=lambda s: 0.3, val=lambda s: 0.4), "plateau"),
+])
+def test_rules_on_constructed_series(curves, rule):
+    names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy",
+             "grad": "actor/grad_norm", "val": "val-core/x/acc/mean@1"}
+    log = series(**{names[k]: f for k, f in curves.items()})
+    if "val" in curves:
+        log.series[names["val"]] = [p for p in log.series[names["val"]] if p[0] % 5 == 0]
+    assert heuristic.diagnose(heuristic.Signals.of(log))[0] == rule
+    p = heuristic.propose(BASE, log, [20, 40], 40, "cpu")
+    assert p.hparams["rollout_n"] >= BASE["rollout_n"]
+
+
+SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO " \
+                "TIME LIMIT ***"
+
+
+@pytest.mark.parametrize("state, tail, failure, action", [
+    ("OUT_OF_MEMORY", "slurmstepd: error: Detected 1 oom_kill event in StepId=41.0", "oom",
+     "change"),
+    ("FAILED", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom",
+     "change"),
+    ("TIMEOUT", SLURM_TIMEOUT, "timeout", "change"),
+    ("NODE_FAIL", "", "node_fault", "retry"),
+    ("FAILED", "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp",
+     "node_fault", "retry"),
+    ("FAILED", "Traceback (most recent call last):\n  File \"reward.py\", line 3\n"
+               "KeyError: 'ground_truth'", "user_code", "give_up"),
+    ("FAILED", "something odd happened", "unknown", "retry"),
+])
+def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
+    hp = {**BASE, "ppo_micro_batch_size_per_gpu": 8, "total_training_steps": 100}
+    fix = ErrorAnalyzer(OFFLINE, "cpu", None).analyze(state, 1, tail, hp, tmp_path)
+    assert (fix.failure, fix.action) == (failure, action)
+    if failure == "oom":
+        assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 4
+    if failure == "timeout":
+        assert fix.hparams["total_training_steps"] == 60
+    if failure == "user_code":
+        assert "KeyError: 'ground_truth'" in fix.message
+    assert json.loads((tmp_path / "error_analysis.json").read_text())["result"]["failure"] \
+        == failure
+
+
+def test_oom_at_smallest_batch_gives_up_with_advice(tmp_path):
+    hp = {**BASE, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1}
+    fix = ErrorAnalyzer(OFFLINE, "cpu", None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
+    assert fix.action == "give_up" and "smallest batches" in fix.message
+
+
+def test_log_tail_is_bounded_and_has_no_test_metrics():
+    text = "\n".join(f"step:{i} - test-core/a/acc/mean@1:0.9{i}" for i in range(500))
+    tail = log_tail(text)
+    assert len(tail.splitlines()) == 80 and "test-core" not in tail
+
+
+def test_corrupt_decision_log_is_reported_not_overwritten(tmp_path):
+    _, healthy = recorded("healthy")
+    (tmp_path / "early_stop.json").write_text("[{broken")
+    with pytest.raises(StateError, match="early_stop.json: corrupt JSON"):
+        Stopper(OFFLINE, None).decide(healthy, 0, 120, healthy, 0.5, tmp_path)
+    assert (tmp_path / "early_stop.json").read_text() == "[{broken"
