@@ -3,7 +3,7 @@
 
 Builds the real proposer and stopper prompts (templates, grounding notes, metric summaries,
 the plot images at their sent size) for a verl-shaped phase, then prices them with the
-AgentConfig defaults. Text tokens are estimated at 3.5 characters per token unless
+AgentConfig defaults. Text tokens are estimated at 3 characters per token unless
 --count-with-api asks Anthropic's token-counting endpoint (needs the API key; sends no
 generation request). Image tokens follow Anthropic's rule of thumb: width * height / 750.
 
@@ -43,7 +43,7 @@ PHASE_WALL_HOURS = (
     7.3, 10.3, 16.8, 9.3, 14.6, 14.5, 30.0, 17.5, 7.8, 7.0, 14.1, 40.0, 4.0, 9.8, 13.8, 13.6,
 )
 STOPPER_INTERVAL_S = 900
-CHARS_PER_TOKEN = 3.5
+CHARS_PER_TOKEN = 3.0   # conservative for text dense with numbers and metric names
 MIN_CACHEABLE_TOKENS = 1024
 # Answer lengths we ask for: the proposer reasons in four short steps then writes JSON; the
 # stopper writes two lines.

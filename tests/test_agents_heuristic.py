@@ -70,6 +70,8 @@ def test_siblings_are_not_repeated_and_scratch_hides_checkpoints(tmp_path):
     assert second.hparams != first.hparams
     _, _, scratch = propose("collapse", tmp_path / "c", scratch_only=True)
     assert scratch.checkpoint is None and scratch.additional_steps == log.last_step
+    _, _, fresh = propose("healthy", tmp_path / "d", scratch_only=True)
+    assert fresh.checkpoint is None and fresh.changes      # not a replay of the parent
 
 
 def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):

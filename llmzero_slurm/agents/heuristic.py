@@ -18,7 +18,8 @@ last fifth of the logged points):
 8. plateau       otherwise: lr x1.5, temperature +0.1.
 
 Capacity (rollouts, lengths) only ever grows; regularisation moves both ways. When a proposal
-would duplicate an existing sibling, the next alternative is used (more cautious, then bolder).
+would duplicate an existing sibling, or a forced fresh start would replay the parent's
+configuration, the next alternative is used (more cautious, then bolder).
 """
 from __future__ import annotations
 
@@ -193,6 +194,8 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
     tried = []
     for make in (_RULES[rule], *_ALTERNATIVES):
         changes = {k: v for k, v in make(parent_hp).items() if parent_hp.get(k) != v}
+        if scratch_only and not changes:
+            continue   # a fresh strategy should not replay the parent's configuration
         data = {"diagnosis": f"{rule}: {why}.", "changes": changes, "checkpoint_step": step,
                 "additional_steps": steps}
         try:
