@@ -285,3 +285,17 @@ def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):
     assert fix.source == "heuristic" and fix.changes["ppo_micro_batch_size_per_gpu"] == 8
     assert len(service.requests) == 2
     assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_images_are_downscaled_to_the_setting(service, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, image_max_px=256)
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20)
+    service.reply("REASON: still close.\nDECISION: CONTINUE")
+    Stopper(cfg, choose_backend(cfg)).decide(current, 20, 60, best, 0.9, tmp_path)
+    [image] = [c for c in service.requests[0]["body"]["messages"][0]["content"]
+               if c["type"] == "image"]
+    sent = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+    drawn = Image.open(next((tmp_path / "plots").glob("overlay_*.png")))
+    assert drawn.size == (768, 480) and sent.size == (256, 160)
