@@ -25,7 +25,7 @@ KEY_METRICS = (
     "critic/rewards/mean", "critic/score/mean", "actor/entropy", "actor/kl_loss", "actor/ppo_kl",
     "actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/grad_norm",
     "response_length/mean", "response_length/clip_ratio", "timing_s/step",
-    "actor/perf/max_memory_reserved_gb",
+    "actor/perf/max_memory_reserved_gb", "perf/max_rss_gb",
 )
 
 

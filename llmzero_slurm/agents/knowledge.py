@@ -48,6 +48,8 @@ METRICS: dict[str, str] = {
     "timing_s/step": "Seconds per training step; a jump can mean memory pressure.",
     "actor/perf/max_memory_reserved_gb": "Peak accelerator memory reserved (GB); close to the "
                                          "device size means an out-of-memory risk.",
+    "perf/max_rss_gb": "Peak host memory of the trainer process (GB), the CPU trainer's "
+                       "memory gauge.",
 }
 
 _CATEGORY_NOTES = {
@@ -67,7 +69,9 @@ def _range(param) -> str:
     if param.type is bool:
         return "true/false"
     if param.low is not None:
-        return f"{param.type.__name__} in [{param.low:g}, {param.high:g}]"
+        low, high = (int(param.low), int(param.high)) if param.type is int else (
+            f"{param.low:g}", f"{param.high:g}")
+        return f"{param.type.__name__} in [{low}, {high}]"
     return param.type.__name__
 
 
@@ -75,12 +79,12 @@ def metric_guide() -> str:
     return "\n".join(f"- {name}: {text}" for name, text in METRICS.items())
 
 
-def hparam_guide(backend: str) -> str:
+def hparam_guide(backend: str, exclude: tuple[str, ...] = ()) -> str:
     """The vocabulary an answer may use for this trainer backend, grouped by category."""
     sections = []
     for category, title in _CATEGORY_NOTES.items():
         rows = [f"- {p.name} ({_range(p)}): {p.description}" for p in PARAMS.values()
-                if p.category == category and backend in p.backends]
+                if p.category == category and backend in p.backends and p.name not in exclude]
         if rows:
             sections.append(f"{title}:\n" + "\n".join(rows))
     return "\n\n".join(sections)

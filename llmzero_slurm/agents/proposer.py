@@ -15,7 +15,7 @@ from ..metrics import MetricsLog, summarize
 from ..plots import metric_plots
 from ..search.tree import Node, Status
 from . import heuristic
-from .answers import Proposal, check_proposal, extract_json
+from .answers import SCHEDULE_KEYS, Proposal, check_proposal, extract_json
 from .ask import ask
 from .knowledge import effective_hparams, hparam_guide, metric_guide
 from .llm import Backend, Prompt
@@ -23,6 +23,7 @@ from .prompting import as_yaml, render, score_text
 from .records import AgentRecord, save_record, secrets_from_env
 
 RECORD = "proposal.json"
+SUMMARY_ROWS = 16   # enough for every validation of a typical phase
 
 
 @dataclass
@@ -72,11 +73,12 @@ class Proposer:
     def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],
                plot_dir: Path) -> Prompt:
         system, task = render(
-            "proposer", metric_guide=metric_guide(), hparam_guide=hparam_guide(self.trainer),
+            "proposer", metric_guide=metric_guide(),
+            hparam_guide=hparam_guide(self.trainer, exclude=SCHEDULE_KEYS),
             parent_yaml=as_yaml(effective_hparams(self.trainer, inp.parent.hparams)),
             early_stopped=inp.parent.status == Status.EARLY_STOPPED,
             start_step=inp.parent.start_step, last_step=metrics.last_step or 0,
-            summary=summarize(metrics), best_val_text=score_text(inp.best_val),
+            summary=summarize(metrics, rows=SUMMARY_ROWS), best_val_text=score_text(inp.best_val),
             scratch_only=inp.scratch_only, checkpoints=checkpoints,
             taken=[as_yaml(t).replace("\n", ", ") for t in inp.taken])
         return Prompt(system, task, metric_plots(metrics, plot_dir), max_tokens=2048)
