@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ CLUSTER_SCRIPT = ROOT / "bin" / "llmzero-local-slurm"
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> str:
-    """Start (or reuse) the local cluster once per session; SLURM_CONF is set for clients."""
+    """Start (or reuse) the local cluster once per session; return its SLURM_CONF path."""
     try:
         proc = subprocess.run([str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True,
                               timeout=600)
@@ -29,15 +28,21 @@ def slurm_cluster() -> str:
         pytest.skip("the local Slurm cluster could not be started "
                     f"(bin/llmzero-local-slurm start: {proc.stderr.strip()[-500:]})")
     env = subprocess.run([str(CLUSTER_SCRIPT), "env"], capture_output=True, text=True, check=True)
-    conf = env.stdout.strip().split("=", 1)[1]
-    os.environ["SLURM_CONF"] = conf
-    return conf
+    return env.stdout.strip().split("=", 1)[1]
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """SLURM_CONF for one slurm-marked test only, so other tests never see the cluster
+    (scheduler 'auto' would otherwise pick Slurm depending on test order)."""
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster)
+    return slurm_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slurm") and "slurm_cluster" not in item.fixturenames:
-            item.fixturenames.insert(0, "slurm_cluster")
+        if item.get_closest_marker("slurm") and "slurm_env" not in item.fixturenames:
+            item.fixturenames.insert(0, "slurm_env")
 
 
 # A tiny real trainer: the same output contract as the CPU trainer (metrics.jsonl lines,

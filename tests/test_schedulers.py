@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +95,16 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
 
 
 def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program):
+    token = f"tok-{uuid.uuid4().hex[:12]}"           # unique, as the controller's tokens are
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 20}, step_s=0.5,
-                   token="tok-restart")
+                   token=token)
     with pytest.raises(SchedulerError, match="token=tok-other"):
         sched.submit(script, "tok-other")
-    job = sched.submit(script, "tok-restart")
+    job = sched.submit(script, token)
     fresh = (SlurmScheduler() if isinstance(sched, SlurmScheduler)
              else LocalScheduler(sched.dir))          # what a restarted controller builds
-    assert fresh.find_by_token("tok-restart") == job
-    assert fresh.find_by_token("tok-never-submitted") is None
+    assert fresh.find_by_token(token) == job
+    assert fresh.find_by_token(f"{token}-never-submitted") is None
     sched.cancel(job)
     finish(sched, job)
 

@@ -37,7 +37,9 @@ def timed_out(tmp_path_factory, tiny_program, slurm_cluster):
     script = phase(tmp_path_factory.mktemp("timeout"), tiny_program, 1,
                    {"total_training_steps": 1000}, SlurmConfig(time="1", cpus_per_task=1),
                    step_s=1.0)
-    return sched, script, sched.submit(script, "tok-1")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", slurm_cluster)
+        return sched, script, sched.submit(script, "tok-1")
 
 
 def test_cluster_script_reports_status_and_environment(slurm_cluster):

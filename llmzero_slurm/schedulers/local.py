@@ -108,10 +108,9 @@ class LocalScheduler(Scheduler):
             os.kill(job["supervisor_pid"], signal.SIGTERM)   # it stops the process group
 
     def find_by_token(self, token: str) -> str | None:
-        for job_id, job in self._table()["jobs"].items():
-            if job["token"] == token:
-                return job_id
-        return None
+        """The newest job submitted with the token."""
+        found = [int(j) for j, job in self._table()["jobs"].items() if job["token"] == token]
+        return str(max(found)) if found else None
 
     def states(self, job_ids: Iterable[str],
                node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:

@@ -128,10 +128,11 @@ class SlurmScheduler(Scheduler):
         self._next_poll = 0.0
 
     def find_by_token(self, token: str) -> str | None:
-        for job_id, _, comment in self._squeue_rows(None):
-            if f"token={token}" in comment.split(","):
-                return job_id
-        return None
+        """The newest of the user's jobs whose --comment carries the token (squeue lists
+        finished jobs for MinJobAge; older ones are the caller's to find in status.json)."""
+        found = [int(job_id) for job_id, _, comment in self._squeue_rows(None)
+                 if f"token={token}" in comment.split(",") and job_id.isdigit()]
+        return str(max(found)) if found else None
 
     def states(self, job_ids: Iterable[str],
                node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
