@@ -109,6 +109,8 @@ def series(n=40, **curves):
           val=lambda s: 0.4), "noisy"),
     (dict(rewards=lambda s: 0.3, val=lambda s: 0.2 + 0.01 * s), "healthy"),
     (dict(rewards=lambda s: 0.3, val=lambda s: 0.4), "plateau"),
+    (dict(rewards=lambda s: 0.3, grad=lambda s: 0.5 if s < 30 else float("nan"),
+          val=lambda s: 0.2 + 0.01 * s), "collapse"),
 ])
 def test_rules_on_constructed_series(curves, rule):
     names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy",

@@ -4,7 +4,8 @@ It is the default on clusters without API access and the fallback when an LLM ke
 Rules, checked in this order on the parent phase's own steps ("early"/"late" = the first and
 last fifth of the logged points):
 
-1. collapse      rewards or validation fall well below their peak after KL rose:
+1. collapse      a loss, KL or gradient norm turned NaN/inf, or rewards or validation
+                 fall well below their peak after KL rose:
                  lr x0.3, KL coef x3 (at least 0.01), grad_clip x0.5; resume from the last
                  checkpoint at or before the validation peak.
 2. truncation    >10% of responses hit max_response_length: length x1.5 (capacity grows).
@@ -69,20 +70,26 @@ class Signals:
     grad_late: float
     grad_cv: float
     truncation: float
+    blown_up: bool            # a loss, KL or gradient norm became NaN or infinite
 
     @classmethod
     def of(cls, log: MetricsLog) -> "Signals":
-        reward = log.values("critic/rewards/mean")
-        kl = log.values("actor/kl_loss") or log.values("actor/ppo_kl")
-        ent, grad = log.values("actor/entropy"), log.values("actor/grad_norm")
-        finite = [g for g in grad if math.isfinite(g)]
-        cv = (statistics.pstdev(finite) / statistics.fmean(finite)
-              if len(finite) > 2 and statistics.fmean(finite) > 0 else math.nan)
-        return cls(val_score_series(log.without_test()), _window(reward, False),
-                   _window(reward, True), _smoothed_peak(reward),
+        def finite(name: str) -> list[float]:
+            return [v for v in log.values(name) if math.isfinite(v)]
+
+        reward = finite("critic/rewards/mean")
+        kl = finite("actor/kl_loss") or finite("actor/ppo_kl")
+        ent, grad = finite("actor/entropy"), finite("actor/grad_norm")
+        cv = (statistics.pstdev(grad) / statistics.fmean(grad)
+              if len(grad) > 2 and statistics.fmean(grad) > 0 else math.nan)
+        blown_up = any(not math.isfinite(v) for name in ("actor/kl_loss", "actor/ppo_kl",
+                                                          "actor/pg_loss", "actor/grad_norm")
+                       for v in log.values(name))
+        val = [(s, v) for s, v in val_score_series(log.without_test()) if math.isfinite(v)]
+        return cls(val, _window(reward, False), _window(reward, True), _smoothed_peak(reward),
                    abs(_window(kl, False)), abs(_window(kl, True)), _window(ent, False),
                    _window(ent, True), _window(grad, False), _window(grad, True), cv,
-                   _window(log.values("response_length/clip_ratio"), True))
+                   _window(finite("response_length/clip_ratio"), True), blown_up)
 
     @property
     def val_best(self) -> tuple[int, float] | None:
@@ -103,6 +110,8 @@ def diagnose(sig: Signals) -> tuple[str, str]:
     """The first matching rule and a one-line explanation with the numbers behind it."""
     vs = [v for _, v in sig.val]
     best = sig.val_best
+    if sig.blown_up:
+        return "collapse", "the loss, KL or gradient norm became NaN or infinite"
     val_fell = best is not None and vs[-1] < 0.6 * best[1] and best[1] > 0.05
     reward_fell = sig.reward_peak > 0.05 and sig.reward_late < 0.6 * sig.reward_peak
     kl_rose = sig.kl_late > 3 * sig.kl_early + 1e-6
