@@ -174,15 +174,20 @@ def test_rate_limit_then_success(service, anthropic_proposer, run, tmp_path):
     assert p.source == "anthropic" and len(service.requests) == 2
 
 
-def test_server_error_forever_falls_back_and_is_recorded(service, anthropic_proposer, run,
-                                                         tmp_path):
+@pytest.mark.parametrize("backend, error", [
+    ("anthropic", "LLM unavailable: Anthropic API: InternalServerError"),
+    ("openai", "LLM unavailable: OpenAI-compatible API: InternalServerError")])
+def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, run, tmp_path,
+                                                         backend, error):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
     node, log = run
     service.reply({"status": 500})
-    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert p.source == "heuristic"
     assert len(service.requests) == 3                 # first try + max_retries
     record = json.loads((tmp_path / "proposal.json").read_text())
-    assert record["fallbacks"][0].startswith("LLM unavailable: Anthropic API: InternalServerError")
+    assert record["fallbacks"][0].startswith(error)
     assert record["answers"] == []
     assert_no_secret_or_test_metric(service, tmp_path)
 
@@ -193,7 +198,7 @@ def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
     node, log = run
     service.reply({"delay": 1.0, "text": good()})
     p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
-    assert p.source == "heuristic"
+    assert p.source == "heuristic" and len(service.requests) == 2   # retried once
     record = json.loads((tmp_path / "proposal.json").read_text())
     assert "APITimeoutError" in record["fallbacks"][0]
 
