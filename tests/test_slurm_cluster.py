@@ -42,7 +42,18 @@ def timed_out(tmp_path_factory, tiny_program, slurm_cluster):
         return sched, script, sched.submit(script, "tok-1")
 
 
-def test_cluster_script_reports_status_and_environment(slurm_cluster):
+@pytest.fixture(scope="module")
+def forgotten(tmp_path_factory, tiny_program, slurm_cluster):
+    """A phase that fails at once, submitted first: by the module's end squeue has dropped
+    it (MinJobAge), and only the accounting sources can tell how it ended."""
+    script = phase(tmp_path_factory.mktemp("forgotten"), tiny_program, 9,
+                   {"total_training_steps": 3}, fail_at=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", slurm_cluster)
+        return script, SlurmScheduler().submit(script, "tok-9")
+
+
+def test_cluster_script_reports_status_and_environment(slurm_cluster, forgotten):
     status = subprocess.run([str(CLUSTER_SCRIPT), "status"], capture_output=True, text=True)
     assert status.returncode == 0, status.stdout + status.stderr
     for daemon in ("munged", "slurmctld", "slurmd"):
@@ -174,3 +185,16 @@ def test_a_job_past_its_time_limit_is_timed_out(timed_out):
     assert (state.raw, state.status) == ("TIMEOUT", Status.FAILED)
     status = status_json(script)
     assert status["state"] == "timeout" and "time_limit" in status["reason"]
+
+
+def test_a_job_squeue_forgot_is_read_from_the_completion_log(forgotten):
+    script, job = forgotten
+    def listed() -> bool:
+        out = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i"],
+                             capture_output=True, text=True, check=True).stdout
+        return job in out.split()
+    wait_for(lambda: not listed(), 180, f"squeue to forget job {job}", every=2)
+    fresh = SlurmScheduler()                       # a controller that never saw the job
+    state = fresh.states([job])[job]
+    assert (state.raw, state.status, state.exit_code, state.source) == (
+        "FAILED", Status.FAILED, 3, "sacct -c")
