@@ -257,10 +257,27 @@ def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
     assert [c["type"] for c in content] == ["text", "image", "text"]
     assert "cache_control" in req["body"]["system"][0]
     service.reply("I am not sure what to do.")
-    assert stopper.decide(current, 20, 60, best, 0.9, tmp_path).action == "CONTINUE"
+    later = phase_log(tmp_path, "cur2.jsonl", 20, 0.0, 25)
+    assert stopper.decide(later, 20, 60, best, 0.9, tmp_path).action == "CONTINUE"
     records = json.loads((tmp_path / "early_stop.json").read_text())
     assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE"]
     assert "no DECISION line" in records[1]["fallbacks"][0]
+
+
+def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    stopper = Stopper(cfg, choose_backend(cfg))
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    service.reply("REASON: climbing fast.\nDECISION: CONTINUE")
+    for steps in (20, 22, 24):      # validation every 5 steps: 22 and 24 add none after 20
+        d = stopper.decide(phase_log(tmp_path, "c.jsonl", 20, 0.02, steps), 20, 60, best, 0.9,
+                           tmp_path)
+        assert d.action == "CONTINUE" and d.val_step == 40
+    assert len(service.requests) == 1
+    assert "judged then: climbing fast." in d.reason
+    stopper.decide(phase_log(tmp_path, "c.jsonl", 20, 0.02, 25), 20, 60, best, 0.9, tmp_path)
+    assert len(service.requests) == 2
     assert_no_secret_or_test_metric(service, tmp_path)
 
 

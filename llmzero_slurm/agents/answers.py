@@ -54,6 +54,7 @@ class Decision:
     reason: str
     step: int | None = None
     source: str = "rule"
+    val_step: int | None = None     # the last validation point the decision saw
 
 
 def extract_json(text: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The early stopper: CONTINUE or STOP for a running phase (paper §3.5).
 
-CONTINUE is the answer unless the validation trajectory clearly cannot win: before 10 steps
-into the phase, without a best strategy to compare to, on any unparsable answer, and when the
-phase has no validation point yet, no LLM is even consulted or its STOP is overruled.
+CONTINUE is the answer unless the validation trajectory clearly cannot win. Before 10 steps
+into the phase, without a best strategy to compare to, without a validation point, or when the
+LLM already judged the latest validation point, no LLM is consulted; an unparsable answer
+counts as CONTINUE.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from ..config import AgentConfig
 from ..metrics import MetricsLog, brief, val_score_series
 from ..plots import overlay_plot
+from ..store.atomic import read_json
 from . import heuristic
 from .answers import Decision, parse_decision
 from .knowledge import metric_guide
@@ -43,11 +45,14 @@ class Stopper:
             record.backend = "heuristic"
             decision = heuristic.decide(val, best_val, phase_steps, planned_end)
             decision.source = "heuristic"
+        elif earlier := _judged(out_dir / RECORD, val[-1][0], self.llm.name):
+            decision = Decision(earlier["action"], f"no validation point since step "
+                                f"{val[-1][0]}, judged then: {earlier['reason']}", step)
         else:
             record.backend, record.model = self.llm.name, self.cfg.model
             decision = self._ask(current, start_step, planned_end, best, best_val, out_dir,
                                  record, phase_steps, val)
-        decision.step = step
+        decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
         append_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
         return decision
@@ -82,3 +87,15 @@ class Stopper:
             record.fallbacks.append("answer has no DECISION line; CONTINUE by default")
             return Decision("CONTINUE", "the answer could not be read", step, "rule")
         return decision
+
+
+def _judged(path: Path, val_step: int, source: str) -> dict | None:
+    """The LLM's earlier decision at this validation point, if any: only the validation
+    trajectory can justify STOP, so asking again before it moves would buy the same answer."""
+    if not path.exists():
+        return None
+    for entry in reversed(read_json(path)):
+        result = entry.get("result") if isinstance(entry, dict) else None
+        if result and result.get("val_step") == val_step and result.get("source") == source:
+            return result
+    return None
