@@ -65,6 +65,9 @@ class AgentConfig:
     timeout_s: float = 120.0
     max_retries: int = 4
     image_max_px: int = 768
+    # The offline stopper's allowance for validation noise: STOP only when the projected
+    # score falls this far short of the best (a binomial std of the validation set is apt).
+    stop_margin: float = 0.05
     images: bool = True            # openai: false for text-only models
     # 1h: the stopper asks every 15 min, so a 5 min cache would expire between calls.
     cache_ttl: str = "1h"          # 5m | 1h (the write price below must match)

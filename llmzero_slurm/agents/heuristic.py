@@ -35,7 +35,6 @@ from ..metrics import MetricsLog, val_score_series
 from .answers import (AnswerError, Decision, Fix, Proposal, check_fix, check_proposal)
 
 MIN_STOP_STEP = 10          # never stop a phase before this many of its own steps
-STOP_MARGIN = 0.05          # validation noise between checkpoints on small sets
 
 
 def _window(values: list[float], late: bool) -> float:
@@ -223,7 +222,7 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
 
 
 def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
-           planned_end: int | None) -> Decision:
+           planned_end: int | None, margin: float) -> Decision:
     """STOP only when even a linear extrapolation of the validation curve cannot reach the
     best score (with a noise margin); everything else continues."""
     step = current_val[-1][0] if current_val else None
@@ -237,7 +236,7 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
     slope = max(0.0, (v2 - v1) / (s2 - s1)) if s2 > s1 else 0.0
     remaining = max(0, (planned_end or s2) - s2)
     reach = max(max(v for _, v in current_val), v2 + slope * remaining)
-    if reach + STOP_MARGIN < best_val:
+    if reach + margin < best_val:
         return Decision("STOP", f"validation can reach about {reach:.3f} by step "
                         f"{planned_end or s2} at its current rate, below the best {best_val:.3f}",
                         step)

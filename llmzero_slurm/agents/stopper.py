@@ -40,10 +40,10 @@ class Stopper:
         val = val_score_series(current)
         record = AgentRecord("stopper", "rule")
         if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val:
-            decision = heuristic.decide(val, best_val, phase_steps, planned_end)
+            decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
         elif self.llm is None:
             record.backend = "heuristic"
-            decision = heuristic.decide(val, best_val, phase_steps, planned_end)
+            decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
             decision.source = "heuristic"
         elif earlier := _judged(out_dir / RECORD, val[-1][0], self.llm.name):
             decision = Decision(earlier["action"], f"no validation point since step "
@@ -79,7 +79,7 @@ class Stopper:
             reply = self.llm.complete(prompt)
         except LLMUnavailable as exc:
             record.fallbacks.append(f"LLM unavailable: {exc}; used the heuristic rule")
-            return heuristic.decide(val, best_val, phase_steps, planned_end)
+            return heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
         record.usage.add(reply.usage)
         record.answers.append(reply.text)
         decision = parse_decision(reply.text, step, self.llm.name)
