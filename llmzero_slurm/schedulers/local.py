@@ -130,8 +130,8 @@ class LocalScheduler(Scheduler):
                     Path(job["script"]).parent if job else None)
                 state = state_from_status_file(job_id, Path(node_dir)) if node_dir else None
                 if state is None and job:
-                    state = JobState(job_id, "NODE_FAIL", job_state(job_id, "NODE_FAIL").status,
-                                     None, "the local supervisor died before the job ended", "local")
+                    state = job_state(job_id, "NODE_FAIL", None,
+                                      "the local supervisor died before the job ended", "local")
                 if state is not None:
                     out[job_id] = state
         return out
