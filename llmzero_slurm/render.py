@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -163,7 +163,7 @@ def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
         _text(f"slurm.setup[{i}]", line)
     hparams = validate_hparams(spec.hparams, backend.name)
     trainer = backend.check_trainer(spec.trainer)
-    return PhaseSpec(**{**spec.__dict__, "hparams": hparams, "trainer": trainer})
+    return replace(spec, hparams=hparams, trainer=trainer)
 
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
