@@ -108,6 +108,9 @@ def main(argv: list[str]) -> int:
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Arrow's default allocator reserves ~1 GB of address space, which would count against
+    # --max-memory-mb; the system allocator keeps the data segment close to what is used.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     from llmzero_slurm.cputrain.session import run_phase   # torch loads only past argument checks
     from llmzero_slurm.cputrain.memory import is_out_of_memory
     try:

@@ -125,9 +125,10 @@ def test_learning_rate_too_high_collapses(cache_dir, good_phase, tmp_path):
                      "test_freq=20", "save_freq=1000") == 0
     lines = read_metrics(tmp_path)
     val = by_step(lines, VAL)
-    good_kl = max(by_step(read_metrics(good_phase), "actor/kl_loss").values())
-    assert val[60] <= 0.05, val
-    assert max(by_step(lines, "actor/kl_loss").values()) > 5 * good_kl
+    good_kl = by_step(read_metrics(good_phase), "actor/kl_loss").values()
+    high_kl = by_step(lines, "actor/kl_loss").values()
+    assert val[60] <= 0.08 and val[60] < val[0] / 2, val
+    assert sum(high_kl) / len(high_kl) > 3 * sum(good_kl) / len(good_kl)
 
 
 def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_path):
@@ -150,8 +151,8 @@ def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_
 
 def test_oversized_batch_under_a_memory_limit_fails_with_a_real_allocation_error(
         cache_dir, good_phase, tmp_path):
-    job = spawn(cache_dir, tmp_path, "--max-memory-mb", "900", "train_batch_size=256",
-                "rollout_n=32", "ppo_mini_batch_size=256", "max_response_length=24",
+    job = spawn(cache_dir, tmp_path, "--max-memory-mb", "700", "train_batch_size=64",
+                "rollout_n=32", "ppo_mini_batch_size=64", "max_response_length=16",
                 "temperature=3.0", "total_training_steps=1")
     _, err = job.communicate(timeout=300)
     assert job.returncode == 3, err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any]) -> Path:
     final = ckpt_dir / f"global_step_{step}"
     tmp = ckpt_dir / f".global_step_{step}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
+    with warnings.catch_warnings():   # peft looks for a hub config of our in-code base model
+        warnings.filterwarnings("ignore", message="Could not find a config file")
+        model.save_pretrained(str(tmp))
     torch.save(state, tmp / STATE_FILE)
     if final.exists():   # a rerun of the same step: the new folder replaces the old one
         shutil.rmtree(final)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ def with_lora(base: LlamaForCausalLM, base_id: str, rank: int, alpha: float,
         modules = "all-linear" if target_modules == "all-linear" else target_modules.split(",")
         config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
                             target_modules=modules, task_type="CAUSAL_LM")
-        return get_peft_model(base, config)
+        with warnings.catch_warnings():   # peft calls a transformers API deprecated in v5
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing")
+            return get_peft_model(base, config)
     saved = read_adapter_config(init_adapter)
     if saved.get("base_model_name_or_path") != base_id:
         raise DataError(init_adapter, f"adapter was trained on base "

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Callable
 
-import pyarrow
 import torch
 
 from ..tasks import dataset, reward_path
@@ -29,9 +28,6 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
     device = pick_device()
-    # Arrow's default allocator reserves ~1 GB of address space, which would eat the
-    # memory limit; the system allocator keeps the data segment close to what is used.
-    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
     if args.task:
         files = dataset.materialize(args.task, Path(args.cache_dir) / "tasks")
         reward_file = reward_path(args.task)

@@ -84,7 +84,8 @@ class GRPOTrainer:
                 self.metrics.write(self.global_step, self.evaluate())
             while self.local_step < self.total_steps:
                 if should_stop():
-                    if self.local_step and checkpoint.latest(self.ckpt_dir)[0] != self.global_step:
+                    saved = checkpoint.latest(self.ckpt_dir)
+                    if self.local_step and (saved is None or saved[0] != self.global_step):
                         self.save()   # so a requeued or evolved run loses no finished step
                     return False
                 data = self.train_step()
