@@ -172,3 +172,14 @@ def test_corrupt_decision_log_is_reported_not_overwritten(tmp_path):
     with pytest.raises(StateError, match="early_stop.json: corrupt JSON"):
         Stopper(OFFLINE, None).decide(healthy, 0, 120, healthy, 0.5, tmp_path)
     assert (tmp_path / "early_stop.json").read_text() == "[{broken"
+
+
+def test_a_timed_out_phase_is_replanned_to_fit_what_it_managed(tmp_path):
+    log = "step 41: ...\nslurmstepd: *** JOB 7 ON vm CANCELLED AT 2026-11-22 DUE TO TIME LIMIT ***\n"
+    hp = {"total_training_steps": 400, "lr": 1e-3}
+    fix = ErrorAnalyzer(AgentConfig(backend="heuristic"), "cpu", None).analyze(
+        "TIMEOUT", 0, log, hp, tmp_path, steps_done=120)
+    assert (fix.failure, fix.action) == ("timeout", "change")
+    assert fix.hparams["total_training_steps"] == 84
+    unknown = heuristic.analyze("TIMEOUT", 0, log, hp, "cpu")
+    assert unknown.hparams["total_training_steps"] == 240

@@ -35,12 +35,14 @@ class ErrorAnalyzer:
         self.cfg, self.trainer, self.llm = cfg, trainer, llm
 
     def analyze(self, state: str | None, exit_code: int | None, log_text: str,
-                hparams: Mapping[str, Any], out_dir: str | Path) -> Fix:
+                hparams: Mapping[str, Any], out_dir: str | Path,
+                steps_done: int | None = None) -> Fix:
+        """`steps_done`: how far the phase got, which sizes a fix for a time limit."""
         tail = log_tail(log_text)
         hparams = effective_hparams(self.trainer, hparams)
 
         def fallback() -> Fix:
-            return heuristic.analyze(state, exit_code, tail, hparams, self.trainer)
+            return heuristic.analyze(state, exit_code, tail, hparams, self.trainer, steps_done)
 
         if self.llm is None:
             record = AgentRecord("error_analyzer", "heuristic")
@@ -49,6 +51,7 @@ class ErrorAnalyzer:
             record = AgentRecord("error_analyzer", self.llm.name, self.cfg.model)
             system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
                                   state=state or "unknown", exit_code=exit_code,
+                                  steps_done=steps_done,
                                   hparams_yaml=as_yaml(hparams), log_tail=tail)
             fix = ask(self.llm, Prompt(system, task, max_tokens=1024),
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,

@@ -270,9 +270,13 @@ def _last_error_line(log_tail: str) -> str:
     return lines[-1][:300] if lines else "see the job log"
 
 
+TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix plans
+
+
 def analyze(state: str | None, exit_code: int | None, log_tail: str,
-            hparams: Mapping[str, Any], backend: str) -> Fix:
-    """Classify a failure and pick the smallest fix that addresses it."""
+            hparams: Mapping[str, Any], backend: str, steps_done: int | None = None) -> Fix:
+    """Classify a failure and pick the smallest fix that addresses it. A phase that hit its
+    time limit after `steps_done` steps is re-planned to fit: a share of what it managed."""
     failure = classify(state, log_tail)
     data: dict[str, Any]
     if failure == "oom":
@@ -286,7 +290,8 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
                 {"action": "give_up", "message": "out of memory with the smallest batches: use "
                  "more GPUs per node or a shorter max_response_length"})
     elif failure == "timeout":
-        changes = _scale(hparams, "total_training_steps", 0.6)
+        changes = ({"total_training_steps": max(1, int(steps_done * TIME_LIMIT_SHARE))}
+                   if steps_done else _scale(hparams, "total_training_steps", 0.6))
         data = ({"action": "change", "changes": changes} if changes else
                 {"action": "give_up", "message": "the phase hit its time limit: raise slurm.time "
                  "in experiment.yaml"})

@@ -62,7 +62,10 @@ class LLMZeroMethod(SearchMethod):
         job = failed.submission
         logs = sorted(node_dir.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
         text = logs[-1].read_text(errors="replace") if logs else ""
-        fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams, records)
+        last = read_metrics(node_dir / "metrics.jsonl").last_step
+        done = last - failed.start_step if last is not None else None
+        fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams,
+                                    records, done)
         if fix.action == "give_up":
             return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix")
         hparams = fix.hparams or dict(failed.hparams)
