@@ -111,6 +111,9 @@ def main(argv: list[str]) -> int:
     # Arrow's default allocator reserves ~1 GB of address space, which would count against
     # --max-memory-mb; the system allocator keeps the data segment close to what is used.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    # Idle OpenMP threads that spin instead of sleeping make an oversubscribed node (many
+    # small jobs on few cores) 15x slower; sleeping costs nothing measurable here.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from llmzero_slurm.cputrain.session import run_phase   # torch loads only past argument checks
     from llmzero_slurm.cputrain.memory import is_out_of_memory
     try:
