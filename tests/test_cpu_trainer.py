@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
@@ -121,14 +122,15 @@ def test_child_phase_continues_from_the_parent_level(good_phase, cache_dir, tmp_
 
 
 def test_learning_rate_too_high_collapses(cache_dir, good_phase, tmp_path):
+    """The run is chaotic (curves differ between machines), so assert its shape, not a value."""
     assert run_phase(cache_dir, tmp_path, "lr=1e-2", "total_training_steps=60",
-                     "test_freq=20", "save_freq=1000") == 0
-    lines = read_metrics(tmp_path)
-    val = by_step(lines, VAL)
-    good_kl = by_step(read_metrics(good_phase), "actor/kl_loss").values()
-    high_kl = by_step(lines, "actor/kl_loss").values()
-    assert val[60] <= 0.08 and val[60] < val[0] / 2, val
-    assert sum(high_kl) / len(high_kl) > 3 * sum(good_kl) / len(good_kl)
+                     "test_freq=10", "save_freq=1000") == 0
+    lines, good = read_metrics(tmp_path), read_metrics(good_phase)
+    late = [acc for step, acc in by_step(lines, VAL).items() if step >= 20]
+    good_val = [acc for step, acc in by_step(good, VAL).items() if step > 0]
+    assert min(late) <= 0.1 and mean(late) < 0.5 * mean(good_val), (late, good_val)
+    assert mean(by_step(lines, "actor/kl_loss").values()) > 3 * mean(
+        by_step(good, "actor/kl_loss").values())
 
 
 def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_path):
@@ -175,3 +177,20 @@ def test_bad_data_arguments_are_refused(tmp_path, cache_dir, capsys):
     assert exit_info.value.code == 2
     assert run_phase(cache_dir, tmp_path, "--init-adapter", str(tmp_path / "nowhere")) == 2
     assert "adapter_config.json" in capsys.readouterr().err
+
+
+def test_verl_format_files_and_a_reward_path_train_another_task(cache_dir, tmp_path):
+    """The same parquet + reward-file contract verl uses, here with the string task."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+
+    files = materialize("sort", tmp_path / "data")
+    out = tmp_path / "out"
+    assert CLI.main(["--train-files", str(files["train"]), "--val-files", str(files["val"]),
+                     "--test-files", str(files["test"]), "--reward-path", str(reward_path("sort")),
+                     "--output-dir", str(out), "--cache-dir", str(cache_dir),
+                     "total_training_steps=2", "test_freq=2", "max_response_length=9"]) == 0
+    lines = read_metrics(out)
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert 0.0 < lines[0]["data"]["val-core/sort/acc/mean@1"] <= 1.0
+    assert "test-core/sort/acc/mean@1" in lines[2]["data"]
