@@ -48,6 +48,15 @@ def test_failed_child_gets_a_debug_child():
     assert select(tree, SET) == Action(DBG, 1)
 
 
+def test_one_debug_attempt_at_a_time():
+    r = Resume(0, 10)
+    tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED), N(2, 0, S.FAILED),
+             N(3, 1, S.RUNNING, kind=DBG, resume=r, debug_depth=1))
+    a = Analysis.of(tree, SET)
+    assert a.child_kind(tree[1]) is None and not a.terminal[1]
+    assert select(tree, SET) == Action(DBG, 2)
+
+
 def test_debug_depth_and_debug_children_limits():
     deep = T(N(0, None, score=0.5), N(1, 0, S.FAILED, debug_depth=5))
     a = Analysis.of(deep, SET)

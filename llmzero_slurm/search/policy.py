@@ -81,7 +81,9 @@ class Analysis:
         if node.status in (Status.COMPLETED, Status.EARLY_STOPPED):
             return Kind.EVOLVE if k < s.max_evolve_children else None
         if node.status is Status.FAILED:
-            if k < s.max_debug_children and node.debug_depth < s.max_debug_depth:
+            # One fix at a time: the next attempt should learn from the last one's outcome.
+            busy = any(c.status.pending for c in self.limit_children(node))
+            if not busy and k < s.max_debug_children and node.debug_depth < s.max_debug_depth:
                 return Kind.DEBUG
         return None
 
@@ -171,7 +173,7 @@ def debug_chain_root(tree: Tree, node_id: int) -> Node:
 def reparent_fix(tree: Tree, fix_id: int) -> Reparent | None:
     """After a debug node succeeds: move it beside the chain's original failure, prune the rest."""
     fix = tree[fix_id]
-    if fix.kind is not Kind.DEBUG or fix.fixed_from is not None or fix.parent is None:
+    if fix.kind is not Kind.DEBUG or fix.fixed_from is not None or fix.parent is None or fix.pruned:
         return None
     if fix.status not in (Status.COMPLETED, Status.EARLY_STOPPED):
         return None

@@ -1,0 +1,141 @@
+"""Whole searches on the embedded CPU trainer, driven by `llmzero-start` as a user runs it.
+
+The root configuration does not fit the job's memory limit (a real allocation failure), so
+the error analyzer must debug it; a high scratch ratio forces an injection within the budget;
+the offline stopper, with no noise margin, cancels dominated phases through the scheduler.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmzero_slurm.paths import ROOT
+from llmzero_slurm.search.policy import best_path
+from llmzero_slurm.search.tree import Kind, Status
+from llmzero_slurm.store.run_store import RunStore
+
+pytestmark = pytest.mark.slow
+
+START = ROOT / "bin" / "llmzero-start"
+FIGURES = ("strategy_curve.png", "best_so_far.png", "test_vs_compute.png", "tree.png",
+           "hparams.png")
+
+
+def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7) -> Path:
+    config = {
+        "name": f"e2e-{scheduler}",
+        "backend": "cpu",
+        "scheduler": scheduler,
+        "task": {"builtin": "addition"},
+        # 32 prompts x 16 rollouts in one micro-batch of 512 exceeds the 630 MB limit;
+        # halving the micro-batches (the analyzer's fix for an OOM) fits.
+        "hparams": {"train_batch_size": 32, "ppo_mini_batch_size": 32, "rollout_n": 16,
+                    "ppo_micro_batch_size_per_gpu": 512, "log_prob_micro_batch_size_per_gpu": 512,
+                    "total_training_steps": 30, "test_freq": 5, "save_freq": 10},
+        "trainer": {"max_memory_mb": 630, "cache_dir": str(cache)},
+        "search": {"budget_iterations": budget, "concurrency": 2, "min_scratch_ratio": 0.7,
+                   "early_stop_interval_s": 2, "poll_interval_s": 1},
+        "slurm": {"cpus_per_task": 1, "time": "00:10:00"},
+        "agents": {"backend": "heuristic", "stop_margin": 0.0},
+    }
+    path = tmp / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start(config: Path, run_dir: Path, fault: str | None = None,
+          timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env["LLMZERO_PYTHON"] = sys.executable
+    if fault:
+        env["LLMZERO_FAULT"] = fault
+    return subprocess.run([str(START), str(config), "--run-dir", str(run_dir)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("base-model-cache")
+
+
+def check_search(run_dir: Path, budget: int) -> None:
+    store = RunStore.open(run_dir)
+    tree = store.load_tree()
+    nodes = list(tree)
+    assert len(nodes) == budget and all(n.status.finished for n in nodes)
+
+    root = tree[0]
+    assert root.status is Status.FAILED and root.submission.exit_code == 3
+    assert "out of memory" in "".join(p.read_text() for p in store.node_dir(0).glob("slurm-*.out"))
+    fixes = [n for n in nodes if n.fixed_from == 0]
+    assert len(fixes) == 1 and fixes[0].status in (Status.COMPLETED, Status.EARLY_STOPPED)
+    fix = fixes[0]
+    assert fix.parent is None and fix.kind is Kind.SCRATCH and root.terminal
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] < root.hparams["ppo_micro_batch_size_per_gpu"]
+
+    assert any(n.injected and n.kind is Kind.SCRATCH and n.resume is None for n in nodes)
+
+    stopped = [n for n in nodes if n.status is Status.EARLY_STOPPED]
+    assert stopped, "the stopper cancelled no phase"
+    for node in stopped:
+        assert node.submission.scheduler_state == "CANCELLED"
+        records = json.loads((store.node_dir(node.id) / "early_stop.json").read_text())
+        assert records[-1]["result"]["action"] == "STOP"
+        assert node.results.checkpoints, "an early-stopped phase keeps its checkpoints"
+
+    path = best_path(tree)
+    assert len(path) >= 2 and path[0].kind is Kind.SCRATCH
+
+    report = run_dir / "report"
+    html = (report / "index.html").read_text()
+    for figure in FIGURES:
+        assert (report / figure).stat().st_size > 1000 and figure in html
+    assert "strategy.yaml" in {p.name for p in report.iterdir()}
+    for node in nodes:  # every phase ran exactly once: one job output per node
+        assert len(list(store.node_dir(node.id).glob("slurm-*.out"))) == 1, node.id
+
+
+def test_search_with_local_processes(tmp_path, cache):
+    config = e2e_config(tmp_path, cache, "local")
+    done = start(config, tmp_path / "run")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "search finished" in done.stdout
+    check_search(tmp_path / "run", 7)
+
+
+@pytest.mark.slurm
+def test_search_on_slurm_with_the_monitor_job(tmp_path, cache):
+    config = e2e_config(tmp_path, cache, "slurm")
+    done = start(config, tmp_path / "run")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    check_search(tmp_path / "run", 7)
+    monitor = json.loads((tmp_path / "run" / "monitor" / "monitor.json").read_text())
+    assert monitor["kind"] == "slurm"
+    names = subprocess.run(["sacct", "-c", "-n", "-X", "-o", "JobName%60", "-j", monitor["job_id"]],
+                           capture_output=True, text=True).stdout
+    assert "llmz-e2e-slurm-monitor" in names
+
+
+def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_path, cache):
+    config = e2e_config(tmp_path, cache, "local", budget=5)
+    run_dir = tmp_path / "run"
+    for fault in ("after_sbatch:2", "before_sbatch:1", "while_ingesting:1"):
+        killed = start(config, run_dir, fault)
+        assert killed.returncode == -9, (fault, killed.stdout[-2000:], killed.stderr[-2000:])
+    done = start(config, run_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    store = RunStore.open(run_dir)
+    tree = store.load_tree()
+    assert sorted(n.id for n in tree) == list(range(5))
+    assert all(n.status.finished for n in tree)
+    table = json.loads((run_dir / "local-jobs" / "jobs.json").read_text())["jobs"]
+    tokens = [job["token"] for job in table.values()]
+    assert len(tokens) == len(set(tokens)) == 5  # one job per phase, none resubmitted
+    for node in tree:
+        assert len(list(store.node_dir(node.id).glob("slurm-*.out"))) == 1
