@@ -27,7 +27,7 @@ FIGURES = ("strategy_curve.png", "best_so_far.png", "test_vs_compute.png", "tree
            "hparams.png")
 
 
-def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7) -> Path:
+def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7, **hparams) -> Path:
     config = {
         "name": f"e2e-{scheduler}",
         "backend": "cpu",
@@ -37,7 +37,7 @@ def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7) -> Path:
         # halving the micro-batches (the analyzer's fix for an OOM) fits.
         "hparams": {"train_batch_size": 32, "ppo_mini_batch_size": 32, "rollout_n": 16,
                     "ppo_micro_batch_size_per_gpu": 512, "log_prob_micro_batch_size_per_gpu": 512,
-                    "total_training_steps": 30, "test_freq": 5, "save_freq": 10},
+                    "total_training_steps": 30, "test_freq": 5, "save_freq": 10, **hparams},
         "trainer": {"max_memory_mb": 630, "cache_dir": str(cache)},
         "search": {"budget_iterations": budget, "concurrency": 2, "min_scratch_ratio": 0.7,
                    "early_stop_interval_s": 2, "poll_interval_s": 1},
@@ -51,12 +51,17 @@ def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7) -> Path:
 
 def start(config: Path, run_dir: Path, fault: str | None = None,
           timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run llmzero-start; output goes through a file, since jobs and the monitor outlive a
+    killed controller and would hold a pipe open."""
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     env["LLMZERO_PYTHON"] = sys.executable
     if fault:
         env["LLMZERO_FAULT"] = fault
-    return subprocess.run([str(START), str(config), "--run-dir", str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    log = run_dir.parent / f"controller-{fault or 'clean'}.log"
+    with open(log, "w") as out:
+        proc = subprocess.run([str(START), str(config), "--run-dir", str(run_dir)], env=env,
+                              stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +128,9 @@ def test_search_on_slurm_with_the_monitor_job(tmp_path, cache):
 
 
 def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_path, cache):
-    config = e2e_config(tmp_path, cache, "local", budget=5)
+    # Small phases: this test is about the controller, not about training.
+    config = e2e_config(tmp_path, cache, "local", budget=5, total_training_steps=10,
+                        ppo_micro_batch_size_per_gpu=128, log_prob_micro_batch_size_per_gpu=128)
     run_dir = tmp_path / "run"
     for fault in ("after_sbatch:2", "before_sbatch:1", "while_ingesting:1"):
         killed = start(config, run_dir, fault)

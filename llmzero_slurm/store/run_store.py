@@ -38,7 +38,7 @@ class RunStore:
 
     def __init__(self, root: str | Path, lock_kind: str = "flock", lock_timeout: float = 120.0,
                  stale_after: float = 30.0):
-        self.root = Path(root)
+        self.root = Path(root).resolve()   # node dirs go into #SBATCH lines: absolute
         self.nodes_dir = self.root / "nodes"
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
 
