@@ -1,0 +1,82 @@
+"""The command-line tools as a user meets them: --help, --check, status, stop, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.paths import ROOT
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status
+from llmzero_slurm.store.run_store import RunStore
+
+COMMANDS = ("start", "status", "stop", "report")
+
+
+def cli(name: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    env.pop("ANTHROPIC_API_KEY", None)
+    return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help(name):
+    done = cli(name, "--help")
+    assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
+
+
+def test_check_passes_on_the_cpu_example_and_submits_nothing(tmp_path):
+    config = yaml.safe_load((ROOT / "examples" / "cpu-addition.yaml").read_text())
+    config["scheduler"] = "local"
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[ok]") == 6
+    assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
+
+
+def test_check_names_a_bad_reward_file(tmp_path):
+    bad = tmp_path / "reward.py"
+    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                   "    return 'yes'\n")
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": {
+        "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "reward_path": str(bad)}}))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 2
+    assert "[FAIL] data and reward" in done.stdout and "returned 'yes'" in done.stdout
+
+
+def test_a_bad_config_is_one_line_naming_the_key(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: x\nhparams:\n  lr: '1e-3; rm -rf ~'\n")
+    done = cli("start", str(path))
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("error: config key 'hparams.lr'")
+    assert "Traceback" not in done.stderr
+
+
+def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
+                                  results=Results(best_val=0.4, checkpoints=[10])))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
+                                  status=Status.COMPLETED, results=Results(best_val=0.5)))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0
+    assert "0001 evolve  completed" in table.stdout and "best val 0.500 (node 1: 0 -> 1)" in table.stdout
+    data = json.loads(cli("status", str(store.root), "--json").stdout)
+    assert data["best_path"] == [0, 1] and not data["controller_running"]
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout
+    missing = cli("status", str(tmp_path / "nowhere"))
+    assert missing.returncode == 3 and "is not a run directory" in missing.stderr
