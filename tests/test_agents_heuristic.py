@@ -183,3 +183,12 @@ def test_a_timed_out_phase_is_replanned_to_fit_what_it_managed(tmp_path):
     assert fix.hparams["total_training_steps"] == 84
     unknown = heuristic.analyze("TIMEOUT", 0, log, hp, "cpu")
     assert unknown.hparams["total_training_steps"] == 240
+
+
+def test_the_stopper_judges_the_trend_not_one_lucky_checkpoint():
+    flat = [(105, 0.40), (110, 0.44), (115, 0.39), (120, 0.41), (125, 0.40)]
+    stop = heuristic.decide(flat, 0.45, 25, 160, margin=0.02)
+    assert stop.action == "STOP" and "0.45" in stop.reason
+    rising = [(105, 0.30), (110, 0.33), (115, 0.35), (120, 0.38), (125, 0.40)]
+    assert heuristic.decide(rising, 0.45, 25, 160, margin=0.02).action == "CONTINUE"
+    assert heuristic.decide(flat, 0.45, 25, 160, margin=0.1).action == "CONTINUE"

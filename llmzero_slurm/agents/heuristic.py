@@ -221,10 +221,24 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
                           parent_hp, checkpoints, True, backend, "heuristic")
 
 
+TREND_POINTS = 5   # validation points the stopper fits its trend to
+
+
+def _trend(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares (level at the last step, slope per step) of the last validation points:
+    one noisy checkpoint neither rescues nor condemns a phase."""
+    pts = points[-TREND_POINTS:]
+    xs, ys = [s for s, _ in pts], [v for _, v in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    return my + slope * (xs[-1] - mx), slope
+
+
 def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
            planned_end: int | None, margin: float) -> Decision:
-    """STOP only when even a linear extrapolation of the validation curve cannot reach the
-    best score (with a noise margin); everything else continues."""
+    """STOP only when the validation trend, extended to the phase's planned end, stays more
+    than `margin` below the best score; everything else continues."""
     step = current_val[-1][0] if current_val else None
     if phase_step < MIN_STOP_STEP:
         return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
@@ -232,15 +246,14 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
         return Decision("CONTINUE", "no completed strategy to compare with", step)
     if len(current_val) < 3:
         return Decision("CONTINUE", "too few validation points to judge", step)
-    (s1, v1), (s2, v2) = current_val[-3], current_val[-1]
-    slope = max(0.0, (v2 - v1) / (s2 - s1)) if s2 > s1 else 0.0
-    remaining = max(0, (planned_end or s2) - s2)
-    reach = max(max(v for _, v in current_val), v2 + slope * remaining)
+    last = current_val[-1][0]
+    level, slope = _trend(current_val)
+    end = max(planned_end or last, last)
+    reach = level + max(0.0, slope) * (end - last)
     if reach + margin < best_val:
-        return Decision("STOP", f"validation can reach about {reach:.3f} by step "
-                        f"{planned_end or s2} at its current rate, below the best {best_val:.3f}",
-                        step)
-    return Decision("CONTINUE", f"validation may reach {reach:.3f} against the best "
+        return Decision("STOP", f"the validation trend reaches about {reach:.3f} by step {end}, "
+                        f"below the best {best_val:.3f}", step)
+    return Decision("CONTINUE", f"the validation trend may reach {reach:.3f} against the best "
                     f"{best_val:.3f}", step)
 
 

@@ -68,9 +68,8 @@ class Controller:
         self.lease = Lease(store)
         self.backend = get_backend(self.config.backend)
         s = self.config.search
-        created = store.root.stat().st_mtime
         self.budget = Budget(s.budget_iterations, s.budget_gpu_hours, s.budget_wall_hours,
-                             started_at=min(created, time.time()))
+                             started_at=store.created_at)
         self._stop_signal: int | None = None
 
     # -- the loop ---------------------------------------------------------------------------
@@ -105,6 +104,9 @@ class Controller:
             if spent is None and not self.method.exhausted(tree):
                 tree = self._start_phases(tree, len(pending))
                 pending = [n for n in tree if n.status.pending]
+                if not pending:   # nothing running and nothing the method can start
+                    self.progress.finished(tree, f"{self.method.name} has nothing left to run")
+                    return 0
             elif not pending:
                 self.progress.finished(tree, spent or "the search has no branch left to grow")
                 return 0

@@ -74,6 +74,11 @@ class RunStore:
     def config(self) -> ExperimentConfig:
         return self.config_of(self.root)
 
+    @property
+    def created_at(self) -> float:
+        """When the run was created (wall-clock budgets count from here, across restarts)."""
+        return float(_versioned(self.root / "meta.json").get("created_at", time.time()))
+
     # -- nodes ----------------------------------------------------------------------------
 
     def node_dir(self, node_id: int) -> Path:
