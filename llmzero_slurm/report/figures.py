@@ -173,6 +173,7 @@ def tree_figure(view: RunView, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xticks([])
     ax.set_ylabel("depth")
+    ax.set_yticks(range(depth + 1))
     ax.set_title("Search tree (bold: best strategy; square: debug; dashed edge: injected scratch)",
                  fontsize=9)
     fig.tight_layout()
