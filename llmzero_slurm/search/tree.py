@@ -152,9 +152,3 @@ class Tree:
             node = stack.pop()
             yield node
             stack.extend(self.children(node.id))
-
-    def ancestors(self, node_id: int) -> Iterator[Node]:
-        node = self.nodes[node_id]
-        while node.parent is not None:
-            node = self.nodes[node.parent]
-            yield node

@@ -7,9 +7,8 @@ on that snapshot.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import yaml
 
@@ -138,8 +137,3 @@ class RunStore:
     def load_tree(self) -> Tree:
         """A snapshot of every node; a corrupt record stops the load with its path."""
         return Tree(self.read_node(i) for i in self.node_ids())
-
-    @contextmanager
-    def locked(self) -> Iterator["RunStore"]:
-        with self.lock.hold():
-            yield self
