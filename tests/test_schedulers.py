@@ -172,12 +172,12 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     again = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
-    # Same steps, same metric names, and the same pre-training validation. Later steps are
-    # not compared exactly: the CPU trainer's sampling is not bit-reproducible between runs.
+    # The same metrics at every step; only wall-clock and memory figures may differ.
+    def learning(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r["data"].items() if not k.startswith(("timing", "perf"))}
+                for r in rows]
     assert [r["step"] for r in again] == [0, 1, 2]
-    assert [sorted(r["data"]) for r in again] == [sorted(r["data"]) for r in first]
-    assert again[0]["data"]["val-core/addition/acc/mean@1"] == \
-        first[0]["data"]["val-core/addition/acc/mean@1"]
+    assert learning(again) == learning(first)
 
 
 @pytest.mark.parametrize("raw, status", [

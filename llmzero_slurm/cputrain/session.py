@@ -46,6 +46,7 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
                   hparams=args.hparams, output_dir=args.output_dir,
                   cache_dir=Path(args.cache_dir), device=device,
                   init_adapter=args.init_adapter, step_offset=args.step_offset)
+    torch.manual_seed(args.hparams["seed"])   # LoRA's initialisation draws from the global RNG
     trainer = GRPOTrainer(phase)
     if args.max_memory_mb:
         limit_memory(args.max_memory_mb, device)
