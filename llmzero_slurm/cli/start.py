@@ -68,7 +68,7 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     scheduler = make_scheduler(kind, store.root)
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals")
     method = make_method(cfg.search.method, ctx)
-    monitor = MonitorKeeper(store, kind) if method.early_stopping else None
+    monitor = MonitorKeeper(store, kind, scheduler) if method.early_stopping else None
     return Controller(store, scheduler, method, poll_s or cfg.search.poll_interval_s,
                       on_finish=write_report, monitor=monitor)
 

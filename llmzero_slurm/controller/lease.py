@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMZeroError, StateError
+from ..processes import alive
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 
@@ -22,24 +23,12 @@ class LeaseHeld(LLMZeroError):
     exit_code = 6
 
 
-def _pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def holder_alive(info: dict[str, Any], expire_s: float) -> bool:
     """Whether the lease in `info` still belongs to a live controller."""
     if time.time() - float(info.get("heartbeat_at", 0)) > expire_s:
         return False
     if info.get("host") == socket.gethostname():
-        return _pid_alive(info.get("pid"))
+        return alive(info.get("pid"))
     return True
 
 

@@ -19,6 +19,7 @@ from ..agents.llm import choose_backend
 from ..agents.stopper import Stopper
 from ..errors import StateError
 from ..metrics import MetricsLog, read_metrics, stitch
+from ..processes import runs
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler, parse_time
 from ..search.policy import best_path
@@ -121,8 +122,9 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
 class MonitorKeeper:
     """Keeps one monitor job alive while phases run; resubmits it when it is dead or silent."""
 
-    def __init__(self, store: RunStore, scheduler_kind: str):
-        self.store, self.kind = store, scheduler_kind
+    def __init__(self, store: RunStore, scheduler_kind: str, scheduler: Scheduler):
+        """`scheduler` is the controller's own, so its back-off and state cache are shared."""
+        self.store, self.kind, self.scheduler = store, scheduler_kind, scheduler
         self.dir = store.root / "monitor"
         self.dir.mkdir(exist_ok=True)
         cfg = store.config
@@ -144,8 +146,8 @@ class MonitorKeeper:
         if not job:
             return None
         if record.get("kind") == "local":
-            return Status.RUNNING if _pid_is_submitit(int(job)) else None
-        state = make_scheduler("slurm", self.store.root).states([job]).get(job)
+            return Status.RUNNING if runs(int(job), "submitit") else None
+        state = self.scheduler.states([job]).get(job)
         if state is None:
             return Status.QUEUED   # too new for squeue to list: give it the benefit of the doubt
         return None if state.final else state.status
@@ -196,17 +198,10 @@ class MonitorKeeper:
             except (ProcessLookupError, ValueError):
                 pass
         else:
-            make_scheduler("slurm", self.store.root).cancel(job)
+            self.scheduler.cancel(job)
 
     def stop(self) -> None:
         """Cancel the monitor job (the controller is leaving)."""
         record = self._record()
         if self._state(record) is not None:
             self._cancel(record)
-
-
-def _pid_is_submitit(pid: int) -> bool:
-    try:
-        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False

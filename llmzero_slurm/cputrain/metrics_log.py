@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from ..store.atomic import write_text
 
 
 class MetricsLog:
@@ -30,9 +31,7 @@ class MetricsLog:
                 if not line.endswith("\n"):
                     continue   # a torn last line from a killed writer
             kept.append(line)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(kept))
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(kept))
 
     def write(self, step: int, data: dict[str, Any]) -> None:
         if self._file is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import SchedulerError, StateError
+from ..processes import runs
 from ..store.atomic import read_json, write_json
 from ..store.locks import FlockLock
 from .base import (JobState, Scheduler, job_state, parse_time, read_submission,
@@ -32,14 +33,7 @@ _SUPERVISOR = "llmzero_slurm.schedulers.local"
 
 def _alive(pid: int | None) -> bool:
     """True when `pid` is one of our supervisors (a reused pid is not mistaken for one)."""
-    if not pid:
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return _SUPERVISOR.encode() in cmdline and stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return runs(pid, _SUPERVISOR)
 
 
 class LocalScheduler(Scheduler):

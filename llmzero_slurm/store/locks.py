@@ -21,6 +21,7 @@ from typing import Iterator, Union
 import filelock
 
 from ..errors import LockTimeout
+from ..processes import alive
 
 
 class FlockLock:
@@ -67,14 +68,8 @@ class SoftLock:
             return False
         if age > self.stale_after:
             return True
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-            try:
-                os.kill(holder["pid"], 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
-        return False
+        return holder.get("host") == socket.gethostname() and "pid" in holder \
+            and not alive(holder["pid"])
 
     def _release(self) -> None:
         """Remove our own lock only: a breaker may have replaced it after a long stall."""

@@ -1,0 +1,38 @@
+"""Is a process alive, and is it the one we think it is?
+
+Pid files, leases and lock files outlive the processes that wrote them, and pids get reused,
+so every liveness check in the package goes through here. (The verl metrics copier keeps its
+own copy: it runs by file path on GPU nodes without importing this package.)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def alive(pid: Any) -> bool:
+    """True while `pid` runs on this host; a zombie (exited, not yet reaped) counts as gone."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True   # someone else's process: alive, and not ours to judge further
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
+
+
+def runs(pid: Any, marker: str) -> bool:
+    """True when `pid` is alive and its command line contains `marker` (not a reused pid)."""
+    if not alive(pid):
+        return False
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
