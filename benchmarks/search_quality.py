@@ -28,7 +28,7 @@ from llmzero_slurm.store.run_store import RunStore
 EXAMPLE = ROOT / "examples" / "cpu-addition.yaml"
 # Baselines run 8 full trials of 200 steps (the paper's Appendix B protocol, scaled).
 BASELINE = {"budget_iterations": 8}
-LLMZERO = {"budget_iterations": 12}
+LLMZERO = {"budget_iterations": 16}
 
 
 def samples(node: Node, steps: int) -> int:

@@ -79,8 +79,11 @@ def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
     _, collapse = recorded("collapse")
     best = best_val(healthy)[1]
     stopper = Stopper(OFFLINE, None)
-    dominated = stopper.decide(collapse, 0, collapse.last_step, healthy, best, tmp_path)
+    dominated = stopper.decide(collapse, 0, collapse.last_step + 40, healthy, best, tmp_path)
     assert dominated.action == "STOP" and dominated.source == "heuristic"
+    # At its planned end a phase is finishing anyway: cancelling it would save nothing.
+    finished = stopper.decide(collapse, 0, collapse.last_step, healthy, best, tmp_path)
+    assert finished.action == "CONTINUE" and "planned end" in finished.reason
     # The healthy run seen midway is behind the best score but still climbing: continue, on
     # the strength of where its slope leads by the planned end.
     midway = healthy.until(healthy.last_step // 2)
@@ -91,7 +94,7 @@ def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
     early = stopper.decide(collapse.until(9), 0, collapse.last_step, healthy, best, tmp_path)
     assert early.action == "CONTINUE" and "9 steps" in early.reason
     records = json.loads((tmp_path / "early_stop.json").read_text())
-    assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE", "CONTINUE"]
+    assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE", "CONTINUE", "CONTINUE"]
 
 
 def series(n=40, **curves):
@@ -192,3 +195,7 @@ def test_the_stopper_judges_the_trend_not_one_lucky_checkpoint():
     rising = [(105, 0.30), (110, 0.33), (115, 0.35), (120, 0.38), (125, 0.40)]
     assert heuristic.decide(rising, 0.45, 25, 160, margin=0.02).action == "CONTINUE"
     assert heuristic.decide(flat, 0.45, 25, 160, margin=0.1).action == "CONTINUE"
+    # A gentle climb over three points is not projected 45 steps ahead: only as far as it spans.
+    short = [(105, 0.36), (110, 0.37), (115, 0.38)]
+    gentle = heuristic.decide(short, 0.45, 15, 160, margin=0.02)
+    assert gentle.action == "STOP" and "by step 125" in gentle.reason

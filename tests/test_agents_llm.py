@@ -281,13 +281,16 @@ def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
     assert_no_secret_or_test_metric(service, tmp_path)
 
 
-def test_stopper_never_asks_before_step_10(service, monkeypatch, tmp_path):
+def test_stopper_never_asks_before_step_10_or_at_the_planned_end(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)
     current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 9)
     service.reply("REASON: hopeless.\nDECISION: STOP")
     d = Stopper(cfg, choose_backend(cfg)).decide(current, 20, 60, current, 0.9, tmp_path)
     assert d.action == "CONTINUE" and service.requests == []
+    finished = phase_log(tmp_path, "end.jsonl", 20, 0.0, 40)     # at the planned end, step 60
+    d = Stopper(cfg, choose_backend(cfg)).decide(finished, 20, 60, current, 0.9, tmp_path)
+    assert d.action == "CONTINUE" and "planned end" in d.reason and service.requests == []
 
 
 def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):

@@ -224,21 +224,25 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
 TREND_POINTS = 5   # validation points the stopper fits its trend to
 
 
-def _trend(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares (level at the last step, slope per step) of the last validation points:
-    one noisy checkpoint neither rescues nor condemns a phase."""
+def _trend(points: list[tuple[int, float]]) -> tuple[float, float, int]:
+    """Least-squares (level at the last step, slope per step, steps spanned) of the last
+    validation points: one noisy checkpoint neither rescues nor condemns a phase."""
     pts = points[-TREND_POINTS:]
     xs, ys = [s for s, _ in pts], [v for _, v in pts]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
-    return my + slope * (xs[-1] - mx), slope
+    return my + slope * (xs[-1] - mx), slope, xs[-1] - xs[0]
 
 
 def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
            planned_end: int | None, margin: float) -> Decision:
-    """STOP only when the validation trend, extended to the phase's planned end, stays more
-    than `margin` below the best score; everything else continues."""
+    """STOP only when the validation trend stays more than `margin` below the best score.
+
+    The trend is extended no further ahead than the steps it was fitted on (and never past
+    the planned end): a slope read off a few noisy points says little about the far future,
+    and RL curves flatten rather than keep climbing.
+    """
     step = current_val[-1][0] if current_val else None
     if phase_step < MIN_STOP_STEP:
         return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
@@ -247,14 +251,16 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
     if len(current_val) < 3:
         return Decision("CONTINUE", "too few validation points to judge", step)
     last = current_val[-1][0]
-    level, slope = _trend(current_val)
-    end = max(planned_end or last, last)
-    reach = level + max(0.0, slope) * (end - last)
+    if planned_end is not None and last >= planned_end:
+        return Decision("CONTINUE", "the phase has reached its planned end", step)
+    level, slope, span = _trend(current_val)
+    ahead = min(span, (planned_end or last) - last)
+    reach = level + max(0.0, slope) * ahead
     if reach + margin < best_val:
-        return Decision("STOP", f"the validation trend reaches about {reach:.3f} by step {end}, "
-                        f"below the best {best_val:.3f}", step)
-    return Decision("CONTINUE", f"the validation trend may reach {reach:.3f} against the best "
-                    f"{best_val:.3f}", step)
+        return Decision("STOP", f"the validation trend reaches about {reach:.3f} by step "
+                        f"{last + ahead}, below the best {best_val:.3f}", step)
+    return Decision("CONTINUE", f"the validation trend may reach {reach:.3f} by step "
+                    f"{last + ahead} against the best {best_val:.3f}", step)
 
 
 # Failure signatures, most specific first: (class, Slurm states, log patterns).

@@ -1,9 +1,9 @@
 """The early stopper: CONTINUE or STOP for a running phase (paper §3.5).
 
 CONTINUE is the answer unless the validation trajectory clearly cannot win. Before 10 steps
-into the phase, without a best strategy to compare to, without a validation point, or when the
-LLM already judged the latest validation point, no LLM is consulted; an unparsable answer
-counts as CONTINUE.
+into the phase, without a best strategy to compare to, without a validation point, at the
+planned end (stopping then saves nothing), or when the LLM already judged the latest
+validation point, no LLM is consulted; an unparsable answer counts as CONTINUE.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class Stopper:
         phase_steps = step - start_step
         val = val_score_series(current)
         record = AgentRecord("stopper", "rule")
-        if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val:
+        at_end = planned_end is not None and bool(val) and val[-1][0] >= planned_end
+        if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val or at_end:
             decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
         elif self.llm is None:
             record.backend = "heuristic"

@@ -21,7 +21,7 @@ from ..errors import DataError
 from . import get_task
 
 SPLITS = ("train", "val", "test")
-SPLIT_SIZES = {"train": 4000, "val": 256, "test": 256}
+SPLIT_SIZES = {"train": 4000, "val": 512, "test": 1024}
 DATA_SEED = 20260611
 
 
