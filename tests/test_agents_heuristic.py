@@ -126,6 +126,15 @@ def test_rules_on_constructed_series(curves, rule):
     assert p.hparams["rollout_n"] >= BASE["rollout_n"]
 
 
+def test_a_plateau_decays_the_learning_rate_and_a_sibling_differs():
+    flat = series(**{"critic/rewards/mean": lambda s: 0.3})
+    flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
+    first = heuristic.propose(BASE, flat, [20, 40], 40, "cpu")
+    assert first.diagnosis.startswith("plateau") and first.changes == {"lr": BASE["lr"] / 2}
+    second = heuristic.propose(BASE, flat, [20, 40], 40, "cpu", taken=[first.hparams])
+    assert second.hparams != first.hparams and second.hparams["lr"] < BASE["lr"]
+
+
 SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO " \
                 "TIME LIMIT ***"
 

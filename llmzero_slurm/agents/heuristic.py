@@ -16,7 +16,9 @@ last fifth of the logged points):
                  plateau without diverging), rollouts x2.
 6. noisy         grad_norm varies more than its mean: lr x0.7, grad_clip x0.5, rollouts x2.
 7. healthy       validation still rising: continue unchanged from the last checkpoint.
-8. plateau       otherwise: lr x1.5, temperature +0.1.
+8. plateau       otherwise: lr x0.5, the learning-rate decay of ReduceLROnPlateau: a policy
+                 circling an optimum settles with smaller steps (escaping a flat region with
+                 a larger one is rule 5, when the gradients say the signal is vanishing).
 
 Capacity (rollouts, lengths) only ever grows; regularisation moves both ways. When a proposal
 would duplicate an existing sibling, or a forced fresh start would replay the parent's
@@ -175,7 +177,7 @@ _RULES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "noisy": lambda hp: {**_scale(hp, "lr", 0.7), **_scale(hp, "grad_clip", 0.5),
                          **_scale(hp, "rollout_n", 2.0)},
     "healthy": lambda hp: {},
-    "plateau": lambda hp: {**_scale(hp, "lr", 1.5), **_add(hp, "temperature", 0.1, 1.0)},
+    "plateau": lambda hp: _scale(hp, "lr", 0.5),
 }
 # Alternatives when the first choice duplicates a sibling: more cautious, then bolder.
 _ALTERNATIVES = (lambda hp: {**_scale(hp, "lr", 0.5), **_kl(hp, 1.5)},
