@@ -7,6 +7,9 @@ stopping saved against running every phase to its planned end. Targets (issue 7)
 test score >= grid's with <= 60% of grid's compute; early stopping saves >= 40%.
 
     python benchmarks/search_quality.py [--seeds 0 1] [--methods llmzero grid random practitioner]
+
+With --dir the runs are kept, and running again resumes them: a finished search exits at once,
+so methods run at different times can be tabulated together.
 """
 from __future__ import annotations
 
