@@ -237,6 +237,22 @@ def _trend(points: list[tuple[int, float]]) -> tuple[float, float, int]:
     return my + slope * (xs[-1] - mx), slope, xs[-1] - xs[0]
 
 
+def ruled(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
+          planned_end: int | None) -> Decision | None:
+    """CONTINUE when a phase cannot be judged yet or no longer needs judging (any stopper,
+    LLM or not); None when a judgement is due."""
+    step = current_val[-1][0] if current_val else None
+    if phase_step < MIN_STOP_STEP:
+        return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
+    if best_val is None:
+        return Decision("CONTINUE", "no completed strategy to compare with", step)
+    if not current_val:
+        return Decision("CONTINUE", "too few validation points to judge", step)
+    if planned_end is not None and step >= planned_end:
+        return Decision("CONTINUE", "the phase has reached its planned end", step)
+    return None
+
+
 def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
            planned_end: int | None, margin: float) -> Decision:
     """STOP only when the validation trend stays more than `margin` below the best score.
@@ -245,24 +261,19 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
     the planned end): a slope read off a few noisy points says little about the far future,
     and RL curves flatten rather than keep climbing.
     """
-    step = current_val[-1][0] if current_val else None
-    if phase_step < MIN_STOP_STEP:
-        return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
-    if best_val is None:
-        return Decision("CONTINUE", "no completed strategy to compare with", step)
-    if len(current_val) < 3:
-        return Decision("CONTINUE", "too few validation points to judge", step)
+    if (answer := ruled(current_val, best_val, phase_step, planned_end)) is not None:
+        return answer
     last = current_val[-1][0]
-    if planned_end is not None and last >= planned_end:
-        return Decision("CONTINUE", "the phase has reached its planned end", step)
+    if len(current_val) < 3:
+        return Decision("CONTINUE", "too few validation points to judge", last)
     level, slope, span = _trend(current_val)
     ahead = min(span, (planned_end or last) - last)
     reach = level + max(0.0, slope) * ahead
     if reach + margin < best_val:
         return Decision("STOP", f"the validation trend reaches about {reach:.3f} by step "
-                        f"{last + ahead}, below the best {best_val:.3f}", step)
+                        f"{last + ahead}, below the best {best_val:.3f}", last)
     return Decision("CONTINUE", f"the validation trend may reach {reach:.3f} by step "
-                    f"{last + ahead} against the best {best_val:.3f}", step)
+                    f"{last + ahead} against the best {best_val:.3f}", last)
 
 
 # Failure signatures, most specific first: (class, Slurm states, log patterns).

@@ -39,9 +39,8 @@ class Stopper:
         phase_steps = step - start_step
         val = val_score_series(current)
         record = AgentRecord("stopper", "rule")
-        at_end = planned_end is not None and bool(val) and val[-1][0] >= planned_end
-        if phase_steps < heuristic.MIN_STOP_STEP or best_val is None or not val or at_end:
-            decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
+        if answer := heuristic.ruled(val, best_val, phase_steps, planned_end):
+            decision = answer
         elif self.llm is None:
             record.backend = "heuristic"
             decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
