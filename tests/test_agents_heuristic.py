@@ -14,7 +14,7 @@ from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
-from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
+from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
 from llmzero_slurm.search.tree import Kind, Node, Results
 
 DATA = Path(__file__).parent / "data" / "cpu_grpo"
@@ -84,6 +84,12 @@ def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
     # At its planned end a phase is finishing anyway: cancelling it would save nothing.
     finished = stopper.decide(collapse, 0, collapse.last_step, healthy, best, tmp_path)
     assert finished.action == "CONTINUE" and "planned end" in finished.reason
+    # Nor one validation interval before it: the STOP would land after those steps had run.
+    (*_, (before, _), (last, _)) = val_score_series(collapse)
+    ending = stopper.decide(collapse, 0, last + (last - before), healthy, best, tmp_path)
+    assert ending.action == "CONTINUE" and "planned end" in ending.reason
+    still = stopper.decide(collapse, 0, last + (last - before) + 1, healthy, best, tmp_path)
+    assert still.action == "STOP"
     # The healthy run seen midway is behind the best score but still climbing: continue, on
     # the strength of where its slope leads by the planned end.
     midway = healthy.until(healthy.last_step // 2)
@@ -94,7 +100,8 @@ def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
     early = stopper.decide(collapse.until(9), 0, collapse.last_step, healthy, best, tmp_path)
     assert early.action == "CONTINUE" and "9 steps" in early.reason
     records = json.loads((tmp_path / "early_stop.json").read_text())
-    assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE", "CONTINUE", "CONTINUE"]
+    assert ([r["result"]["action"] for r in records]
+            == ["STOP", "CONTINUE", "CONTINUE", "STOP", "CONTINUE", "CONTINUE"])
 
 
 def series(n=40, **curves):

@@ -248,8 +248,11 @@ def ruled(current_val: list[tuple[int, float]], best_val: float | None, phase_st
         return Decision("CONTINUE", "no completed strategy to compare with", step)
     if not current_val:
         return Decision("CONTINUE", "too few validation points to judge", step)
-    if planned_end is not None and step >= planned_end:
-        return Decision("CONTINUE", "the phase has reached its planned end", step)
+    interval = step - current_val[-2][0] if len(current_val) > 1 else 0
+    if planned_end is not None and planned_end - step <= interval:
+        # A STOP issued now lands after the phase's remaining steps have mostly run.
+        return Decision("CONTINUE", f"the phase reaches its planned end (step {planned_end}) "
+                        "by its next validation point; stopping now saves little", step)
     return None
 
 

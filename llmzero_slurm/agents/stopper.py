@@ -1,9 +1,10 @@
 """The early stopper: CONTINUE or STOP for a running phase (paper §3.5).
 
 CONTINUE is the answer unless the validation trajectory clearly cannot win. Before 10 steps
-into the phase, without a best strategy to compare to, without a validation point, at the
-planned end (stopping then saves nothing), or when the LLM already judged the latest
-validation point, no LLM is consulted; an unparsable answer counts as CONTINUE.
+into the phase, without a best strategy to compare to, without a validation point, within
+one validation interval of the planned end (stopping then saves little), or when the LLM
+already judged the latest validation point, no LLM is consulted; an unparsable answer counts
+as CONTINUE.
 """
 from __future__ import annotations
 

@@ -63,6 +63,7 @@ class Monitor:
         cfg = store.config
         self.stopper = Stopper(cfg.agents, choose_backend(cfg.agents))
         self.seen: dict[int, int | None] = {}   # node -> last step judged
+        self.cancelled: set[int] = set()
 
     def check_once(self) -> list[int]:
         """Judge every running phase with new metrics; return the nodes cancelled."""
@@ -73,6 +74,12 @@ class Monitor:
             if node.status is not Status.RUNNING or not node.submission.job_id:
                 continue
             node_dir = self.store.node_dir(node.id)
+            if stop_decided(node_dir):
+                # Never judged again while its cancel takes effect: STOP stays the last word.
+                # A monitor restarted between the record and scancel sends the cancel now.
+                if node.id not in self.cancelled:
+                    self._cancel(node.id, node.submission.job_id, stopped)
+                continue
             current = read_metrics(node_dir / "metrics.jsonl")
             if current.last_step is None or self.seen.get(node.id) == current.last_step:
                 continue
@@ -82,9 +89,13 @@ class Monitor:
             decision = self.stopper.decide(current, node.start_step, planned_end, best, best_val,
                                            node_dir)
             if decision.action == "STOP":
-                self.scheduler.cancel(node.submission.job_id)
-                stopped.append(node.id)
+                self._cancel(node.id, node.submission.job_id, stopped)
         return stopped
+
+    def _cancel(self, node_id: int, job_id: str, stopped: list[int]) -> None:
+        self.scheduler.cancel(job_id)
+        self.cancelled.add(node_id)
+        stopped.append(node_id)
 
 
 def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s: float) -> str:
