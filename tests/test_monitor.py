@@ -33,7 +33,7 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
 
     script = tmp_path / "phase.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
-                      "sleep 300\n")
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
     sched = LocalScheduler(tmp_path / "local-jobs")
     job = sched.submit(script, "t1")
     wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")

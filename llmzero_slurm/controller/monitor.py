@@ -23,7 +23,7 @@ from ..processes import runs
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler, parse_time
 from ..search.policy import best_path
-from ..search.tree import Status, Tree
+from ..search.tree import Node, Status, Tree
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from .lease import Lease, holder_alive
@@ -74,28 +74,27 @@ class Monitor:
             if node.status is not Status.RUNNING or not node.submission.job_id:
                 continue
             node_dir = self.store.node_dir(node.id)
-            if stop_decided(node_dir):
-                # Never judged again while its cancel takes effect: STOP stays the last word.
-                # A monitor restarted between the record and scancel sends the cancel now.
-                if node.id not in self.cancelled:
-                    self._cancel(node.id, node.submission.job_id, stopped)
-                continue
-            current = read_metrics(node_dir / "metrics.jsonl")
-            if current.last_step is None or self.seen.get(node.id) == current.last_step:
-                continue
-            self.seen[node.id] = current.last_step
-            steps = node.hparams.get("total_training_steps")
-            planned_end = node.start_step + steps if steps else None
-            decision = self.stopper.decide(current, node.start_step, planned_end, best, best_val,
-                                           node_dir)
-            if decision.action == "STOP":
-                self._cancel(node.id, node.submission.job_id, stopped)
+            # A STOP stays the last word: the phase is not judged again while its cancel takes
+            # effect, and a monitor restarted between the record and scancel cancels it once.
+            if ((stop_decided(node_dir) or self._judge(node, node_dir, best, best_val))
+                    and node.id not in self.cancelled):
+                self.scheduler.cancel(node.submission.job_id)
+                self.cancelled.add(node.id)
+                stopped.append(node.id)
         return stopped
 
-    def _cancel(self, node_id: int, job_id: str, stopped: list[int]) -> None:
-        self.scheduler.cancel(job_id)
-        self.cancelled.add(node_id)
-        stopped.append(node_id)
+    def _judge(self, node: Node, node_dir: Path, best: MetricsLog | None,
+               best_val: float | None) -> bool:
+        """Ask the stopper about a phase with new metrics; True when it says STOP."""
+        current = read_metrics(node_dir / "metrics.jsonl")
+        if current.last_step is None or self.seen.get(node.id) == current.last_step:
+            return False
+        self.seen[node.id] = current.last_step
+        steps = node.hparams.get("total_training_steps")
+        planned_end = node.start_step + steps if steps else None
+        decision = self.stopper.decide(current, node.start_step, planned_end, best, best_val,
+                                       node_dir)
+        return decision.action == "STOP"
 
 
 def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s: float) -> str:
