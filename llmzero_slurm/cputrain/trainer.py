@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -18,13 +18,13 @@ import torch
 
 from ..errors import DataError
 from ..tasks.dataset import Example
-from ..tasks.reward_file import RewardFn, score
+from ..tasks.reward_file import Judgement, RewardFn, judge
 from . import checkpoint, grpo, policy
 from .memory import memory_metrics
 from .metrics_log import MetricsLog
 from .model import with_lora
 from .tokenizer import CharTokenizer
-from .warmstart import load_base
+from .warmstart import WarmStart, load_base
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Phase:
     output_dir: Path
     cache_dir: Path
     device: torch.device
+    warm_start: WarmStart = field(default_factory=WarmStart)
     init_adapter: Path | None = None
     step_offset: int = 0
 
@@ -53,7 +54,9 @@ class GRPOTrainer:
         self.ckpt_dir = phase.output_dir / "ckpt"
         checkpoint.remove_partial(self.ckpt_dir)
         resume = checkpoint.latest(self.ckpt_dir)
-        base, base_id = load_base(self.tok, phase.train, phase.cache_dir, log)
+        base, base_id, self.base = load_base(self.tok, phase.train, phase.reward,
+                                             phase.reward_path, phase.warm_start,
+                                             phase.cache_dir, log)
         adapter = resume[1] if resume else phase.init_adapter
         self.model = with_lora(base.to(phase.device), base_id, self.hp["lora_rank"],
                                self.hp["lora_alpha"], self.hp["target_modules"], adapter)
@@ -181,30 +184,41 @@ class GRPOTrainer:
                                                   self.hp["temperature"])[0])
         return torch.cat(parts)
 
-    def _scores(self, examples: Sequence[Example], batch: policy.Batch) -> torch.Tensor:
+    def _judge(self, examples: Sequence[Example], batch: policy.Batch) -> list[Judgement]:
         texts = [self.tok.decode(r) for r in batch.response.tolist()]
-        return torch.tensor([score(self.phase.reward, self.phase.reward_path, ex.data_source,
-                                   text, ex.ground_truth, ex.extra_info)
-                             for ex, text in zip(examples, texts)], device=self.phase.device)
+        return [judge(self.phase.reward, self.phase.reward_path, ex.data_source, text,
+                      ex.ground_truth, ex.extra_info) for ex, text in zip(examples, texts)]
+
+    def _scores(self, examples: Sequence[Example], batch: policy.Batch) -> torch.Tensor:
+        return torch.tensor([j.score for j in self._judge(examples, batch)],
+                            device=self.phase.device)
 
     # -- validation -------------------------------------------------------------------------
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy per data source: val-core/... (agents see it), test-core/... (never)."""
+        """Greedy accuracy per data source, named as verl's validation names it: the core metric
+        is `acc` when the reward gives one, else the reward; a dict reward's score is also kept
+        as `reward` beside it. val-... is what agents see, test-... never reaches them."""
         out: dict[str, float] = {}
-        for prefix, examples in (("val-core", self.phase.val), ("test-core", self.phase.test)):
-            totals: dict[str, list[float]] = {}
+        for split, examples in (("val", self.phase.val), ("test", self.phase.test)):
+            totals: dict[tuple[str, str], list[float]] = {}
             for start in range(0, len(examples), 512):
                 chunk = examples[start:start + 512]
                 batch = policy.sample(self.model, self.tok,
                                       [self.tok.prompt_ids(ex.messages) for ex in chunk],
                                       self.hp["max_response_length"], 1.0, None,
                                       self.phase.device)
-                for ex, value in zip(chunk, self._scores(chunk, batch).tolist()):
-                    totals.setdefault(ex.data_source, []).append(value)
-            for source, values in totals.items():
-                out[f"{prefix}/{source}/acc/mean@1"] = sum(values) / len(values)
+                for ex, result in zip(chunk, self._judge(chunk, batch)):
+                    if result.acc is not None:
+                        totals.setdefault((ex.data_source, "acc"), []).append(result.acc)
+                    totals.setdefault((ex.data_source, "reward"), []).append(result.score)
+            for (source, var), values in totals.items():
+                core = "acc" if (source, "acc") in totals else "reward"
+                section = "core" if var == core else "aux"
+                if var == "reward" and core == "acc" and totals[(source, "acc")] == values:
+                    continue   # a plain number: reward and accuracy are the same series
+                out[f"{split}-{section}/{source}/{var}/mean@1"] = sum(values) / len(values)
         return out
 
     # -- data order and state ---------------------------------------------------------------

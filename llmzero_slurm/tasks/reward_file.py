@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,13 +30,36 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     return fn
 
 
-def score(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: str,
-          extra_info: dict) -> float:
-    """One reward as a float; a dict result uses its 'score' entry, as verl does."""
+@dataclass(frozen=True)
+class Judgement:
+    """What one response earned. As in verl's reward managers: a number is both the reward and
+    the accuracy; a dict's 'score' is the reward, and its 'acc' (when given) is the accuracy that
+    validation reports as its core metric, so a task can train on partial credit while
+    validation counts exact answers."""
+
+    score: float
+    acc: float | None
+
+
+def _number(path: Any, data_source: str, what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(path, f"reward for {data_source!r} must be a finite number or a dict "
+                        f"with a numeric 'score' (and optional 'acc'), got {what} {value!r:.80}")
+    return float(value)
+
+
+def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: str,
+          extra_info: dict) -> Judgement:
     result = fn(data_source, text, ground_truth, extra_info)
     if isinstance(result, dict):
-        result = result.get("score")
-    if isinstance(result, bool) or not isinstance(result, (int, float)) or not math.isfinite(result):
-        raise DataError(path, f"reward for {data_source!r} must be a finite number or a dict "
-                        f"with a numeric 'score', got {result!r:.80}")
-    return float(result)
+        acc = result.get("acc")
+        return Judgement(_number(path, data_source, "'score'", result.get("score")),
+                         None if acc is None else _number(path, data_source, "'acc'", acc))
+    value = _number(path, data_source, "", result)
+    return Judgement(value, value)
+
+
+def score(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: str,
+          extra_info: dict) -> float:
+    """One reward as a float (a dict's 'score')."""
+    return judge(fn, path, data_source, text, ground_truth, extra_info).score
