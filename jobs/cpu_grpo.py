@@ -58,6 +58,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "(default: $LLMZERO_CACHE or ~/.cache/llmzero)")
     parser.add_argument("--max-memory-mb", type=int,
                         help="memory limit; beyond it allocations fail (exit 3)")
+    warm = parser.add_argument_group(
+        "base model (a supervised warm start on the training split, cached)")
+    warm.add_argument("--warm-start-band", metavar="LOW:HIGH", type=_band,
+                      help="train until greedy accuracy on a held-out slice of the training "
+                           "split is in this band (default: the built-in task's band, else "
+                           "0.20:0.35)")
+    warm.add_argument("--warm-start-max-steps", type=int, metavar="N",
+                      help="give up (exit 2) when the band is not reached in N steps")
+    warm.add_argument("--warm-start-steps", type=int, metavar="N",
+                      help="instead of a band: exactly N supervised steps (0: no warm start)")
     parser.add_argument("hparams", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
     files = (args.train_files, args.val_files, args.test_files, args.reward_path)
@@ -69,6 +79,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--step-offset must be >= 0")
     args.hparams = parse_hparams(args.hparams)
     return args
+
+
+def _band(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        return float(low), float(high)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH accuracies, got {text!r}") from None
 
 
 def parse_hparams(pairs: list[str]) -> dict:

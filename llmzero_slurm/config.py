@@ -9,7 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, get_type_hints
+from typing import Any, Mapping, get_args, get_type_hints
 
 import yaml
 
@@ -18,6 +18,30 @@ from .hparams import validate_hparams
 from .search.settings import SearchSettings
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+
+
+@dataclass
+class WarmStartConfig:
+    """How the cpu backend makes its base model from the training split (verl starts from
+    `model_path`). Unset: the built-in task's band, or 0.20-0.35 for files."""
+
+    band: list[float] | None = None   # [low, high]: train until held-out accuracy is in it
+    max_steps: int | None = None      # give up (a data error) when the band is not reached
+    steps: int | None = None          # instead of a band: exactly N steps; 0 = no warm start
+
+    def check(self, where: str) -> None:
+        band = self.band
+        if band is not None and not (
+                len(band) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                       for v in band) and 0 < band[0] < band[1] <= 1):
+            raise ConfigError(f"{where}.band", f"must be [low, high] with 0 < low < high <= 1 "
+                                               f"(got {band!r})")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"{where}.max_steps", "must be at least 1")
+        if self.steps is not None and self.steps < 0:
+            raise ConfigError(f"{where}.steps", "must be 0 (no warm start) or more")
+        if self.steps is not None and (band is not None or self.max_steps is not None):
+            raise ConfigError(f"{where}.steps", "a fixed step count excludes band and max_steps")
 
 
 @dataclass
@@ -30,6 +54,7 @@ class TaskConfig:
     test_files: list[str] = field(default_factory=list)
     reward_path: str | None = None
     reward_name: str = "compute_score"
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
 
 @dataclass
@@ -135,6 +160,10 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if "None" in text:
             return None
         raise ConfigError(path, "must not be empty")
+    options = [a for a in get_args(hint) if a is not type(None)] if "None" in text else []
+    if len(options) == 1:   # X | None with a value: check it as an X
+        hint = options[0]
+        text = str(hint)
     if hint is bool or text == "bool":
         if not isinstance(value, bool):
             raise ConfigError(path, "must be true or false")
@@ -145,6 +174,11 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, "must be a number")
         value = float(value)
+    elif text.startswith("list[float]"):
+        if not isinstance(value, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(path, "must be a list of numbers")
+        value = [float(v) for v in value]
     elif text.startswith("list"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(path, "must be a list of strings")
@@ -180,6 +214,10 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:
         raise ConfigError(f"hparams.{exc.key}", str(exc).split(": ", 1)[1]) from None
+    cfg.task.warm_start.check("task.warm_start")
+    if cfg.backend != "cpu" and cfg.task.warm_start != WarmStartConfig():
+        raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
+                                             "verl trains the model at model_path")
     cfg.search.check()
     cfg.source = source
     return cfg

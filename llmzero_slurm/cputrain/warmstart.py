@@ -1,77 +1,251 @@
-"""The base model: a deterministic supervised warm start, cached by the hash of what made it.
+"""The base model: a supervised warm start calibrated on accuracy, cached by what made it.
 
-GRPO needs a policy that sometimes gets the answer right. A few hundred supervised steps on
-the training split's answers give a base with modest accuracy, leaving room for RL to show
-real gains. The cache key covers architecture, vocabulary, SFT settings and the data itself,
-so two jobs that would train the same base share one, and a changed input never reuses it.
+GRPO needs a policy that sometimes gets the answer right, and the search needs room above it.
+A fixed number of supervised steps does not give that: the tiny model's accuracy climbs in a
+sharp transition (about 0.1 to 0.9 within 200 steps) whose onset moves by a hundred steps or
+more between CPUs and math-library code paths, so one step count gives 0.06 on one machine and
+0.27 on another. Instead the warm start trains until its greedy accuracy on a probe (a held-out
+slice of the training split; never the validation or test split) reaches a target band:
+
+- every `EVAL_EVERY` steps it measures the probe; once the probe reaches the band's low end it
+  stops there, or, when that overshoots the band, it replays the last interval one step at a
+  time from a snapshot (same batches, same numerics) and stops at the first step that reaches it;
+- the result is deterministic for given data on one numeric path, lands in the band on every
+  path, and is cached with the accuracy and step it reached (`warm_start.json`).
+
+Other modes for a user's own data: a fixed number of steps, or none (the random model).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import shutil
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from filelock import FileLock
 from transformers import LlamaForCausalLM
 
+from ..errors import DataError
 from ..tasks.dataset import Example
+from ..tasks.reward_file import RewardFn, judge
+from . import policy
 from .model import ARCHITECTURE, random_model
 from .tokenizer import CharTokenizer
 
-SFT = {"steps": 300, "batch_size": 64, "lr": 3e-3, "seed": 0}
+BATCH_SIZE, LR, SEED = 64, 3e-3, 0
+EVAL_EVERY = 10            # coarse probe interval, steps
+PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
+DEFAULT_BAND = (0.55, 0.70)
+DEFAULT_MAX_STEPS = 4000
+RECORD = "warm_start.json"
 
 
-def base_id(tok: CharTokenizer, examples: Sequence[Example]) -> str:
+@dataclass(frozen=True)
+class WarmStart:
+    """How the base is made. `steps` set: exactly that many steps (0 = no warm start, the
+    randomly initialised model); otherwise train until the probe accuracy is in `band`,
+    giving up after `max_steps`."""
+
+    band: tuple[float, float] = DEFAULT_BAND
+    max_steps: int = DEFAULT_MAX_STEPS
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        low, high = self.band
+        if not 0.0 < low < high <= 1.0:
+            raise DataError("--warm-start-band", f"needs 0 < low < high <= 1 (got {low}:{high})")
+        if self.max_steps < 1 or (self.steps is not None and self.steps < 0):
+            raise DataError("--warm-start-steps", "step counts must be positive")
+
+    def describe(self) -> str:
+        if self.steps == 0:
+            return "no warm start"
+        if self.steps is not None:
+            return f"{self.steps} supervised steps"
+        return (f"supervised steps until held-out training accuracy is in "
+                f"[{self.band[0]:.2f}, {self.band[1]:.2f}] (at most {self.max_steps})")
+
+    def key(self) -> dict:
+        """What decides the result (and so the cache entry)."""
+        if self.steps is not None:
+            return {"steps": self.steps, "batch": BATCH_SIZE, "lr": LR, "seed": SEED}
+        return {"band": list(self.band), "max_steps": self.max_steps, "batch": BATCH_SIZE,
+                "lr": LR, "seed": SEED, "every": EVAL_EVERY, "probe": PROBE_SIZE}
+
+
+@dataclass
+class BaseRecord:
+    """What the warm start reached, stored beside the cached base."""
+
+    name: str
+    mode: str
+    steps: int
+    probe_accuracy: float | None
+    probe_rows: int
+    band: tuple[float, float] | None
+    curve: list[tuple[int, float]]
+    seconds: float
+    numerics: dict[str, str]
+
+
+def numeric_path() -> dict[str, str]:
+    """The settings that choose floating-point code paths, recorded with a base."""
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "MKL_CBWR": os.environ.get("MKL_CBWR", ""),
+            "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", ""),
+            "threads": str(torch.get_num_threads())}
+
+
+def split_probe(examples: Sequence[Example]) -> tuple[Sequence[Example], Sequence[Example]]:
+    """(rows to train on, probe rows): the probe is the split's tail, never trained on."""
+    size = min(PROBE_SIZE, len(examples) // 8)
+    if size < 16:
+        raise DataError("train split", f"{len(examples)} rows are too few for a calibrated warm "
+                        "start (needs >= 128); set a fixed number of steps or none")
+    return examples[:-size], examples[-size:]
+
+
+def base_id(tok: CharTokenizer, examples: Sequence[Example], plan: WarmStart) -> str:
     """A name for the base model that changes whenever anything that shaped it changes."""
-    digest = hashlib.sha256(json.dumps([ARCHITECTURE, SFT, tok.fingerprint()]).encode())
+    digest = hashlib.sha256(json.dumps([ARCHITECTURE, plan.key(), tok.fingerprint()]).encode())
     for ex in examples:
         digest.update(json.dumps([ex.messages, ex.ground_truth]).encode())
     return f"llmzero-tiny-llama-{digest.hexdigest()[:16]}"
 
 
-def load_base(tok: CharTokenizer, examples: Sequence[Example], cache_dir: Path,
-              log=print) -> tuple[LlamaForCausalLM, str]:
+def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
+              reward_path: Path, plan: WarmStart, cache_dir: Path,
+              log: Callable[[str], None] = print) -> tuple[LlamaForCausalLM, str, BaseRecord]:
     """The warm-started base for this training data, training and caching it on first use."""
-    name = base_id(tok, examples)
+    name = base_id(tok, examples, plan)
     folder = Path(cache_dir) / "base" / name
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
-        if not (folder / "config.json").exists():
-            log(f"warm start: training base {name} ({SFT['steps']} SFT steps)")
-            model = supervised_warm_start(tok, examples)
+        if not (folder / RECORD).exists():
+            log(f"warm start: training base {name}: {plan.describe()}")
+            model, record = train_base(tok, examples, reward, reward_path, plan, name, log)
             tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             model.save_pretrained(tmp)
+            (tmp / RECORD).write_text(json.dumps(asdict(record), indent=2) + "\n")
+            shutil.rmtree(folder, ignore_errors=True)   # a folder without its record is partial
             os.replace(tmp, folder)
+    record = BaseRecord(**json.loads((folder / RECORD).read_text()))
     model = LlamaForCausalLM.from_pretrained(folder)
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, name
+    return model, name, record
 
 
-def supervised_warm_start(tok: CharTokenizer, examples: Sequence[Example]) -> LlamaForCausalLM:
+class _Probe:
+    """Greedy accuracy on held-out training rows, scored by the task's own reward."""
+
+    def __init__(self, tok: CharTokenizer, rows: Sequence[Example], reward: RewardFn,
+                 reward_path: Path):
+        self.tok, self.rows, self.reward, self.reward_path = tok, rows, reward, reward_path
+        self.prompts = [tok.prompt_ids(ex.messages) for ex in rows]
+        self.max_new = max(len(tok.encode(ex.ground_truth)) for ex in rows) + 1
+
+    @torch.no_grad()
+    def accuracy(self, model: LlamaForCausalLM) -> float:
+        model.eval()
+        batch = policy.sample(model, self.tok, self.prompts, self.max_new, 1.0, None,
+                              torch.device("cpu"))
+        model.train()
+        texts = [self.tok.decode(r) for r in batch.response.tolist()]
+        results = [judge(self.reward, self.reward_path, ex.data_source, text, ex.ground_truth,
+                         ex.extra_info) for ex, text in zip(self.rows, texts)]
+        return sum(r.score if r.acc is None else r.acc for r in results) / len(results)
+
+
+class _Trainer:
     """Teacher-forced training on prompt -> answer + EOS; only answer tokens carry loss."""
-    model = random_model(tok, SFT["seed"])
-    gen = torch.Generator().manual_seed(SFT["seed"])
-    optim = torch.optim.AdamW(model.parameters(), lr=SFT["lr"])
-    pairs = [(tok.prompt_ids(ex.messages), tok.encode(ex.ground_truth) + [tok.eos_id])
-             for ex in examples]
-    model.train()
-    for _ in range(SFT["steps"]):
-        pick = torch.randint(len(pairs), (SFT["batch_size"],), generator=gen).tolist()
-        ids, labels = _teacher_batch([pairs[i] for i in pick], tok.pad_id)
-        logits = model(input_ids=ids, attention_mask=(ids != tok.pad_id).long()).logits
+
+    def __init__(self, tok: CharTokenizer, rows: Sequence[Example]):
+        self.tok = tok
+        self.model = random_model(tok, SEED)
+        self.gen = torch.Generator().manual_seed(SEED)
+        self.optim = torch.optim.AdamW(self.model.parameters(), lr=LR)
+        self.pairs = [(tok.prompt_ids(ex.messages), tok.encode(ex.ground_truth) + [tok.eos_id])
+                      for ex in rows]
+        self.step = 0
+        self.model.train()
+
+    def train_step(self) -> None:
+        pick = torch.randint(len(self.pairs), (BATCH_SIZE,), generator=self.gen).tolist()
+        ids, labels = _teacher_batch([self.pairs[i] for i in pick], self.tok.pad_id)
+        logits = self.model(input_ids=ids, attention_mask=(ids != self.tok.pad_id).long()).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                labels[:, 1:].reshape(-1), ignore_index=-100)
-        optim.zero_grad()
+        self.optim.zero_grad()
         loss.backward()
-        optim.step()
-    return model
+        self.optim.step()
+        self.step += 1
+
+    def snapshot(self) -> dict:
+        return {"model": copy.deepcopy(self.model.state_dict()),
+                "optim": copy.deepcopy(self.optim.state_dict()),
+                "gen": self.gen.get_state(), "step": self.step}
+
+    def restore(self, snap: dict) -> None:
+        self.model.load_state_dict(snap["model"])
+        self.optim.load_state_dict(snap["optim"])
+        self.gen.set_state(snap["gen"])
+        self.step = snap["step"]
+
+
+def train_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
+               reward_path: Path, plan: WarmStart, name: str,
+               log: Callable[[str], None] = print) -> tuple[LlamaForCausalLM, BaseRecord]:
+    started = time.perf_counter()
+    if plan.steps is not None:
+        trainer = _Trainer(tok, examples)
+        for _ in range(plan.steps):
+            trainer.train_step()
+        return trainer.model, BaseRecord(name, "steps" if plan.steps else "none", plan.steps,
+                                         None, 0, None, [], time.perf_counter() - started,
+                                         numeric_path())
+    rows, probe_rows = split_probe(examples)
+    probe = _Probe(tok, probe_rows, reward, reward_path)
+    trainer = _Trainer(tok, rows)
+    low, high = plan.band
+    curve = [(0, probe.accuracy(trainer.model))]
+    before = trainer.snapshot()
+    while curve[-1][1] < low:
+        if trainer.step >= plan.max_steps:
+            raise DataError("warm start", f"held-out training accuracy reached only "
+                            f"{max(a for _, a in curve):.3f} in {plan.max_steps} supervised "
+                            f"steps, below the target band's low end {low:.2f}: raise "
+                            "task.warm_start.max_steps (--warm-start-max-steps), lower "
+                            "task.warm_start.band (--warm-start-band), or set "
+                            "task.warm_start.steps (--warm-start-steps; 0 for none)")
+        before = trainer.snapshot()
+        for _ in range(min(EVAL_EVERY, plan.max_steps - trainer.step)):
+            trainer.train_step()
+        curve.append((trainer.step, probe.accuracy(trainer.model)))
+        if trainer.step % 100 == 0:
+            log(f"warm start: step {trainer.step}, held-out accuracy {curve[-1][1]:.3f}")
+    if curve[-1][1] > high and trainer.step - before["step"] > 1:
+        # Overshot inside one interval: replay it a step at a time and stop at the crossing.
+        curve.pop()
+        trainer.restore(before)
+        while True:
+            trainer.train_step()
+            curve.append((trainer.step, probe.accuracy(trainer.model)))
+            if curve[-1][1] >= low:
+                break
+    step, accuracy = curve[-1]
+    log(f"warm start: held-out accuracy {accuracy:.3f} after {step} steps "
+        f"({'in' if accuracy <= high else 'ABOVE'} the band [{low:.2f}, {high:.2f}])")
+    return trainer.model, BaseRecord(name, "band", step, accuracy, len(probe_rows), plan.band,
+                                     curve, time.perf_counter() - started, numeric_path())
 
 
 def _teacher_batch(pairs: list[tuple[list[int], list[int]]],

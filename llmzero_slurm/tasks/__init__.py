@@ -1,6 +1,7 @@
 """Built-in tasks for the embedded CPU trainer, each a self-contained module.
 
-A task module defines DATA_SOURCE, ABILITY, DESCRIPTION, `sample(rng)` and verl's
+A task module defines DATA_SOURCE, ABILITY, DESCRIPTION, BASE_BAND (the greedy accuracy the
+CPU trainer's warm-started base is calibrated to), `sample(rng)` and verl's
 `compute_score(data_source, solution_str, ground_truth, extra_info=None)`, using only the
 standard library, so its file doubles as a verl custom reward function. Nothing here imports
 torch: the login node lists and materialises tasks too.

@@ -1,0 +1,85 @@
+"""The calibrated warm start: it stops in its band on held-out training rows, the same way each
+time, is cached with what it reached, and says clearly when a target cannot be met."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from llmzero_slurm.cputrain import warmstart
+from llmzero_slurm.cputrain.tokenizer import CharTokenizer
+from llmzero_slurm.errors import DataError
+from llmzero_slurm.tasks.dataset import Example
+
+
+def copy_task(rows: int, seed: int = 0) -> list[Example]:
+    """Repeat a digit: learnt in a few dozen steps, so a band is crossed quickly."""
+    rng = random.Random(seed)
+    digits = [str(rng.randrange(10)) for _ in range(rows)]
+    return [Example("copy", ({"role": "user", "content": f"{d}>"},), d) for d in digits]
+
+
+def exact(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    return float(solution_str.strip() == ground_truth)
+
+
+def test_the_band_is_reached_on_held_out_rows_and_the_same_every_time(tmp_path):
+    tok, rows = CharTokenizer(), copy_task(400)
+    plan = warmstart.WarmStart(band=(0.3, 0.7), max_steps=400)
+    first, record = warmstart.train_base(tok, rows, exact, tmp_path / "r.py", plan, "b", print)
+    again, record2 = warmstart.train_base(tok, rows, exact, tmp_path / "r.py", plan, "b", print)
+    assert 0.3 <= record.probe_accuracy <= 0.7 and record.steps > 0
+    assert record.probe_rows == 50                 # the last eighth of 400 rows, never trained on
+    assert record.curve[-1] == (record.steps, record.probe_accuracy)
+    assert all(acc < 0.3 for _, acc in record.curve[:-1])   # it stopped at the first crossing
+    assert (record2.steps, record2.probe_accuracy) == (record.steps, record.probe_accuracy)
+    for (name, a), (_, b) in zip(first.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
+    tok, rows = CharTokenizer(), copy_task(400)
+    plan = warmstart.WarmStart(band=(0.3, 0.7), max_steps=400)
+    logged: list[str] = []
+    _, name, record = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                          tmp_path / "cache", logged.append)
+    stored = json.loads((tmp_path / "cache" / "base" / name / "warm_start.json").read_text())
+    assert stored["probe_accuracy"] == record.probe_accuracy and stored["band"] == [0.3, 0.7]
+    assert stored["numerics"]["torch"] == torch.__version__
+    assert any("held-out accuracy" in line for line in logged)
+    logged.clear()
+    _, again, _ = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                      tmp_path / "cache", logged.append)
+    assert again == name and logged == []          # from the cache, no training
+    other = warmstart.WarmStart(band=(0.5, 0.9), max_steps=400)
+    assert warmstart.base_id(tok, rows, other) != name   # another target is another base
+
+
+def test_an_unreachable_band_says_what_to_change(tmp_path):
+    plan = warmstart.WarmStart(band=(0.99, 1.0), max_steps=20)
+    with pytest.raises(DataError, match=r"reached only .* in 20 supervised steps.*max_steps"):
+        warmstart.train_base(CharTokenizer(), copy_task(400), exact, tmp_path / "r.py", plan,
+                             "b", print)
+
+
+def test_too_few_rows_for_a_probe_and_bad_settings_are_refused(tmp_path):
+    with pytest.raises(DataError, match="too few for a calibrated warm start"):
+        warmstart.train_base(CharTokenizer(), copy_task(100), exact, tmp_path / "r.py",
+                             warmstart.WarmStart(), "b", print)
+    with pytest.raises(DataError, match="band"):
+        warmstart.WarmStart(band=(0.5, 0.4))
+
+
+def test_fixed_steps_and_no_warm_start(tmp_path):
+    tok, rows = CharTokenizer(), copy_task(100)     # too few for a probe, fine for fixed steps
+    none, record = warmstart.train_base(tok, rows, exact, tmp_path / "r.py",
+                                        warmstart.WarmStart(steps=0), "b", print)
+    assert (record.mode, record.steps, record.probe_accuracy) == ("none", 0, None)
+    fresh = warmstart.random_model(tok, warmstart.SEED)
+    for (name, a), (_, b) in zip(none.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), name
+    _, record = warmstart.train_base(tok, rows, exact, tmp_path / "r.py",
+                                     warmstart.WarmStart(steps=5), "b", print)
+    assert (record.mode, record.steps) == ("steps", 5)
