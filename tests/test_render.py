@@ -87,6 +87,40 @@ def test_cpu_trainer_command_follows_its_contract(tmp_path):
         render(spec(tmp_path, task=files_task(reward_path=None)))
 
 
+def test_cpu_warm_start_settings_reach_the_trainer(tmp_path):
+    cfg = parse_config({"name": "demo", "task": {
+        "train_files": ["/d/train.parquet"], "val_files": ["/d/val.parquet"],
+        "test_files": ["/d/test.parquet"], "reward_path": "/d/reward.py",
+        "warm_start": {"band": [0.3, 0.5], "max_steps": 900}}})
+    text = render(spec(tmp_path, task=cfg.task))
+    assert "--warm-start-band=0.3:0.5 --warm-start-max-steps=900" in text
+    assert "--warm-start-steps" not in text
+    none = replace(cfg.task, warm_start=replace(cfg.task.warm_start, band=None, max_steps=None,
+                                                  steps=0))
+    assert "--warm-start-steps=0" in render(spec(tmp_path, task=none))
+    assert "--warm-start" not in render(spec(tmp_path))   # a built-in task brings its own band
+    with pytest.raises(ConfigError, match="task.warm_start.band"):
+        parse_config({"name": "demo", "task": {"builtin": "sort", "warm_start": {"band": [0.5]}}})
+    with pytest.raises(ConfigError, match="task.warm_start"):
+        parse_config({"name": "demo", "backend": "verl", "model_path": "m",
+                      "task": {"warm_start": {"steps": 10}}})
+
+
+def test_cpu_script_fixes_what_its_numbers_depend_on(tmp_path, monkeypatch):
+    """Threads and MKL's mode are literal in the script, not taken from the shell that runs it;
+    a numeric path the controller was started with is carried over."""
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    text = render(spec(tmp_path, slurm=SlurmConfig(cpus_per_task=3)))
+    for line in ("export OMP_NUM_THREADS=3", "export MKL_NUM_THREADS=3",
+                 "export MKL_CBWR=AUTO,STRICT", "export ATEN_CPU_CAPABILITY=avx2"):
+        assert line in text.splitlines()
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    text = render(spec(tmp_path))
+    assert "export MKL_CBWR=COMPATIBLE" in text and "ATEN_CPU_CAPABILITY" not in text
+
+
 def files_task(**changes) -> TaskConfig:
     return replace(TaskConfig(train_files=["/d/train.parquet"], val_files=["/d/val.parquet"],
                               test_files=["/d/test.parquet"], reward_path="/d/reward.py"), **changes)

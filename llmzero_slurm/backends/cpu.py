@@ -1,6 +1,7 @@
 """The embedded CPU GRPO trainer (jobs/cpu_grpo.py): tests, CI and demos on any machine."""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -46,6 +47,13 @@ class CpuBackend(TrainerBackend):
             # --opt=value keeps a path that starts with '-' from reading as an option.
             argv += [f"--train-files={task.train_files[0]}", f"--val-files={task.val_files[0]}",
                      f"--test-files={task.test_files[0]}", f"--reward-path={task.reward_path}"]
+        warm = task.warm_start
+        if warm.band is not None:
+            argv.append(f"--warm-start-band={warm.band[0]}:{warm.band[1]}")
+        if warm.max_steps is not None:
+            argv.append(f"--warm-start-max-steps={warm.max_steps}")
+        if warm.steps is not None:
+            argv.append(f"--warm-start-steps={warm.steps}")
         argv.append(f"--output-dir={spec.node_dir}")
         if spec.resume_dir is not None:
             adapter = spec.resume_dir / "ckpt" / f"global_step_{spec.resume_step}"
@@ -57,4 +65,15 @@ class CpuBackend(TrainerBackend):
         return argv + [hparam_arg(k, v) for k, v in sorted(spec.hparams.items())]
 
     def env(self, spec: "PhaseSpec") -> dict[str, str]:
-        return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        """Everything the numbers depend on is fixed here, so that `bash phase.sbatch` by hand
+        gives the scheduled run's metrics: the thread count (not whatever the shell or the node
+        offers), and MKL's reproducible mode (by default MKL may pick kernels by memory
+        alignment, which differs from run to run). A numeric path chosen in the controller's
+        environment (MKL_CBWR, ATEN_CPU_CAPABILITY) is carried into the script."""
+        threads = str(spec.slurm.cpus_per_task)
+        env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               "MKL_CBWR": os.environ.get("MKL_CBWR") or "AUTO,STRICT"}
+        if os.environ.get("ATEN_CPU_CAPABILITY"):
+            env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
+        return env
