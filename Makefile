@@ -5,21 +5,30 @@ VENV := .venv
 PIP := $(VENV)/bin/pip
 export HF_HUB_OFFLINE := 1
 
-.PHONY: venv test search slurm-up slurm-down
+.PHONY: venv test lock search slurm-up slurm-down
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+# Installed with constraints.txt, the versions the suite was last run with (see `make lock`).
+$(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[cpu,test]"
-	$(PIP) install -q --no-deps "verl==0.9.1"
+	$(PIP) install -q -c constraints.txt torch
+	$(PIP) install -q -c constraints.txt -e ".[cpu,test]"
+	$(PIP) install -q -c constraints.txt --no-deps verl
 	touch $@
 
 venv: $(VENV)/.installed
 
-# The whole suite, the local Slurm cluster included.
+# The whole suite, the local Slurm cluster included; then the trainer and end-to-end tests once
+# more on a second floating-point code path (MKL's compatible kernels), as another CPU would run
+# them, so that nothing numeric holds on this machine only.
 test: venv slurm-up
 	$(VENV)/bin/python -m pytest -q
+	MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m slow
+
+# Rewrite constraints.txt from the current environment (after a deliberate upgrade).
+lock: venv
+	{ sed -n '1,3p' constraints.txt; $(PIP) freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # A real search on the embedded CPU trainer (local processes when no Slurm cluster answers).
 search: venv
