@@ -1,7 +1,9 @@
 """The CPU trainer's hyperparameter defaults, in the shared vocabulary of `hparams.py`.
 
 Torch-free so the controller and the agents can show what an unset key means. The values
-are the "good settings" of the testbed: they learn 2-digit addition in about a hundred steps.
+are the "good settings" of the testbed: from a base at 0.55 they add about +0.15 to +0.2 of
+2-digit addition accuracy in a hundred steps on every numeric path measured (32 prompts and a
+temperature of 0.7 learn about twice as fast as 16 prompts at 1.0; benchmarks/cpu_trainer.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "kl_in_reward_coef": 0.001,
     "clip_ratio_low": 0.2,
     "clip_ratio_high": 0.28,
-    "temperature": 1.0,
+    "temperature": 0.7,
     "entropy_coeff": 0.0,
     "norm_adv_by_std_in_grpo": True,
     "rollout_n": 8,
@@ -31,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "save_freq": 25,
     "test_freq": 10,
     "seed": 1,
-    "train_batch_size": 16,
+    "train_batch_size": 32,
     "ppo_mini_batch_size": 8,
     "log_prob_micro_batch_size_per_gpu": 256,
     "lora_rank": 8,

@@ -10,6 +10,10 @@ import re
 
 DATA_SOURCE = "arithmetic"
 ABILITY = "arithmetic"
+# Greedy accuracy the warm-started base is calibrated to. GRPO gains most from a base that
+# already solves about half the prompts (measured on addition: +0.14 to +0.21 in 100 steps from
+# 0.55, +0.04 to +0.09 from 0.35), and the band leaves room above it.
+BASE_BAND = (0.55, 0.70)
 DESCRIPTION = "a*b+c or a*b-c with a in 2-9, b in 0-9, c in 0-99; the answer may be negative"
 
 _SIGNED_INTEGER = re.compile(r"-?\d+")

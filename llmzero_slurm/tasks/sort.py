@@ -11,6 +11,10 @@ import string
 
 DATA_SOURCE = "sort"
 ABILITY = "string"
+# Greedy accuracy the warm-started base is calibrated to. GRPO gains most from a base that
+# already solves about half the prompts (measured on addition: +0.14 to +0.21 in 100 steps from
+# 0.55, +0.04 to +0.09 from 0.35), and the band leaves room above it.
+BASE_BAND = (0.55, 0.70)
 DESCRIPTION = "sort the letters of a word of 4-8 lowercase letters alphabetically"
 
 
