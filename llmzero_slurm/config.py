@@ -179,7 +179,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     try:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:
-        raise ConfigError(f"hparams.{exc.key}", str(exc).split(": ", 1)[1]) from None
+        raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
     cfg.search.check()
     cfg.source = source
     return cfg

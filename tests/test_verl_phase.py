@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmzero_slurm.backends.verl import VerlBackend
-from llmzero_slurm.backends.verl_schema import compose, unavailable_reason
+from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render

@@ -43,7 +43,7 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> 
 
 def live_states(store: RunStore, tree: Tree) -> dict[str, str]:
     """Raw scheduler states of the pending jobs, in one scheduler call."""
-    jobs = {n.submission.job_id: store.node_dir(n.id) for n in tree
+    jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
         return {}

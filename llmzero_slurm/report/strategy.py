@@ -123,7 +123,7 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
         try:
             hparams = validate_hparams(entry["hparams"], backend)
         except ConfigError as exc:
-            raise bad(f"{where}.hparams.{exc.key}", str(exc).split(": ", 1)[1]) from None
+            raise bad(f"{where}.hparams.{exc.key}", exc.problem) from None
         if phases and hparams.get("lora_rank") != phases[0].hparams.get("lora_rank"):
             raise bad(f"{where}.hparams.lora_rank",
                       "differs from phases[0]: a phase loads the previous phase's adapter")
