@@ -17,8 +17,10 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 venv: $(VENV)/.installed
 
-# The whole suite, the local Slurm cluster included.
+# Lint, type check, then the whole suite (the local Slurm cluster included).
 test: venv slurm-up
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q
 
 # A real search on the embedded CPU trainer (local processes when no Slurm cluster answers).

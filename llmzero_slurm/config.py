@@ -119,7 +119,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         if key not in names:
             raise ConfigError(path, f"unknown key (known: {', '.join(sorted(names))})")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value, path)
         else:
             kwargs[key] = _coerce(hint, value, path)

@@ -63,7 +63,7 @@ def _range(param: Param) -> str:
         return "one of " + ", ".join(map(str, param.choices))
     if param.type is bool:
         return "true/false"
-    if param.low is not None:
+    if param.low is not None and param.high is not None:
         low, high = (int(param.low), int(param.high)) if param.type is int else (
             f"{param.low:g}", f"{param.high:g}")
         return f"{param.type.__name__} in [{low}, {high}]"

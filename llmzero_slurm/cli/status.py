@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                           "nodes": [n.to_dict() for n in tree], "slurm_states": live},
                          indent=2, sort_keys=True))
         return 0
-    print(f"experiment {store.config.name} ({store.config.search.method}), controller "
-          + (f"running on {lease['host']} pid {lease['pid']}" if running else "not running"))
+    holder = f"running on {lease['host']} pid {lease['pid']}" if lease and running else "not running"
+    print(f"experiment {store.config.name} ({store.config.search.method}), controller {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
     if lease and running:

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 import uuid
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
@@ -128,7 +129,7 @@ class Controller:
             if plan is None:
                 break
             if isinstance(plan, GiveUp):
-                self.store.update_node(plan.node, lambda n: _give_up(n, plan.message))
+                self.store.update_node(plan.node, partial(_give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
             else:
                 node = self._create(tree, plan)
@@ -159,7 +160,8 @@ class Controller:
 
     def _submit(self, node: Node) -> None:
         """Record intent, then sbatch, then the job id: a crash between leaves a findable token."""
-        if node.submission.token is None or node.status is Status.PROPOSED:
+        token = node.submission.token
+        if token is None or node.status is Status.PROPOSED:
             token = f"{self.config.name}-{node.id:04d}-{uuid.uuid4().hex[:10]}"
 
             def intent(n: Node) -> None:
@@ -170,9 +172,9 @@ class Controller:
             node = self.store.update_node(node.id, intent)
         script = self._script(node)
         faults.point("before_sbatch")
-        job_id = self.scheduler.submit(script, node.submission.token)
+        job_id = self.scheduler.submit(script, token)
         faults.point("after_sbatch")
-        self.store.update_node(node.id, lambda n: _submitted(n, job_id))
+        self.store.update_node(node.id, partial(_submitted, job_id=job_id))
         self.progress.event(f"node {node.id}: submitted as job {job_id}")
 
     # -- watching ---------------------------------------------------------------------------
@@ -189,7 +191,7 @@ class Controller:
                 if job_id is None:
                     self._submit(node)
                 else:
-                    self.store.update_node(node.id, lambda n, j=job_id: _submitted(n, j))
+                    self.store.update_node(node.id, partial(_submitted, job_id=job_id))
         tree = self.store.load_tree()
         watched = {n.submission.job_id: n for n in tree
                    if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
@@ -240,10 +242,11 @@ class Controller:
                 self.progress.event(f"report not updated: {exc}")
 
     def _stop(self, tree: Tree, cancel: bool) -> None:
-        pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
+        pending = [n.submission.job_id for n in tree
+                   if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
         if cancel:
-            for node in pending:
-                self.scheduler.cancel(node.submission.job_id)  # type: ignore[arg-type]
+            for job_id in pending:
+                self.scheduler.cancel(job_id)
             self.progress.event(f"stopped; cancelled {len(pending)} running phase(s)")
         else:
             self.progress.event(f"stopped; {len(pending)} phase(s) keep running "

@@ -45,6 +45,7 @@ class LLMZeroMethod(SearchMethod):
         return self._propose(tree, action, records)
 
     def _propose(self, tree: Tree, action: Action, records: Path) -> PhasePlan:
+        assert action.parent is not None   # select() gives roots no proposal
         parent = tree[action.parent]
         best = best_node(tree)
         siblings = [c.hparams for c in tree.children(parent.id)]
@@ -57,6 +58,7 @@ class LLMZeroMethod(SearchMethod):
         return PhasePlan(action, proposal.hparams, proposal.checkpoint, proposal.diagnosis, records)
 
     def _debug(self, tree: Tree, action: Action, records: Path) -> PhasePlan | GiveUp:
+        assert action.parent is not None   # a debug child fixes a parent
         failed = tree[action.parent]
         files = self.ctx.node_dir(failed.id)
         job = failed.submission

@@ -72,7 +72,9 @@ class AgentCost:
 
     def add(self, record: dict[str, Any]) -> None:
         self.calls += 1
-        usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+        usage = record.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         for name in TOKEN_FIELDS:
             self.tokens[name] += int(_number(usage.get(name)))
         self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))

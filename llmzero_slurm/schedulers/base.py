@@ -111,12 +111,12 @@ def parse_time(text: str) -> int:
     match = _TIME.match(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)")
-    days, a, b, c = match.groups()
-    a, b, c = int(a), int(b) if b else None, int(c) if c else None
+    days, first, second, third = match.groups()
+    a, b, c = int(first), int(second) if second else None, int(third) if third else None
     if days is not None:
         hours, minutes, seconds = a, b or 0, c or 0
     elif c is not None:
-        hours, minutes, seconds = a, b, c
+        hours, minutes, seconds = a, b or 0, c
     elif b is not None:
         hours, minutes, seconds = 0, a, b
     else:

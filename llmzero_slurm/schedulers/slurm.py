@@ -191,8 +191,8 @@ class SlurmScheduler(Scheduler):
         out = []
         for job_id, (state, reason, wait_status), _ in self._squeue_rows(job_ids):
             code, signal = _exit_status(wait_status)
-            reason = None if reason in ("None", "") else reason
-            out.append(job_state(job_id, state, code, reason or signal, "squeue"))
+            why = None if reason in ("None", "") else reason
+            out.append(job_state(job_id, state, code, why or signal, "squeue"))
         return out
 
     def _forgotten(self, job_ids: list[str]) -> dict[str, JobState]:

@@ -11,7 +11,7 @@ from .knobs import scale
 
 
 # Failure signatures, most specific first: (class, Slurm states, log patterns).
-_SIGNATURES = (
+_SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
     ("oom", {"OUT_OF_MEMORY"}, r"out of memory|OutOfMemoryError|CUDA error: out of memory|"
                                r"oom[-_ ]kill|Cannot allocate memory|MemoryError"),
     ("timeout", {"TIMEOUT", "DEADLINE"}, r"DUE TO TIME LIMIT"),

@@ -10,6 +10,8 @@ from ...hparams import PARAMS
 
 def clamp(key: str, value: float) -> Any:
     p = PARAMS[key]
+    if p.low is None or p.high is None:
+        raise ValueError(f"{key} has no range to clamp to")
     value = min(max(value, p.low), p.high)
     return int(math.ceil(value)) if p.type is int else float(f"{value:.3g}")
 

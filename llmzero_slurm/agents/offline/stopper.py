@@ -29,7 +29,7 @@ def ruled(current_val: list[tuple[int, float]], best_val: float | None, phase_st
         return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
     if best_val is None:
         return Decision("CONTINUE", "no completed strategy to compare with", step)
-    if not current_val:
+    if step is None:
         return Decision("CONTINUE", "too few validation points to judge", step)
     interval = step - current_val[-2][0] if len(current_val) > 1 else 0
     if planned_end is not None and planned_end - step <= interval:
@@ -49,6 +49,7 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
     """
     if (answer := ruled(current_val, best_val, phase_step, planned_end)) is not None:
         return answer
+    assert best_val is not None   # ruled() answers when there is no best score
     last = current_val[-1][0]
     if len(current_val) < 3:
         return Decision("CONTINUE", "too few validation points to judge", last)
