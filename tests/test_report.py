@@ -13,7 +13,7 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.figures import FIGURES
-from llmzero_slurm.report.strategy import FORMAT, load_strategy
+from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
 from llmzero_slurm.store.node_dir import NodeDir

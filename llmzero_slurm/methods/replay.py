@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..hparams import merge
-from ..report.strategy import KEY, load_strategy
+from ..strategy_file import KEY, load_strategy
 from .static import Chain, Planned
 
 
