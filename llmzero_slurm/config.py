@@ -183,8 +183,8 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
 
 
 def _check_names(cfg: ExperimentConfig) -> None:
-    """Names are their registries' to check. Imported here: each registry's package imports
-    this module, so importing them at the top would tie the two together."""
+    """Names are their registries' to check. Imported here: the backends' and the methods'
+    packages import this module, so importing them at the top would tie the two together."""
     from .backends.registry import BACKENDS
     from .methods.registry import check_method
     from .schedulers import check_scheduler_kind
