@@ -18,12 +18,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-# The whole suite, the local Slurm cluster included; then the trainer and end-to-end tests once
-# more on a second floating-point code path (MKL's compatible kernels), as another CPU would run
-# them, so that nothing numeric holds on this machine only.
+# Lint, type check, the whole suite (the local Slurm cluster included); then the tests whose
+# numbers depend on floating-point code paths once more on a second path (MKL's compatible
+# kernels), as another CPU would run them, so that nothing numeric holds on this machine only.
 test: venv slurm-up
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q
-	MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m slow
+	MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m numeric
 
 # Rewrite constraints.txt from the current environment (after a deliberate upgrade).
 lock: venv

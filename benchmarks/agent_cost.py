@@ -29,7 +29,8 @@ from PIL import Image
 
 from llmzero_slurm.agents.llm import AnthropicBackend, Prompt
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
-from llmzero_slurm.agents.stopper import Stopper
+from llmzero_slurm.agents.stopper import Stopper, StopperInput
+from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.metrics import KEY_METRICS, read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results
@@ -122,11 +123,11 @@ def main() -> int:
         inp = ProposerInput(parent, read_metrics(work / "parent.jsonl"), 0.6)
         metrics = inp.metrics.without_test()
         prompts = {
-            "proposer": Proposer(cfg, "verl", backend).prompt(
+            "proposer": Proposer(cfg, get_backend("verl"), backend).prompt(
                 inp, metrics, parent.results.checkpoints, work / "plots"),
-            "stopper": Stopper(cfg, backend).prompt(
+            "stopper": Stopper(cfg, backend).prompt(StopperInput(
                 read_metrics(work / "current.jsonl"), 60, 210, read_metrics(work / "best.jsonl"),
-                0.6, work)}
+                0.6), work)}
         print(f"model {cfg.model}; prices per MTok: input ${cfg.price_input_per_mtok}, output "
               f"${cfg.price_output_per_mtok}, cache write ${cfg.price_cache_write_per_mtok} "
               f"({cfg.cache_ttl}), cache read ${cfg.price_cache_read_per_mtok}; images <= "

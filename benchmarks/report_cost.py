@@ -15,16 +15,27 @@ import json
 import random
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.report import write_report
 from llmzero_slurm.search.policy import Action, make_child
-from llmzero_slurm.search.tree import Kind, Results, Status
+from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
 from llmzero_slurm.store.run_store import RunStore
 
 STEPS = 200
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "rollout_n": 8, "lora_rank": 8, "lora_alpha": 16.0}
+
+
+def _node(j: int, tree: Tree, kind: Kind, parent: int | None, hp: dict, resume: int | None,
+          start: int, best: float, best_step: int) -> Node:
+    n = make_child(tree, Action(kind, parent), j, hp, resume, "synthetic phase")
+    n.status = Status.COMPLETED
+    n.results = Results(best, best_step, best * 0.9, start + STEPS,
+                        [start + STEPS // 2, start + STEPS], 0.5)
+    n.finished_at = float(j)
+    return n
 
 
 def build(root: Path, nodes: int, rng: random.Random) -> None:
@@ -38,21 +49,14 @@ def build(root: Path, nodes: int, rng: random.Random) -> None:
         start = resume or 0
         val = [(s, rng.random()) for s in range(start + 10, start + STEPS + 1, 10)]
         best_step, best = max(val, key=lambda p: p[1])
-
-        def node(j: int):
-            n = make_child(tree, Action(kind, parent), j, hp, resume, "synthetic phase")
-            n.status = Status.COMPLETED
-            n.results = Results(best, best_step, best * 0.9, start + STEPS,
-                                [start + STEPS // 2, start + STEPS], 0.5)
-            n.finished_at = float(j)
-            return n
-        store.add_node(node)
+        store.add_node(partial(_node, tree=tree, kind=kind, parent=parent, hp=hp, resume=resume,
+                               start=start, best=best, best_step=best_step))
         scores = dict(val)
         lines = [json.dumps({"step": s, "data": {
             "critic/rewards/mean": rng.random(), "actor/entropy": rng.random(),
             **({"val-core/t/acc/mean@1": scores[s], "test-core/t/acc/mean@1": scores[s] * 0.9}
                if s in scores else {})}}) for s in range(start + 1, start + STEPS + 1)]
-        (store.node_dir(i) / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        store.node_dir(i).metrics_file.write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ def check_adapter(folder: Path, expect_rank: int | None = None) -> dict:
         config = json.loads(config_file.read_text())
     except FileNotFoundError:
         raise ExportError(4, f"{config_file} is missing: the merger found no LoRA weights "
-                             "in the checkpoint (was the parent trained with lora_rank > 0?)")
+                             "in the checkpoint (was the parent trained with lora_rank > 0?)") from None
     except ValueError as exc:
         raise ExportError(4, f"{config_file} is not valid JSON: {exc}") from None
     if not (folder / ADAPTER / "adapter_model.safetensors").is_file():

@@ -144,7 +144,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         if key not in names:
             raise ConfigError(path, f"unknown key (known: {', '.join(sorted(names))})")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value, path)
         else:
             kwargs[key] = _coerce(hint, value, path)
@@ -198,10 +198,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
         raise ConfigError("name", "is required (a short experiment name used in job names)")
     if not _NAME.match(cfg.name):
         raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job names)")
-    if cfg.backend not in ("cpu", "verl"):
-        raise ConfigError("backend", "must be 'cpu' (embedded trainer) or 'verl'")
-    if cfg.scheduler not in ("auto", "slurm", "local"):
-        raise ConfigError("scheduler", "must be auto, slurm or local")
+    _check_names(cfg)
     if cfg.state.lock not in ("flock", "soft"):
         raise ConfigError("state.lock", "must be 'flock' or 'soft'")
     if cfg.slurm.gpu_directive not in ("gpus-per-node", "gres"):
@@ -213,7 +210,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     try:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:
-        raise ConfigError(f"hparams.{exc.key}", str(exc).split(": ", 1)[1]) from None
+        raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
     cfg.task.warm_start.check("task.warm_start")
     if cfg.backend != "cpu" and cfg.task.warm_start != WarmStartConfig():
         raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
@@ -221,6 +218,19 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     cfg.search.check()
     cfg.source = source
     return cfg
+
+
+def _check_names(cfg: ExperimentConfig) -> None:
+    """Names are their registries' to check. Imported here: the backends' and the methods'
+    packages import this module, so importing them at the top would tie the two together."""
+    from .backends.registry import BACKENDS
+    from .methods.registry import check_method
+    from .schedulers import check_scheduler_kind
+
+    if cfg.backend not in BACKENDS:
+        raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)}")
+    check_scheduler_kind(cfg.scheduler)
+    check_method(cfg.search.method, bool(cfg.search.space))
 
 
 def load_config(path: str | Path) -> ExperimentConfig:

@@ -17,7 +17,7 @@ class ConfigError(LLMZeroError):
 
     def __init__(self, key: str, problem: str):
         super().__init__(f"config key '{key}': {problem}")
-        self.key = key
+        self.key, self.problem = key, problem
 
 
 class HyperparameterError(ConfigError):
@@ -38,7 +38,7 @@ class StateError(LLMZeroError):
 
     def __init__(self, path: Any, problem: str):
         super().__init__(f"{path}: {problem}")
-        self.path = path
+        self.path, self.problem = path, problem
 
 
 class LockTimeout(LLMZeroError):
@@ -60,4 +60,4 @@ class DataError(LLMZeroError):
 
     def __init__(self, path: Any, problem: str):
         super().__init__(f"{path}: {problem}")
-        self.path = path
+        self.path, self.problem = path, problem

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import BinaryIO, Iterable, Mapping
 
 Series = list[tuple[int, float]]
 
@@ -77,20 +78,41 @@ def strip_test_text(text: str) -> str:
     return _TEST_TEXT.sub("[test metric removed]", text)
 
 
-def read_metrics(path: str | Path) -> MetricsLog:
-    """Parse a metrics file; a missing file is an empty log, bad lines are skipped and flagged."""
-    path = Path(path)
-    log = MetricsLog()
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return log
-    points: dict[str, dict[int, float]] = {}
-    lines = raw.split(b"\n")
-    for number, line in enumerate(lines, 1):
+class MetricsReader:
+    """Reads one growing metrics file incrementally: each `read()` parses only the lines
+    appended since the previous call, in bounded chunks, so polling a long phase every few
+    minutes costs what it wrote since, not its whole history.
+
+    Only newline-terminated lines are consumed; an unterminated last line is parsed on each
+    call (and flagged when it does not parse: the writer may be mid-line) but read again next
+    time. A file rewritten under the reader (a requeued trainer that truncates) is noticed by
+    its last consumed line no longer being where it was, and read again from the start.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pos = 0                 # bytes consumed (complete lines only)
+        self._lines = 0               # lines consumed, for line numbers in problems
+        self._last = b""              # the last consumed line, to notice a rewritten file
+        self._points: dict[str, dict[int, float]] = {}
+        self._problems: list[str] = []
+
+    def _unchanged(self, fh: BinaryIO) -> bool:
+        if not self._pos:
+            return True
+        mark = self._last + b"\n"
+        fh.seek(self._pos - len(mark))
+        return fh.read(len(mark)) == mark
+
+    def _parse(self, line: bytes, number: int, last: bool,
+               points: dict[str, dict[int, float]], problems: list[str]) -> None:
         if not line.strip():
-            continue
-        last = number == len(lines)   # no newline after it: the writer may still be writing
+            return
         try:
             record = json.loads(line)
             step, data = int(record["step"]), record["data"]
@@ -98,14 +120,43 @@ def read_metrics(path: str | Path) -> MetricsLog:
                 raise TypeError("data is not a mapping")
         except (ValueError, KeyError, TypeError) as exc:
             what = "torn last line (still being written?)" if last else f"unreadable line: {exc}"
-            log.problems.append(f"{path.name}:{number}: {what}")
-            continue
+            problems.append(f"{self.path.name}:{number}: {what}")
+            return
         for name, value in data.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             points.setdefault(str(name), {})[step] = float(value)  # a requeue re-logs: last wins
-    log.series = {k: sorted(v.items()) for k, v in points.items()}
-    return log
+
+    def read(self) -> MetricsLog:
+        """Everything the file holds now; a missing file is an empty log."""
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            self._reset()
+            return MetricsLog()
+        with fh:
+            if os.fstat(fh.fileno()).st_size < self._pos or not self._unchanged(fh):
+                self._reset()
+            fh.seek(self._pos)
+            pending = b""
+            while chunk := fh.read(self.CHUNK):
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    self._lines += 1
+                    self._parse(line, self._lines, False, self._points, self._problems)
+                    self._pos += len(line) + 1
+                    self._last = line
+        points, problems = self._points, list(self._problems)
+        if pending.strip():   # no newline after it: the writer may still be writing it
+            points = {k: dict(v) for k, v in self._points.items()}
+            self._parse(pending, self._lines + 1, True, points, problems)
+        return MetricsLog({k: sorted(v.items()) for k, v in points.items()}, problems)
+
+
+def read_metrics(path: str | Path) -> MetricsLog:
+    """Parse a metrics file; a missing file is an empty log, bad lines are skipped and flagged."""
+    return MetricsReader(path).read()
 
 
 def stitch(phases: Iterable[tuple[MetricsLog, int | None]]) -> MetricsLog:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import matplotlib
 
@@ -32,7 +32,7 @@ def plot_name(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_") + ".png"
 
 
-def _draw(ax: plt.Axes, points: Series, **style: object) -> None:
+def _draw(ax: plt.Axes, points: Series, **style: Any) -> None:
     if points:
         steps, values = zip(*points)
         marker = "o" if len(points) < 30 else None

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import jinja2
 
 from .backends import TrainerBackend, get_backend
-from .config import ExperimentConfig, SlurmConfig, TaskConfig
+from .backends.spec import PhaseSpec
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .paths import TEMPLATES
 from .schedulers.base import parse_time
-from .search.tree import Kind, Node
+from .search.tree import Kind
 from .store.atomic import write_text
+
+__all__ = ["PhaseSpec", "render", "write_phase_script"]   # PhaseSpec: the backends' own type
 
 MAX_VALUE = 4096
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -41,44 +42,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
                      "no-requeue", "parsable", "wrap", "chdir"})
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
-
-
-@dataclass(frozen=True)
-class PhaseSpec:
-    """Everything that decides what a phase script does."""
-
-    experiment: str
-    node_id: int
-    kind: str                           # scratch | evolve | debug
-    node_dir: Path
-    token: str                          # exactly-once submission token (in --comment)
-    hparams: Mapping[str, Any]
-    backend: str = "cpu"
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    trainer: Mapping[str, Any] = field(default_factory=dict)   # backend-specific extras
-    model_path: str | None = None
-    resume_dir: Path | None = None      # node dir of the phase this one starts from
-    resume_step: int = 0                # global step of that phase's checkpoint
-
-    @property
-    def python(self) -> str:
-        return self.trainer.get("python") or sys.executable
-
-    @property
-    def job_name(self) -> str:
-        return f"llmz-{self.experiment}-{self.node_id:04d}-{self.kind}"
-
-    @classmethod
-    def for_node(cls, config: ExperimentConfig, node: Node, node_dir: Path, token: str,
-                 resume_dir: Path | None = None) -> "PhaseSpec":
-        """The phase of a tree node; `resume_dir` is the node dir of `node.resume.node`."""
-        if (node.resume is None) != (resume_dir is None):
-            raise ConfigError("resume", f"node {node.id}: a resume step needs the resumed "
-                                        "node's directory, and only then")
-        return cls(config.name, node.id, node.kind.value, Path(node_dir), token, node.hparams,
-                   config.backend, config.slurm, config.task, config.trainer, config.model_path,
-                   resume_dir, node.resume.step if node.resume else 0)
 
 
 def _text(key: str, value: Any, pattern: re.Pattern | None = None, what: str = "") -> str:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from llmzero_slurm.backends import get_backend
 from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
                                           parse_decision)
 
+CPU = get_backend("cpu")
 PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_batch_size": 16,
           "ppo_micro_batch_size_per_gpu": 16, "rollout_n": 8, "max_response_length": 8,
           "lora_rank": 8, "lora_alpha": 16.0, "total_training_steps": 100, "total_epochs": 4}
@@ -14,7 +16,7 @@ PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_ba
 def proposal(changes, step=50, additional=60, scratch=False):
     data = {"diagnosis": "d", "changes": changes, "checkpoint_step": step,
             "additional_steps": additional}
-    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, "cpu", "test")
+    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, CPU, "test")
 
 
 def test_extract_json_prefers_last_fenced_block():
@@ -65,7 +67,7 @@ def test_checkpoint_rules():
 
 def test_fix_validation():
     fix = check_fix({"class": "oom", "action": "change",
-                     "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, "cpu", "t")
+                     "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, CPU, "t")
     assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 8
     for data, needle in [({"class": "cosmic", "action": "retry"}, "'class' must be one of"),
                          ({"class": "oom", "action": "change", "changes": {}}, "non-empty"),
@@ -75,7 +77,7 @@ def test_fix_validation():
                          ({"class": "oom", "action": "change",
                            "changes": {"ppo_micro_batch_size_per_gpu": 3}}, "must divide")]:
         with pytest.raises(AnswerError, match=needle):
-            check_fix(data, PARENT, "cpu", "t")
+            check_fix(data, PARENT, CPU, "t")
 
 
 def test_decision_parsing():

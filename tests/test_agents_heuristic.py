@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from llmzero_slurm.agents import heuristic
+from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
+from llmzero_slurm.agents.offline import proposer as offline_proposer
+from llmzero_slurm.agents.offline import stopper as offline_stopper
+from llmzero_slurm.agents.offline.signals import Signals, diagnose
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
-from llmzero_slurm.agents.stopper import Stopper
+from llmzero_slurm.agents.stopper import Stopper, StopperInput
+from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
 from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
@@ -22,6 +26,7 @@ BASE = {"lr": 1e-3, "kl_loss_coef": 0.04, "use_kl_loss": True, "temperature": 1.
         "grad_clip": 1.0, "rollout_n": 8, "max_response_length": 8, "train_batch_size": 16,
         "ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 16}
 OFFLINE = AgentConfig(backend="heuristic")
+CPU = get_backend("cpu")
 
 
 def recorded(name: str) -> tuple[Node, MetricsLog]:
@@ -33,7 +38,7 @@ def recorded(name: str) -> tuple[Node, MetricsLog]:
 
 def propose(name: str, tmp_path: Path, **kw):
     node, log = recorded(name)
-    return node, log, Proposer(OFFLINE, "cpu", None).propose(
+    return node, log, Proposer(OFFLINE, CPU, None).propose(
         ProposerInput(node, log, 0.6, **kw), tmp_path)
 
 
@@ -79,25 +84,25 @@ def test_stopper_stops_dominated_run_and_continues_steeper_one(tmp_path):
     _, collapse = recorded("collapse")
     best = best_val(healthy)[1]
     stopper = Stopper(OFFLINE, None)
-    dominated = stopper.decide(collapse, 0, collapse.last_step + 40, healthy, best, tmp_path)
+    dominated = stopper.decide(StopperInput(collapse, 0, collapse.last_step + 40, healthy, best), tmp_path)
     assert dominated.action == "STOP" and dominated.source == "heuristic"
     # At its planned end a phase is finishing anyway: cancelling it would save nothing.
-    finished = stopper.decide(collapse, 0, collapse.last_step, healthy, best, tmp_path)
+    finished = stopper.decide(StopperInput(collapse, 0, collapse.last_step, healthy, best), tmp_path)
     assert finished.action == "CONTINUE" and "planned end" in finished.reason
     # Nor one validation interval before it: the STOP would land after those steps had run.
     (*_, (before, _), (last, _)) = val_score_series(collapse)
-    ending = stopper.decide(collapse, 0, last + (last - before), healthy, best, tmp_path)
+    ending = stopper.decide(StopperInput(collapse, 0, last + (last - before), healthy, best), tmp_path)
     assert ending.action == "CONTINUE" and "planned end" in ending.reason
-    still = stopper.decide(collapse, 0, last + (last - before) + 1, healthy, best, tmp_path)
+    still = stopper.decide(StopperInput(collapse, 0, last + (last - before) + 1, healthy, best), tmp_path)
     assert still.action == "STOP"
     # The healthy run seen midway is behind the best score but still climbing: continue, on
     # the strength of where its slope leads by the planned end.
     midway = healthy.until(healthy.last_step // 2)
     assert best_val(midway)[1] < best
-    steeper = stopper.decide(midway, 0, healthy.last_step, healthy, best, tmp_path)
+    steeper = stopper.decide(StopperInput(midway, 0, healthy.last_step, healthy, best), tmp_path)
     assert steeper.action == "CONTINUE"
     assert float(re.search(r"may reach ([0-9.]+)", steeper.reason).group(1)) > best
-    early = stopper.decide(collapse.until(9), 0, collapse.last_step, healthy, best, tmp_path)
+    early = stopper.decide(StopperInput(collapse.until(9), 0, collapse.last_step, healthy, best), tmp_path)
     assert early.action == "CONTINUE" and "9 steps" in early.reason
     records = json.loads((tmp_path / "early_stop.json").read_text())
     assert ([r["result"]["action"] for r in records]
@@ -128,17 +133,17 @@ def test_rules_on_constructed_series(curves, rule):
     log = series(**{names[k]: f for k, f in curves.items()})
     if "val" in curves:
         log.series[names["val"]] = [p for p in log.series[names["val"]] if p[0] % 5 == 0]
-    assert heuristic.diagnose(heuristic.Signals.of(log))[0] == rule
-    p = heuristic.propose(BASE, log, [20, 40], 40, "cpu")
+    assert diagnose(Signals.of(log))[0] == rule
+    p = offline_proposer.propose(BASE, log, [20, 40], 40, CPU)
     assert p.hparams["rollout_n"] >= BASE["rollout_n"]
 
 
 def test_a_plateau_decays_the_learning_rate_and_a_sibling_differs():
     flat = series(**{"critic/rewards/mean": lambda s: 0.3})
     flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
-    first = heuristic.propose(BASE, flat, [20, 40], 40, "cpu")
+    first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
     assert first.diagnosis.startswith("plateau") and first.changes == {"lr": BASE["lr"] / 2}
-    second = heuristic.propose(BASE, flat, [20, 40], 40, "cpu", taken=[first.hparams])
+    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU, taken=[first.hparams])
     assert second.hparams != first.hparams and second.hparams["lr"] < BASE["lr"]
 
 
@@ -161,7 +166,7 @@ SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:
 ])
 def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
     hp = {**BASE, "ppo_micro_batch_size_per_gpu": 8, "total_training_steps": 100}
-    fix = ErrorAnalyzer(OFFLINE, "cpu", None).analyze(state, 1, tail, hp, tmp_path)
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze(state, 1, tail, hp, tmp_path)
     assert (fix.failure, fix.action) == (failure, action)
     if failure == "oom":
         assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 4
@@ -175,7 +180,7 @@ def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
 
 def test_oom_at_smallest_batch_gives_up_with_advice(tmp_path):
     hp = {**BASE, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1}
-    fix = ErrorAnalyzer(OFFLINE, "cpu", None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
     assert fix.action == "give_up" and "smallest batches" in fix.message
 
 
@@ -189,29 +194,29 @@ def test_corrupt_decision_log_is_reported_not_overwritten(tmp_path):
     _, healthy = recorded("healthy")
     (tmp_path / "early_stop.json").write_text("[{broken")
     with pytest.raises(StateError, match="early_stop.json: corrupt JSON"):
-        Stopper(OFFLINE, None).decide(healthy, 0, 120, healthy, 0.5, tmp_path)
+        Stopper(OFFLINE, None).decide(StopperInput(healthy, 0, 120, healthy, 0.5), tmp_path)
     assert (tmp_path / "early_stop.json").read_text() == "[{broken"
 
 
 def test_a_timed_out_phase_is_replanned_to_fit_what_it_managed(tmp_path):
     log = "step 41: ...\nslurmstepd: *** JOB 7 ON vm CANCELLED AT 2026-11-22 DUE TO TIME LIMIT ***\n"
     hp = {"total_training_steps": 400, "lr": 1e-3}
-    fix = ErrorAnalyzer(AgentConfig(backend="heuristic"), "cpu", None).analyze(
+    fix = ErrorAnalyzer(AgentConfig(backend="heuristic"), CPU, None).analyze(
         "TIMEOUT", 0, log, hp, tmp_path, steps_done=120)
     assert (fix.failure, fix.action) == ("timeout", "change")
     assert fix.hparams["total_training_steps"] == 84
-    unknown = heuristic.analyze("TIMEOUT", 0, log, hp, "cpu")
+    unknown = offline_analyzer.analyze("TIMEOUT", 0, log, hp, CPU)
     assert unknown.hparams["total_training_steps"] == 240
 
 
 def test_the_stopper_judges_the_trend_not_one_lucky_checkpoint():
     flat = [(105, 0.40), (110, 0.44), (115, 0.39), (120, 0.41), (125, 0.40)]
-    stop = heuristic.decide(flat, 0.45, 25, 160, margin=0.02)
+    stop = offline_stopper.decide(flat, 0.45, 25, 160, margin=0.02)
     assert stop.action == "STOP" and "0.45" in stop.reason
     rising = [(105, 0.30), (110, 0.33), (115, 0.35), (120, 0.38), (125, 0.40)]
-    assert heuristic.decide(rising, 0.45, 25, 160, margin=0.02).action == "CONTINUE"
-    assert heuristic.decide(flat, 0.45, 25, 160, margin=0.1).action == "CONTINUE"
+    assert offline_stopper.decide(rising, 0.45, 25, 160, margin=0.02).action == "CONTINUE"
+    assert offline_stopper.decide(flat, 0.45, 25, 160, margin=0.1).action == "CONTINUE"
     # A gentle climb over three points is not projected 45 steps ahead: only as far as it spans.
     short = [(105, 0.36), (110, 0.37), (115, 0.38)]
-    gentle = heuristic.decide(short, 0.45, 15, 160, margin=0.02)
+    gentle = offline_stopper.decide(short, 0.45, 15, 160, margin=0.02)
     assert gentle.action == "STOP" and "by step 125" in gentle.reason

@@ -12,12 +12,15 @@ from llm_loopback import LoopbackLLM
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
-from llmzero_slurm.agents.stopper import Stopper
+from llmzero_slurm.agents.stopper import Stopper, StopperInput
+from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results
+from metrics_files import write_metrics
 
+CPU = get_backend("cpu")
 KEY_ENV = "LLMZERO_TEST_LLM_KEY"
 KEY = "sk-loopback-0123456789abcdef"
 TEST_VALUE = 0.987654
@@ -42,15 +45,15 @@ def service():
 @pytest.fixture
 def run(tmp_path):
     """A finished 60-step phase whose log also holds test-set scores (never to be shown)."""
-    lines = []
+    rows = []
     for s in range(1, 61):
         d = {"critic/rewards/mean": 0.3 + 0.005 * s, "actor/entropy": 0.9, "actor/kl_loss":
              0.002 * s, "actor/grad_norm": 0.5, "response_length/clip_ratio": 0.0}
         if s % 10 == 0:
             d["val-core/addition/acc/mean@1"] = 0.3 + 0.004 * s
             d["test-core/addition/acc/mean@1"] = TEST_VALUE
-        lines.append(json.dumps({"step": s, "data": d}))
-    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        rows.append((s, d))
+    write_metrics(tmp_path / "metrics.jsonl", rows)
     node = Node(3, 1, Kind.EVOLVE, dict(HP), results=Results(checkpoints=[20, 40, 60]))
     return node, read_metrics(tmp_path / "metrics.jsonl")
 
@@ -65,7 +68,7 @@ def config(service, backend="anthropic", **kw):
 def anthropic_proposer(service, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)
-    return Proposer(cfg, "cpu", choose_backend(cfg))
+    return Proposer(cfg, CPU, choose_backend(cfg))
 
 
 def bodies(service):
@@ -183,7 +186,7 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
     cfg = config(service, backend=backend)
     node, log = run
     service.reply({"status": 500})
-    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert p.source == "heuristic"
     assert len(service.requests) == 3                 # first try + max_retries
     record = json.loads((tmp_path / "proposal.json").read_text())
@@ -197,7 +200,7 @@ def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
     cfg = config(service, timeout_s=0.3, max_retries=1)
     node, log = run
     service.reply({"delay": 1.0, "text": good()})
-    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert p.source == "heuristic" and len(service.requests) == 2   # retried once
     record = json.loads((tmp_path / "proposal.json").read_text())
     assert "APITimeoutError" in record["fallbacks"][0]
@@ -208,7 +211,7 @@ def test_openai_compatible_server(service, monkeypatch, run, tmp_path):
     cfg = config(service, backend="openai", model="qwen-vl")
     node, log = run
     service.reply(good())
-    p = Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert p.source == "openai"
     [req] = service.requests
     assert req["path"] == "/v1/chat/completions"
@@ -219,7 +222,7 @@ def test_openai_compatible_server(service, monkeypatch, run, tmp_path):
     assert json.loads((tmp_path / "proposal.json").read_text())["usage"]["input_tokens"] > 0
     cfg.images = False
     service.reply(good())
-    Proposer(cfg, "cpu", choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert all(c["type"] == "text" for c in service.requests[0]["body"]["messages"][1]["content"])
 
 
@@ -235,12 +238,11 @@ def test_backend_choice(monkeypatch):
 
 
 def phase_log(tmp_path, name, start, slope, steps=30):
-    lines = [json.dumps({"step": s, "data": {"critic/rewards/mean": 0.4, **(
+    rows = [(s, {"critic/rewards/mean": 0.4, **(
         {"val-core/addition/acc/mean@1": 0.3 + slope * (s - start),
-         "test-core/addition/acc/mean@1": TEST_VALUE} if s % 5 == 0 else {})}})
+         "test-core/addition/acc/mean@1": TEST_VALUE} if s % 5 == 0 else {})})
         for s in range(start + 1, start + steps + 1)]
-    (tmp_path / name).write_text("\n".join(lines) + "\n")
-    return read_metrics(tmp_path / name)
+    return read_metrics(write_metrics(tmp_path / name, rows))
 
 
 def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
@@ -250,7 +252,7 @@ def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
     best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
     current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20)
     service.reply("REASON: flat at 0.30 against a best of 0.90.\nDECISION: STOP")
-    d = stopper.decide(current, 20, 60, best, 0.9, tmp_path)
+    d = stopper.decide(StopperInput(current, 20, 60, best, 0.9), tmp_path)
     assert (d.action, d.step, d.source) == ("STOP", 40, "anthropic")
     [req] = service.requests
     content = req["body"]["messages"][0]["content"]
@@ -258,7 +260,7 @@ def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
     assert "cache_control" in req["body"]["system"][0]
     service.reply("I am not sure what to do.")
     later = phase_log(tmp_path, "cur2.jsonl", 20, 0.0, 25)
-    assert stopper.decide(later, 20, 60, best, 0.9, tmp_path).action == "CONTINUE"
+    assert stopper.decide(StopperInput(later, 20, 60, best, 0.9), tmp_path).action == "CONTINUE"
     records = json.loads((tmp_path / "early_stop.json").read_text())
     assert [r["result"]["action"] for r in records] == ["STOP", "CONTINUE"]
     assert "no DECISION line" in records[1]["fallbacks"][0]
@@ -271,12 +273,12 @@ def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
     best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
     service.reply("REASON: climbing fast.\nDECISION: CONTINUE")
     for steps in (20, 22, 24):      # validation every 5 steps: 22 and 24 add none after 20
-        d = stopper.decide(phase_log(tmp_path, "c.jsonl", 20, 0.02, steps), 20, 60, best, 0.9,
-                           tmp_path)
+        d = stopper.decide(StopperInput(phase_log(tmp_path, "c.jsonl", 20, 0.02, steps), 20, 60,
+                                        best, 0.9), tmp_path)
         assert d.action == "CONTINUE" and d.val_step == 40
     assert len(service.requests) == 1
     assert "judged then: climbing fast." in d.reason
-    stopper.decide(phase_log(tmp_path, "c.jsonl", 20, 0.02, 25), 20, 60, best, 0.9, tmp_path)
+    stopper.decide(StopperInput(phase_log(tmp_path, "c.jsonl", 20, 0.02, 25), 20, 60, best, 0.9), tmp_path)
     assert len(service.requests) == 2
     assert_no_secret_or_test_metric(service, tmp_path)
 
@@ -286,16 +288,16 @@ def test_stopper_never_asks_before_step_10_or_at_the_planned_end(service, monkey
     cfg = config(service)
     current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 9)
     service.reply("REASON: hopeless.\nDECISION: STOP")
-    d = Stopper(cfg, choose_backend(cfg)).decide(current, 20, 60, current, 0.9, tmp_path)
+    d = Stopper(cfg, choose_backend(cfg)).decide(StopperInput(current, 20, 60, current, 0.9), tmp_path)
     assert d.action == "CONTINUE" and service.requests == []
     finished = phase_log(tmp_path, "end.jsonl", 20, 0.0, 40)     # at the planned end, step 60
-    d = Stopper(cfg, choose_backend(cfg)).decide(finished, 20, 60, current, 0.9, tmp_path)
+    d = Stopper(cfg, choose_backend(cfg)).decide(StopperInput(finished, 20, 60, current, 0.9), tmp_path)
     assert d.action == "CONTINUE" and "planned end" in d.reason and service.requests == []
 
 
 def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):
     cfg = config(service, backend="openai")
-    analyzer = ErrorAnalyzer(cfg, "cpu", choose_backend(cfg))
+    analyzer = ErrorAnalyzer(cfg, CPU, choose_backend(cfg))
     log = "step:3 - test-core/a/acc/mean@1:0.987654\ntorch.OutOfMemoryError: CUDA out of memory"
     service.reply('```json\n{"class": "oom", "action": "change", "changes": '
                   '{"ppo_micro_batch_size_per_gpu": 8}, "message": "halved micro batch"}\n```')
@@ -318,7 +320,7 @@ def test_images_are_downscaled_to_the_setting(service, monkeypatch, tmp_path):
     best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
     current = phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20)
     service.reply("REASON: still close.\nDECISION: CONTINUE")
-    Stopper(cfg, choose_backend(cfg)).decide(current, 20, 60, best, 0.9, tmp_path)
+    Stopper(cfg, choose_backend(cfg)).decide(StopperInput(current, 20, 60, best, 0.9), tmp_path)
     [image] = [c for c in service.requests[0]["body"]["messages"][0]["content"]
                if c["type"] == "image"]
     sent = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))

@@ -9,14 +9,8 @@ from PIL import Image
 from llmzero_slurm.metrics import (best_val, read_metrics, stitch, strip_test_text, summarize,
                                    val_score_series)
 from llmzero_slurm.plots import metric_plots, overlay_plot
-
-VAL = "val-core/addition/acc/mean@1"
-TEST = "test-core/addition/acc/mean@1"
-
-
-def write(path, rows, tail=""):
-    path.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in rows) + tail)
-    return path
+from metrics_files import TEST, VAL
+from metrics_files import write_metrics as write
 
 
 def rows(n=30, start=0, val_slope=0.01):

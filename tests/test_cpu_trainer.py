@@ -93,6 +93,7 @@ def base_record(cache_dir: Path) -> dict:
     return json.loads(next((cache_dir / "base").glob("*/warm_start.json")).read_text())
 
 
+@pytest.mark.numeric
 def test_the_base_lands_in_the_task_band_on_held_out_training_rows(good_phase, cache_dir):
     record = base_record(cache_dir)
     low, high = addition.BASE_BAND
@@ -105,6 +106,7 @@ def test_the_base_lands_in_the_task_band_on_held_out_training_rows(good_phase, c
     assert low - 3 * noise(low) <= base <= high + 3 * noise(high), (base, record)
 
 
+@pytest.mark.numeric
 def test_good_settings_raise_validation_accuracy(good_phase):
     """Against this run's own base, with a margin from the validation split's noise."""
     val = by_step(read_metrics(good_phase), VAL)
@@ -141,6 +143,7 @@ def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
     assert lora and any(torch.count_nonzero(p) for p in lora)   # trained, not the zero init
 
 
+@pytest.mark.numeric
 def test_child_phase_continues_from_the_parent_level(good_phase, cache_dir, tmp_path):
     parent = by_step(read_metrics(good_phase), VAL)
     assert run_phase(cache_dir, tmp_path, "--init-adapter", str(good_phase / "ckpt/global_step_100"),

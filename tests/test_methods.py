@@ -15,6 +15,7 @@ from llmzero_slurm.methods.base import PhasePlan, SearchMethod
 from llmzero_slurm.methods.space import GRID_SPACES, GUIDEBOOK_SCHEDULES
 from llmzero_slurm.search.policy import make_child
 from llmzero_slurm.search.tree import Kind, Results, Status, Tree
+from llmzero_slurm.store.node_dir import NodeDir
 
 # A small practitioner recipe for the CPU trainer (its batch shape constrains the samplers).
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "temperature": 1.0, "rollout_n": 8,
@@ -28,7 +29,7 @@ def config(backend: str = "cpu", hparams: dict | None = None, **search) -> Exper
 
 
 def method(tmp_path: Path, cfg: ExperimentConfig) -> SearchMethod:
-    ctx = MethodContext(cfg, lambda i: tmp_path / f"{i:04d}", tmp_path / "scratch")
+    ctx = MethodContext(cfg, lambda i: NodeDir(tmp_path / f"{i:04d}"), tmp_path / "scratch")
     return make_method(cfg.search.method, ctx)
 
 
@@ -282,7 +283,7 @@ def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
 
 
 def test_unknown_method_is_refused(tmp_path):
-    ctx = MethodContext(config(), lambda i: tmp_path, tmp_path)
+    ctx = MethodContext(config(), lambda i: NodeDir(tmp_path), tmp_path)
     with pytest.raises(ConfigError) as err:
         make_method("annealing", ctx)
     assert err.value.key == "search.method"

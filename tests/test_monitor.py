@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.controller.monitor import Monitor
@@ -11,14 +10,11 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Status, Submission
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import finish, wait_for
+from metrics_files import val_rows, write_metrics
 
-VAL = "val-core/addition/acc/mean@1"
 
-
-def write_val(path: Path, points: dict[int, float]) -> None:
-    with path.open("a") as fh:
-        for step, score in points.items():
-            fh.write(json.dumps({"step": step, "data": {VAL: score}}) + "\n")
+def write_val(path, points: dict[int, float]) -> None:
+    write_metrics(path, val_rows(points), append=True)
 
 
 def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_the_cancel(
@@ -29,7 +25,7 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 40},
                                   status=Status.COMPLETED,
                                   results=Results(best_val=0.9, checkpoints=[40])))
-    write_val(store.node_dir(0) / "metrics.jsonl", {s: s / 40 * 0.9 for s in range(5, 45, 5)})
+    write_val(store.node_dir(0).metrics_file, {s: s / 40 * 0.9 for s in range(5, 45, 5)})
 
     script = tmp_path / "phase.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
@@ -39,10 +35,10 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
                                   status=Status.RUNNING, submission=Submission("t1", job)))
-    metrics = store.node_dir(1) / "metrics.jsonl"
+    metrics = store.node_dir(1).metrics_file
     write_val(metrics, {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
 
-    records = store.node_dir(1) / "early_stop.json"
+    records = store.node_dir(1).early_stop_file
     assert Monitor(store, sched).check_once() == [1]
     assert [r["result"]["action"] for r in json.loads(records.read_text())] == ["STOP"]
     assert finish(sched, job).raw == "CANCELLED"

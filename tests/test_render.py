@@ -70,15 +70,15 @@ def test_cpu_trainer_command_follows_its_contract(tmp_path):
     parent = tmp_path / "nodes" / "0003"
     s = spec(tmp_path, resume_dir=parent, resume_step=40,
              trainer={"cache_dir": "/scratch/cache", "max_memory_mb": 900})
-    run_line = next(l for l in render(s).splitlines() if l.startswith("llmz_run "))
+    run_line = next(line for line in render(s).splitlines() if line.startswith("llmz_run "))
     argv = run_line.split()[1:]
     assert argv[0] == sys.executable and argv[1].endswith("jobs/cpu_grpo.py")
     assert f"--output-dir={s.node_dir}" in argv and "--task=addition" in argv
     assert f"--init-adapter={parent}/ckpt/global_step_40" in argv and "--step-offset=40" in argv
     assert "--cache-dir=/scratch/cache" in argv and "--max-memory-mb=900" in argv
     assert argv[-3:] == ["lr=1e-05", "total_training_steps=20", "use_kl_loss=true"]
-    run_line = next(l for l in render(spec(tmp_path, task=files_task())).splitlines()
-                    if l.startswith("llmz_run "))
+    run_line = next(line for line in render(spec(tmp_path, task=files_task())).splitlines()
+                    if line.startswith("llmz_run "))
     assert ("--train-files=/d/train.parquet --val-files=/d/val.parquet "
             "--test-files=/d/test.parquet --reward-path=/d/reward.py") in run_line
     with pytest.raises(ConfigError, match="task.train_files"):

@@ -13,10 +13,12 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.figures import FIGURES
-from llmzero_slurm.report.strategy import FORMAT, load_strategy
+from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
+from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
+from metrics_files import write_metrics
 
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "rollout_n": 8, "train_batch_size": 16,
           "ppo_mini_batch_size": 8, "lora_rank": 8, "lora_alpha": 16.0, "save_freq": 25,
@@ -31,18 +33,18 @@ def config(**search):
                          "search": search or {"method": "llmzero"}})
 
 
-def metrics(node_dir: Path, start: int, end: int, best_step: int, best: float,
+def metrics(files: NodeDir, start: int, end: int, best_step: int, best: float,
             test: float | None) -> None:
     """verl file-logger lines: training metrics every step, validation (and test) every 10."""
-    lines = []
+    rows = []
     for step in range(start + 1, end + 1):
         data = {"critic/rewards/mean": 0.3 + step / 1000, "actor/entropy": 1.0 - step / 1000}
         if step % 10 == 0:
             data[VAL] = best if step == best_step else best - 0.05 - (step % 20) / 1000
             if test is not None:
                 data[TEST] = test if step == best_step else 0.1
-        lines.append(json.dumps({"step": step, "data": data}))
-    (node_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        rows.append((step, data))
+    write_metrics(files.metrics_file, rows)
 
 
 def record(agent: str, tokens: int, dollars: float, **result) -> dict:
@@ -87,22 +89,22 @@ def run(tmp_path_factory) -> Path:
         resume=50, diagnosis="reward plateaued while KL stayed low: more rollouts, smaller steps",
         finished_at=3.0)
     metrics(d(1), 50, 100, 90, 0.60, TEST_AT_BEST[1])
-    (d(1) / "proposal.json").write_text(json.dumps(record("proposer", 1000, 0.25,
+    d(1).proposal_file.write_text(json.dumps(record("proposer", 1000, 0.25,
                                                           diagnosis="plateau")))
 
     add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 3e-3}, Status.EARLY_STOPPED,
         scored(25, 40, 40, 0.30, None, [], 0.05), resume=25, finished_at=2.0)
     metrics(d(2), 25, 40, 40, 0.30, None)
-    (d(2) / "early_stop.json").write_text(json.dumps([
+    d(2).early_stop_file.write_text(json.dumps([
         record("stopper", 300, 0.01, action="CONTINUE", reason="too early to tell"),
         record("stopper", 300, 0.01, action="STOP", reason="validation far below the best strategy")]))
 
     add(store, Kind.SCRATCH, 1, {**RECIPE, "lr": 2e-2}, Status.FAILED, Results(gpu_hours=0.01),
         injected=True, finished_at=4.0)
-    (d(3) / "error_analysis.json").write_text('{"agent": "error_analyzer", "usage": {"inp')  # torn
+    d(3).error_analysis_file.write_text('{"agent": "error_analyzer", "usage": {"inp')  # torn
     add(store, Kind.DEBUG, 3, {**RECIPE, "lr": 1e-2}, Status.FAILED, Results(gpu_hours=0.01),
         finished_at=5.0)
-    (d(4) / "metrics.jsonl").write_text('{"step": 1, "data": {"actor/entropy": 1.0}}\n{"step": 2, "da')
+    write_metrics(d(4).metrics_file, [(1, {"actor/entropy": 1.0})], tail='{"step": 2, "da')
 
     hp5 = {**hp1, "kl_loss_coef": 0.01, "max_response_length": 12}
     add(store, Kind.EVOLVE, 1, hp5, Status.COMPLETED, scored(100, 150, 130, 0.70, 5, [125, 150], 0.20),
@@ -187,7 +189,7 @@ def test_strategy_yaml_is_the_best_path_without_test_scores(run):
 def test_strategy_yaml_replays_as_the_same_chain(run, tmp_path):
     path = run / "report" / "strategy.yaml"
     cfg = config(method="replay", strategy_file=str(path))
-    m = make_method("replay", MethodContext(cfg, lambda i: tmp_path, tmp_path))
+    m = make_method("replay", MethodContext(cfg, lambda i: NodeDir(tmp_path), tmp_path))
     source = RunStore.open(run).load_tree()
     tree = Tree([])
     for i, node_id in enumerate([0, 1, 5]):

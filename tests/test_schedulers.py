@@ -44,7 +44,7 @@ def phase(tmp_path: Path, program: str, node_id: int = 1, hparams: dict | None =
 
 
 def steps(script: Path) -> list[int]:
-    return [json.loads(l)["step"] for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line)["step"] for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_completed_phase_agrees_with_status_json(sched, tmp_path, tiny_program):
@@ -164,7 +164,7 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
     out = (script.parent / f"slurm-{job}.out").read_text()
     assert state.status == Status.COMPLETED, out[-2000:]
     assert status_json(script)["state"] == "completed"
-    first = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    first = [json.loads(line) for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in first] == [0, 1, 2]     # step 0: validation before training
     assert (script.parent / "ckpt" / "global_step_2" / "adapter_config.json").exists()
     assert "val-core/addition/acc/mean@1" in first[-1]["data"]
@@ -178,7 +178,7 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240,
                           env=shell)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    again = [json.loads(l) for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    again = [json.loads(line) for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
     # The same metrics at every step; only wall-clock and memory figures may differ.
     def learning(rows: list[dict]) -> list[dict]:
         return [{k: v for k, v in r["data"].items() if not k.startswith(("timing", "perf"))}

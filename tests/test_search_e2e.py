@@ -77,7 +77,7 @@ def check_search(run_dir: Path, budget: int) -> None:
 
     root = tree[0]
     assert root.status is Status.FAILED and root.submission.exit_code == 3
-    assert "out of memory" in "".join(p.read_text() for p in store.node_dir(0).glob("slurm-*.out"))
+    assert "out of memory" in "".join(p.read_text() for p in store.node_dir(0).log_files())
     fixes = [n for n in nodes if n.fixed_from == 0]
     assert len(fixes) == 1 and fixes[0].status in (Status.COMPLETED, Status.EARLY_STOPPED)
     fix = fixes[0]
@@ -90,7 +90,7 @@ def check_search(run_dir: Path, budget: int) -> None:
     assert stopped, "the stopper cancelled no phase"
     for node in stopped:
         assert node.submission.scheduler_state == "CANCELLED"
-        records = json.loads((store.node_dir(node.id) / "early_stop.json").read_text())
+        records = json.loads(store.node_dir(node.id).early_stop_file.read_text())
         assert records[-1]["result"]["action"] == "STOP"
         assert node.results.checkpoints, "an early-stopped phase keeps its checkpoints"
 
@@ -103,9 +103,10 @@ def check_search(run_dir: Path, budget: int) -> None:
         assert (report / figure).stat().st_size > 1000 and figure in html
     assert "strategy.yaml" in {p.name for p in report.iterdir()}
     for node in nodes:  # every phase ran exactly once: one job output per node
-        assert len(list(store.node_dir(node.id).glob("slurm-*.out"))) == 1, node.id
+        assert len(list(store.node_dir(node.id).log_files())) == 1, node.id
 
 
+@pytest.mark.numeric
 def test_search_with_local_processes(tmp_path, cache):
     config = e2e_config(tmp_path, cache, "local")
     done = start(config, tmp_path / "run")
@@ -145,4 +146,4 @@ def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_pat
     tokens = [job["token"] for job in table.values()]
     assert len(tokens) == len(set(tokens)) == 5  # one job per phase, none resubmitted
     for node in tree:
-        assert len(list(store.node_dir(node.id).glob("slurm-*.out"))) == 1
+        assert len(list(store.node_dir(node.id).log_files())) == 1

@@ -110,7 +110,7 @@ def test_requeued_phase_reruns_and_resumes_its_checkpoint(tmp_path):
     status = status_json(script)
     assert status["state"] == "completed" and status["restart_count"] == 1
     assert "DUE TO JOB REQUEUE" in out and "resumed own checkpoint global_step_" in out
-    steps = [json.loads(l)["step"] for l in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line)["step"] for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(31)), steps      # step 0 is the validation before training
 
 

@@ -5,14 +5,15 @@ import json
 import subprocess
 import sys
 
-from llmzero_slurm.backends import verl_metrics
-from llmzero_slurm.backends.verl_metrics import VerlMetricsIngest
+from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
+from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
+from metrics_files import metrics_line
 
 SCRIPT = verl_metrics.__file__
 
 
 def verl_line(step: int, **data) -> str:
-    return json.dumps({"step": step, "data": data}) + "\n"
+    return metrics_line(step, data)
 
 
 def read(path):

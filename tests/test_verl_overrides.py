@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from llmzero_slurm.backends.verl import (HPARAM_KEYS, PhaseInputs, VerlSettings, build_overrides,
-                                         check_traps, hydra_value)
-from llmzero_slurm.backends.verl_schema import check_overrides, compose, unavailable_reason
+from llmzero_slurm.backends.spec import PhaseSpec
+from llmzero_slurm.backends.verl.grammar import hydra_value
+from llmzero_slurm.backends.verl.keys import HPARAM_KEYS
+from llmzero_slurm.backends.verl.overrides import ParentAdapter, build_overrides
+from llmzero_slurm.backends.verl.schema import check_overrides, compose, unavailable_reason
+from llmzero_slurm.backends.verl.settings import VerlSettings
+from llmzero_slurm.backends.verl.traps import check_traps
+from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.hparams import PARAMS, validate_hparams
 
@@ -24,30 +30,33 @@ TABLE12 = validate_hparams({
     "norm_adv_by_std_in_grpo": False}, "verl")
 
 
-def phase(**changes) -> PhaseInputs:
-    base = dict(experiment="gsm", node_id=7, node_dir="/shared/runs/gsm/nodes/0007",
-                model_path="Qwen/Qwen3-8B", train_files=["/data/gsm8k/train.parquet"],
-                val_files=["/data/gsm8k/val.parquet"], test_files=["/data/gsm8k/test.parquet"],
-                reward_path="/data/gsm8k/reward.py")
-    return PhaseInputs(**{**base, **changes})
+def phase(node_dir: str = "/shared/runs/gsm/nodes/0007", model_path: str = "Qwen/Qwen3-8B",
+          nnodes: int = 1, gpus_per_node: int = 8) -> PhaseSpec:
+    task = TaskConfig(train_files=["/data/gsm8k/train.parquet"],
+                      val_files=["/data/gsm8k/val.parquet"],
+                      test_files=["/data/gsm8k/test.parquet"], reward_path="/data/gsm8k/reward.py")
+    return PhaseSpec("gsm", 7, "scratch", Path(node_dir), "t", {}, "verl",
+                     SlurmConfig(nodes=nnodes, gpus_per_node=gpus_per_node), task,
+                     model_path=model_path)
 
 
 ADAPTER = "/shared/runs/gsm/nodes/0003/export/global_step_40/lora_adapter"
 PHASES = {
-    "scratch": (phase(), TABLE12),
-    "evolve": (phase(adapter_path=ADAPTER, parent_lora_rank=64),
-               {**TABLE12, "lr": 2e-5, "rollout_n": 16, "kl_loss_coef": 0.01}),
-    "debug": (phase(adapter_path=ADAPTER, parent_lora_rank=64),
-              {**TABLE12, "gpu_memory_utilization": 0.4, "max_num_seqs": 64,
-               "ppo_micro_batch_size_per_gpu": 4, "log_prob_micro_batch_size_per_gpu": 8}),
-    "multi-node": (phase(nnodes=4, gpus_per_node=8), {**TABLE12, "tensor_model_parallel_size": 2}),
+    "scratch": (phase(), TABLE12, None),
+    "evolve": (phase(), {**TABLE12, "lr": 2e-5, "rollout_n": 16, "kl_loss_coef": 0.01},
+               ParentAdapter(ADAPTER, 64)),
+    "debug": (phase(), {**TABLE12, "gpu_memory_utilization": 0.4, "max_num_seqs": 64,
+                        "ppo_micro_batch_size_per_gpu": 4, "log_prob_micro_batch_size_per_gpu": 8},
+              ParentAdapter(ADAPTER, 64)),
+    "multi-node": (phase(nnodes=4, gpus_per_node=8), {**TABLE12, "tensor_model_parallel_size": 2},
+                   None),
 }
 
 
 @pytest.mark.parametrize("kind", PHASES)
 def test_every_phase_kind_composes_and_resolves(kind):
-    inputs, hp = PHASES[kind]
-    cfg = compose(build_overrides(inputs, hp, VerlSettings()))
+    spec, hp, adapter = PHASES[kind]
+    cfg = compose(build_overrides(spec, hp, VerlSettings(), adapter))
     actor = cfg.actor_rollout_ref.actor
     assert cfg.algorithm.adv_estimator == "grpo"
     assert cfg.algorithm.norm_adv_by_std_in_grpo is False
@@ -64,8 +73,8 @@ def test_every_phase_kind_composes_and_resolves(kind):
         "/shared/runs/gsm/nodes/0007/verl_metrics.jsonl"
     assert cfg.actor_rollout_ref.model.lora_rank == 64
     assert cfg.actor_rollout_ref.model.lora_alpha == 64
-    assert cfg.trainer.nnodes == inputs.nnodes
-    assert cfg.actor_rollout_ref.model.lora_adapter_path == inputs.adapter_path
+    assert cfg.trainer.nnodes == spec.slurm.nodes
+    assert cfg.actor_rollout_ref.model.lora_adapter_path == (adapter.path if adapter else None)
 
 
 def test_every_verl_hyperparameter_lands_on_its_key():
@@ -145,9 +154,9 @@ def test_raw_overrides_cannot_undo_what_the_search_sets(override):
 
 def test_adapter_without_lora_rank_is_refused():
     with pytest.raises(ConfigError, match="lora_rank"):
-        build_overrides(phase(adapter_path=ADAPTER, parent_lora_rank=0), TABLE12, VerlSettings())
+        build_overrides(phase(), TABLE12, VerlSettings(), ParentAdapter(ADAPTER, 0))
     with pytest.raises(ConfigError, match="fixed along a strategy"):
-        build_overrides(phase(adapter_path=ADAPTER, parent_lora_rank=32), TABLE12, VerlSettings())
+        build_overrides(phase(), TABLE12, VerlSettings(), ParentAdapter(ADAPTER, 32))
     scratch = build_overrides(phase(), {**TABLE12, "lora_rank": 0}, VerlSettings())
     sneaked = scratch + [f"actor_rollout_ref.model.lora_adapter_path={ADAPTER}"]
     with pytest.raises(ConfigError, match="lora_rank > 0") as err:
@@ -182,7 +191,7 @@ def test_login_node_without_hydra_skips_with_a_reason():
     code = ("import sys; sys.modules['hydra'] = None\n"
             "import importlib.util as u; real = u.find_spec\n"
             "u.find_spec = lambda n, *a: None if n == 'hydra' else real(n, *a)\n"
-            "from llmzero_slurm.backends.verl_schema import check_overrides\n"
+            "from llmzero_slurm.backends.verl.schema import check_overrides\n"
             "print(check_overrides(['x=1']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "not checked" in out.stdout and "hydra-core" in out.stdout

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmzero_slurm.backends.verl import VerlBackend
-from llmzero_slurm.backends.verl_schema import compose, unavailable_reason
+from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
@@ -50,7 +50,7 @@ def parent_checkpoint(tmp_path: Path) -> Path:
 
 def main_ppo_overrides(script: str, nnodes: int) -> list[str]:
     """The override list the script passes to main_ppo, with $SLURM_NNODES as the job sets it."""
-    line = next(l for l in script.splitlines() if "-m verl.trainer.main_ppo" in l)
+    line = next(s for s in script.splitlines() if "-m verl.trainer.main_ppo" in s)
     words = shlex.split(line.replace('"${SLURM_NNODES:-1}"', str(nnodes)).rstrip(" &"))
     return words[words.index("verl.trainer.main_ppo") + 1:]
 

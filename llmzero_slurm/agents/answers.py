@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..backends.base import TrainerBackend
 from ..errors import HyperparameterError
 from ..hparams import CAPACITY, MODEL, PARAMS, merge
 
@@ -99,7 +100,7 @@ def _int_field(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
 
 
 def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
-             backend: str) -> tuple[dict[str, Any], dict[str, Any]]:
+             backend: TrainerBackend) -> tuple[dict[str, Any], dict[str, Any]]:
     changes = data.get("changes", {})
     if not isinstance(changes, dict):
         raise AnswerError("'changes' must be an object of hyperparameter: value")
@@ -108,7 +109,7 @@ def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
             raise AnswerError(f"do not set '{key}' in changes: the system computes it from "
                               "additional_steps")
     try:
-        hparams = merge(parent, changes, backend)
+        hparams = merge(parent, changes, backend.name)
     except HyperparameterError as exc:
         raise AnswerError(f"changes: {exc}") from None
     if resuming:
@@ -127,7 +128,7 @@ def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
 
 
 def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_steps: int,
-             backend: str) -> dict[str, Any]:
+             backend: TrainerBackend) -> dict[str, Any]:
     """Set the phase length: `total_training_steps`, and enough epochs for the dataloader.
 
     The parent's steps per epoch scale with the batch-size ratio, so a new batch size keeps
@@ -139,11 +140,11 @@ def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_step
     if old_steps and old_epochs and old_bs and new_bs:
         steps_per_epoch = old_steps / old_epochs * old_bs / new_bs
         out["total_epochs"] = max(1, math.ceil(additional_steps / steps_per_epoch))
-    return merge({}, out, backend)
+    return merge({}, out, backend.name)
 
 
 def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
-                   scratch_only: bool, backend: str, source: str) -> Proposal:
+                   scratch_only: bool, backend: TrainerBackend, source: str) -> Proposal:
     """Every rule a proposal must meet, whoever wrote it (LLM or heuristic)."""
     diagnosis = data.get("diagnosis")
     if not isinstance(diagnosis, str) or not diagnosis.strip():
@@ -162,7 +163,7 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                     schedule(parent, hparams, additional, backend), source)
 
 
-def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: str,
+def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: TrainerBackend,
               source: str) -> Fix:
     failure, action = data.get("class"), data.get("action")
     if failure not in FAILURE_CLASSES:
@@ -180,7 +181,7 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: str,
     if not isinstance(changes, dict) or not changes:
         raise AnswerError("action 'change' needs a non-empty 'changes' object")
     try:
-        merged = merge(hparams, changes, backend)
+        merged = merge(hparams, changes, backend.name)
     except HyperparameterError as exc:
         raise AnswerError(f"changes: {exc}") from None
     if merged == dict(hparams):

@@ -9,17 +9,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..metrics import strip_test_text
-from . import heuristic
+from ..store.node_dir import NodeDir
 from .answers import Fix, check_fix, extract_json
 from .ask import ask
-from .knowledge import effective_hparams, hparam_guide
+from .knowledge import hparam_guide
 from .llm import Backend, Prompt
+from .offline import error_analyzer as offline
 from .prompting import as_yaml, render
 from .records import AgentRecord, save_record, secrets_from_env
 
-RECORD = "error_analysis.json"
 TAIL_LINES = 80
 TAIL_CHARS = 8000
 
@@ -31,7 +32,7 @@ def log_tail(text: str) -> str:
 
 
 class ErrorAnalyzer:
-    def __init__(self, cfg: AgentConfig, trainer: str, llm: Backend | None):
+    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None):
         self.cfg, self.trainer, self.llm = cfg, trainer, llm
 
     def analyze(self, state: str | None, exit_code: int | None, log_text: str,
@@ -39,23 +40,24 @@ class ErrorAnalyzer:
                 steps_done: int | None = None) -> Fix:
         """`steps_done`: how far the phase got, which sizes a fix for a time limit."""
         tail = log_tail(log_text)
-        hparams = effective_hparams(self.trainer, hparams)
+        hparams = self.trainer.effective_hparams(hparams)
 
         def fallback() -> Fix:
-            return heuristic.analyze(state, exit_code, tail, hparams, self.trainer, steps_done)
+            return offline.analyze(state, exit_code, tail, hparams, self.trainer, steps_done)
 
-        if self.llm is None:
+        llm = self.llm
+        if llm is None:
             record = AgentRecord("error_analyzer", "heuristic")
             fix = fallback()
         else:
-            record = AgentRecord("error_analyzer", self.llm.name, self.cfg.model)
+            record = AgentRecord("error_analyzer", llm.name, self.cfg.model)
             system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
                                   state=state or "unknown", exit_code=exit_code,
                                   steps_done=steps_done,
                                   hparams_yaml=as_yaml(hparams), log_tail=tail)
-            fix = ask(self.llm, Prompt(system, task, max_tokens=1024),
+            fix = ask(llm, Prompt(system, task, max_tokens=1024),
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,
-                                             self.llm.name), fallback, record)
+                                             llm.name), fallback, record)
         record.result = asdict(fix)
-        save_record(Path(out_dir) / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
+        save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.api_key_env]))
         return fix

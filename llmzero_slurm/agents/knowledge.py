@@ -7,13 +7,8 @@ accepts.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from ..cputrain.defaults import DEFAULTS as CPU_DEFAULTS
-from ..hparams import BATCH, CAPACITY, MEMORY, MODEL, PARAMS, REGULARISATION, SCHEDULE
-
-# What an unset key means, per trainer (verl's defaults live in its Hydra config, not here).
-TRAINER_DEFAULTS: dict[str, Mapping[str, Any]] = {"cpu": CPU_DEFAULTS}
+from ..backends.base import TrainerBackend
+from ..hparams import BATCH, CAPACITY, MEMORY, MODEL, PARAMS, REGULARISATION, SCHEDULE, Param
 
 METRICS: dict[str, str] = {
     "validation score": "Mean accuracy on the held-out validation set, logged every test_freq "
@@ -63,12 +58,12 @@ _CATEGORY_NOTES = {
 }
 
 
-def _range(param) -> str:
+def _range(param: Param) -> str:
     if param.choices:
         return "one of " + ", ".join(map(str, param.choices))
     if param.type is bool:
         return "true/false"
-    if param.low is not None:
+    if param.low is not None and param.high is not None:
         low, high = (int(param.low), int(param.high)) if param.type is int else (
             f"{param.low:g}", f"{param.high:g}")
         return f"{param.type.__name__} in [{low}, {high}]"
@@ -79,18 +74,12 @@ def metric_guide() -> str:
     return "\n".join(f"- {name}: {text}" for name, text in METRICS.items())
 
 
-def hparam_guide(backend: str, exclude: tuple[str, ...] = ()) -> str:
+def hparam_guide(backend: TrainerBackend, exclude: tuple[str, ...] = ()) -> str:
     """The vocabulary an answer may use for this trainer backend, grouped by category."""
     sections = []
     for category, title in _CATEGORY_NOTES.items():
         rows = [f"- {p.name} ({_range(p)}): {p.description}" for p in PARAMS.values()
-                if p.category == category and backend in p.backends and p.name not in exclude]
+                if p.category == category and backend.reads(p.name) and p.name not in exclude]
         if rows:
             sections.append(f"{title}:\n" + "\n".join(rows))
     return "\n\n".join(sections)
-
-
-def effective_hparams(trainer: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The configuration a phase really ran with: the trainer's defaults under its own keys,
-    so agents reason about (and scale) actual values rather than missing ones."""
-    return {**TRAINER_DEFAULTS.get(trainer, {}), **hparams}

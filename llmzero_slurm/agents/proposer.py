@@ -10,19 +10,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..metrics import MetricsLog, summarize
 from ..plots import metric_plots
 from ..search.tree import Node, Status
-from . import heuristic
+from ..store.node_dir import NodeDir
 from .answers import SCHEDULE_KEYS, Proposal, check_proposal, extract_json
 from .ask import ask
-from .knowledge import effective_hparams, hparam_guide, metric_guide
+from .knowledge import hparam_guide, metric_guide
 from .llm import Backend, Prompt
+from .offline import proposer as offline
 from .prompting import as_yaml, render, score_text
 from .records import AgentRecord, save_record, secrets_from_env
 
-RECORD = "proposal.json"
 SUMMARY_ROWS = 16   # enough for every validation of a typical phase
 
 
@@ -42,7 +43,7 @@ class ProposerInput:
 
 
 class Proposer:
-    def __init__(self, cfg: AgentConfig, trainer: str, llm: Backend | None):
+    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None):
         self.cfg, self.trainer, self.llm = cfg, trainer, llm
 
     def propose(self, inp: ProposerInput, out_dir: str | Path) -> Proposal:
@@ -50,24 +51,25 @@ class Proposer:
         out_dir = Path(out_dir)
         metrics = inp.metrics.without_test()
         checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
-        parent_hp = effective_hparams(self.trainer, inp.parent.hparams)
+        parent_hp = self.trainer.effective_hparams(inp.parent.hparams)
 
         def fallback() -> Proposal:
-            return heuristic.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
-                                     self.trainer, inp.scratch_only,
-                                     [effective_hparams(self.trainer, t) for t in inp.taken])
+            return offline.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
+                                   self.trainer, inp.scratch_only,
+                                   [self.trainer.effective_hparams(t) for t in inp.taken])
 
-        if self.llm is None:
+        llm = self.llm
+        if llm is None:
             record = AgentRecord("proposer", "heuristic")
             proposal = fallback()
         else:
-            record = AgentRecord("proposer", self.llm.name, self.cfg.model)
+            record = AgentRecord("proposer", llm.name, self.cfg.model)
             prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
-            proposal = ask(self.llm, prompt, lambda text: check_proposal(
+            proposal = ask(llm, prompt, lambda text: check_proposal(
                 extract_json(text), parent_hp, checkpoints, inp.scratch_only,
-                self.trainer, self.llm.name), fallback, record)
+                self.trainer, llm.name), fallback, record)
         record.result = asdict(proposal)
-        save_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
+        save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.api_key_env]))
         return proposal
 
     def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],
@@ -75,7 +77,7 @@ class Proposer:
         system, task = render(
             "proposer", metric_guide=metric_guide(),
             hparam_guide=hparam_guide(self.trainer, exclude=SCHEDULE_KEYS),
-            parent_yaml=as_yaml(effective_hparams(self.trainer, inp.parent.hparams)),
+            parent_yaml=as_yaml(self.trainer.effective_hparams(inp.parent.hparams)),
             early_stopped=inp.parent.status == Status.EARLY_STOPPED,
             start_step=inp.parent.start_step, last_step=metrics.last_step or 0,
             summary=summarize(metrics, rows=SUMMARY_ROWS), best_val_text=score_text(inp.best_val),

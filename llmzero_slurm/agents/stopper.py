@@ -8,95 +8,112 @@ as CONTINUE.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import AgentConfig
 from ..metrics import MetricsLog, brief, val_score_series
 from ..plots import overlay_plot
-from ..store.atomic import read_json
-from . import heuristic
-from .answers import Decision, parse_decision
+from ..search.tree import Node
+from ..store.node_dir import NodeDir
+from .answers import AnswerError, Decision, parse_decision
+from .ask import ask
 from .knowledge import metric_guide
-from .llm import Backend, LLMUnavailable, Prompt
+from .llm import Backend, Prompt
+from .offline import stopper as offline
 from .prompting import render, score_text
 from .records import AgentRecord, append_record, secrets_from_env
 
-RECORD = "early_stop.json"
 # Latest values given as context beside the validation trajectory (the plot shows the rest).
 CONTEXT = ("critic/rewards/mean", "actor/entropy", "actor/kl_loss", "response_length/mean")
+
+
+@dataclass
+class StopperInput:
+    """What the stopper judges: a running phase's metrics against the best finished strategy."""
+
+    current: MetricsLog                  # the running phase's own metrics.jsonl
+    start_step: int                      # the global step the phase started at
+    planned_end: int | None              # the global step it will end at, when known
+    best: MetricsLog | None = None       # the best strategy's curves on the global-step axis
+    best_val: float | None = None        # and its best validation score
+
+    @classmethod
+    def of(cls, node: Node, current: MetricsLog, best: MetricsLog | None,
+           best_val: float | None) -> "StopperInput":
+        steps = node.hparams.get("total_training_steps")
+        return cls(current, node.start_step, node.start_step + steps if steps else None,
+                   best, best_val)
 
 
 class Stopper:
     def __init__(self, cfg: AgentConfig, llm: Backend | None):
         self.cfg, self.llm = cfg, llm
 
-    def decide(self, current: MetricsLog, start_step: int, planned_end: int | None,
-               best: MetricsLog | None, best_val: float | None, out_dir: str | Path) -> Decision:
-        """Decide for the phase whose metrics are `current`; append the record to out_dir."""
+    def decide(self, inp: StopperInput, out_dir: str | Path) -> Decision:
+        """Decide for the phase; append the record to out_dir/early_stop.json."""
         out_dir = Path(out_dir)
-        current = current.after(start_step).without_test()
-        step = current.last_step or start_step
-        phase_steps = step - start_step
+        files = NodeDir(out_dir)
+        current = inp.current.after(inp.start_step).without_test()
+        step = current.last_step or inp.start_step
+        phase_steps = step - inp.start_step
         val = val_score_series(current)
         record = AgentRecord("stopper", "rule")
-        if answer := heuristic.ruled(val, best_val, phase_steps, planned_end):
+
+        def heuristic() -> Decision:
+            return offline.decide(val, inp.best_val, phase_steps, inp.planned_end,
+                                  self.cfg.stop_margin)
+
+        if answer := offline.ruled(val, inp.best_val, phase_steps, inp.planned_end):
             decision = answer
         elif self.llm is None:
             record.backend = "heuristic"
-            decision = heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
+            decision = heuristic()
             decision.source = "heuristic"
-        elif earlier := _judged(out_dir / RECORD, val[-1][0], self.llm.name):
+        elif earlier := _judged(files.stop_records(), val[-1][0], self.llm.name):
             decision = Decision(earlier["action"], f"no validation point since step "
                                 f"{val[-1][0]}, judged then: {earlier['reason']}", step)
         else:
-            record.backend, record.model = self.llm.name, self.cfg.model
-            decision = self._ask(current, start_step, planned_end, best, best_val, out_dir,
-                                 record, phase_steps, val)
+            llm = self.llm
+            record.backend, record.model = llm.name, self.cfg.model
+
+            def parse(text: str) -> Decision:
+                found = parse_decision(text, step, llm.name)
+                if found is None:
+                    raise AnswerError("answer has no DECISION line")
+                return found
+
+            def unreadable() -> Decision:
+                record.fallbacks.append("CONTINUE by default")
+                return Decision("CONTINUE", "the answer could not be read", step, "rule")
+
+            inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val)
+            decision = ask(llm, self.prompt(inp, out_dir), parse, heuristic, record,
+                           repairs=0, unusable=unreadable)
         decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
-        append_record(out_dir / RECORD, record, secrets_from_env([self.cfg.api_key_env]))
+        append_record(files.early_stop_file, record, secrets_from_env([self.cfg.api_key_env]))
         return decision
 
-    def prompt(self, current: MetricsLog, start_step: int, planned_end: int | None,
-               best: MetricsLog | None, best_val: float, out_dir: Path) -> Prompt:
+    def prompt(self, inp: StopperInput, out_dir: Path) -> Prompt:
         """The overlay image and the two short summaries (kept small: this runs every 15 min)."""
-        step = current.last_step or start_step
+        current, best = inp.current, inp.best
+        step = current.last_step or inp.start_step
         image = overlay_plot(current, best, out_dir / "plots" / f"overlay_{step:06d}.png")
         system, task = render(
-            "stopper", metric_guide=metric_guide(), best_val_text=score_text(best_val),
+            "stopper", metric_guide=metric_guide(), best_val_text=score_text(inp.best_val),
             best_summary=brief(best, CONTEXT) if best else "(no curves)",
-            start_step=start_step, step=step, phase_steps=step - start_step,
-            planned_end=planned_end, current_summary=brief(current, CONTEXT))
+            start_step=inp.start_step, step=step, phase_steps=step - inp.start_step,
+            planned_end=inp.planned_end, current_summary=brief(current, CONTEXT))
         return Prompt(system, task, [image], max_tokens=300)
 
-    def _ask(self, current: MetricsLog, start_step: int, planned_end: int | None,
-             best: MetricsLog | None, best_val: float, out_dir: Path, record: AgentRecord,
-             phase_steps: int, val: list[tuple[int, float]]) -> Decision:
-        step = current.last_step
-        prompt = self.prompt(current, start_step, planned_end, best, best_val, out_dir)
-        record.saw(prompt)
-        try:
-            reply = self.llm.complete(prompt)
-        except LLMUnavailable as exc:
-            record.fallbacks.append(f"LLM unavailable: {exc}; used the heuristic rule")
-            return heuristic.decide(val, best_val, phase_steps, planned_end, self.cfg.stop_margin)
-        record.usage.add(reply.usage)
-        record.answers.append(reply.text)
-        decision = parse_decision(reply.text, step, self.llm.name)
-        if decision is None:
-            record.fallbacks.append("answer has no DECISION line; CONTINUE by default")
-            return Decision("CONTINUE", "the answer could not be read", step, "rule")
-        return decision
 
-
-def _judged(path: Path, val_step: int, source: str) -> dict | None:
+def _judged(records: list[dict[str, Any]], val_step: int, source: str) -> dict[str, Any] | None:
     """The LLM's earlier decision at this validation point, if any: only the validation
     trajectory can justify STOP, so asking again before it moves would buy the same answer."""
-    if not path.exists():
-        return None
-    for entry in reversed(read_json(path)):
-        result = entry.get("result") if isinstance(entry, dict) else None
+    for entry in reversed(records):
+        result = entry.get("result")
         if result and result.get("val_step") == val_step and result.get("source") == source:
             return result
     return None

@@ -1,4 +1,5 @@
-"""What a trainer contributes to a phase script: its template and its command line.
+"""What a trainer contributes to a phase: its template, its command line, what an unset
+hyperparameter means to it, and how its checkpoints are numbered.
 
 Everything else (directives, status bookkeeping, signals, requeue) is the base template's.
 A backend returns raw argument strings; the renderer validates and shell-quotes them, so no
@@ -6,23 +7,22 @@ backend can let a value escape into the shell.
 """
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from ..errors import ConfigError
+from ..hparams import PARAMS
+from ..store.node_dir import NodeDir
+from .spec import PhaseSpec
 
-if TYPE_CHECKING:
-    from ..render import PhaseSpec
-
-_CKPT = re.compile(r"^global_step_(\d+)$")
+__all__ = ["PhaseSpec", "TrainerBackend"]
 
 
 class TrainerBackend(ABC):
-    name: str
-    template: str                        # path under templates/, e.g. "phase/cpu.sbatch.j2"
-    trainer_keys: Mapping[str, type] = {}  # keys the experiment's `trainer:` section may hold
+    name: ClassVar[str]
+    template: ClassVar[str]                 # path under templates/, e.g. "phase/cpu.sbatch.j2"
+    trainer_keys: ClassVar[Mapping[str, type]] = {}  # keys the `trainer:` section may hold
 
     def check_trainer(self, extras: Mapping[str, Any]) -> dict[str, Any]:
         """Refuse unknown or mistyped `trainer:` keys, naming them."""
@@ -38,15 +38,24 @@ class TrainerBackend(ABC):
         return out
 
     def defaults(self) -> dict[str, Any]:
-        """The trainer's value for every key an experiment leaves unset, so that agents and
-        reports see the configuration a phase really ran with."""
+        """The trainer's value for every key an experiment leaves unset (the one source of
+        them), so that agents and reports see the configuration a phase really ran with."""
         return {}
 
+    def effective_hparams(self, hparams: Mapping[str, Any]) -> dict[str, Any]:
+        """The configuration a phase really runs with: `hparams` over the trainer's defaults,
+        so agents reason about (and scale) actual values rather than missing ones."""
+        return {**self.defaults(), **hparams}
+
+    def reads(self, key: str) -> bool:
+        """Whether this trainer has the vocabulary's hyperparameter `key`."""
+        return self.name in PARAMS[key].backends
+
     @abstractmethod
-    def command(self, spec: "PhaseSpec") -> list[str]:
+    def command(self, spec: PhaseSpec) -> list[str]:
         """The trainer's argv for this phase (unquoted)."""
 
-    def env(self, spec: "PhaseSpec") -> dict[str, str]:
+    def env(self, spec: PhaseSpec) -> dict[str, str]:
         """Environment variables the trainer needs, exported before it starts."""
         return {}
 
@@ -54,12 +63,8 @@ class TrainerBackend(ABC):
         """What to add to a checkpoint folder's number to get a global step."""
         return 0
 
-    def checkpoint_steps(self, node_dir: Path) -> list[int]:
-        """Global steps with a complete checkpoint folder (ckpt/global_step_N, written
-        atomically by the trainer), the steps a child may resume from."""
-        ckpt = Path(node_dir) / "ckpt"
-        if not ckpt.is_dir():
+    def checkpoint_steps(self, files: NodeDir) -> list[int]:
+        """Global steps a child may resume from: the node's checkpoint folders."""
+        if not files.ckpt.is_dir():
             return []
-        offset = self.step_offset(node_dir)
-        return sorted(int(m.group(1)) + offset for e in ckpt.iterdir()
-                      if (m := _CKPT.match(e.name)) and e.is_dir())
+        return files.checkpoints(self.step_offset(files.path))

@@ -9,7 +9,7 @@ from ..paths import JOBS
 from .base import TrainerBackend
 
 if TYPE_CHECKING:
-    from ..render import PhaseSpec
+    from .spec import PhaseSpec
 
 
 def hparam_arg(key: str, value: object) -> str:

@@ -10,10 +10,10 @@ from pathlib import Path
 from ..backends import get_backend
 from ..config import load_config
 from ..controller.controller import Controller
-from ..controller.monitor import MonitorKeeper
+from ..controller.keeper import MonitorKeeper
 from ..controller.preflight import preflight
 from ..errors import ConfigError
-from ..hparams import merge
+from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
 from ..report import write_report
@@ -63,12 +63,12 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
     """Wire a run directory to its scheduler, search method, monitor and report."""
     cfg = store.config
-    cfg.hparams = merge(get_backend(cfg.backend).defaults(), cfg.hparams, cfg.backend)
-    kind = resolve_scheduler_kind(cfg.scheduler)
-    scheduler = make_scheduler(kind, store.root)
-    ctx = MethodContext(cfg, store.node_dir, store.root / "proposals")
+    backend = get_backend(cfg.backend)
+    base = validate_hparams(backend.effective_hparams(cfg.hparams), backend.name)
+    scheduler = make_scheduler(cfg.scheduler, store.root)
+    ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
     method = make_method(cfg.search.method, ctx)
-    monitor = MonitorKeeper(store, kind, scheduler) if method.early_stopping else None
+    monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     return Controller(store, scheduler, method, poll_s or cfg.search.poll_interval_s,
                       on_finish=write_report, monitor=monitor)
 

@@ -43,7 +43,7 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> 
 
 def live_states(store: RunStore, tree: Tree) -> dict[str, str]:
     """Raw scheduler states of the pending jobs, in one scheduler call."""
-    jobs = {n.submission.job_id: store.node_dir(n.id) for n in tree
+    jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
         return {}
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                           "nodes": [n.to_dict() for n in tree], "slurm_states": live},
                          indent=2, sort_keys=True))
         return 0
-    print(f"experiment {store.config.name} ({store.config.search.method}), controller "
-          + (f"running on {lease['host']} pid {lease['pid']}" if running else "not running"))
+    holder = f"running on {lease['host']} pid {lease['pid']}" if lease and running else "not running"
+    print(f"experiment {store.config.name} ({store.config.search.method}), controller {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
     if lease and running:

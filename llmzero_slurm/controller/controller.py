@@ -12,23 +12,25 @@ import signal
 import sys
 import time
 import uuid
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, StateError
+from ..errors import LLMZeroError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
-from ..render import PhaseSpec, write_phase_script
+from ..backends.spec import PhaseSpec
+from ..render import write_phase_script
 from ..schedulers.base import JobState, Scheduler
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
-from ..store.atomic import read_json
+from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from . import faults
 from .ingest import collect_results
 from .lease import Lease
-from .monitor import MonitorKeeper, stop_decided
+from .keeper import MonitorKeeper
 from .progress import Progress
 from .stop_request import clear_stop_request, read_stop_request
 
@@ -127,7 +129,7 @@ class Controller:
             if plan is None:
                 break
             if isinstance(plan, GiveUp):
-                self.store.update_node(plan.node, lambda n: _give_up(n, plan.message))
+                self.store.update_node(plan.node, partial(_give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
             else:
                 node = self._create(tree, plan)
@@ -143,7 +145,7 @@ class Controller:
             tree, plan.action, i, plan.hparams, plan.resume_step, plan.diagnosis, time.time()))
         if plan.records_dir is not None and plan.records_dir.is_dir():
             for entry in plan.records_dir.iterdir():
-                shutil.move(str(entry), str(self.store.node_dir(node.id) / entry.name))
+                shutil.move(str(entry), str(self.store.node_dir(node.id).path / entry.name))
             plan.records_dir.rmdir()
         where = f"from node {node.resume.node} step {node.resume.step}" if node.resume else "from the base model"
         self.progress.event(f"node {node.id}: new {node.kind.value} phase {where}"
@@ -151,14 +153,15 @@ class Controller:
         return node
 
     def _script(self, node: Node) -> Path:
-        resume_dir = self.store.node_dir(node.resume.node) if node.resume else None
-        spec = PhaseSpec.for_node(self.config, node, self.store.node_dir(node.id),
+        resume_dir = self.store.node_dir(node.resume.node).path if node.resume else None
+        spec = PhaseSpec.for_node(self.config, node, self.store.node_dir(node.id).path,
                                   node.submission.token or "unsubmitted", resume_dir)
         return write_phase_script(spec)
 
     def _submit(self, node: Node) -> None:
         """Record intent, then sbatch, then the job id: a crash between leaves a findable token."""
-        if node.submission.token is None or node.status is Status.PROPOSED:
+        token = node.submission.token
+        if token is None or node.status is Status.PROPOSED:
             token = f"{self.config.name}-{node.id:04d}-{uuid.uuid4().hex[:10]}"
 
             def intent(n: Node) -> None:
@@ -169,9 +172,9 @@ class Controller:
             node = self.store.update_node(node.id, intent)
         script = self._script(node)
         faults.point("before_sbatch")
-        job_id = self.scheduler.submit(script, node.submission.token)
+        job_id = self.scheduler.submit(script, token)
         faults.point("after_sbatch")
-        self.store.update_node(node.id, lambda n: _submitted(n, job_id))
+        self.store.update_node(node.id, partial(_submitted, job_id=job_id))
         self.progress.event(f"node {node.id}: submitted as job {job_id}")
 
     # -- watching ---------------------------------------------------------------------------
@@ -188,12 +191,12 @@ class Controller:
                 if job_id is None:
                     self._submit(node)
                 else:
-                    self.store.update_node(node.id, lambda n, j=job_id: _submitted(n, j))
+                    self.store.update_node(node.id, partial(_submitted, job_id=job_id))
         tree = self.store.load_tree()
         watched = {n.submission.job_id: n for n in tree
                    if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
         if watched:
-            dirs = {j: self.store.node_dir(n.id) for j, n in watched.items()}
+            dirs = {j: self.store.node_dir(n.id).path for j, n in watched.items()}
             for job_id, state in self.scheduler.states(list(watched), dirs).items():
                 self._observe(watched[job_id], state)
         return self.store.load_tree()
@@ -207,11 +210,11 @@ class Controller:
         self._finish(node, state)
 
     def _finish(self, node: Node, state: JobState) -> None:
-        node_dir = self.store.node_dir(node.id)
+        files = self.store.node_dir(node.id)
         status = state.status
-        if status is Status.CANCELLED and stop_decided(node_dir):
+        if status is Status.CANCELLED and files.stop_decided():
             status = Status.EARLY_STOPPED
-        results = collect_results(node, node_dir, self.backend, self.config.slurm.nodes)
+        results = collect_results(node, files, self.backend, self.config.slurm.nodes)
         faults.point("while_ingesting")
 
         def finish(n: Node) -> None:
@@ -239,10 +242,11 @@ class Controller:
                 self.progress.event(f"report not updated: {exc}")
 
     def _stop(self, tree: Tree, cancel: bool) -> None:
-        pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
+        pending = [n.submission.job_id for n in tree
+                   if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
         if cancel:
-            for node in pending:
-                self.scheduler.cancel(node.submission.job_id)  # type: ignore[arg-type]
+            for job_id in pending:
+                self.scheduler.cancel(job_id)
             self.progress.event(f"stopped; cancelled {len(pending)} running phase(s)")
         else:
             self.progress.event(f"stopped; {len(pending)} phase(s) keep running "
@@ -250,15 +254,11 @@ class Controller:
         clear_stop_request(self.store)
 
 
-def job_in_status_file(node_dir: Path) -> str | None:
+def job_in_status_file(files: NodeDir) -> str | None:
     """The job id a phase wrote when it started: proof it was submitted even if the
     scheduler has forgotten its token."""
-    try:
-        data = read_json(node_dir / "status.json")
-    except StateError:
-        return None
-    job = data.get("job_id") if isinstance(data, dict) else None
-    return str(job) if job and not str(job).startswith("manual-") else None
+    status = files.status()
+    return status.job_id if status is not None and not status.by_hand else None
 
 
 def _submitted(n: Node, job_id: str) -> None:

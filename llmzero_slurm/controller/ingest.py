@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 from ..backends import TrainerBackend
-from ..errors import ConfigError, StateError
-from ..metrics import MetricsLog, best_val, read_metrics
+from ..errors import ConfigError
+from ..metrics import MetricsLog, best_val
 from ..search.tree import Node, Results
-from ..store.atomic import read_json
+from ..store.node_dir import NodeDir
 
 _TEST_SCORE = re.compile(r"^test-core/[^/]+/(acc|reward)/mean@\d+$")
 
@@ -26,32 +25,22 @@ def test_score_at(log: MetricsLog, step: int) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def device_hours(node_dir: Path, nodes: int) -> float:
-    """Wall time of the job times the devices it held (GPUs, or one CPU slot without GPUs)."""
-    try:
-        status = read_json(node_dir / "status.json")
-        elapsed = float(status["finished_at"]) - float(status["started_at"])
-    except (StateError, KeyError, TypeError, ValueError):
-        return 0.0
-    gpus = [g for g in str(status.get("gpus") or "").split(",") if g.strip()]
-    return max(elapsed, 0.0) / 3600.0 * max(1, len(gpus)) * max(1, nodes)
-
-
-def collect_results(node: Node, node_dir: Path, backend: TrainerBackend, nodes: int = 1) -> Results:
+def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:
     """The node's results from its files: best validation (and test at that step), last step,
     checkpoints and device-hours."""
-    log = read_metrics(node_dir / "metrics.jsonl").after(node.start_step)
+    log = files.metrics().after(node.start_step)
     best = best_val(log.without_test())
-    results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, node_dir),
-                      gpu_hours=device_hours(node_dir, nodes))
+    status = files.status()
+    results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, files),
+                      gpu_hours=status.device_hours(nodes) if status else 0.0)
     if best is not None:
         results.best_val_step, results.best_val = best
         results.test_at_best = test_score_at(log, best[0])
     return results
 
 
-def _checkpoints(backend: TrainerBackend, node_dir: Path) -> list[int]:
+def _checkpoints(backend: TrainerBackend, files: NodeDir) -> list[int]:
     try:
-        return backend.checkpoint_steps(node_dir)
+        return backend.checkpoint_steps(files)
     except ConfigError:   # a phase that died before recording its step offset saved nothing
         return []

@@ -17,8 +17,10 @@ from ..config import ExperimentConfig
 from ..errors import LLMZeroError
 from ..methods import make_method
 from ..methods.base import MethodContext
-from ..render import PhaseSpec, write_phase_script
+from ..backends.spec import PhaseSpec
+from ..render import write_phase_script
 from ..search.tree import Kind, Node, Resume
+from ..store.node_dir import NodeDir
 
 ROWS_CHECKED = 3
 
@@ -122,7 +124,7 @@ def check_llm(cfg: ExperimentConfig) -> str:
 def check_method(cfg: ExperimentConfig) -> str:
     """Build the search method: a static method checks its whole plan (space, strategy file)."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
-        ctx = MethodContext(cfg, lambda i: Path(tmp) / f"{i:04d}", Path(tmp))
+        ctx = MethodContext(cfg, lambda i: NodeDir(Path(tmp) / f"{i:04d}"), Path(tmp))
         method = make_method(cfg.search.method, ctx)
     return f"{method.name}, budget {cfg.search.budget_iterations} phases, " \
            f"concurrency {cfg.search.concurrency}"

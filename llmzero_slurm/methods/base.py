@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..backends import TrainerBackend, get_backend
 from ..config import ExperimentConfig
 from ..search.policy import Action
 from ..search.tree import Tree
+from ..store.node_dir import NodeDir
 
 
 @dataclass
@@ -38,12 +40,22 @@ class GiveUp:
 
 @dataclass
 class MethodContext:
-    """What a method may read besides the tree: the config and each node's directory."""
+    """What a method may read besides the tree: the config, the trainer backend, the run's base
+    configuration and each node's directory."""
 
     config: ExperimentConfig
-    node_dir: Callable[[int], Path]
+    node_dir: Callable[[int], NodeDir]
     scratch_dir: Path                   # where agents write records before a node id exists
     extras: dict[str, Any] = field(default_factory=dict)
+    # The configuration every phase starts from (build_controller: the experiment's hparams
+    # over the trainer's defaults); None: the experiment's hparams as given.
+    base_hparams: dict[str, Any] | None = None
+    backend: TrainerBackend = field(init=False)
+    hparams: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.backend = get_backend(self.config.backend)
+        self.hparams = dict(self.config.hparams if self.base_hparams is None else self.base_hparams)
 
 
 class SearchMethod(ABC):

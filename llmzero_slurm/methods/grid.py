@@ -13,6 +13,6 @@ class GridMethod(IndependentTrials):
         cfg = self.ctx.config
         points = grid_points(cfg.search.space or GRID_SPACES[self.backend], self.backend)
         used = points[:cfg.search.budget_iterations]
-        return [Planned(full_config(cfg.hparams, p, self.backend, f"grid point {i}"),
+        return [Planned(full_config(self.ctx.hparams, p, self.backend, f"grid point {i}"),
                         f"grid point {i + 1}/{len(used)} of {len(points)}: {describe(p)}")
                 for i, p in enumerate(used)]

@@ -7,11 +7,11 @@ practitioner's recipe), as in the paper.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
-from ..metrics import read_metrics
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
@@ -25,8 +25,8 @@ class LLMZeroMethod(SearchMethod):
         super().__init__(ctx)
         cfg = ctx.config
         llm = choose_backend(cfg.agents)
-        self.proposer = Proposer(cfg.agents, cfg.backend, llm)
-        self.analyzer = ErrorAnalyzer(cfg.agents, cfg.backend, llm)
+        self.proposer = Proposer(cfg.agents, ctx.backend, llm)
+        self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm)
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
@@ -37,18 +37,19 @@ class LLMZeroMethod(SearchMethod):
         if action is None:
             return None
         if action.parent is None:
-            return PhasePlan(action, dict(self.ctx.config.hparams), diagnosis="initial configuration")
+            return PhasePlan(action, dict(self.ctx.hparams), diagnosis="initial configuration")
         records = self.ctx.scratch_dir / uuid.uuid4().hex[:12]
         records.mkdir(parents=True, exist_ok=True)
         if action.kind is Kind.DEBUG:
             return self._debug(tree, action, records)
         return self._propose(tree, action, records)
 
-    def _propose(self, tree: Tree, action: Action, records) -> PhasePlan:
+    def _propose(self, tree: Tree, action: Action, records: Path) -> PhasePlan:
+        assert action.parent is not None   # select() gives roots no proposal
         parent = tree[action.parent]
         best = best_node(tree)
         siblings = [c.hparams for c in tree.children(parent.id)]
-        inp = ProposerInput(parent, read_metrics(self.ctx.node_dir(parent.id) / "metrics.jsonl"),
+        inp = ProposerInput(parent, self.ctx.node_dir(parent.id).metrics(),
                             best.score if best else None, scratch_only=action.injected,
                             taken=siblings)
         proposal = self.proposer.propose(inp, records)
@@ -56,13 +57,13 @@ class LLMZeroMethod(SearchMethod):
             action = Action(Kind.SCRATCH, action.parent, action.injected)
         return PhasePlan(action, proposal.hparams, proposal.checkpoint, proposal.diagnosis, records)
 
-    def _debug(self, tree: Tree, action: Action, records) -> PhasePlan | GiveUp:
+    def _debug(self, tree: Tree, action: Action, records: Path) -> PhasePlan | GiveUp:
+        assert action.parent is not None   # a debug child fixes a parent
         failed = tree[action.parent]
-        node_dir = self.ctx.node_dir(failed.id)
+        files = self.ctx.node_dir(failed.id)
         job = failed.submission
-        logs = sorted(node_dir.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
-        text = logs[-1].read_text(errors="replace") if logs else ""
-        last = read_metrics(node_dir / "metrics.jsonl").last_step
+        text = files.log_tail()
+        last = files.metrics().last_step
         done = last - failed.start_step if last is not None else None
         fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams,
                                     records, done)

@@ -9,5 +9,5 @@ class PractitionerMethod(IndependentTrials):
     name = "practitioner"
 
     def plan(self) -> list[Planned]:
-        hparams = validate_hparams(self.ctx.config.hparams, self.backend)
+        hparams = validate_hparams(self.ctx.hparams, self.backend)
         return [Planned(hparams, "practitioner recipe: the experiment's hparams, one static run")]

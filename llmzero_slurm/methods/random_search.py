@@ -19,7 +19,7 @@ class RandomSearchMethod(IndependentTrials):
         planned = []
         for i in range(trials):
             values = sample(space, cfg.search.seed, i)
-            hparams = full_config(cfg.hparams, values, self.backend, f"random trial {i}")
+            hparams = full_config(self.ctx.hparams, values, self.backend, f"random trial {i}")
             planned.append(Planned(hparams, f"random trial {i + 1}/{trials} "
                                             f"(seed {cfg.search.seed}): {describe(values)}"))
         return planned

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..hparams import merge
-from ..report.strategy import KEY, load_strategy
+from ..strategy_file import KEY, load_strategy
 from .static import Chain, Planned
 
 
@@ -28,7 +28,7 @@ class ReplayMethod(Chain):
         planned = []
         for i, phase in enumerate(phases):
             try:
-                hparams = merge(cfg.hparams, {**phase.hparams, "total_training_steps": phase.steps},
+                hparams = merge(self.ctx.hparams, {**phase.hparams, "total_training_steps": phase.steps},
                                 self.backend)
             except ConfigError as exc:
                 raise ConfigError(KEY, f"{path}: phases[{i}].hparams: {exc}") from None

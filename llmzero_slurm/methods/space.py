@@ -73,7 +73,7 @@ def _check_value(key: str, value: Any, backend: str) -> Any:
     try:
         return validate_hparams({key: value}, backend)[key]
     except ConfigError as exc:
-        raise ConfigError(_where(key), str(exc).split(": ", 1)[1]) from None
+        raise ConfigError(_where(key), exc.problem) from None
 
 
 def _check_key(key: Any) -> str:

@@ -13,7 +13,8 @@ from ..store.atomic import write_text
 from .collect import collect
 from .figures import draw_all
 from .html import render_html
-from .strategy import strategy_document, write_strategy
+from ..strategy_file import write_strategy
+from .strategy import strategy_document
 
 STRATEGY = "strategy.yaml"
 

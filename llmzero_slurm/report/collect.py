@@ -14,13 +14,13 @@ from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import StateError
-from ..metrics import MetricsLog, read_metrics
+from ..metrics import MetricsLog
 from ..search.tree import Node, Tree
 from ..store.atomic import read_json
+from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .strategy import phase_spans
 
-PROPOSAL, EARLY_STOP, ERROR_ANALYSIS = "proposal.json", "early_stop.json", "error_analysis.json"
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
 
 
@@ -72,7 +72,9 @@ class AgentCost:
 
     def add(self, record: dict[str, Any]) -> None:
         self.calls += 1
-        usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+        usage = record.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         for name in TOKEN_FIELDS:
             self.tokens[name] += int(_number(usage.get(name)))
         self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))
@@ -113,14 +115,15 @@ def _read(path: Path, notes: list[str]) -> Any:
         return None
 
 
-def _node_view(node: Node, node_dir: Path, notes: list[str]) -> NodeView:
-    log = read_metrics(node_dir / "metrics.jsonl")
+def _node_view(node: Node, files: NodeDir, notes: list[str]) -> NodeView:
+    log = files.metrics()
     notes.extend(f"node {node.id}: {p}" for p in log.problems)
     view = NodeView(node, log)
-    proposal, analysis = _read(node_dir / PROPOSAL, notes), _read(node_dir / ERROR_ANALYSIS, notes)
+    proposal = _read(files.proposal_file, notes)
+    analysis = _read(files.error_analysis_file, notes)
     view.proposal = proposal if isinstance(proposal, dict) else None
     view.error_analysis = analysis if isinstance(analysis, dict) else None
-    stops = _read(node_dir / EARLY_STOP, notes)
+    stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
     return view
 

@@ -3,6 +3,7 @@ with nothing to show yet it still writes a figure saying so, so the page never l
 missing file. Unlike the agents' plots, these may show test-set scores."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -104,11 +105,13 @@ def test_vs_compute(view: RunView, path: Path) -> Path:
     fig, ax = _figure()
     done = sorted((n for n in view.tree if n.status.finished),
                   key=lambda n: (n.finished_at or 0.0, n.id))
-    hours, tests, spent, leader = [], [], 0.0, None
+    hours: list[float] = []
+    tests: list[float] = []
+    spent, leader, leading = 0.0, None, -math.inf
     for node in done:
         spent += node.results.gpu_hours
-        if node.score is not None and (leader is None or node.score > leader.score):
-            leader = node
+        if node.score is not None and (leader is None or node.score > leading):
+            leader, leading = node, node.score
         if leader is not None and leader.results.test_at_best is not None:
             hours.append(spent)
             tests.append(leader.results.test_at_best)

@@ -9,18 +9,26 @@ from .local import LocalScheduler
 from .slurm import SlurmScheduler
 
 __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state",
-           "make_scheduler", "resolve_scheduler_kind"]
+           "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler", "resolve_scheduler_kind"]
+
+# The one list of scheduler names experiment.yaml may give: "auto" or a scheduler's own name.
+SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (SlurmScheduler, LocalScheduler)}
+SCHEDULER_KINDS = ("auto", *SCHEDULERS)
+
+
+def check_scheduler_kind(kind: str) -> None:
+    if kind not in SCHEDULER_KINDS:
+        raise ConfigError("scheduler", f"must be {', '.join(SCHEDULER_KINDS)} (got {kind!r})")
 
 
 def resolve_scheduler_kind(kind: str) -> str:
     """'slurm' or 'local' for experiment.yaml's scheduler; 'auto' picks Slurm when its
     clients are installed and a controller answers (installed is not configured)."""
+    check_scheduler_kind(kind)
     if kind == "auto":
         return "slurm" if SlurmScheduler.available() and SlurmScheduler.reachable() else "local"
     if kind == "slurm" and not SlurmScheduler.available():
         raise ConfigError("scheduler", "is 'slurm' but sbatch/squeue/scancel are not on PATH")
-    if kind not in ("slurm", "local"):
-        raise ConfigError("scheduler", f"must be auto, slurm or local (got {kind!r})")
     return kind
 
 

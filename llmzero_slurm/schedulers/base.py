@@ -1,7 +1,9 @@
 """What the controller and the monitor need from a batch system, and nothing more.
 
-Four calls: submit a rendered script under a token, ask the states of many jobs at once,
-cancel one, and find a job by its token after a controller crash (exactly-once submission).
+Four calls for phases: submit a rendered script under a token, ask the states of many jobs at
+once, cancel one, and find a job by its token after a controller crash (exactly-once
+submission). Three for the monitor job, a Python function run with submitit: submit it, ask
+whether it still lives, cancel it.
 States are reported in Slurm's own vocabulary (`JobState.raw`) plus the node status it means.
 
 A monitor's cancellation ends as CANCELLED here like any other; the caller turns it into
@@ -14,11 +16,11 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
-from ..errors import SchedulerError, StateError
+from ..errors import SchedulerError
 from ..search.tree import Status
-from ..store.atomic import read_json
+from ..store.node_dir import NodeDir
 from .directives import read_directives
 
 # Slurm job states and the node status each one means. Failure states keep their raw name
@@ -88,23 +90,17 @@ def state_from_status_file(job_id: str, node_dir: Path) -> JobState | None:
     the scheduler has forgotten cannot come back, so "running" or "preempted" there means the
     job died without finishing its record: that is a failure, with the last state kept.
     """
-    try:
-        data = read_json(node_dir / "status.json")
-    except StateError:
+    status = NodeDir(node_dir).status()
+    if status is None or status.job_id != str(job_id):
         return None
-    if not isinstance(data, dict) or str(data.get("job_id")) != str(job_id):
-        return None
-    raw = STATUS_FILE_STATES.get(str(data.get("state")))
+    raw = STATUS_FILE_STATES.get(status.state)
     if raw is None:
         return None
-    code = data.get("exit_code")
-    code = code if isinstance(code, int) else None
-    reason = data.get("reason") or None
     if raw in ("RUNNING", "PREEMPTED"):
-        return JobState(job_id, raw, Status.FAILED, code,
+        return JobState(job_id, raw, Status.FAILED, status.exit_code,
                         f"the scheduler no longer knows the job and status.json still says "
-                        f"'{data['state']}' (the job died without recording its end)", "status.json")
-    return job_state(job_id, raw, code, reason, "status.json")
+                        f"'{status.state}' (the job died without recording its end)", "status.json")
+    return job_state(job_id, raw, status.exit_code, status.reason, "status.json")
 
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -115,12 +111,12 @@ def parse_time(text: str) -> int:
     match = _TIME.match(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)")
-    days, a, b, c = match.groups()
-    a, b, c = int(a), int(b) if b else None, int(c) if c else None
+    days, first, second, third = match.groups()
+    a, b, c = int(first), int(second) if second else None, int(third) if third else None
     if days is not None:
         hours, minutes, seconds = a, b or 0, c or 0
     elif c is not None:
-        hours, minutes, seconds = a, b, c
+        hours, minutes, seconds = a, b or 0, c
     elif b is not None:
         hours, minutes, seconds = 0, a, b
     else:
@@ -146,10 +142,26 @@ def read_submission(script: Path, token: str) -> dict[str, str]:
     return directives
 
 
+@dataclass(frozen=True)
+class CallJob:
+    """How to run a Python function as a batch job (the monitor), whatever the scheduler."""
+
+    name: str
+    minutes: int                        # the job's time limit
+    comment: str = ""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    setup: Sequence[str] = ()
+    cpus: int = 1
+    mem: str = "2G"
+
+
 class Scheduler(ABC):
     """A batch system: Slurm on a cluster, or local processes where there is none."""
 
-    name: str
+    name: ClassVar[str]
+    time_limited: ClassVar[bool] = True     # every job needs a time limit (a cluster's rule)
 
     @abstractmethod
     def submit(self, script: Path, token: str) -> str:
@@ -169,3 +181,19 @@ class Scheduler(ABC):
     @abstractmethod
     def find_by_token(self, token: str) -> str | None:
         """The id of a job submitted with `token`, if the scheduler still knows one."""
+
+    @abstractmethod
+    def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
+                    job: CallJob) -> str:
+        """Run `fn(*args)` as a job with submitit (its files under `folder`); the job id."""
+
+    def call_state(self, job_id: str) -> Status | None:
+        """QUEUED or RUNNING while a `submit_call` job lives, None once it is gone."""
+        state = self.states([job_id]).get(job_id)
+        if state is None:
+            return Status.QUEUED   # too new to be listed: give it the benefit of the doubt
+        return None if state.final else state.status
+
+    def cancel_call(self, job_id: str) -> None:
+        """Stop a `submit_call` job."""
+        self.cancel(job_id)

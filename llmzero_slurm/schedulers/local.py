@@ -17,13 +17,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError, StateError
 from ..processes import runs
+from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from ..store.locks import FlockLock
-from .base import (JobState, Scheduler, job_state, parse_time, read_submission,
+from .base import (CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
                    state_from_status_file)
 from .directives import expand_output
 
@@ -38,6 +39,7 @@ def _alive(pid: int | None) -> bool:
 
 class LocalScheduler(Scheduler):
     name = "local"
+    time_limited = False
 
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir)
@@ -100,6 +102,24 @@ class LocalScheduler(Scheduler):
             raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
         if _alive(job["supervisor_pid"]):
             os.kill(job["supervisor_pid"], signal.SIGTERM)   # it stops the process group
+
+    def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
+                    job: CallJob) -> str:
+        """A local submitit process; its job id is its pid."""
+        import submitit
+
+        ex = submitit.LocalExecutor(folder=folder)
+        ex.update_parameters(timeout_min=job.minutes)
+        return str(ex.submit(fn, *args).job_id)
+
+    def call_state(self, job_id: str) -> Status | None:
+        return Status.RUNNING if runs(int(job_id), "submitit") else None
+
+    def cancel_call(self, job_id: str) -> None:
+        try:
+            os.kill(int(job_id), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
 
     def find_by_token(self, token: str) -> str | None:
         """The newest job submitted with the token."""

@@ -13,10 +13,11 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError
-from .base import JobState, Scheduler, job_state, read_submission, state_from_status_file
+from .base import (CallJob, JobState, Scheduler, job_state, read_submission,
+                   state_from_status_file)
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -127,6 +128,16 @@ class SlurmScheduler(Scheduler):
         self._call(["scancel", str(job_id)], f"cancelling job {job_id}")
         self._next_poll = 0.0
 
+    def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
+                    job: CallJob) -> str:
+        import submitit  # login-node import cost only when a monitor is needed
+
+        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
+        ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
+                             account=job.account, qos=job.qos, cpus_per_task=job.cpus,
+                             mem=job.mem, setup=list(job.setup), comment=job.comment)
+        return str(ex.submit(fn, *args).job_id)
+
     def find_by_token(self, token: str) -> str | None:
         """The newest of the user's jobs whose --comment carries the token (squeue lists
         finished jobs for MinJobAge; older ones are the caller's to find in status.json)."""
@@ -180,8 +191,8 @@ class SlurmScheduler(Scheduler):
         out = []
         for job_id, (state, reason, wait_status), _ in self._squeue_rows(job_ids):
             code, signal = _exit_status(wait_status)
-            reason = None if reason in ("None", "") else reason
-            out.append(job_state(job_id, state, code, reason or signal, "squeue"))
+            why = None if reason in ("None", "") else reason
+            out.append(job_state(job_id, state, code, why or signal, "squeue"))
         return out
 
     def _forgotten(self, job_ids: list[str]) -> dict[str, JobState]:

@@ -142,16 +142,18 @@ def _descend(a: Analysis, node: Node | None) -> Action | None:
     """
     parent_id = node.id if node else None
     options: list[tuple[float, int, Node | None]] = []
-    if node is not None and a.child_kind(node) is not None:
+    new_kind = a.child_kind(node) if node is not None else None
+    if node is not None and new_kind is not None:
         options.append((a.new_child_uct(node), 0, None))
     for child in a.tree.children(parent_id):
         if not a.terminal[child.id] and not child.status.pending:
             options.append((a.child_uct(parent_id, child), 1, child))
     options.sort(key=lambda o: (-o[0], -o[1], o[2].id if o[2] else -1))
-    for _, _, child in options:
-        if child is None:
-            return Action(a.child_kind(node), node.id)  # type: ignore[arg-type, union-attr]
-        found = _descend(a, child)
+    for _, _, option in options:
+        if option is None:   # only offered with a node that can take a new child
+            assert node is not None and new_kind is not None
+            return Action(new_kind, node.id)
+        found = _descend(a, option)
         if found is not None:
             return found
     return None

@@ -17,6 +17,7 @@ from ..errors import StateError
 from ..search.tree import Node, Tree
 from .atomic import read_json, write_json, write_text
 from .locks import RunLock, make_lock
+from .node_dir import NodeDir
 
 SCHEMA_VERSION = 1
 
@@ -36,10 +37,11 @@ class RunStore:
     """All state of one experiment, under `root` on the shared filesystem."""
 
     def __init__(self, root: str | Path, lock_kind: str = "flock", lock_timeout: float = 120.0,
-                 stale_after: float = 30.0):
+                 stale_after: float = 30.0, config: ExperimentConfig | None = None):
         self.root = Path(root).resolve()   # node dirs go into #SBATCH lines: absolute
         self.nodes_dir = self.root / "nodes"
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
+        self._config = config
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -63,7 +65,8 @@ class RunStore:
         root = Path(root)
         _versioned(root / "meta.json")
         config = cls.config_of(root)
-        return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
+        return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s,
+                   config)
 
     @staticmethod
     def config_of(root: str | Path) -> ExperimentConfig:
@@ -71,7 +74,10 @@ class RunStore:
 
     @property
     def config(self) -> ExperimentConfig:
-        return self.config_of(self.root)
+        """The frozen experiment.yaml, parsed once per store."""
+        if self._config is None:
+            self._config = self.config_of(self.root)
+        return self._config
 
     @property
     def created_at(self) -> float:
@@ -80,11 +86,12 @@ class RunStore:
 
     # -- nodes ----------------------------------------------------------------------------
 
-    def node_dir(self, node_id: int) -> Path:
-        return self.nodes_dir / f"{node_id:04d}"
+    def node_dir(self, node_id: int) -> NodeDir:
+        """The node's directory and its files (the one owner of their layout)."""
+        return NodeDir(self.nodes_dir / f"{node_id:04d}")
 
     def node_path(self, node_id: int) -> Path:
-        return self.node_dir(node_id) / "node.json"
+        return self.node_dir(node_id).record
 
     def read_node(self, node_id: int) -> Node:
         path = self.node_path(node_id)
@@ -107,7 +114,7 @@ class RunStore:
             node = build(meta["next_id"])
             if node.id != meta["next_id"]:
                 raise ValueError("build() must use the id it is given")
-            self.node_dir(node.id).mkdir(parents=True, exist_ok=True)
+            self.node_dir(node.id).path.mkdir(parents=True, exist_ok=True)
             self.write_node(node)
             meta["next_id"] = node.id + 1
             write_json(meta_path, meta)

@@ -13,8 +13,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError
-from .verl import check_traps, parse_override
+from ...errors import ConfigError
+from .grammar import parse_override
+from .traps import check_traps
 
 CONFIG_NAME = "ppo_trainer"
 # Keys main_ppo needs that verl leaves missing or fills with a placeholder default.

@@ -13,7 +13,7 @@ already copied is kept in `<metrics>.verl-pos`; a crash between appending and re
 repeats a line (same step, same values) rather than losing one.
 
 Runs on GPU nodes as a plain script (standard library only):
-    python3 verl_metrics.py drain|follow --verl-file F --metrics-file M --step-offset K
+    python3 metrics_copy.py drain|follow --verl-file F --metrics-file M --step-offset K
         [--test-source S ...] [--pid PID] [--interval SECONDS]
 """
 from __future__ import annotations

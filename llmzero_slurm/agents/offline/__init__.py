@@ -1,0 +1,26 @@
+"""The offline agents: deterministic rules over metric trends, no LLM needed.
+
+It is the default on clusters without API access and the fallback when an LLM keeps failing.
+Rules, checked in this order on the parent phase's own steps ("early"/"late" = the first and
+last fifth of the logged points):
+
+1. collapse      a loss, KL or gradient norm turned NaN/inf, or rewards or validation
+                 fall well below their peak after KL rose:
+                 lr x0.3, KL coef x3 (at least 0.01), grad_clip x0.5; resume from the last
+                 checkpoint at or before the validation peak.
+2. truncation    >10% of responses hit max_response_length: length x1.5 (capacity grows).
+3. kl_spike      KL rises >5x with rewards holding: lr x0.5, KL coef x2.
+4. entropy_collapse  entropy falls below a third while rewards stall: temperature +0.2,
+                 clip_ratio_high up to 0.28, KL coef x0.5.
+5. vanishing     validation flat and grad_norm halved: lr x2 with KL coef x1.5 (escape the
+                 plateau without diverging), rollouts x2.
+6. noisy         grad_norm varies more than its mean: lr x0.7, grad_clip x0.5, rollouts x2.
+7. healthy       validation still rising: continue unchanged from the last checkpoint.
+8. plateau       otherwise: lr x0.5, the learning-rate decay of ReduceLROnPlateau: a policy
+                 circling an optimum settles with smaller steps (escaping a flat region with
+                 a larger one is rule 5, when the gradients say the signal is vanishing).
+
+Capacity (rollouts, lengths) only ever grows; regularisation moves both ways. When a proposal
+would duplicate an existing sibling, or a forced fresh start would replay the parent's
+configuration, the next alternative is used (more cautious, then bolder).
+"""

@@ -1,0 +1,72 @@
+"""The offline error analyzer: the failure's class from the Slurm state and the log tail, and
+the smallest fix that addresses it."""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ...backends.base import TrainerBackend
+from ..answers import Fix, check_fix
+from .knobs import scale
+
+
+# Failure signatures, most specific first: (class, Slurm states, log patterns).
+_SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
+    ("oom", {"OUT_OF_MEMORY"}, r"out of memory|OutOfMemoryError|CUDA error: out of memory|"
+                               r"oom[-_ ]kill|Cannot allocate memory|MemoryError"),
+    ("timeout", {"TIMEOUT", "DEADLINE"}, r"DUE TO TIME LIMIT"),
+    ("node_fault", {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"},
+     r"NCCL (error|WARN)|ncclSystemError|Connection (reset|refused)|RayActorError|"
+     r"GCS|node .* (down|failure)|Socket Timeout|unhandled system error"),
+    ("user_code", set(), r"Traceback \(most recent call last\)"),
+)
+
+
+def classify(state: str | None, log_tail: str) -> str:
+    state = (state or "").upper().split()[0] if state else ""
+    for failure, states, pattern in _SIGNATURES:
+        if state in states or re.search(pattern, log_tail, re.I):
+            return failure
+    return "unknown"
+
+
+def _last_error_line(log_tail: str) -> str:
+    lines = [ln.strip() for ln in log_tail.splitlines() if re.match(r"^\w*(Error|Exception)\b",
+                                                                      ln.strip())]
+    return lines[-1][:300] if lines else "see the job log"
+
+
+TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix plans
+
+
+def analyze(state: str | None, exit_code: int | None, log_tail: str,
+            hparams: Mapping[str, Any], backend: TrainerBackend,
+            steps_done: int | None = None) -> Fix:
+    """Classify a failure and pick the smallest fix that addresses it. A phase that hit its
+    time limit after `steps_done` steps is re-planned to fit: a share of what it managed."""
+    failure = classify(state, log_tail)
+    data: dict[str, Any]
+    if failure == "oom":
+        changes = {**scale(hparams, "ppo_micro_batch_size_per_gpu", 0.5),
+                   **scale(hparams, "log_prob_micro_batch_size_per_gpu", 0.5),
+                   **scale(hparams, "max_num_seqs", 0.5)}
+        if backend.reads("gpu_memory_utilization"):
+            changes.update(scale(hparams, "gpu_memory_utilization", 0.85, 0.3))
+        changes = {k: v for k, v in changes.items() if hparams.get(k) != v}
+        data = ({"action": "change", "changes": changes} if changes else
+                {"action": "give_up", "message": "out of memory with the smallest batches: use "
+                 "more GPUs per node or a shorter max_response_length"})
+    elif failure == "timeout":
+        changes = ({"total_training_steps": max(1, int(steps_done * TIME_LIMIT_SHARE))}
+                   if steps_done else scale(hparams, "total_training_steps", 0.6))
+        data = ({"action": "change", "changes": changes} if changes else
+                {"action": "give_up", "message": "the phase hit its time limit: raise slurm.time "
+                 "in experiment.yaml"})
+    elif failure == "node_fault":
+        data = {"action": "retry"}
+    elif failure == "user_code":
+        data = {"action": "give_up", "message": "the job failed in task code (data or reward): "
+                f"{_last_error_line(log_tail)}; fix it and resume the search"}
+    else:
+        data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
+    return check_fix({"class": failure, **data}, hparams, backend, "heuristic")

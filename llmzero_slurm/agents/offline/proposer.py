@@ -1,0 +1,70 @@
+"""The offline proposer: the first matching rule's change, or the next alternative when a
+sibling already has it (see the rules in this package's docstring)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from ...backends.base import TrainerBackend
+from ...metrics import MetricsLog
+from ..answers import AnswerError, Proposal, check_proposal
+from .knobs import add, kl, scale
+from .signals import Signals, diagnose
+
+
+_RULES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "collapse": lambda hp: {**scale(hp, "lr", 0.3), **kl(hp, 3.0, 0.01),
+                            **scale(hp, "grad_clip", 0.5)},
+    "kl_spike": lambda hp: {**scale(hp, "lr", 0.5), **kl(hp, 2.0, 0.005)},
+    "truncation": lambda hp: scale(hp, "max_response_length", 1.5),
+    "entropy_collapse": lambda hp: {**add(hp, "temperature", 0.2, 1.0),
+                                    "clip_ratio_high": max(hp.get("clip_ratio_high", 0.2), 0.28),
+                                    **kl(hp, 0.5)},
+    "vanishing": lambda hp: {**scale(hp, "lr", 2.0), **kl(hp, 1.5),
+                             **scale(hp, "rollout_n", 2.0)},
+    "noisy": lambda hp: {**scale(hp, "lr", 0.7), **scale(hp, "grad_clip", 0.5),
+                         **scale(hp, "rollout_n", 2.0)},
+    "healthy": lambda hp: {},
+    "plateau": lambda hp: scale(hp, "lr", 0.5),
+}
+# Alternatives when the first choice duplicates a sibling: more cautious, then bolder.
+_ALTERNATIVES = (lambda hp: {**scale(hp, "lr", 0.5), **kl(hp, 1.5)},
+                 lambda hp: {**scale(hp, "lr", 1.5), **kl(hp, 2.0, 0.005)})
+
+
+def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
+    if not checkpoints:
+        return None
+    if rule == "collapse" and sig.val_best:
+        before = [c for c in checkpoints if c <= sig.val_best[0]]
+        return max(before) if before else None
+    return max(checkpoints)
+
+
+def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int],
+            phase_steps: int, backend: TrainerBackend, scratch_only: bool = False,
+            taken: Sequence[Mapping[str, Any]] = ()) -> Proposal:
+    """A validated proposal; `taken` holds the siblings' configurations to avoid repeating."""
+    sig = Signals.of(log.without_test())
+    rule, why = diagnose(sig)
+    step = None if scratch_only else _resume_step(checkpoints, sig, rule)
+    steps = max(1, phase_steps) if step is not None else max(1, log.last_step or phase_steps)
+    tried = []
+    for make in (_RULES[rule], *_ALTERNATIVES):
+        changes = {k: v for k, v in make(parent_hp).items() if parent_hp.get(k) != v}
+        if scratch_only and not changes:
+            continue   # a fresh strategy should not replay the parent's configuration
+        data = {"diagnosis": f"{rule}: {why}.", "changes": changes, "checkpoint_step": step,
+                "additional_steps": steps}
+        try:
+            proposal = check_proposal(data, parent_hp, checkpoints, scratch_only, backend,
+                                      "heuristic")
+        except AnswerError as exc:
+            tried.append(str(exc))
+            continue
+        if proposal.hparams not in taken:
+            return proposal
+    # Every variant was taken or invalid: restart the parent's configuration from scratch.
+    return check_proposal({"diagnosis": f"{rule}: {why}; no new variant left ({tried})",
+                           "changes": {}, "checkpoint_step": None,
+                           "additional_steps": max(1, log.last_step or phase_steps)},
+                          parent_hp, checkpoints, True, backend, "heuristic")

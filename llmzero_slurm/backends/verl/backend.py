@@ -1,0 +1,93 @@
+"""The verl TrainerBackend: phases run by `python3 -m verl.trainer.main_ppo` on GPU nodes."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...errors import ConfigError
+from ...paths import ROOT
+from ..base import TrainerBackend
+from ..spec import PhaseSpec
+from .data import held_out_sources
+from .keys import STEP_OFFSET_FILE, VERL_METRICS_FILE
+from .overrides import ParentAdapter, build_overrides
+from .schema import check_overrides
+from .settings import VerlSettings
+
+
+class VerlBackend(TrainerBackend):
+    """Phases run by `python3 -m verl.trainer.main_ppo` on GPU nodes (templates/phase/verl.sbatch.j2)."""
+
+    name = "verl"
+    template = "phase/verl.sbatch.j2"
+    trainer_keys = {"python": str, "rollout_engine": str, "overrides": list,
+                    "extra_loggers": list, "test_data_sources": list}
+
+    def check_trainer(self, extras: Mapping[str, Any]) -> dict[str, Any]:
+        extras = super().check_trainer(extras)
+        VerlSettings.from_config({k: v for k, v in extras.items() if k != "python"})
+        return extras
+
+    def overrides(self, spec: PhaseSpec) -> list[str]:
+        """The phase's Hydra overrides, except trainer.nnodes (the job fills in $SLURM_NNODES)."""
+        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
+        if not spec.model_path:
+            raise ConfigError("model_path", "the verl backend needs the HF model directory "
+                              "(or hub id cached on the cluster)")
+        if spec.task.builtin or not spec.task.train_files or not spec.task.val_files:
+            raise ConfigError("task", "the verl backend needs task.train_files and "
+                              "task.val_files (parquet in verl's format), not a builtin task")
+        adapter = None
+        if spec.resume_dir is not None:
+            adapter = ParentAdapter(str(self.export_dir(spec) / "lora_adapter"),
+                                    spec.hparams.get("lora_rank", 0))
+        return [o for o in build_overrides(spec, spec.hparams, settings, adapter)
+                if not o.startswith("trainer.nnodes=")]
+
+    def command(self, spec: PhaseSpec) -> list[str]:
+        """main_ppo's argv, refused here (before any submission) if verl's schema rejects it."""
+        overrides = self.overrides(spec)
+        skipped = check_overrides([*overrides, f"trainer.nnodes={spec.slurm.nodes}"])
+        if skipped:
+            logging.getLogger(__name__).warning("node %04d: %s", spec.node_id, skipped)
+        python = spec.trainer.get("python", "python3")
+        return [python, "-m", "verl.trainer.main_ppo", *overrides]
+
+    def export_dir(self, spec: PhaseSpec) -> Path:
+        """Where siblings resuming from the same parent step share its exported adapter."""
+        assert spec.resume_dir is not None
+        return Path(spec.resume_dir) / "export" / f"global_step_{spec.resume_step}"
+
+    def step_offset(self, node_dir: Path) -> int:
+        """verl numbers checkpoints from 0 in every phase; the job records its first global step."""
+        offset_file = Path(node_dir) / STEP_OFFSET_FILE
+        try:
+            return int(offset_file.read_text().strip())
+        except (OSError, ValueError):
+            raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
+                              "phase did not run as a verl phase") from None
+
+    def parent_actor_dir(self, spec: PhaseSpec) -> Path:
+        """The parent's verl checkpoint at the resume step (verl numbers steps per phase)."""
+        assert spec.resume_dir is not None
+        offset = self.step_offset(spec.resume_dir)
+        local = spec.resume_step - offset
+        if local < 0:
+            raise ConfigError("resume", f"step {spec.resume_step} is before the parent's first "
+                              f"step {offset}")
+        return Path(spec.resume_dir) / "ckpt" / f"global_step_{local}" / "actor"
+
+    def env(self, spec: PhaseSpec) -> dict[str, str]:
+        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
+        env = {"LLMZ_PYTHON": spec.trainer.get("python", "python3"),
+               "LLMZ_REPO": str(ROOT),
+               "LLMZ_STEP_OFFSET": str(spec.resume_step),
+               "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
+               "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
+               "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node)}
+        if spec.resume_dir is not None:
+            env["LLMZ_PARENT_ACTOR"] = str(self.parent_actor_dir(spec))
+            env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
+            env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))
+        return env

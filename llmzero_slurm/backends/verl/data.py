@@ -1,0 +1,43 @@
+"""The data sources of verl parquet files: the names its validation scores are logged under."""
+from __future__ import annotations
+
+import re
+
+from ...config import TaskConfig
+from ...errors import ConfigError
+from .settings import VerlSettings
+
+
+def data_sources(path: str) -> set[str]:
+    """The data_source values of a verl parquet file (the names its validation scores get)."""
+    import pyarrow.parquet as pq
+
+    try:
+        column = pq.read_table(path, columns=["data_source"]).column("data_source")
+    except (OSError, KeyError, ValueError) as exc:
+        raise ConfigError("trainer.test_data_sources", f"cannot read data_source from {path} "
+                          f"({exc}); list the test files' data sources there instead") from None
+    return {str(v) for v in column.to_pylist()}
+
+
+def held_out_sources(task: TaskConfig, settings: VerlSettings) -> list[str]:
+    """Data sources whose validation-loop scores are held-out test scores.
+
+    verl names validation metrics by data_source only, so a source shared between the
+    validation and test files would mix the two scores into one curve: refused.
+    """
+    if not task.test_files:
+        return []
+    sources = set(settings.test_data_sources)
+    if not sources:
+        sources = set().union(*(data_sources(f) for f in task.test_files))
+        shared = sources & set().union(*(data_sources(f) for f in task.val_files))
+        if shared:
+            raise ConfigError("task.test_files", f"share data_source {sorted(shared)} with "
+                              "task.val_files; verl would log both as one val-core/ score, so "
+                              "give the test rows their own data_source")
+    for source in sources:
+        if not re.match(r"^[^\s'\"\\$`]{1,200}$", source):
+            raise ConfigError("trainer.test_data_sources", f"{source!r}: use a data_source "
+                              "without spaces, quotes or shell characters")
+    return sorted(sources)

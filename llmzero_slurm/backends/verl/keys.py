@@ -1,0 +1,54 @@
+"""Which verl 0.9.1 keys read each hyperparameter of the shared vocabulary, and which keys
+llmzero sets per phase (read from verl's source; check again when the version changes)."""
+from __future__ import annotations
+
+FILE_LOGGER_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+VERL_METRICS_FILE = "verl_metrics.jsonl"   # verl's file logger, in the node directory
+STEP_OFFSET_FILE = "verl_step_offset"      # a verl phase's first global step, written by its job
+
+# Shared vocabulary name -> the verl 0.9.1 keys that read it (read from verl's source).
+HPARAM_KEYS: dict[str, tuple[str, ...]] = {
+    "lr": ("actor_rollout_ref.actor.optim.lr",),
+    "weight_decay": ("actor_rollout_ref.actor.optim.weight_decay",),
+    "grad_clip": ("actor_rollout_ref.actor.optim.clip_grad",),
+    "kl_loss_coef": ("actor_rollout_ref.actor.kl_loss_coef",),
+    "kl_loss_type": ("actor_rollout_ref.actor.kl_loss_type",),
+    "use_kl_loss": ("actor_rollout_ref.actor.use_kl_loss",),
+    "use_kl_in_reward": ("algorithm.use_kl_in_reward",),
+    "kl_in_reward_coef": ("algorithm.kl_ctrl.kl_coef",),
+    "clip_ratio_low": ("actor_rollout_ref.actor.clip_ratio_low",),
+    "clip_ratio_high": ("actor_rollout_ref.actor.clip_ratio_high",),
+    "temperature": ("actor_rollout_ref.rollout.temperature",),
+    "entropy_coeff": ("actor_rollout_ref.actor.entropy_coeff",),
+    "norm_adv_by_std_in_grpo": ("algorithm.norm_adv_by_std_in_grpo",),
+    "rollout_n": ("actor_rollout_ref.rollout.n",),
+    "max_response_length": ("data.max_response_length",),
+    "max_prompt_length": ("data.max_prompt_length",),
+    "total_epochs": ("trainer.total_epochs",),
+    "total_training_steps": ("trainer.total_training_steps",),
+    "save_freq": ("trainer.save_freq",),
+    "test_freq": ("trainer.test_freq",),
+    "seed": ("data.seed", "actor_rollout_ref.rollout.seed"),
+    "train_batch_size": ("data.train_batch_size",),
+    "ppo_mini_batch_size": ("actor_rollout_ref.actor.ppo_mini_batch_size",),
+    "ppo_micro_batch_size_per_gpu": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",),
+    "log_prob_micro_batch_size_per_gpu": (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    "lora_rank": ("actor_rollout_ref.model.lora_rank",),
+    "lora_alpha": ("actor_rollout_ref.model.lora_alpha",),
+    "target_modules": ("actor_rollout_ref.model.target_modules",),
+    "gpu_memory_utilization": ("actor_rollout_ref.rollout.gpu_memory_utilization",),
+    "tensor_model_parallel_size": ("actor_rollout_ref.rollout.tensor_model_parallel_size",),
+    "max_num_seqs": ("actor_rollout_ref.rollout.max_num_seqs",),
+}
+
+# Keys set per phase by this module; a raw override of one would silently undo the search.
+PHASE_KEYS = (
+    "algorithm.adv_estimator", "actor_rollout_ref.rollout.name", "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.lora_adapter_path", "data.train_files", "data.val_files",
+    "reward.custom_reward_function.path", "reward.custom_reward_function.name",
+    "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+    "trainer.default_local_dir", "trainer.resume_mode", "trainer.nnodes",
+    "trainer.n_gpus_per_node", FILE_LOGGER_ENV.lstrip("+"),
+)

@@ -1,0 +1,95 @@
+"""One phase's complete, trap-checked Hydra override list, built from its PhaseSpec.
+
+Three sources, in this order: fixed choices that make a run a GRPO phase of this system
+(estimator, file logger, per-phase checkpoint directory with `resume_mode=auto`, data files,
+reward function); the shared hyperparameters, each on the verl key(s) that read it; the raw
+`trainer.overrides` of the experiment.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...errors import ConfigError
+from ..spec import PhaseSpec
+from .grammar import hydra_value
+from .keys import FILE_LOGGER_ENV, HPARAM_KEYS, VERL_METRICS_FILE
+from .settings import VerlSettings
+from .traps import check_raw_overrides, check_traps
+
+
+@dataclass(frozen=True)
+class ParentAdapter:
+    """The exported adapter an evolve (or debug-of-evolve) phase starts from."""
+
+    path: str
+    lora_rank: int          # the rank it was trained with
+
+
+def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlSettings,
+                    adapter: ParentAdapter | None = None) -> list[str]:
+    """The complete, trap-checked Hydra override list of one phase."""
+    hp = dict(hparams)
+    task = spec.task
+    if adapter is not None:
+        parent_rank = adapter.lora_rank or 0
+        if parent_rank <= 0:
+            raise ConfigError("hparams.lora_rank", "a phase that resumes from a parent adapter "
+                              "needs the parent's lora_rank > 0 (verl ignores the adapter "
+                              "otherwise)")
+        if hp.get("lora_rank", parent_rank) != parent_rank:
+            raise ConfigError("hparams.lora_rank", f"is {hp['lora_rank']} but the parent "
+                              f"adapter has rank {parent_rank}; LoRA rank is fixed along a "
+                              "strategy")
+        hp["lora_rank"] = parent_rank
+    node_dir = str(spec.node_dir).rstrip("/")
+    pairs: list[tuple[str, Any]] = [
+        ("algorithm.adv_estimator", "grpo"),
+        ("actor_rollout_ref.rollout.name", settings.rollout_engine),
+        ("actor_rollout_ref.model.path", spec.model_path),
+        ("data.train_files", list(task.train_files)),
+        # Validation and test go through verl's validation loop together; their data_source
+        # values keep the scores apart (val-core/<source>/...), see metrics_copy.
+        ("data.val_files", [*task.val_files, *task.test_files]),
+        ("trainer.logger", ["console", "file", *settings.extra_loggers]),
+        ("trainer.project_name", f"llmzero-{spec.experiment}"),
+        ("trainer.experiment_name", f"node-{spec.node_id:04d}"),
+        ("trainer.default_local_dir", f"{node_dir}/ckpt"),
+        ("trainer.resume_mode", "auto"),
+        ("trainer.nnodes", spec.slurm.nodes),
+        ("trainer.n_gpus_per_node", spec.slurm.gpus_per_node),
+    ]
+    if task.reward_path:
+        pairs += [("reward.custom_reward_function.path", task.reward_path),
+                  ("reward.custom_reward_function.name", task.reward_name)]
+    for name, value in hp.items():
+        if name not in HPARAM_KEYS:
+            raise ConfigError(f"hparams.{name}", "has no verl counterpart")
+        pairs += [(key, _verl_typed(name, value)) for key in HPARAM_KEYS[name]]
+    if hp.get("lora_rank"):
+        # With LoRA the rollout engine must load real weights, not verl's dummy init.
+        pairs.append(("actor_rollout_ref.rollout.load_format", "safetensors"))
+    if adapter is not None:
+        pairs.append(("actor_rollout_ref.model.lora_adapter_path", adapter.path))
+    overrides = [f"{key}={_spelled(key, value)}" for key, value in pairs]
+    overrides.append(f"{FILE_LOGGER_ENV}={hydra_value(f'{node_dir}/{VERL_METRICS_FILE}')}")
+    check_raw_overrides(settings.overrides)
+    overrides += settings.overrides
+    check_traps(overrides)
+    return overrides
+
+
+def _verl_typed(name: str, value: Any) -> Any:
+    """Adapt a vocabulary value to the type verl's dataclass declares for it."""
+    if name == "lora_alpha" and float(value).is_integer():
+        return int(value)   # HFModelConfig.lora_alpha is an int
+    if name == "target_modules" and "," in value:
+        return [v for v in value.split(",") if v]   # verl takes one name or a list
+    return value
+
+
+def _spelled(key: str, value: Any) -> str:
+    try:
+        return hydra_value(value)
+    except ConfigError as exc:
+        raise ConfigError(key, exc.problem) from None

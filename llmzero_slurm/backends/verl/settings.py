@@ -1,0 +1,41 @@
+"""The `trainer:` section of experiment.yaml when `backend: verl` (see the package docstring)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ...errors import ConfigError
+from .grammar import BARE
+from .traps import check_raw_overrides
+
+ROLLOUT_ENGINES = ("vllm", "sglang")
+
+
+@dataclass
+class VerlSettings:
+    """The `trainer:` section of an experiment config when `backend: verl`."""
+
+    rollout_engine: str = "vllm"
+    overrides: list[str] = field(default_factory=list)
+    extra_loggers: list[str] = field(default_factory=list)
+    test_data_sources: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> "VerlSettings":
+        known = {"rollout_engine", "overrides", "extra_loggers", "test_data_sources"}
+        for key in section:
+            if key not in known:
+                raise ConfigError(f"trainer.{key}", f"unknown key for the verl backend "
+                                  f"(known: {', '.join(sorted(known))})")
+        settings = cls(**section)
+        if settings.rollout_engine not in ROLLOUT_ENGINES:
+            raise ConfigError("trainer.rollout_engine", f"must be one of {list(ROLLOUT_ENGINES)}")
+        for key in ("overrides", "extra_loggers", "test_data_sources"):
+            value = getattr(settings, key)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"trainer.{key}", "must be a list of strings")
+        for logger in settings.extra_loggers:
+            if not BARE.match(logger):
+                raise ConfigError("trainer.extra_loggers", f"{logger!r} is not a logger name")
+        check_raw_overrides(settings.overrides)
+        return settings

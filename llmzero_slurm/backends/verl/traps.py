@@ -1,0 +1,70 @@
+"""Keys verl 0.9.1 accepts but ignores, and raw overrides that would undo what the search
+sets: refused with the reason before any script is written."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from ...errors import ConfigError
+from .grammar import parse_override
+from .keys import HPARAM_KEYS, PHASE_KEYS
+
+# Keys that compose in verl 0.9.1 but have no effect there (checked in its source).
+TRAPS: dict[str, str] = {
+    "custom_reward_function": (
+        "the top-level custom_reward_function.* still composes in verl 0.9.x but main_ppo "
+        "never reads it; the reward function is reward.custom_reward_function.path/.name "
+        "(set task.reward_path and task.reward_name)"),
+    "reward_model": (
+        "the top-level reward_model.* is verl's legacy layout and main_ppo ignores it; "
+        "use reward.reward_model.*"),
+    "actor_rollout_ref.actor.grad_clip": (
+        "nothing in verl 0.9.1 reads actor.grad_clip; gradient clipping is "
+        "actor_rollout_ref.actor.optim.clip_grad (set hparams.grad_clip)"),
+}
+
+
+def trap_reason(key: str) -> str | None:
+    """Why a key must not be set, or None when it is fine."""
+    for trap, reason in TRAPS.items():
+        if key == trap or key.startswith(trap + "."):
+            return reason
+    return None
+
+
+def check_raw_overrides(overrides: Iterable[str]) -> None:
+    """Refuse user overrides that are traps or that would undo what the search sets per phase."""
+    managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
+    for text in overrides:
+        _, key, _ = parse_override(text)
+        reason = trap_reason(key)
+        if reason:
+            raise ConfigError(f"trainer.overrides: {key}", reason)
+        if key in managed:
+            raise ConfigError(f"trainer.overrides: {key}",
+                              f"is set from hparams.{managed[key]}; change that instead")
+        if key in PHASE_KEYS:
+            raise ConfigError(f"trainer.overrides: {key}",
+                              "is set per phase by llmzero (see llmzero_slurm/backends/verl.py)")
+
+
+def check_traps(overrides: Sequence[str]) -> None:
+    """Refuse a complete override list containing a verl 0.9.1 trap.
+
+    Besides the dead keys, `lora_adapter_path` is ignored by verl unless `lora_rank > 0`, so
+    an evolve phase would silently restart from the base model.
+    """
+    settings: dict[str, str | None] = {}
+    for text in overrides:
+        _, key, value = parse_override(text)
+        reason = trap_reason(key)
+        if reason:
+            raise ConfigError(key, reason)
+        settings[key] = value
+    adapter = settings.get("actor_rollout_ref.model.lora_adapter_path")
+    if adapter not in (None, "null"):
+        rank = settings.get("actor_rollout_ref.model.lora_rank") or "0"
+        if not rank.isdigit() or int(rank) <= 0:
+            raise ConfigError("actor_rollout_ref.model.lora_adapter_path",
+                              "verl ignores lora_adapter_path unless actor_rollout_ref.model."
+                              f"lora_rank > 0 (lora_rank is {rank}); the phase would start "
+                              "from the base model")

@@ -1,0 +1,81 @@
+"""The controller's side of the monitor job: keep exactly one alive while phases run.
+
+The monitor (monitor.py) is submitted through the run's scheduler as a Python function, and
+resubmitted when it is gone, silent (its heartbeat stopped: hung in a call, or its host froze)
+or past its time limit. Everything scheduler-specific goes through the `Scheduler` interface.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import StateError
+from ..schedulers.base import CallJob, Scheduler, parse_time
+from ..search.tree import Status
+from ..store.atomic import read_json, write_json
+from ..store.run_store import RunStore
+from .monitor import run_monitor
+
+STALE_S = 120.0            # a running monitor silent this long is replaced
+UNLIMITED_S = 7 * 24 * 3600.0   # a monitor's lifetime where jobs need no time limit
+
+
+class MonitorKeeper:
+    """Keeps one monitor job alive while phases run; resubmits it when it is dead or silent."""
+
+    def __init__(self, store: RunStore, scheduler: Scheduler):
+        """`scheduler` is the controller's own, so its back-off and state cache are shared."""
+        self.store, self.scheduler = store, scheduler
+        self.dir = store.root / "monitor"
+        self.dir.mkdir(exist_ok=True)
+        cfg = store.config
+        self.interval = cfg.search.early_stop_interval_s
+        # A time-limited monitor lives as long as a phase may; the keeper replaces it after that.
+        self.lifetime = (max(parse_time(cfg.slurm.time), 4 * self.interval)
+                         if scheduler.time_limited else UNLIMITED_S)
+
+    def _record(self) -> dict[str, Any]:
+        try:
+            data = read_json(self.dir / "monitor.json")
+        except StateError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _state(self, record: dict[str, Any]) -> Status | None:
+        """QUEUED or RUNNING while the monitor job lives, None when it is gone."""
+        job = record.get("job_id")
+        return self.scheduler.call_state(str(job)) if job else None
+
+    def _silent(self, record: dict[str, Any]) -> bool:
+        """A running monitor whose heartbeat stopped (hung in a call, or its host froze)."""
+        try:
+            beat = float(read_json(self.dir / "heartbeat.json")["time"])
+        except (StateError, KeyError, TypeError, ValueError):
+            beat = 0.0
+        last = max(beat, float(record.get("submitted_at", 0)))
+        return time.time() - last > STALE_S + self.interval
+
+    def ensure(self, needed: bool) -> None:
+        record = self._record()
+        state = self._state(record)
+        if state is Status.RUNNING and self._silent(record):
+            self.scheduler.cancel_call(str(record.get("job_id")))
+            state = None
+        if needed and state is None:
+            self._submit()
+
+    def _submit(self) -> None:
+        cfg = self.store.config
+        s = cfg.slurm
+        job = CallJob(f"llmz-{cfg.name}-monitor", int(self.lifetime // 60) + 1,
+                      f"llmz:monitor,run={cfg.name}", s.partition, s.account, s.qos, s.setup)
+        args = (str(self.store.root), self.scheduler.name, self.interval, self.lifetime)
+        job_id = self.scheduler.submit_call(run_monitor, args, self.dir / "%j", job)
+        write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,
+                                               "submitted_at": time.time()})
+
+    def stop(self) -> None:
+        """Cancel the monitor job (the controller is leaving)."""
+        record = self._record()
+        if self._state(record) is not None:
+            self.scheduler.cancel_call(str(record.get("job_id")))

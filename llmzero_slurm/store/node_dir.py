@@ -1,0 +1,203 @@
+"""One node's directory: where each of its files lives and how each is read.
+
+Like submitit's `JobPaths`, this is the one place that knows the layout, so no caller builds a
+node file's path or parses one itself. Who writes what (each file has one writer):
+
+    node.json          the controller (RunStore)          the node record
+    phase.sbatch       the controller (render)            the script, rerunnable by hand
+    slurm-<jobid>.out  the job                            its output, possibly huge
+    metrics.jsonl      the job (trainer)                  {"step": N, "data": {...}} lines
+    status.json        the job (base template)            start, end, exit code, reason
+    ckpt/global_step_N the job (trainer)                  checkpoints children resume from
+    early_stop.json    the monitor (stopper)              its decisions, one entry each
+    proposal.json,     the controller (agents)            what an agent saw and answered
+    error_analysis.json, plots/
+
+Readers here never load an unbounded file whole: metrics are read incrementally through a
+`MetricsReader`, and the log only as a bounded tail.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from ..metrics import MetricsLog, MetricsReader
+from .atomic import read_json
+
+LOG_TAIL_BYTES = 64 * 1024      # what the error analyzer may read of a job's output
+_CKPT = re.compile(r"^global_step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """status.json as the job wrote it: at start (state "running") and again at its end."""
+
+    state: str
+    job_id: str | None = None
+    host: str | None = None
+    restart_count: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    gpus: str = ""
+    exit_code: int | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobStatus | None":
+        """The record, or None for something that is not one (a job's own file is
+        written by a shell script: every field is checked, none is trusted)."""
+        if not isinstance(data, dict):
+            return None
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            try:
+                return float(value) if value is not None and not isinstance(value, bool) else None
+            except (TypeError, ValueError):
+                return None
+
+        code = data.get("exit_code")
+        restarts = data.get("restart_count")
+        job = data.get("job_id")
+        return cls(state=str(data.get("state")), job_id=str(job) if job else None,
+                   host=data.get("host") or None,
+                   restart_count=restarts if isinstance(restarts, int) else 0,
+                   started_at=number("started_at"), finished_at=number("finished_at"),
+                   gpus=str(data.get("gpus") or ""),
+                   exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                   reason=data.get("reason") or None)
+
+    @property
+    def by_hand(self) -> bool:
+        """Run by a person with `bash phase.sbatch` (no scheduler job id)."""
+        return self.job_id is None or self.job_id.startswith("manual-")
+
+    def device_hours(self, nodes: int) -> float:
+        """Wall time times the devices held (GPUs, or one CPU slot without GPUs)."""
+        if self.started_at is None or self.finished_at is None:
+            return 0.0
+        gpus = [g for g in self.gpus.split(",") if g.strip()]
+        return max(self.finished_at - self.started_at, 0.0) / 3600.0 * max(1, len(gpus)) * max(1, nodes)
+
+
+class NodeDir:
+    """The files of one node (`runs/<experiment>/nodes/NNNN/`)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"NodeDir({str(self.path)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    # -- where things are ----------------------------------------------------------------
+
+    @property
+    def record(self) -> Path:
+        return self.path / "node.json"
+
+    @property
+    def script(self) -> Path:
+        return self.path / "phase.sbatch"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def status_file(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def early_stop_file(self) -> Path:
+        return self.path / "early_stop.json"
+
+    @property
+    def proposal_file(self) -> Path:
+        return self.path / "proposal.json"
+
+    @property
+    def error_analysis_file(self) -> Path:
+        return self.path / "error_analysis.json"
+
+    @property
+    def plots(self) -> Path:
+        return self.path / "plots"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.path / "ckpt"
+
+    def log_files(self) -> list[Path]:
+        """The job's output files (one per job id that ran the phase), oldest first."""
+        return sorted(self.path.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def status(self) -> JobStatus | None:
+        """What the job last wrote in status.json; None when it is missing or unreadable."""
+        try:
+            return JobStatus.from_dict(read_json(self.status_file))
+        except StateError:
+            return None
+
+    def metrics(self) -> MetricsLog:
+        """The whole metrics log (a missing file is an empty one)."""
+        return self.metrics_reader().read()
+
+    def metrics_reader(self) -> MetricsReader:
+        """An incremental reader: keep it to pay only for new lines on each later read."""
+        return MetricsReader(self.metrics_file)
+
+    def stop_records(self) -> list[dict[str, Any]]:
+        """The stopper's decisions, oldest first. A corrupt file raises StateError: its one
+        writer appends to it and must not overwrite what it cannot read."""
+        if not self.early_stop_file.exists():
+            return []
+        records = read_json(self.early_stop_file)
+        if not isinstance(records, list):
+            raise StateError(self.early_stop_file, "expected a list of decisions")
+        return [r for r in records if isinstance(r, dict)]
+
+    def stop_decided(self) -> bool:
+        """Whether the monitor decided STOP for this phase (then its cancel is an early stop)."""
+        try:
+            records = self.stop_records()
+        except StateError:
+            return False
+        return any((r.get("result") or {}).get("action") == "STOP" for r in records)
+
+    def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
+        """The end of the newest job output, at most `max_bytes` of it: a failed job's log can
+        be gigabytes, and only its end says why it failed."""
+        logs = self.log_files()
+        if not logs:
+            return ""
+        try:
+            with logs[-1].open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(max(0, size - max_bytes))
+                data = fh.read(max_bytes)
+        except OSError:
+            return ""
+        if len(data) == max_bytes and size > max_bytes:
+            data = data.split(b"\n", 1)[-1]    # drop the partial first line
+        return data.decode(errors="replace")
+
+    def checkpoints(self, step_offset: int = 0) -> list[int]:
+        """Global steps with a checkpoint folder (ckpt/global_step_N, written atomically by the
+        trainer): the steps a child may resume from. `step_offset` turns a trainer's per-phase
+        folder numbers into global steps."""
+        if not self.ckpt.is_dir():
+            return []
+        return sorted(int(m.group(1)) + step_offset for e in self.ckpt.iterdir()
+                      if (m := _CKPT.match(e.name)) and e.is_dir())

@@ -1,0 +1,96 @@
+"""strategy.yaml: the best strategy of a search as a schedule another search can replay.
+
+The report writes it; `search.method: replay` with `search.strategy_file` reads it. Format:
+
+    format: llmzero-strategy/1
+    experiment: add-cpu          # where it came from (informational)
+    backend: cpu
+    best_node: 7                 # the node with the best validation score
+    best_val: 0.61
+    best_val_step: 180           # global step of that score
+    phases:                      # scratch first; phase i+1 resumes from phase i
+    - node: 0                    # the source node (informational)
+      kind: scratch
+      start_step: 0              # global step the phase started at in the source search
+      steps: 60                  # steps of this phase the strategy keeps: the next phase
+                                 # resumed after them (the last phase: every step it trained)
+      trained_steps: 100         # steps the phase trained in the source search
+      resume_offset: null        # later phases: how far into the previous phase they resumed
+                                 # (equals the previous phase's `steps`)
+      diagnosis: "..."           # why the phase was started
+      hparams: {lr: 0.001, ...}  # the phase's full configuration
+
+Replay needs only `format`, and per phase `steps` and `hparams`: it trains each phase for
+`steps` (as total_training_steps) and resumes the next from its last checkpoint. Test-set
+scores are left out on purpose: this file is an input to later searches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .hparams import validate_hparams
+from .store.atomic import write_text
+
+FORMAT = "llmzero-strategy/1"
+KEY = "search.strategy_file"
+
+
+@dataclass(frozen=True)
+class StrategyPhase:
+    hparams: dict[str, Any]
+    steps: int
+    node: int | None = None
+
+
+def write_strategy(document: dict[str, Any], path: Path) -> Path:
+    header = ("# The best strategy of an llmzero-slurm search. Replay it on another task with\n"
+              "#   search: {method: replay, strategy_file: <this file>}\n")
+    write_text(path, header + yaml.safe_dump(document, sort_keys=False, width=100))
+    return path
+
+
+def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
+    """Read and check a strategy file; every error names the file and the key."""
+    path = Path(path).expanduser()
+
+    def bad(key: str, problem: str) -> ConfigError:
+        return ConfigError(KEY, f"{path}: {key}: {problem}")
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(KEY, f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(KEY, f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")
+    if data.get("format") != FORMAT:
+        raise bad("format", f"must be {FORMAT!r} (got {data.get('format')!r})")
+    raw = data.get("phases")
+    if not isinstance(raw, list) or not raw:
+        raise bad("phases", "must be a non-empty list of phases")
+    phases: list[StrategyPhase] = []
+    for i, entry in enumerate(raw):
+        where = f"phases[{i}]"
+        if not isinstance(entry, dict):
+            raise bad(where, "must be a mapping with steps and hparams")
+        steps = entry.get("steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise bad(f"{where}.steps", f"must be a positive integer (got {steps!r})")
+        if not isinstance(entry.get("hparams"), dict):
+            raise bad(f"{where}.hparams", "must be a mapping of hyperparameter: value")
+        try:
+            hparams = validate_hparams(entry["hparams"], backend)
+        except ConfigError as exc:
+            raise bad(f"{where}.hparams.{exc.key}", exc.problem) from None
+        if phases and hparams.get("lora_rank") != phases[0].hparams.get("lora_rank"):
+            raise bad(f"{where}.hparams.lora_rank",
+                      "differs from phases[0]: a phase loads the previous phase's adapter")
+        node = entry.get("node")
+        phases.append(StrategyPhase(hparams, steps, node if isinstance(node, int) else None))
+    return phases

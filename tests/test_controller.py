@@ -1,0 +1,147 @@
+"""The controller loop against a scripted scheduler and method: submit, reconcile, finish,
+stop, reparent and resume, in milliseconds per scenario (no jobs, no subprocesses)."""
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+from controller_doubles import ScriptedMethod, ScriptedScheduler
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.controller.controller import Controller
+from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
+from llmzero_slurm.methods.base import MethodContext, PhasePlan
+from llmzero_slurm.search.policy import Action
+from llmzero_slurm.search.tree import Kind, Node, Status, Submission, Tree
+from llmzero_slurm.store.node_dir import NodeDir
+from llmzero_slurm.store.run_store import RunStore
+from metrics_files import val_rows, write_metrics
+
+HP = {"lr": 1e-3, "total_training_steps": 20, "save_freq": 10}
+
+
+def trained(points: dict[int, float], checkpoints: tuple[int, ...] = (10, 20)):
+    """What a phase leaves behind: validation points and checkpoint folders."""
+    def job(files: NodeDir) -> None:
+        write_metrics(files.metrics_file, val_rows(points), append=True)
+        for step in checkpoints:
+            (files.ckpt / f"global_step_{step}").mkdir(parents=True, exist_ok=True)
+    return job
+
+
+def decided_stop(files: NodeDir) -> None:
+    """The monitor's record of a STOP, written before it cancels the job."""
+    files.early_stop_file.write_text(json.dumps([{"result": {"action": "STOP", "reason": "x"}}]))
+
+
+def scratch(tree: Tree) -> PhasePlan:
+    return PhasePlan(Action(Kind.SCRATCH, None), dict(HP), diagnosis="root")
+
+
+def evolve(parent: int, step: int):
+    def plan(tree: Tree) -> PhasePlan | None:
+        if tree[parent].status.pending:
+            return None                      # wait for the parent's checkpoints
+        return PhasePlan(Action(Kind.EVOLVE, parent), {**HP, "lr": 5e-4}, step, "evolve")
+    return plan
+
+
+def debug(failed: int):
+    def plan(tree: Tree) -> PhasePlan | None:
+        if tree[failed].status.pending:
+            return None
+        return PhasePlan(Action(Kind.DEBUG, failed), {**HP, "lr": 1e-4}, diagnosis="fix")
+    return plan
+
+
+def new_run(tmp_path: Path, **search) -> RunStore:
+    return RunStore.create(tmp_path / "run", parse_config({
+        "name": "ctl", "backend": "cpu", "scheduler": "local", "task": {"builtin": "addition"},
+        "search": search}))
+
+
+def controller(tmp_path: Path, scheduler: ScriptedScheduler, plans, store: RunStore | None = None
+               ) -> tuple[Controller, io.StringIO]:
+    store = store or new_run(tmp_path, budget_iterations=len(plans))
+    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    out = io.StringIO()
+    return Controller(store, scheduler, ScriptedMethod(ctx, plans), poll_s=0.001, out=out), out
+
+
+def test_submits_watches_ingests_and_evolves_from_a_checkpoint(tmp_path):
+    sched = ScriptedScheduler([
+        ["PENDING", "RUNNING", trained({10: 0.3, 20: 0.5}), "COMPLETED"],
+        ["RUNNING", trained({30: 0.6, 40: 0.55}, (30, 40)), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, evolve(0, 20)])
+    started = time.monotonic()
+    assert ctl.run() == 0
+    assert time.monotonic() - started < 5
+    tree = ctl.store.load_tree()
+    root, child = tree[0], tree[1]
+    assert (root.status, root.results.best_val, root.results.best_val_step) == \
+        (Status.COMPLETED, 0.5, 20)
+    assert root.results.checkpoints == [10, 20] and root.results.last_step == 20
+    assert child.resume is not None and (child.resume.node, child.resume.step) == (0, 20)
+    assert child.results.best_val == 0.6 and child.results.checkpoints == [30, 40]
+    assert [job.token for job in sched.jobs.values()] == \
+        [n.submission.token for n in (root, child)]
+    assert [n.submission.job_id for n in (root, child)] == ["100", "101"]
+    assert ctl.store.node_dir(0).script.is_file()
+    log = out.getvalue()
+    assert "node 0: submitted as job 100" in log and "node 1: completed" in log
+
+
+def test_a_cancel_after_a_recorded_stop_is_an_early_stop(tmp_path):
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.2}), decided_stop, "CANCELLED"]])
+    ctl, _ = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    assert ctl.store.load_tree()[0].status is Status.EARLY_STOPPED
+
+
+def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
+    store = new_run(tmp_path, budget_iterations=2, concurrency=2)
+    sched = ScriptedScheduler([["RUNNING", lambda files: request_stop(store, cancel=True),
+                                "RUNNING"], ["RUNNING"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 0
+    assert sorted(sched.cancelled) == ["100", "101"]
+    assert read_stop_request(store) is None
+    assert "cancelled 2 running phase(s)" in out.getvalue()
+
+
+def test_a_successful_fix_moves_beside_the_failure_it_fixes(tmp_path):
+    sched = ScriptedScheduler([
+        ["RUNNING", trained({10: 0.3, 20: 0.4}), "COMPLETED"],
+        ["RUNNING", "FAILED"],
+        ["RUNNING", trained({30: 0.5, 40: 0.6}, (30, 40)), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, evolve(0, 20), debug(1)])
+    assert ctl.run() == 0
+    tree = ctl.store.load_tree()
+    failed, fix = tree[1], tree[2]
+    assert failed.status is Status.FAILED and failed.terminal
+    assert (fix.parent, fix.kind, fix.fixed_from) == (0, Kind.EVOLVE, 1)
+    assert fix.resume is not None and fix.resume.step == 20
+    assert "node 2: fixes node 1" in out.getvalue()
+
+
+def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_path):
+    """Killed between recording intent and sbatch, or between sbatch and the job id."""
+    store = new_run(tmp_path, budget_iterations=3, concurrency=3)
+    for status, token in [(Status.SUBMITTING, "tok-sent"), (Status.SUBMITTING, "tok-lost"),
+                          (Status.PROPOSED, None)]:
+        store.add_node(lambda j, s=status, t=token: Node(j, None, Kind.SCRATCH, dict(HP), status=s,
+                                                          submission=Submission(t)))
+    sched = ScriptedScheduler()
+    # The first node's sbatch went through before the crash: the scheduler knows its token.
+    script = store.node_dir(0).path / "phase.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --comment=llmz:node=0000,token=tok-sent\n")
+    sched.scripts = [["RUNNING", trained({10: 0.4}), "COMPLETED"]] * 3
+    assert sched.submit(script, "tok-sent") == "100"
+    ctl, _ = controller(tmp_path, sched, [scratch] * 3, store=store)
+    assert ctl.run() == 0
+    tree = ctl.store.load_tree()
+    assert [n.submission.job_id for n in tree] == ["100", "101", "102"]
+    assert len(sched.jobs) == 3                       # nothing submitted twice
+    assert tree[0].submission.token == "tok-sent"     # found by its token, not resubmitted
+    assert all(n.status is Status.COMPLETED for n in tree)

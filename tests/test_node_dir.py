@@ -1,0 +1,64 @@
+"""A node directory's files, read through their one owner: bounded, incremental, defensive."""
+from __future__ import annotations
+
+import json
+
+from llmzero_slurm.metrics import MetricsReader
+from llmzero_slurm.store.node_dir import NodeDir
+from metrics_files import VAL, val_rows, write_metrics
+
+
+def test_log_tail_reads_only_the_end_of_the_newest_log(tmp_path):
+    files = NodeDir(tmp_path)
+    assert files.log_tail() == ""
+    (tmp_path / "slurm-1.out").write_text("old attempt\n")
+    newest = tmp_path / "slurm-2.out"
+    with newest.open("w") as fh:
+        for i in range(200_000):          # ~3 MB of output
+            fh.write(f"step {i} fine\n")
+        fh.write("torch.OutOfMemoryError: CUDA out of memory\n")
+    tail = files.log_tail(max_bytes=4096)
+    assert len(tail) <= 4096 and tail.endswith("CUDA out of memory\n")
+    assert tail.startswith("step ")       # a partial first line is dropped
+
+
+def test_metrics_reader_pays_only_for_new_lines_and_notices_a_rewrite(tmp_path):
+    path = write_metrics(tmp_path / "metrics.jsonl", val_rows({1: 0.1, 2: 0.2}))
+    reader = MetricsReader(path)
+    assert reader.read().get(VAL) == [(1, 0.1), (2, 0.2)]
+    write_metrics(path, val_rows({3: 0.3}), tail='{"step": 4, "da', append=True)
+    log = reader.read()
+    assert log.get(VAL) == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert log.problems == ["metrics.jsonl:4: torn last line (still being written?)"]
+    with path.open("a") as fh:
+        fh.write('ta": {"%s": 0.4}}\n' % VAL)   # the writer finishes the line
+    assert reader.read().get(VAL)[-1] == (4, 0.4) and reader.read().problems == []
+    write_metrics(path, val_rows({1: 0.5, 2: 0.6, 3: 0.7, 4: 0.8, 5: 0.9}))   # a requeue rewrote it
+    assert reader.read().get(VAL) == [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8), (5, 0.9)]
+
+
+def test_status_and_stop_records_are_read_defensively(tmp_path):
+    files = NodeDir(tmp_path)
+    assert files.status() is None and not files.stop_decided()
+    files.status_file.write_text(json.dumps({
+        "state": "completed", "job_id": "12", "started_at": 100.0, "finished_at": 3700.0,
+        "gpus": "0,1", "exit_code": 0}))
+    status = files.status()
+    assert status is not None and status.job_id == "12" and not status.by_hand
+    assert status.device_hours(nodes=2) == 4.0
+    files.status_file.write_text('{"state": "runn')        # torn: as if missing
+    assert files.status() is None
+    files.early_stop_file.write_text(json.dumps([{"result": {"action": "CONTINUE"}},
+                                                 {"result": {"action": "STOP"}}]))
+    assert files.stop_decided()
+    files.early_stop_file.write_text("[")
+    assert not files.stop_decided()
+
+
+def test_checkpoints_are_global_steps(tmp_path):
+    files = NodeDir(tmp_path)
+    assert files.checkpoints() == []
+    for name in ("global_step_10", "global_step_5", "global_step_x"):
+        (files.ckpt / name).mkdir(parents=True)
+    (files.ckpt / "global_step_20").write_text("not a folder")
+    assert files.checkpoints() == [5, 10] and files.checkpoints(step_offset=30) == [35, 40]
