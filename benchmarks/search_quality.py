@@ -55,7 +55,7 @@ def measure(run_dir: Path) -> dict[str, float]:
                   for n in tree)
     return {"test": best.results.test_at_best if best and best.results.test_at_best is not None
             else float("nan"),
-            "val": best.score if best else float("nan"),
+            "val": best.score if best and best.score is not None else float("nan"),
             "samples": used, "planned": planned, "phases": len(tree),
             "early": sum(n.status is Status.EARLY_STOPPED for n in tree),
             "hours": sum(n.results.gpu_hours for n in tree)}

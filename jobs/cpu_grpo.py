@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
     except LLMZeroError as exc:
         print(f"cpu_grpo: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    stop = {"signal": None}
+    stop: dict[str, int | None] = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.update(signal=signum))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Arrow's default allocator reserves ~1 GB of address space, which would count against

@@ -52,6 +52,7 @@ def with_defaults(given: Mapping[str, Any]) -> dict[str, Any]:
         except (TypeError, ValueError):
             return full   # validation reports the bad value by name
         cap = PARAMS["ppo_micro_batch_size_per_gpu"].high
+        limit = sequences if cap is None else min(sequences, int(cap))
         full["ppo_micro_batch_size_per_gpu"] = max(
-            d for d in range(1, int(min(sequences, cap)) + 1) if sequences % d == 0)
+            d for d in range(1, limit + 1) if sequences % d == 0)
     return full

@@ -21,7 +21,8 @@ from ..errors import ConfigError
 
 def _status_mb(field: str) -> float:
     text = Path("/proc/self/status").read_text()
-    return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1)) / 1024
+    found = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    return int(found.group(1)) / 1024 if found else 0.0
 
 
 def limit_memory(megabytes: int, device: torch.device) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..store.atomic import write_text
 
@@ -16,7 +16,7 @@ from ..store.atomic import write_text
 class MetricsLog:
     def __init__(self, path: Path):
         self.path = path
-        self._file = None
+        self._file: TextIO | None = None
 
     def truncate_after(self, step: int) -> None:
         """Keep only lines with step <= `step` (atomically); unreadable lines are kept as-is."""

@@ -48,7 +48,8 @@ def with_lora(base: LlamaForCausalLM, base_id: str, rank: int, alpha: float,
     base.name_or_path = base_id   # recorded in adapter_config.json as base_model_name_or_path
     if init_adapter is None:
         modules = "all-linear" if target_modules == "all-linear" else target_modules.split(",")
-        config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
+        config = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int, accepts float
+                            lora_dropout=0.0,
                             target_modules=modules, task_type="CAUSAL_LM")
         with warnings.catch_warnings():   # peft calls a transformers API deprecated in v5
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing")

@@ -58,7 +58,8 @@ class GRPOTrainer:
                                              phase.reward_path, phase.warm_start,
                                              phase.cache_dir, log)
         adapter = resume[1] if resume else phase.init_adapter
-        self.model = with_lora(base.to(phase.device), base_id, self.hp["lora_rank"],
+        self.model = with_lora(base.to(phase.device),  # type: ignore[arg-type]  # transformers' .to() stub
+                               base_id, self.hp["lora_rank"],
                                self.hp["lora_alpha"], self.hp["target_modules"], adapter)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optim = torch.optim.AdamW(self.params, lr=self.hp["lr"],
@@ -157,6 +158,7 @@ class GRPOTrainer:
                                                   hp["clip_ratio_low"], hp["clip_ratio_high"])
                 kl = grpo.masked_mean(grpo.kl_penalty(logp, ref_logp[micro],
                                                       hp["kl_loss_type"]), mask)
+                assert entropy is not None   # asked for with True above
                 ent = grpo.masked_mean(entropy, mask)
                 loss = pg_loss - hp["entropy_coeff"] * ent
                 if hp["use_kl_loss"]:

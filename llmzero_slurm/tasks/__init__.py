@@ -27,4 +27,4 @@ def get_task(name: str) -> ModuleType:
 
 def reward_path(name: str) -> Path:
     """The file to give verl (or --reward-path) as the task's reward function."""
-    return Path(get_task(name).__file__)
+    return Path(str(get_task(name).__file__))

@@ -75,7 +75,7 @@ def materialize(name: str, root: Path) -> dict[str, Path]:
     generator never reuses stale files, and concurrent writers each rename a complete file.
     """
     task = get_task(name)
-    digest = hashlib.sha256(Path(task.__file__).read_bytes())
+    digest = hashlib.sha256(Path(str(task.__file__)).read_bytes())
     digest.update(repr((sorted(SPLIT_SIZES.items()), DATA_SEED)).encode())
     folder = Path(root) / f"{name}-{digest.hexdigest()[:12]}"
     paths = {split: folder / f"{split}.parquet" for split in SPLITS}

@@ -18,6 +18,8 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     if not path.is_file():
         raise DataError(path, "reward file does not exist")
     spec = importlib.util.spec_from_file_location(f"llmzero_reward_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise DataError(path, "cannot be imported as a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
