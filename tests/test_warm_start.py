@@ -43,8 +43,13 @@ def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
     tok, rows = CharTokenizer(), copy_task(400)
     plan = warmstart.WarmStart(band=(0.3, 0.7), max_steps=400)
     logged: list[str] = []
+    torch.manual_seed(7)
+    rng = torch.random.get_rng_state()
     _, name, record = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
                                           tmp_path / "cache", logged.append)
+    # Building the base leaves the caller's random stream alone, so the phase that built it
+    # initialises its LoRA exactly as a later phase that finds it cached.
+    assert torch.equal(torch.random.get_rng_state(), rng)
     stored = json.loads((tmp_path / "cache" / "base" / name / "warm_start.json").read_text())
     assert stored["probe_accuracy"] == record.probe_accuracy and stored["band"] == [0.3, 0.7]
     assert stored["numerics"]["torch"] == torch.__version__

@@ -130,7 +130,11 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
     with FileLock(str(folder) + ".lock"):
         if not (folder / RECORD).exists():
             log(f"warm start: training base {name}: {plan.describe()}")
-            model, record = train_base(tok, examples, reward, reward_path, plan, name, log)
+            # Training reseeds torch's global generator, which the caller's LoRA initialisation
+            # then draws from: without the fork, a phase that built the base would start from
+            # other weights than one that found it cached (a rerun by hand, say).
+            with torch.random.fork_rng(devices=[]):
+                model, record = train_base(tok, examples, reward, reward_path, plan, name, log)
             tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             model.save_pretrained(tmp)
