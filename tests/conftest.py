@@ -91,6 +91,13 @@ class TinyBackend(TrainerBackend):
 
 
 @pytest.fixture(scope="session")
+def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One base-model cache for every test that runs the real CPU trainer: the calibrated warm
+    start takes one to three minutes, so the suite builds it once (cold, as a fresh clone does)."""
+    return tmp_path_factory.mktemp("base-model-cache")
+
+
+@pytest.fixture(scope="session")
 def tiny_program(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("tiny") / "tiny_trainer.py"
     path.write_text(TINY_TRAINER)

@@ -55,8 +55,8 @@ def by_step(lines: list[dict], key: str) -> dict[int, float]:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("llmzero-cache")
+def cache_dir(base_cache) -> Path:
+    return base_cache
 
 
 def run_phase(cache_dir: Path, out: Path, *args: str) -> int:
@@ -89,13 +89,16 @@ def clearly_above(late: float, early: float) -> bool:
     return late - early >= 3 * math.hypot(noise(late), noise(early))
 
 
-def base_record(cache_dir: Path) -> dict:
-    return json.loads(next((cache_dir / "base").glob("*/warm_start.json")).read_text())
+def base_record(cache_dir: Path, phase: Path) -> dict:
+    """The warm-start record of the base `phase` trained on (the cache holds others too)."""
+    adapter = json.loads((phase / "ckpt/global_step_100/adapter_config.json").read_text())
+    name = adapter["base_model_name_or_path"]
+    return json.loads((cache_dir / "base" / name / "warm_start.json").read_text())
 
 
 @pytest.mark.numeric
 def test_the_base_lands_in_the_task_band_on_held_out_training_rows(good_phase, cache_dir):
-    record = base_record(cache_dir)
+    record = base_record(cache_dir, good_phase)
     low, high = addition.BASE_BAND
     assert record["mode"] == "band" and record["band"] == [low, high]
     assert low <= record["probe_accuracy"] <= high, record
@@ -136,7 +139,7 @@ def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
     assert folders == ["global_step_100", "global_step_50"]
     config = json.loads((good_phase / "ckpt/global_step_100/adapter_config.json").read_text())
     assert config["r"] == 8 and config["lora_alpha"] == 16
-    base_dir = next(p for p in (cache_dir / "base").iterdir() if p.is_dir())
+    base_dir = cache_dir / "base" / config["base_model_name_or_path"]
     model = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base_dir),
                                       str(good_phase / "ckpt/global_step_100"))
     lora = [p for n, p in model.named_parameters() if "lora_B" in n]

@@ -153,11 +153,12 @@ def test_local_time_limit_is_a_timeout(tmp_path, tiny_program):
     assert status["state"] == "timeout" and "time_limit" in status["reason"]
 
 
-def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path):
+def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path, base_cache):
     """The embedded CPU trainer as a scheduled job, then the same script run by hand with bash."""
     spec = PhaseSpec("real", 0, "scratch", tmp_path / "0000", "tok-real",
                      {"total_training_steps": 2, "save_freq": 1, "test_freq": 1, "seed": 3},
-                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"))
+                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"),
+                     trainer={"cache_dir": str(base_cache)})
     script = write_phase_script(spec)
     job = sched.submit(script, "tok-real")
     state = finish(sched, job, timeout=240)

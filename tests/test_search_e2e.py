@@ -65,8 +65,8 @@ def start(config: Path, run_dir: Path, fault: str | None = None,
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("base-model-cache")
+def cache(base_cache) -> Path:
+    return base_cache
 
 
 def check_search(run_dir: Path, budget: int) -> None:

@@ -90,13 +90,14 @@ def test_gpu_directives_give_the_job_gpus(tmp_path, tiny_program, directive):
     assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}" in (script.parent / f"slurm-{job}.out").read_text()
 
 
-def test_requeued_phase_reruns_and_resumes_its_checkpoint(tmp_path):
+def test_requeued_phase_reruns_and_resumes_its_checkpoint(tmp_path, base_cache):
     """The real CPU trainer: `scontrol requeue` mid-run, the rerun continues from its own
     newest checkpoint, and metrics.jsonl ends up one unbroken curve."""
     sched = SlurmScheduler(min_poll_s=0)
     spec = PhaseSpec("clu", 3, "scratch", tmp_path / "0003", "tok-3",
                      {"total_training_steps": 30, "save_freq": 3, "test_freq": 30, "seed": 1},
-                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"))
+                     slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"),
+                     trainer={"cache_dir": str(base_cache)})
     script = write_phase_script(spec)
     job = sched.submit(script, "tok-3")
     wait_for(lambda: (script.parent / "ckpt" / "global_step_3").exists(), 180, "a checkpoint")
