@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from llmzero_slurm.tasks import get_task
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = ROOT / "jobs" / "cpu_grpo.py"
 PATHS = {
@@ -101,6 +103,7 @@ def main() -> None:
                     other = Path(tmp) / name / label.split()[0]
                     speed(f"{label} (native)", other,
                           run(other, cache, args.task, args.steps, extra, {}), args.task)
+    low, high = get_task(args.task).BASE_BAND
     print(f"\nband [{low:.2f}, {high:.2f}] on the probe (held-out training rows); "
           f"target gain +{TARGET_GAIN:.2f} on validation in {args.steps} steps")
     print(f"{'numeric path':30s} {'SFT steps':>9s} {'probe':>6s} {'val@0':>6s} "

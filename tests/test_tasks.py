@@ -12,7 +12,7 @@ from llmzero_slurm.errors import DataError
 from llmzero_slurm.tasks import TASKS, get_task, reward_path
 from llmzero_slurm.tasks.dataset import (SPLIT_SIZES, generate_rows, materialize, read_examples,
                                          write_parquet)
-from llmzero_slurm.tasks.reward_file import load_reward, score
+from llmzero_slurm.tasks.reward_file import judge, load_reward
 
 SMALL = {"train": 60, "val": 20, "test": 20}
 
@@ -71,7 +71,17 @@ def test_reward_files_load_by_path_without_torch():
     paths = [str(reward_path(name)) for name in TASKS]
     subprocess.run([sys.executable, "-I", "-c", code, *paths], check=True)
     fn = load_reward(reward_path("addition"))
-    assert score(fn, "f", "addition", "42", "42", {}) == 1.0
+    assert judge(fn, "f", "addition", "42", "42", {}).score == 1.0
+
+
+def test_a_dict_reward_trains_on_its_score_and_validates_on_its_acc(tmp_path):
+    path = tmp_path / "partial.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return {'score': 0.25, 'acc': 0.0}\n")
+    result = judge(load_reward(path), path, "s", "x", "y", {})
+    assert (result.score, result.acc, result.accuracy) == (0.25, 0.0, 0.0)
+    plain = judge(load_reward(reward_path("addition")), "f", "addition", "42", "42", {})
+    assert (plain.score, plain.acc, plain.accuracy) == (1.0, None, 1.0)
 
 
 def test_reward_results_must_be_numbers(tmp_path):
@@ -79,7 +89,7 @@ def test_reward_results_must_be_numbers(tmp_path):
     bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                    "    return 'yes'\n")
     with pytest.raises(DataError, match="bad_reward.py.*finite number"):
-        score(load_reward(bad), bad, "s", "x", "x", {})
+        judge(load_reward(bad), bad, "s", "x", "x", {})
     (tmp_path / "none.py").write_text("x = 1\n")
     with pytest.raises(DataError, match="defines no function compute_score"):
         load_reward(tmp_path / "none.py")

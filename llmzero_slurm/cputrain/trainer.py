@@ -11,6 +11,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from statistics import fmean as _mean
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -199,12 +200,13 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy accuracy per data source, named as verl's validation names it: the core metric
-        is `acc` when the reward gives one, else the reward; a dict reward's score is also kept
-        as `reward` beside it. val-... is what agents see, test-... never reaches them."""
+        """Greedy accuracy per data source as the core metric `acc` (a dict reward's 'acc', else
+        the reward); a reward that reports its accuracy apart also keeps its score as the aux
+        metric `reward`, as verl's validation does. val-... is what agents see, test-... never
+        reaches them."""
         out: dict[str, float] = {}
         for split, examples in (("val", self.phase.val), ("test", self.phase.test)):
-            totals: dict[tuple[str, str], list[float]] = {}
+            judged: dict[str, list[Judgement]] = {}
             for start in range(0, len(examples), 512):
                 chunk = examples[start:start + 512]
                 batch = policy.sample(self.model, self.tok,
@@ -212,15 +214,11 @@ class GRPOTrainer:
                                       self.hp["max_response_length"], 1.0, None,
                                       self.phase.device)
                 for ex, result in zip(chunk, self._judge(chunk, batch)):
-                    if result.acc is not None:
-                        totals.setdefault((ex.data_source, "acc"), []).append(result.acc)
-                    totals.setdefault((ex.data_source, "reward"), []).append(result.score)
-            for (source, var), values in totals.items():
-                core = "acc" if (source, "acc") in totals else "reward"
-                section = "core" if var == core else "aux"
-                if var == "reward" and core == "acc" and totals[(source, "acc")] == values:
-                    continue   # a plain number: reward and accuracy are the same series
-                out[f"{split}-{section}/{source}/{var}/mean@1"] = sum(values) / len(values)
+                    judged.setdefault(ex.data_source, []).append(result)
+            for source, results in judged.items():
+                out[f"{split}-core/{source}/acc/mean@1"] = _mean(r.accuracy for r in results)
+                if any(r.acc is not None for r in results):   # a separate training reward
+                    out[f"{split}-aux/{source}/reward/mean@1"] = _mean(r.score for r in results)
         return out
 
     # -- data order and state ---------------------------------------------------------------

@@ -166,7 +166,7 @@ class _Probe:
         texts = [self.tok.decode(r) for r in batch.response.tolist()]
         results = [judge(self.reward, self.reward_path, ex.data_source, text, ex.ground_truth,
                          ex.extra_info) for ex, text in zip(self.rows, texts)]
-        return sum(r.score if r.acc is None else r.acc for r in results) / len(results)
+        return sum(r.accuracy for r in results) / len(results)
 
 
 class _Trainer:

@@ -40,7 +40,11 @@ class Judgement:
     validation counts exact answers."""
 
     score: float
-    acc: float | None
+    acc: float | None = None   # only when the reward reports an accuracy apart from its score
+
+    @property
+    def accuracy(self) -> float:
+        return self.score if self.acc is None else self.acc
 
 
 def _number(path: Any, data_source: str, what: str, value: Any) -> float:
@@ -57,11 +61,4 @@ def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: st
         acc = result.get("acc")
         return Judgement(_number(path, data_source, "'score'", result.get("score")),
                          None if acc is None else _number(path, data_source, "'acc'", acc))
-    value = _number(path, data_source, "", result)
-    return Judgement(value, value)
-
-
-def score(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: str,
-          extra_info: dict) -> float:
-    """One reward as a float (a dict's 'score')."""
-    return judge(fn, path, data_source, text, ground_truth, extra_info).score
+    return Judgement(_number(path, data_source, "", result))
