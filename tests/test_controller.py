@@ -145,3 +145,16 @@ def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_pa
     assert len(sched.jobs) == 3                       # nothing submitted twice
     assert tree[0].submission.token == "tok-sent"     # found by its token, not resubmitted
     assert all(n.status is Status.COMPLETED for n in tree)
+
+
+def test_a_sample_budget_cuts_the_last_phase_to_what_is_left_and_ends_the_search(tmp_path):
+    per_phase = HP["total_training_steps"] * 32 * 8     # the CPU trainer's batch shape
+    store = new_run(tmp_path, budget_iterations=10, budget_samples=per_phase + 10 * 32 * 8)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}), "COMPLETED"],
+                               ["RUNNING", trained({10: 0.4}, (10,)), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch] * 3, store)
+    assert ctl.run() == 0
+    tree = ctl.store.load_tree()
+    assert [n.hparams["total_training_steps"] for n in tree] == [20, 10]
+    assert "cut to 10 steps" in tree[1].diagnosis
+    assert "training samples used or committed" in out.getvalue()

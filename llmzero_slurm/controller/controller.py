@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from functools import partial
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -23,6 +23,7 @@ from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..backends.spec import PhaseSpec
 from ..render import write_phase_script
 from ..schedulers.base import JobState, Scheduler
+from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
 from ..store.node_dir import NodeDir
@@ -33,27 +34,6 @@ from .lease import Lease
 from .keeper import MonitorKeeper
 from .progress import Progress
 from .stop_request import clear_stop_request, read_stop_request
-
-
-@dataclass
-class Budget:
-    """When to stop creating phases: iterations (phases), device-hours, wall-clock hours."""
-
-    iterations: int
-    gpu_hours: float | None = None
-    wall_hours: float | None = None
-    started_at: float = field(default_factory=time.time)
-
-    def spent(self, tree: Tree) -> str | None:
-        """Why the budget is spent, or None while phases may still be created."""
-        if len(tree) >= self.iterations:
-            return f"{len(tree)} of {self.iterations} phases created"
-        used = sum(n.results.gpu_hours for n in tree)
-        if self.gpu_hours is not None and used >= self.gpu_hours:
-            return f"{used:.2f} of {self.gpu_hours} device-hours used"
-        if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
-            return f"wall-clock budget of {self.wall_hours} h reached"
-        return None
 
 
 class Controller:
@@ -70,7 +50,8 @@ class Controller:
         self.lease = Lease(store)
         self.backend = get_backend(self.config.backend)
         s = self.config.search
-        self.budget = Budget(s.budget_iterations, s.budget_gpu_hours, s.budget_wall_hours,
+        self.budget = Budget(s.budget_iterations, s.budget_samples, s.budget_gpu_hours,
+                             s.budget_wall_hours, self.backend.defaults(),
                              started_at=store.created_at)
         self._stop_signal: int | None = None
 
@@ -128,6 +109,10 @@ class Controller:
             plan = self.method.next_phase(tree)
             if plan is None:
                 break
+            if isinstance(plan, PhasePlan):
+                plan = self._within_budget(tree, plan)
+                if plan is None:
+                    break
             if isinstance(plan, GiveUp):
                 self.store.update_node(plan.node, partial(_give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
@@ -137,6 +122,17 @@ class Controller:
                 running += 1
             tree = self.store.load_tree()
         return tree
+
+    def _within_budget(self, tree: Tree, plan: PhasePlan) -> PhasePlan | None:
+        """The plan, its steps cut to what the sample budget has left; None when nothing is."""
+        steps = self.budget.fit_steps(tree, plan.hparams)
+        if steps == 0:
+            return None
+        if steps is None or steps == plan.hparams.get("total_training_steps"):
+            return plan
+        return replace(plan, hparams={**plan.hparams, "total_training_steps": steps},
+                       diagnosis=f"{plan.diagnosis} [cut to {steps} steps: what is left of "
+                       "the sample budget]".lstrip())
 
     # -- creating and submitting --------------------------------------------------------------
 

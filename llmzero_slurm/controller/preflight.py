@@ -126,8 +126,10 @@ def check_method(cfg: ExperimentConfig) -> str:
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         ctx = MethodContext(cfg, lambda i: NodeDir(Path(tmp) / f"{i:04d}"), Path(tmp))
         method = make_method(cfg.search.method, ctx)
-    return f"{method.name}, budget {cfg.search.budget_iterations} phases, " \
-           f"concurrency {cfg.search.concurrency}"
+    samples = cfg.search.budget_samples
+    return f"{method.name}, budget {cfg.search.budget_iterations} phases" \
+           + (f" or {samples:,} training samples" if samples else "") \
+           + f", concurrency {cfg.search.concurrency}"
 
 
 def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:

@@ -11,6 +11,7 @@ from ..errors import ConfigError
 class SearchSettings:
     method: str = "llmzero"        # a name in methods/registry.py
     budget_iterations: int = 16
+    budget_samples: int | None = None   # sampled responses: steps x train_batch_size x rollout_n
     budget_gpu_hours: float | None = None
     budget_wall_hours: float | None = None
     concurrency: int = 1
@@ -36,6 +37,8 @@ class SearchSettings:
         positive = {"budget_iterations": self.budget_iterations, "concurrency": self.concurrency,
                     "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s,
                     "poll_interval_s": self.poll_interval_s}
+        if self.budget_samples is not None:
+            positive["budget_samples"] = self.budget_samples
         for key, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"search.{key}", "must be > 0")

@@ -1,0 +1,82 @@
+"""When the search must stop creating phases: phases, training samples, device-hours, wall time.
+
+Training samples are sampled responses (steps x train_batch_size x rollout_n), the unit in
+which methods are compared at equal compute: a finished phase counts the steps it trained
+(an early-stopped phase gives back what it did not run), a pending phase the steps it plans,
+so concurrent phases cannot overrun the budget between two looks at the tree.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .tree import Node, Tree
+
+
+def samples_per_step(hparams: Mapping[str, Any]) -> int:
+    """Responses sampled per training step (prompts x rollouts)."""
+    return int(hparams.get("train_batch_size") or 0) * int(hparams.get("rollout_n") or 1)
+
+
+def trained_steps(node: Node) -> int:
+    last = node.results.last_step
+    return max(0, (last if last is not None else node.start_step) - node.start_step)
+
+
+def planned_steps(hparams: Mapping[str, Any]) -> int | None:
+    steps = hparams.get("total_training_steps")
+    return int(steps) if steps else None
+
+
+def node_samples(node: Node, defaults: Mapping[str, Any], planned: bool = False) -> int:
+    """Samples `node` used, or, with `planned` (or while it is pending), the samples it was
+    set to use: what a budget must hold back for it."""
+    hp = {**defaults, **node.hparams}
+    steps = trained_steps(node)
+    if planned or node.status.pending:
+        steps = max(steps, planned_steps(hp) or 0)
+    return steps * samples_per_step(hp)
+
+
+@dataclass
+class Budget:
+    """The search's limits; None means unlimited. `defaults` are the trainer's values for keys
+    a phase leaves unset (its batch shape decides how many samples a step takes)."""
+
+    iterations: int
+    samples: int | None = None
+    gpu_hours: float | None = None
+    wall_hours: float | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+
+    def samples_committed(self, tree: Tree) -> int:
+        return sum(node_samples(n, self.defaults) for n in tree)
+
+    def spent(self, tree: Tree) -> str | None:
+        """Why the budget is spent, or None while phases may still be created."""
+        if len(tree) >= self.iterations:
+            return f"{len(tree)} of {self.iterations} phases created"
+        if self.samples is not None:
+            committed = self.samples_committed(tree)
+            if committed >= self.samples:
+                return f"{committed:,} of {self.samples:,} training samples used or committed"
+        used = sum(n.results.gpu_hours for n in tree)
+        if self.gpu_hours is not None and used >= self.gpu_hours:
+            return f"{used:.2f} of {self.gpu_hours} device-hours used"
+        if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
+            return f"wall-clock budget of {self.wall_hours} h reached"
+        return None
+
+    def fit_steps(self, tree: Tree, hparams: Mapping[str, Any]) -> int | None:
+        """The training steps a new phase with `hparams` may take: its planned steps, cut to
+        what is left of the sample budget; 0 when not even one step is left; None when the
+        phase's length is not set in steps (it is then charged as it trains)."""
+        hp = {**self.defaults, **hparams}
+        steps = planned_steps(hp)
+        if self.samples is None or steps is None:
+            return steps
+        per_step = samples_per_step(hp)
+        left = self.samples - self.samples_committed(tree)
+        return max(0, min(steps, left // per_step if per_step else steps))

@@ -1,0 +1,45 @@
+"""The search budget in training samples: what a finished, an early-stopped and a pending phase
+are charged, and how much of a new phase still fits."""
+from __future__ import annotations
+
+from llmzero_slurm.search.budget import Budget, node_samples
+from llmzero_slurm.search.tree import Kind, Node, Resume, Results, Status, Tree
+
+DEFAULTS = {"train_batch_size": 32, "rollout_n": 8}
+
+
+def node(i: int, status: Status, last_step: int | None, steps: int = 20,
+         resume: Resume | None = None, **hp) -> Node:
+    return Node(i, resume.node if resume else None, Kind.EVOLVE if resume else Kind.SCRATCH,
+                {"total_training_steps": steps, **hp}, resume=resume, status=status,
+                results=Results(last_step=last_step))
+
+
+def test_phases_are_charged_what_they_trained_or_still_plan():
+    done = node(0, Status.COMPLETED, 20)
+    stopped = node(1, Status.EARLY_STOPPED, 25, resume=Resume(0, 20))   # 5 of 20 steps
+    running = node(2, Status.RUNNING, 3, rollout_n=4)                   # planned 20 steps
+    assert node_samples(done, DEFAULTS) == 20 * 256
+    assert node_samples(stopped, DEFAULTS) == 5 * 256
+    assert node_samples(stopped, DEFAULTS, planned=True) == 20 * 256
+    assert node_samples(running, DEFAULTS) == 20 * 128
+
+
+def test_a_new_phase_gets_what_is_left_and_nothing_once_it_is_spent():
+    budget = Budget(iterations=100, samples=30 * 256, defaults=DEFAULTS)
+    tree = Tree([node(0, Status.COMPLETED, 20)])
+    assert budget.spent(tree) is None
+    assert budget.fit_steps(tree, {"total_training_steps": 20}) == 10
+    assert budget.fit_steps(tree, {"total_training_steps": 20, "train_batch_size": 64}) == 5
+    assert budget.fit_steps(tree, {}) is None          # length in epochs: charged as it trains
+    tree = Tree([*tree, node(1, Status.QUEUED, None, steps=10)])
+    assert budget.fit_steps(tree, {"total_training_steps": 20}) == 0
+    assert "7,680 of 7,680 training samples" in (budget.spent(tree) or "")
+
+
+def test_without_a_sample_budget_phases_keep_their_length():
+    budget = Budget(iterations=2, defaults=DEFAULTS)
+    tree = Tree([node(0, Status.COMPLETED, 20)])
+    assert budget.fit_steps(tree, {"total_training_steps": 500}) == 500
+    assert budget.spent(tree) is None
+    assert "2 of 2 phases" in (budget.spent(Tree([*tree, node(1, Status.QUEUED, None)])) or "")
