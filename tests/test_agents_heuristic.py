@@ -138,13 +138,40 @@ def test_rules_on_constructed_series(curves, rule):
     assert p.hparams["rollout_n"] >= BASE["rollout_n"]
 
 
-def test_a_plateau_decays_the_learning_rate_and_a_sibling_differs():
+def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
     flat = series(**{"critic/rewards/mean": lambda s: 0.3})
     flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
     first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
-    assert first.diagnosis.startswith("plateau") and first.changes == {"lr": BASE["lr"] / 2}
-    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU, taken=[first.hparams])
-    assert second.hparams != first.hparams and second.hparams["lr"] < BASE["lr"]
+    assert first.diagnosis.startswith("plateau")
+    assert first.changes == {"lr": BASE["lr"] / 2, "temperature": 0.8, "kl_loss_coef": 0.02,
+                             "rollout_n": 16, "train_batch_size": 8, "ppo_mini_batch_size": 8}
+    samples = first.hparams["train_batch_size"] * first.hparams["rollout_n"]
+    assert samples == BASE["train_batch_size"] * BASE["rollout_n"]   # same cost per step
+    siblings = [first]
+    for _ in range(2):
+        siblings.append(offline_proposer.propose(BASE, flat, [20, 40], 40, CPU,
+                                                 taken=[p.hparams for p in siblings]))
+    for i, a in enumerate(siblings):
+        for b in siblings[i + 1:]:
+            differing = {k for k in a.hparams.keys() | b.hparams.keys()
+                         if a.hparams.get(k) != b.hparams.get(k)}
+            assert len(differing) >= 2, (a.changes, b.changes)
+
+
+def test_regularisation_moves_both_ways_and_capacity_only_grows():
+    def first(**curves):
+        names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss",
+                 "entropy": "actor/entropy", "val": "val-core/x/acc/mean@1"}
+        log = series(**{names[k]: f for k, f in curves.items()})
+        return offline_proposer.propose(BASE, log, [20, 40], 40, CPU).hparams
+    spiked = first(rewards=lambda s: 0.5, kl=lambda s: 0.001 if s < 20 else 0.05)
+    collapsed = first(rewards=lambda s: 0.3, entropy=lambda s: 1.0 if s < 20 else 0.1)
+    assert spiked["kl_loss_coef"] > BASE["kl_loss_coef"]          # tighter anchor
+    assert collapsed["kl_loss_coef"] < BASE["kl_loss_coef"]       # looser anchor
+    assert collapsed["temperature"] > BASE["temperature"]
+    for hp in (spiked, collapsed):
+        assert hp["rollout_n"] >= BASE["rollout_n"]
+        assert hp["max_response_length"] >= BASE["max_response_length"]
 
 
 SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO " \

@@ -16,11 +16,16 @@ last fifth of the logged points):
                  plateau without diverging), rollouts x2.
 6. noisy         grad_norm varies more than its mean: lr x0.7, grad_clip x0.5, rollouts x2.
 7. healthy       validation still rising: continue unchanged from the last checkpoint.
-8. plateau       otherwise: lr x0.5, the learning-rate decay of ReduceLROnPlateau: a policy
-                 circling an optimum settles with smaller steps (escaping a flat region with
-                 a larger one is rule 5, when the gradients say the signal is vanishing).
+8. plateau       otherwise, sharpen: lr x0.5 (the decay of ReduceLROnPlateau: a policy circling
+                 an optimum settles with smaller steps), temperature -0.2, KL coef x0.5 (the
+                 anchor that kept early steps safe now holds the policy back), and twice the
+                 rollouts on half the prompts (same samples per step: the prompts left
+                 unsolved need larger groups for a success to show). Escaping a flat region
+                 with larger steps is rule 5, when the gradients say the signal is vanishing.
 
-Capacity (rollouts, lengths) only ever grows; regularisation moves both ways. When a proposal
-would duplicate an existing sibling, or a forced fresh start would replay the parent's
-configuration, the next alternative is used (more cautious, then bolder).
+Capacity (rollouts, lengths) only ever grows; regularisation (KL, temperature) moves both
+ways. When a proposal would duplicate an existing sibling, or a forced fresh start would
+replay the parent's configuration, the next alternative is used, each differing from the
+others in several knobs: more cautious (lr x0.5, KL x1.5), bolder (lr x1.5, KL x2,
+temperature +0.1), then sharper (rule 8's move).
 """

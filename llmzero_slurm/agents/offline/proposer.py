@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...backends.base import TrainerBackend
 from ...metrics import MetricsLog
 from ..answers import AnswerError, Proposal, check_proposal
-from .knobs import add, kl, scale
+from .knobs import add, kl, prompts_for_rollouts, scale
 from .signals import Signals, diagnose
 
 
@@ -24,11 +24,24 @@ _RULES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "noisy": lambda hp: {**scale(hp, "lr", 0.7), **scale(hp, "grad_clip", 0.5),
                          **scale(hp, "rollout_n", 2.0)},
     "healthy": lambda hp: {},
-    "plateau": lambda hp: scale(hp, "lr", 0.5),
+    "plateau": lambda hp: _sharpen(hp),
 }
-# Alternatives when the first choice duplicates a sibling: more cautious, then bolder.
+
+
+def _sharpen(hp: Mapping[str, Any]) -> dict[str, Any]:
+    """The late-phase move: smaller steps, sharper sampling, a looser anchor to the reference,
+    and the same samples spent as more rollouts on fewer prompts."""
+    return {**scale(hp, "lr", 0.5), **add(hp, "temperature", -0.2, 1.0), **kl(hp, 0.5),
+            **prompts_for_rollouts(hp, 2)}
+
+
+# Alternatives when the first choice duplicates a sibling, each a different direction in
+# several knobs: more cautious (smaller steps, tighter anchor), bolder (larger steps, more
+# exploration, an anchor that keeps them stable), then sharper.
 _ALTERNATIVES = (lambda hp: {**scale(hp, "lr", 0.5), **kl(hp, 1.5)},
-                 lambda hp: {**scale(hp, "lr", 1.5), **kl(hp, 2.0, 0.005)})
+                 lambda hp: {**scale(hp, "lr", 1.5), **kl(hp, 2.0, 0.005),
+                             **add(hp, "temperature", 0.1, 1.0)},
+                 _sharpen)
 
 
 def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
