@@ -40,7 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                "; unset keys take these defaults: " + ", ".join(
                    f"{k}={v}" for k, v in DEFAULTS.items()))
     data = parser.add_argument_group("data (either --task or all four files)")
-    data.add_argument("--task", help="a built-in task: addition, arithmetic, sort")
+    data.add_argument("--task", help="a built-in task: addition, arithmetic, reverse, sort")
     data.add_argument("--train-files", type=Path, help="verl-format parquet of the train split")
     data.add_argument("--val-files", type=Path, help="parquet of the validation split")
     data.add_argument("--test-files", type=Path, help="parquet of the test split")

@@ -117,5 +117,19 @@ def test_bad_rows_are_reported_by_file_and_row(tmp_path):
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(Exception, match="known: addition, arithmetic, sort"):
+    with pytest.raises(Exception, match="known: addition, arithmetic, reverse, sort"):
         get_task("subtraction")
+
+
+def test_reverse_answers_span_lengths_the_default_response_budget_cuts_off():
+    """The capacity dimension: at the CPU trainer's default max_response_length a large share
+    of the answers (plus EOS) cannot fit, while every prompt fits its default budget."""
+    from llmzero_slurm.cputrain.defaults import DEFAULTS
+    from llmzero_slurm.cputrain.tokenizer import CharTokenizer
+    rows = generate_rows(get_task("reverse"))["train"]
+    lengths = [len(r["reward_model"]["ground_truth"]) for r in rows]
+    assert (min(lengths), max(lengths)) == get_task("reverse").LENGTHS
+    cut = sum(n + 1 > DEFAULTS["max_response_length"] for n in lengths) / len(lengths)
+    assert 0.3 < cut < 0.7
+    tok = CharTokenizer()
+    assert max(len(tok.prompt_ids(r["prompt"])) for r in rows) <= DEFAULTS["max_prompt_length"]

@@ -12,9 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import ConfigError
-from . import addition, arithmetic, sort
+from . import addition, arithmetic, reverse, sort
 
-TASKS: dict[str, ModuleType] = {m.DATA_SOURCE: m for m in (addition, arithmetic, sort)}
+TASKS: dict[str, ModuleType] = {m.DATA_SOURCE: m for m in (addition, arithmetic, reverse, sort)}
 
 
 def get_task(name: str) -> ModuleType:
