@@ -1,120 +1,214 @@
-"""Search quality on the addition task: llmzero (offline heuristic agents) against random search,
-grid search and the practitioner's single run, several seeds each, on the embedded CPU trainer.
+#!/usr/bin/env python3
+"""Search quality at equal compute: llmzero (offline agents) against grid and random search,
+on the reverse task (where the strategy matters) and on addition, several seeds each, on the
+embedded CPU trainer.
 
-Prints one table: best-validation node's test score, compute used (training samples =
-steps x prompts x rollouts, and device-hours), and for llmzero the share of compute early
-stopping saved against running every phase to its planned end. Targets (issue 7): llmzero's
-test score >= grid's with <= 60% of grid's compute; early stopping saves >= 40%.
+Every method gets the same budget of training samples (sampled responses: steps x prompts x
+rollouts), the grid's: 8 static trials of 100 steps at the example's batch shape
+(`search.budget_samples`; a phase that would overrun it is cut to what is left). Printed per
+task and method, mean +- standard error over seeds: the test score of the best-validation
+node, its relative gain over the base model (test accuracy at step 0) and the share of the
+base's headroom it closed ((test - base) / (1 - base)), samples used and, for
+llmzero, the share of its samples early stopping saved against running every phase to its
+planned end; then llmzero minus grid paired by seed. Targets (issue 12): on reverse llmzero
+beats grid by >= 2 standard errors with no more samples; on both tasks its relative gain is
+>= 50%; early stopping saves >= 40%. One figure per task: the test score at the best
+validation so far against samples used, each method's mean over seeds.
 
-    python benchmarks/search_quality.py [--seeds 0 1 2 3 4] [--methods llmzero grid ...]
+    python benchmarks/search_quality.py [--tasks reverse addition] [--seeds 0 1 2 3 4]
+                                        [--methods llmzero grid random] [--dir DIR]
 
-Five seeds by default: one search's best test score varies by about +-0.015 between seeds
-(1,024 test prompts), as much as the methods differ on this task, so fewer seeds rank noise.
-
-With --dir the runs are kept, and running again resumes them: a finished search exits at once,
-so methods run at different times can be tabulated together.
+Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
+ends; searches found there are not run again, and with --dir a search cut off midway resumes
+from its run directory. A whole table takes hours on two cores; it can be finished across
+several sittings.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from llmzero_slurm.backends import get_backend
+from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.paths import ROOT
+from llmzero_slurm.search.budget import node_samples
 from llmzero_slurm.search.policy import best_node
-from llmzero_slurm.search.tree import Node, Status
+from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.run_store import RunStore
 
 EXAMPLE = ROOT / "examples" / "cpu-addition.yaml"
-# Baselines run 8 full trials of 200 steps (the paper's Appendix B protocol, scaled).
-BASELINE = {"budget_iterations": 8}
-LLMZERO = {"budget_iterations": 16}
+RESULTS = ROOT / "benchmarks" / "results" / "search_quality.json"
+TRIALS, TRIAL_STEPS = 8, 100        # the grid: lr x LoRA rank, 8 points of 100 steps
+PHASE_STEPS = 50                    # llmzero's phases (evolve phases resume a checkpoint)
+TARGETS = {"paired_se": 2.0, "relative_gain": 0.5, "early_saving": 0.4}
 
 
-def samples(node: Node, steps: int) -> int:
-    return steps * node.hparams.get("train_batch_size", 16) * node.hparams.get("rollout_n", 8)
-
-
-def trained_steps(node: Node) -> int:
-    last = node.results.last_step
-    return max(0, (last if last is not None else node.start_step) - node.start_step)
-
-
-def measure(run_dir: Path) -> dict[str, float]:
-    tree = RunStore.open(run_dir).load_tree()
-    best = best_node(tree)
-    used = sum(samples(n, trained_steps(n)) for n in tree)
-    planned = sum(samples(n, n.hparams.get("total_training_steps") or trained_steps(n))
-                  if n.status is Status.EARLY_STOPPED else samples(n, trained_steps(n))
-                  for n in tree)
-    return {"test": best.results.test_at_best if best and best.results.test_at_best is not None
-            else float("nan"),
-            "val": best.score if best and best.score is not None else float("nan"),
-            "samples": used, "planned": planned, "phases": len(tree),
-            "early": sum(n.status is Status.EARLY_STOPPED for n in tree),
-            "hours": sum(n.results.gpu_hours for n in tree)}
-
-
-def run(method: str, seed: int, root: Path, cache: Path) -> dict[str, float]:
+def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, Any]:
     config = yaml.safe_load(EXAMPLE.read_text())
-    config["name"] = f"quality-{method}-{seed}"
-    config["scheduler"] = "local"
-    config["trainer"] = {"cache_dir": str(cache)}
-    config["hparams"]["seed"] = seed
-    config["search"].update({"method": method, "seed": seed,
-                             **(LLMZERO if method == "llmzero" else BASELINE)})
-    if method == "practitioner":
-        config["hparams"]["total_training_steps"] = 200
-    path = root / f"{method}-{seed}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    run_dir = root / f"{method}-{seed}"
-    t0 = time.time()
-    with open(root / f"{method}-{seed}.log", "w") as log:
-        subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir", str(run_dir)],
-                       stdout=log, stderr=subprocess.STDOUT, check=True,
-                       env={"LLMZERO_PYTHON": sys.executable, "PATH": "/usr/bin:/bin",
-                            "HF_HUB_OFFLINE": "1"})
-    result = measure(run_dir)
-    result["wall_s"] = time.time() - t0
-    print(f"  {method:<12} seed {seed}: test {result['test']:.3f}  val {result['val']:.3f}  "
-          f"{result['phases']} phases ({result['early']} early-stopped)  "
-          f"{result['samples'] / 1e3:.0f}k samples  {result['wall_s']:.0f} s", flush=True)
+    hp = config["hparams"]
+    per_step = hp["train_batch_size"] * hp["rollout_n"]
+    config.update(name=f"quality-{task}-{method}-{seed}", scheduler="local",
+                  trainer={"cache_dir": str(cache)}, task={"builtin": task})
+    hp.update(seed=seed, test_freq=10,
+              total_training_steps=PHASE_STEPS if method == "llmzero" else TRIAL_STEPS)
+    config["search"].update(method=method, seed=seed, budget_iterations=64,
+                            budget_samples=TRIALS * TRIAL_STEPS * per_step)
+    if method == "grid":
+        config["search"]["space"] = {"lr": [3e-4, 1e-3, 3e-3, 1e-2], "lora_rank": [4, 8],
+                                     "total_training_steps": TRIAL_STEPS}
+    return config
+
+
+def test_key(task: str) -> str:
+    return f"test-core/{task}/acc/mean@1"
+
+
+def measure(run_dir: Path, task: str) -> dict[str, Any]:
+    """What the search achieved, from its tree: the best-validation node's test score, the
+    base's, samples used and planned, and the anytime curve (in order of finishing)."""
+    store = RunStore.open(run_dir)
+    tree = store.load_tree()
+    defaults = get_backend("cpu").defaults()
+    best = best_node(tree)
+    root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(test_key(task))
+    curve, used, best_val, best_test = [], 0, -math.inf, math.nan
+    for node in sorted((n for n in tree if n.status.finished), key=lambda n: n.finished_at or 0):
+        used += node_samples(node, defaults)
+        if node.score is not None and not node.pruned and node.score > best_val:
+            best_val = node.score
+            best_test = node.results.test_at_best if node.results.test_at_best is not None \
+                else math.nan
+        curve.append((used, best_test))
+    return {"test": best.results.test_at_best if best else math.nan,
+            "val": best.score if best else math.nan,
+            "base_test": root_test[0][1] if root_test and root_test[0][0] == 0 else math.nan,
+            "samples": used,
+            "planned": sum(node_samples(n, defaults, planned=n.status is Status.EARLY_STOPPED)
+                           for n in tree),
+            "phases": len(tree), "early": sum(n.status is Status.EARLY_STOPPED for n in tree),
+            "curve": curve}
+
+
+def run(task: str, method: str, seed: int, root: Path) -> dict[str, Any]:
+    name = f"{task}-{method}-{seed}"
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(search_config(task, method, seed, root / "cache")))
+    started = time.time()
+    with open(root / f"{name}.log", "a") as log:
+        subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
+                        str(root / name)], stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env={"LLMZERO_PYTHON": sys.executable, "PATH": os.environ["PATH"],
+                            "HOME": os.environ.get("HOME", "/tmp"), "HF_HUB_OFFLINE": "1"})
+    result = {"task": task, "method": method, "seed": seed, **measure(root / name, task),
+              "wall_s": round(time.time() - started)}
+    print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
+          f"{result['phases']} phases ({result['early']} early-stopped), "
+          f"{result['samples']:,} samples, {result['wall_s']} s", flush=True)
     return result
 
 
+def mean_se(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    sd = statistics.stdev(values) if len(values) > 1 else math.nan
+    return statistics.fmean(values), sd / math.sqrt(len(values))
+
+
+def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str]) -> None:
+    for task in tasks:
+        mine = [r for r in runs if r["task"] == task and r["method"] in methods]
+        if not mine:
+            continue
+        print(f"\n{task}: test score at the best validation node, mean +- SE over seeds")
+        print(f"{'method':<10}{'seeds':>6}{'test':>16}{'relative gain':>20}{'headroom':>10}"
+              f"{'samples':>12}{'early-stopped':>15}{'saved':>7}")
+        for method in methods:
+            rs = [r for r in mine if r["method"] == method]
+            if not rs:
+                continue
+            test = mean_se([r["test"] for r in rs])
+            gain = mean_se([(r["test"] - r["base_test"]) / r["base_test"] for r in rs])
+            closed = statistics.fmean((r["test"] - r["base_test"]) / (1 - r["base_test"])
+                                      for r in rs)
+            saved = 1 - sum(r["samples"] for r in rs) / max(1, sum(r["planned"] for r in rs))
+            print(f"{method:<10}{len(rs):>6}{test[0]:>9.3f} +- {test[1]:.3f}"
+                  f"{gain[0]:>+12.0%} +- {gain[1]:.0%}{closed:>10.0%}"
+                  f"{statistics.fmean(r['samples'] for r in rs):>12,.0f}"
+                  f"{sum(r['early'] for r in rs):>9} / {sum(r['phases'] for r in rs):<4}"
+                  f"{saved:>6.0%}")
+        by = {(r["method"], r["seed"]): r for r in mine}
+        paired = [by[("llmzero", s)]["test"] - by[("grid", s)]["test"]
+                  for m, s in by if m == "llmzero" and ("grid", s) in by]
+        if len(paired) > 1:
+            diff, se = mean_se(paired)
+            print(f"llmzero - grid, paired over {len(paired)} seeds: {diff:+.3f} +- {se:.3f} "
+                  f"({diff / se if se else math.inf:.1f} SE)")
+        figure(mine, methods, ROOT / "benchmarks" / "results" / f"search_quality_{task}.png", task)
+
+
+def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str) -> None:
+    """Anytime curves: each method's mean over seeds of the test score at the best validation
+    so far, against training samples used (step-wise, read at 50 points)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    top = max(r["samples"] for r in runs)
+    grid = [top * i / 50 for i in range(1, 51)]
+    for method in methods:
+        curves = [r["curve"] for r in runs if r["method"] == method and r["curve"]]
+        if not curves:
+            continue
+        means = []
+        for x in grid:
+            at = [next((t for s, t in reversed(c) if s <= x), math.nan) for c in curves]
+            known = [t for t in at if not math.isnan(t)]
+            means.append(statistics.fmean(known) if len(known) == len(curves) else math.nan)
+        ax.plot(grid, means, label=f"{method} ({len(curves)} seeds)")
+    ax.set_xlabel("training samples used")
+    ax.set_ylabel("test accuracy at best validation so far")
+    ax.set_title(f"{task}: anytime search quality")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    print(f"figure: {out.relative_to(ROOT)}")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["reverse", "addition"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--methods", nargs="+", default=["llmzero", "grid", "random", "practitioner"])
-    parser.add_argument("--dir", help="keep the runs here (default: a temp dir)")
+    parser.add_argument("--methods", nargs="+", default=["llmzero", "grid", "random"])
+    parser.add_argument("--dir", type=Path, help="keep the searches here (resumable)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--report-only", action="store_true", help="tabulate what is on file")
     args = parser.parse_args()
+    runs: list[dict[str, Any]] = json.loads(args.results.read_text()) \
+        if args.results.exists() else []
+    have = {(r["task"], r["method"], r["seed"]) for r in runs}
+    todo = [(t, m, s) for t in args.tasks for s in args.seeds for m in args.methods
+            if (t, m, s) not in have]
+    print(f"{len(have)} searches on file, {0 if args.report_only else len(todo)} to run",
+          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.dir or tmp)
+        root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        results = {m: [run(m, s, root, root / "cache") for s in args.seeds] for m in args.methods}
-    print(f"\n{'method':<13}{'test (mean)':>12}{'val (mean)':>12}{'samples (k)':>13}"
-          f"{'device-h':>10}{'early-stopped':>15}")
-    for method, rs in results.items():
-        print(f"{method:<13}{statistics.mean(r['test'] for r in rs):>12.3f}"
-              f"{statistics.mean(r['val'] for r in rs):>12.3f}"
-              f"{statistics.mean(r['samples'] for r in rs) / 1e3:>13.0f}"
-              f"{statistics.mean(r['hours'] for r in rs):>10.3f}"
-              f"{sum(r['early'] for r in rs):>9} / {sum(r['phases'] for r in rs)}")
-    if "llmzero" in results and "grid" in results:
-        lz, grid = results["llmzero"], results["grid"]
-        share = statistics.mean(r["samples"] for r in lz) / statistics.mean(r["samples"] for r in grid)
-        print(f"llmzero vs grid: test {statistics.mean(r['test'] for r in lz):.3f} vs "
-              f"{statistics.mean(r['test'] for r in grid):.3f}, compute {share:.0%} of grid's "
-              "(target: >= grid's score with <= 60%)")
-        saved = 1 - sum(r["samples"] for r in lz) / sum(r["planned"] for r in lz)
-        print(f"early stopping saved {saved:.0%} of llmzero's compute against running every "
-              "phase to its planned end (target >= 40%)")
+        for task, method, seed in [] if args.report_only else todo:
+            runs.append(run(task, method, seed, root))
+            args.results.write_text(json.dumps(runs, indent=1) + "\n")
+    report(runs, args.tasks, args.methods)
 
 
 if __name__ == "__main__":
