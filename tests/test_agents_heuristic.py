@@ -124,12 +124,15 @@ def series(n=40, **curves):
           val=lambda s: 0.4), "noisy"),
     (dict(rewards=lambda s: 0.3, val=lambda s: 0.2 + 0.01 * s), "healthy"),
     (dict(rewards=lambda s: 0.3, val=lambda s: 0.4), "plateau"),
+    (dict(rewards=lambda s: 0.3, clip=lambda s: 0.08, val=lambda s: 0.2 + 0.01 * s),
+     "truncation"),   # one answer in twelve cut off is worth the room
     (dict(rewards=lambda s: 0.3, grad=lambda s: 0.5 if s < 30 else float("nan"),
           val=lambda s: 0.2 + 0.01 * s), "collapse"),
 ])
 def test_rules_on_constructed_series(curves, rule):
     names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss", "entropy": "actor/entropy",
-             "grad": "actor/grad_norm", "val": "val-core/x/acc/mean@1"}
+             "grad": "actor/grad_norm", "val": "val-core/x/acc/mean@1",
+             "clip": "response_length/clip_ratio"}
     log = series(**{names[k]: f for k, f in curves.items()})
     if "val" in curves:
         log.series[names["val"]] = [p for p in log.series[names["val"]] if p[0] % 5 == 0]
@@ -143,10 +146,9 @@ def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
     flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
     first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
     assert first.diagnosis.startswith("plateau")
-    assert first.changes == {"lr": BASE["lr"] / 2, "temperature": 0.8, "kl_loss_coef": 0.02,
-                             "rollout_n": 16, "train_batch_size": 8, "ppo_mini_batch_size": 8}
-    samples = first.hparams["train_batch_size"] * first.hparams["rollout_n"]
-    assert samples == BASE["train_batch_size"] * BASE["rollout_n"]   # same cost per step
+    assert first.changes == {"temperature": 0.7, "kl_loss_coef": 0.02}
+    colder = offline_proposer.propose({**BASE, "temperature": 0.4}, flat, [20, 40], 40, CPU)
+    assert colder.hparams["temperature"] == 0.3          # never below the sharpest useful
     siblings = [first]
     for _ in range(2):
         siblings.append(offline_proposer.propose(BASE, flat, [20, 40], 40, CPU,

@@ -33,20 +33,3 @@ def kl(hp: Mapping[str, Any], factor: float, floor: float = 0.0) -> dict[str, An
         out["use_kl_loss"] = True
     return out
 
-
-def prompts_for_rollouts(hp: Mapping[str, Any], factor: int) -> dict[str, Any]:
-    """More rollouts per prompt and fewer prompts, samples per step unchanged: once the easy
-    prompts are solved, a larger group is what lets a rare success on a hard one show up. The
-    mini-batch shrinks with the batch when it must; nothing changes when the batch does not
-    split evenly."""
-    tbs, n = hp.get("train_batch_size"), hp.get("rollout_n")
-    if not tbs or not n or tbs % factor or tbs // factor < 1:
-        return {}
-    grown = clamp("rollout_n", n * factor)
-    if grown != n * factor:
-        return {}
-    out: dict[str, Any] = {"rollout_n": grown, "train_batch_size": tbs // factor}
-    mini = hp.get("ppo_mini_batch_size")
-    if mini and mini > tbs // factor:
-        out["ppo_mini_batch_size"] = tbs // factor
-    return out

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...backends.base import TrainerBackend
 from ...metrics import MetricsLog
 from ..answers import AnswerError, Proposal, check_proposal
-from .knobs import add, kl, prompts_for_rollouts, scale
+from .knobs import add, kl, scale
 from .signals import Signals, diagnose
 
 
@@ -28,11 +28,15 @@ _RULES: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
+SHARPEST = 0.3   # below this, groups of samples are too often identical to teach anything
+
+
 def _sharpen(hp: Mapping[str, Any]) -> dict[str, Any]:
-    """The late-phase move: smaller steps, sharper sampling, a looser anchor to the reference,
-    and the same samples spent as more rollouts on fewer prompts."""
-    return {**scale(hp, "lr", 0.5), **add(hp, "temperature", -0.2, 1.0), **kl(hp, 0.5),
-            **prompts_for_rollouts(hp, 2)}
+    """The late-phase move: sharper sampling and a looser anchor to the reference. A low
+    temperature is erratic from the base (groups of identical samples) and safe from a trained
+    policy (benchmarks/results/strategy_validity.json)."""
+    cooler = max(SHARPEST, min(hp.get("temperature", 1.0), 1.0) - 0.3)
+    return {"temperature": cooler, **kl(hp, 0.5)}
 
 
 # Alternatives when the first choice duplicates a sibling, each a different direction in

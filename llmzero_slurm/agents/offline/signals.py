@@ -91,7 +91,7 @@ def diagnose(sig: Signals) -> tuple[str, str]:
                             f"fell from a peak of {sig.reward_peak:.3g} to {sig.reward_late:.3g}"
                             + (f" and validation from {best[1]:.3g} to {vs[-1]:.3g}"
                                if best else ""))
-    if sig.truncation > 0.1:
+    if sig.truncation > 0.05:
         return "truncation", (f"{sig.truncation:.0%} of late responses were cut off at "
                               "max_response_length")
     if sig.kl_late > 5 * sig.kl_early + 1e-4:
