@@ -18,16 +18,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import run_phase
 from llmzero_slurm.tasks import get_task
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = ROOT / "jobs" / "cpu_grpo.py"
 PATHS = {
     "native": {},
     "MKL_CBWR=COMPATIBLE": {"MKL_CBWR": "COMPATIBLE"},
@@ -41,11 +38,8 @@ TARGET_GAIN = 0.15
 def run(out: Path, cache: Path, task: str, steps: int, extra: list[str],
         numerics: dict[str, str]) -> float:
     started = time.perf_counter()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore",
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **numerics}
-    subprocess.run([sys.executable, str(CLI), "--task", task, "--output-dir", str(out),
-                    "--cache-dir", str(cache), f"total_training_steps={steps}", "test_freq=10",
-                    "save_freq=50", *extra], check=True, stdout=subprocess.DEVNULL, env=env)
+    run_phase(task, out, cache, [f"total_training_steps={steps}", "test_freq=10", "save_freq=50",
+                                 *extra], numerics)
     return time.perf_counter() - started
 
 

@@ -39,34 +39,35 @@ from typing import Any
 
 import yaml
 
+from common import mean_se
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.paths import ROOT
-from llmzero_slurm.search.budget import node_samples
+from llmzero_slurm.methods.space import GRID_SPACES, grid_points
+from llmzero_slurm.search.budget import node_samples, samples_per_step
 from llmzero_slurm.search.policy import best_node
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.run_store import RunStore
 
 EXAMPLE = ROOT / "examples" / "cpu-addition.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.json"
-TRIALS, TRIAL_STEPS = 8, 100        # the grid: lr x LoRA rank, 8 points of 100 steps
+TRIAL_STEPS = 100                   # the grid: the CPU space (lr x LoRA rank), 100 steps a point
+GRID = {**GRID_SPACES["cpu"], "total_training_steps": TRIAL_STEPS}
 PHASE_STEPS = 50                    # llmzero's phases (evolve phases resume a checkpoint)
-TARGETS = {"paired_se": 2.0, "relative_gain": 0.5, "early_saving": 0.4}
 
 
 def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, Any]:
     config = yaml.safe_load(EXAMPLE.read_text())
     hp = config["hparams"]
-    per_step = hp["train_batch_size"] * hp["rollout_n"]
+    per_step = samples_per_step(hp)
     config.update(name=f"quality-{task}-{method}-{seed}", scheduler="local",
                   trainer={"cache_dir": str(cache)}, task={"builtin": task})
     hp.update(seed=seed, test_freq=10,
               total_training_steps=PHASE_STEPS if method == "llmzero" else TRIAL_STEPS)
     config["search"].update(method=method, seed=seed, budget_iterations=64,
-                            budget_samples=TRIALS * TRIAL_STEPS * per_step)
+                            budget_samples=len(grid_points(GRID, "cpu")) * TRIAL_STEPS * per_step)
     if method == "grid":
-        config["search"]["space"] = {"lr": [3e-4, 1e-3, 3e-3, 1e-2], "lora_rank": [4, 8],
-                                     "total_training_steps": TRIAL_STEPS}
+        config["search"]["space"] = GRID
     return config
 
 
@@ -116,13 +117,6 @@ def run(task: str, method: str, seed: int, root: Path) -> dict[str, Any]:
           f"{result['phases']} phases ({result['early']} early-stopped), "
           f"{result['samples']:,} samples, {result['wall_s']} s", flush=True)
     return result
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    sd = statistics.stdev(values) if len(values) > 1 else math.nan
-    return statistics.fmean(values), sd / math.sqrt(len(values))
 
 
 def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str]) -> None:

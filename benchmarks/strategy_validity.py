@@ -27,9 +27,6 @@ import itertools
 import json
 import math
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,12 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = ROOT / "jobs" / "cpu_grpo.py"
+from common import ROOT, mean_se, run_phase
+from llmzero_slurm.search.budget import samples_per_step
+
 RESULTS = ROOT / "benchmarks" / "results" / "strategy_validity.json"
 TASK = "reverse"
 STEPS = 120
-SAMPLES_PER_STEP = 128
 # Shared by every run: room for the longest answer (12 letters and EOS), 32 prompts x 4
 # rollouts per step (measured on this task: 8 prompts x 16 rollouts learn far less), lr 1e-3.
 COMMON = {"max_response_length": 13, "lr": 1e-3, "train_batch_size": 32, "rollout_n": 4}
@@ -77,22 +74,16 @@ def run_chain(phases: list[tuple[int, dict[str, Any]]], seed: int, folder: Path,
         out = folder / f"phase{i}"
         done = out / "done"
         if not done.exists():
-            argv = [sys.executable, str(CLI), "--task", TASK, "--output-dir", str(out),
-                    "--cache-dir", str(cache), "--step-offset", str(offset),
-                    f"total_training_steps={steps}", f"test_freq={steps}", f"save_freq={steps}",
-                    f"seed={seed}", *(f"{k}={v}" for k, v in {**COMMON, **settings}.items())]
-            if adapter is not None:
-                argv += ["--init-adapter", str(adapter)]
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore",
-                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+            args = ["--step-offset", str(offset), f"total_training_steps={steps}",
+                    f"test_freq={steps}", f"save_freq={steps}", f"seed={seed}",
+                    *(f"{k}={v}" for k, v in {**COMMON, **settings}.items())]
+            run_phase(TASK, out, cache, args + (["--init-adapter", str(adapter)] if adapter else []))
             done.touch()
         offset += steps
         adapter = out / "ckpt" / f"global_step_{offset}"
         rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     last = [r["data"] for r in rows if f"test-core/{TASK}/acc/mean@1" in r["data"]][-1]
-    samples = sum(steps * {**COMMON, **s}["train_batch_size"] * {**COMMON, **s}["rollout_n"]
-                  for steps, s in phases)
+    samples = sum(steps * samples_per_step({**COMMON, **s}) for steps, s in phases)
     return {"val": last[f"val-core/{TASK}/acc/mean@1"], "test": last[f"test-core/{TASK}/acc/mean@1"],
             "samples": samples, "steps": offset}
 
@@ -109,15 +100,10 @@ def save(path: Path, runs: list[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    sd = statistics.stdev(values) if len(values) > 1 else math.nan
-    return statistics.fmean(values), sd / math.sqrt(len(values))
-
-
 def report(runs: list[dict[str, Any]], seeds: list[int]) -> None:
     by = {(r["config"], r["seed"]): r for r in runs}
     configs = configurations()
-    print(f"\ntask {TASK}, {STEPS} steps x {SAMPLES_PER_STEP} sampled responses per run "
+    print(f"\ntask {TASK}, {STEPS} steps x {samples_per_step(COMMON)} sampled responses per run "
           f"({COMMON}); test accuracy at the end (1,024 prompts)")
     means = {}
     for name in configs:

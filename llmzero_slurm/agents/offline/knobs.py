@@ -32,4 +32,3 @@ def kl(hp: Mapping[str, Any], factor: float, floor: float = 0.0) -> dict[str, An
     if out.get("kl_loss_coef") and hp.get("use_kl_loss") is False:
         out["use_kl_loss"] = True
     return out
-
