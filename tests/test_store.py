@@ -1,4 +1,5 @@
 """The run directory: atomic records, clear errors on bad files, locks under real concurrency."""
+import errno
 import json
 import multiprocessing as mp
 import os
@@ -53,6 +54,37 @@ def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):
     ids = [add_root(store).id for _ in range(3)]
     assert ids == [0, 1, 2]
     assert store.node_path(2).parent.name == "0002"
+
+
+def test_a_failed_write_between_record_and_counter_never_reuses_an_id(tmp_path, monkeypatch):
+    """Issue 14.1: a kill or ENOSPC after one of the two writes of add_node."""
+    from llmzero_slurm.store import run_store
+
+    store = new_store(tmp_path)
+    add_root(store)
+    real = run_store.write_json
+
+    def full_disk_on_meta(path, data):
+        if path.name == "meta.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(run_store, "write_json", full_disk_on_meta)
+    with pytest.raises(OSError):
+        add_root(store)
+    left = store.node_ids()   # a record written before the failure may have been submitted
+    monkeypatch.undo()
+    assert add_root(store).id not in left
+
+
+def test_a_stale_counter_never_hands_out_an_id_with_a_folder(tmp_path):
+    """meta.json behind the node folders (a kill on an older release, a restored backup)."""
+    store = new_store(tmp_path)
+    add_root(store), add_root(store)
+    write_json(store.root / "meta.json", {**read_json(store.root / "meta.json"), "next_id": 1})
+    (store.nodes_dir / "0002").mkdir()   # a folder whose record was never written
+    assert add_root(store).id == 3
+    assert [n.id for n in store.load_tree()] == [0, 1, 3]
 
 
 def test_corrupt_node_file_is_named(tmp_path):

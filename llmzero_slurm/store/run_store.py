@@ -107,17 +107,22 @@ class RunStore:
         write_json(self.node_path(node.id), {"schema_version": SCHEMA_VERSION, **node.to_dict()})
 
     def add_node(self, build: Callable[[int], Node]) -> Node:
-        """Allocate the next id and write the node `build(id)` returns, under the lock."""
+        """Allocate the next id and write the node `build(id)` returns, under the lock.
+
+        The id is taken for good (meta.json written) before its folder or record exists, and
+        never below a folder already on disk: a kill or a full disk between the two writes
+        leaves a gap in the numbering, never two jobs in one node folder."""
         with self.lock.hold():
             meta_path = self.root / "meta.json"
             meta = _versioned(meta_path)
-            node = build(meta["next_id"])
-            if node.id != meta["next_id"]:
+            used = [int(p.name) for p in self.nodes_dir.iterdir() if p.name.isdigit()]
+            node_id = max([meta["next_id"], *(i + 1 for i in used)])
+            node = build(node_id)
+            if node.id != node_id:
                 raise ValueError("build() must use the id it is given")
-            self.node_dir(node.id).path.mkdir(parents=True, exist_ok=True)
+            write_json(meta_path, {**meta, "next_id": node_id + 1})
+            self.node_dir(node_id).path.mkdir(parents=True)
             self.write_node(node)
-            meta["next_id"] = node.id + 1
-            write_json(meta_path, meta)
         return node
 
     def update_node(self, node_id: int, change: Callable[[Node], Any]) -> Node:
