@@ -212,6 +212,26 @@ def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
     return json.loads((s.node_dir / "argv.json").read_text())
 
 
+def test_a_failed_status_write_keeps_the_last_good_record(tmp_path):
+    """Issue 14.8: the end record cannot be written (here: its temp file is /dev/full)."""
+    full_disk = tmp_path / "full-disk-trainer"
+    full_disk.write_text(f"""#!{sys.executable}
+import os
+node = os.environ["LLMZ_NODE_DIR"]
+os.symlink("/dev/full", os.path.join(node, f"status.json.tmp.{{os.getppid()}}"))
+""")
+    full_disk.chmod(0o755)
+    s = spec(tmp_path, trainer={"python": str(full_disk)})
+    proc = subprocess.run(["bash", str(write_phase_script(s))], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr   # the trainer's own exit code
+    record = s.node_dir / "status.json"
+    assert not record.is_symlink(), "the temp file was renamed over the record"
+    assert json.loads(record.read_text())["state"] == "running"
+    assert "could not write" in proc.stderr
+    assert not list(s.node_dir.glob("status.json.tmp.*"))
+
+
 def test_shell_metacharacters_in_values_never_execute(tmp_path):
     for hostile in HOSTILE:
         s = spec(tmp_path, task=files_task(train_files=[hostile], val_files=[f"/v/{hostile}"],
