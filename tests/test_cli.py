@@ -9,10 +9,14 @@ import sys
 import pytest
 import yaml
 
-from llmzero_slurm.config import parse_config
+from llmzero_slurm.config import SlurmConfig, parse_config
 from llmzero_slurm.paths import ROOT
+from llmzero_slurm.render import PhaseSpec, write_phase_script
+from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status
 from llmzero_slurm.store.run_store import RunStore
+
+from conftest import TinyBackend, finish, wait_for
 
 COMMANDS = ("start", "status", "stop", "report")
 
@@ -80,3 +84,21 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
     missing = cli("status", str(tmp_path / "nowhere"))
     assert missing.returncode == 3 and "is not a run directory" in missing.stderr
+
+
+def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):
+    """Issue 14.8: it used to cancel nothing and exit 0."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 200}))
+    script = write_phase_script(PhaseSpec(
+        "demo", 0, "scratch", store.node_dir(0).path, "tok-0", node.hparams,
+        slurm=SlurmConfig(time="00:05:00"), trainer={"program": tiny_program, "step_s": 0.5}),
+        TinyBackend())
+    sched = LocalScheduler(store.root / "local-jobs")
+    job = sched.submit(script, "tok-0")
+    store.update_node(0, lambda n: (setattr(n, "status", Status.RUNNING),
+                                    setattr(n.submission, "job_id", job)))
+    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
+    stop = cli("stop", str(store.root), "--cancel")
+    assert stop.returncode == 0 and f"cancelled 1 queued or running phase(s): jobs {job}" in stop.stdout
+    assert finish(sched, job).status is Status.CANCELLED

@@ -1,14 +1,16 @@
 """llmzero-stop: ask a run's controller to stop, optionally cancelling its running phases.
 
 The request is a file in the run directory, so it reaches a controller on any login node.
-Without --cancel, running phases continue and a later llmzero-start re-attaches to them."""
+Without --cancel, running phases continue and a later llmzero-start re-attaches to them. With
+--cancel and no controller alive, the phases are cancelled from here."""
 from __future__ import annotations
 
 import argparse
 import time
 
 from ..controller.lease import Lease, holder_alive
-from ..controller.stop_request import request_stop
+from ..controller.stop_request import cancel_phases, request_stop
+from ..schedulers import make_scheduler
 from .common import add_run_dir, open_run, run_main
 
 
@@ -24,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     info = lease.read()
     if not info or not holder_alive(info, lease.expire_s):
         print("no controller is running for this run")
+        if args.cancel:
+            jobs = cancel_phases(store.load_tree(),
+                                 make_scheduler(store.config.scheduler, store.root))
+            print(f"cancelled {len(jobs)} queued or running phase(s)"
+                  + (f": jobs {', '.join(jobs)}" if jobs else ""))
         return 0
     request_stop(store, args.cancel)
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"

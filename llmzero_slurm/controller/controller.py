@@ -33,7 +33,7 @@ from .ingest import collect_results
 from .lease import Lease
 from .keeper import MonitorKeeper
 from .progress import Progress
-from .stop_request import clear_stop_request, read_stop_request
+from .stop_request import cancel_phases, clear_stop_request, read_stop_request
 
 
 class Controller:
@@ -238,13 +238,11 @@ class Controller:
                 self.progress.event(f"report not updated: {exc}")
 
     def _stop(self, tree: Tree, cancel: bool) -> None:
-        pending = [n.submission.job_id for n in tree
-                   if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
         if cancel:
-            for job_id in pending:
-                self.scheduler.cancel(job_id)
-            self.progress.event(f"stopped; cancelled {len(pending)} running phase(s)")
+            cancelled = cancel_phases(tree, self.scheduler)
+            self.progress.event(f"stopped; cancelled {len(cancelled)} running phase(s)")
         else:
+            pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
             self.progress.event(f"stopped; {len(pending)} phase(s) keep running "
                                 "(llmzero-start resumes watching them)")
         clear_stop_request(self.store)

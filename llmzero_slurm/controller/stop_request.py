@@ -1,10 +1,13 @@
-"""`llmzero-stop` asks a controller on any host to stop through a file in the run directory."""
+"""`llmzero-stop` asks a controller on any host to stop through a file in the run directory;
+with no controller alive, it cancels the phases itself."""
 from __future__ import annotations
 
 import os
 import time
 from typing import Any
 
+from ..schedulers.base import Scheduler
+from ..search.tree import Status, Tree
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 
@@ -26,3 +29,12 @@ def read_stop_request(store: RunStore) -> dict[str, Any] | None:
 
 def clear_stop_request(store: RunStore) -> None:
     (store.root / STOP_FILE).unlink(missing_ok=True)
+
+
+def cancel_phases(tree: Tree, scheduler: Scheduler) -> list[str]:
+    """scancel every queued or running phase's job; the job ids cancelled."""
+    jobs = [n.submission.job_id for n in tree
+            if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
+    for job_id in jobs:
+        scheduler.cancel(job_id)
+    return jobs
