@@ -18,6 +18,8 @@ from statistics import mean
 
 import pytest
 
+from llmzero_slurm.cputrain.checkpoint import load_state
+from llmzero_slurm.cputrain.defaults import DEFAULTS
 from llmzero_slurm.cputrain.warmstart import PROBE_SIZE
 from llmzero_slurm.paths import JOBS
 from llmzero_slurm.tasks import addition
@@ -157,6 +159,11 @@ def test_child_phase_continues_from_the_parent_level(good_phase, cache_dir, tmp_
     assert child[0]["data"][VAL] == pytest.approx(parent[100], abs=1e-9)
     assert clearly_above(child[0]["data"][VAL], parent[0]), parent
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["global_step_105"]
+    # and it reads on in the parent's data order instead of re-reading its first batches
+    parent_state = load_state(good_phase / "ckpt/global_step_100")
+    child_state = load_state(tmp_path / "ckpt/global_step_105")
+    assert (child_state["epoch"], child_state["position"]) == (
+        parent_state["epoch"], parent_state["position"] + 5 * DEFAULTS["train_batch_size"])
 
 
 def test_learning_rate_too_high_collapses(cache_dir, good_phase, tmp_path):

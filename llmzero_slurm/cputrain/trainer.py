@@ -8,7 +8,6 @@ each prompt group, and take one optimiser step per mini-batch.
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from statistics import fmean as _mean
@@ -21,6 +20,7 @@ from ..errors import DataError
 from ..tasks.dataset import Example
 from ..tasks.reward_file import Judgement, RewardFn, judge
 from . import checkpoint, grpo, policy
+from .data_stream import DataStream
 from .memory import memory_metrics
 from .metrics_log import MetricsLog
 from .model import with_lora
@@ -68,7 +68,9 @@ class GRPOTrainer:
         self.sampler = torch.Generator(device=phase.device).manual_seed(self.hp["seed"])
         self.total_steps = self.hp["total_training_steps"] or max(
             1, len(phase.train) // self.hp["train_batch_size"]) * self.hp["total_epochs"]
-        self.local_step, self.epoch, self.position = 0, 0, 0
+        self.local_step = 0
+        self.data = DataStream.at_step(len(phase.train), self.hp["train_batch_size"],
+                                       self.hp["seed"], phase.step_offset)
         self.metrics = MetricsLog(phase.output_dir / "metrics.jsonl")
         if resume:
             self._restore(checkpoint.load_state(resume[1]))
@@ -76,7 +78,6 @@ class GRPOTrainer:
             self.metrics.truncate_after(self.global_step)
         else:
             self.metrics.truncate_after(phase.step_offset - 1)
-        self._order = self._epoch_order()
 
     @property
     def global_step(self) -> int:
@@ -135,7 +136,7 @@ class GRPOTrainer:
                 (lengths >= hp["max_response_length"]).float().mean().item(),
             "actor/lr": self.optim.param_groups[0]["lr"],
             "training/global_step": float(self.global_step + 1),
-            "training/epoch": float(self.epoch),
+            "training/epoch": float(self.data.epoch),
             "timing_s/step": time.perf_counter() - started,
             **memory_metrics(self.phase.device),
         })
@@ -223,29 +224,20 @@ class GRPOTrainer:
 
     # -- data order and state ---------------------------------------------------------------
 
-    def _epoch_order(self) -> list[int]:
-        rng = random.Random(self.hp["seed"] * 1_000_003 + self.epoch)
-        return rng.sample(range(len(self.phase.train)), len(self.phase.train))
-
     def _next_batch(self) -> list[Example]:
-        size = self.hp["train_batch_size"]
-        if self.position + size > len(self._order):   # drop the ragged tail, as verl does
-            self.epoch, self.position = self.epoch + 1, 0
-            self._order = self._epoch_order()
-        picked = self._order[self.position:self.position + size]
-        self.position += size
-        return [self.phase.train[i] for i in picked]
+        return [self.phase.train[i] for i in self.data.next_batch()]
 
     def save(self) -> None:
         state = {"local_step": self.local_step, "global_step": self.global_step,
-                 "epoch": self.epoch, "position": self.position,
+                 "epoch": self.data.epoch, "position": self.data.position,
                  "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
                  "hparams": self.hp}
         checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self.local_step, self.epoch, self.position = (state["local_step"], state["epoch"],
-                                                      state["position"])
+        self.local_step = state["local_step"]
+        self.data = DataStream(self.data.size, self.data.batch_size, self.data.seed,
+                               state["epoch"], state["position"])
         self.optim.load_state_dict(state["optimizer"])
         self.sampler.set_state(state["sampler"])
 
