@@ -16,6 +16,7 @@ from llmzero_slurm.methods.space import GRID_SPACES, GUIDEBOOK_SCHEDULES
 from llmzero_slurm.search.policy import make_child
 from llmzero_slurm.search.tree import Kind, Results, Status, Tree
 from llmzero_slurm.store.node_dir import NodeDir
+from metrics_files import val_rows, write_metrics
 
 # A small practitioner recipe for the CPU trainer (its batch shape constrains the samplers).
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "temperature": 1.0, "rollout_n": 8,
@@ -68,6 +69,23 @@ def test_practitioner_is_one_static_run_of_the_recipe(tmp_path):
     assert plans[0].hparams == validate_hparams(RECIPE, "cpu")
     assert m.exhausted(tree)
     assert m.next_phase(finish(tree, 0, Status.COMPLETED)) is None
+
+
+# -- llmzero's debug children ---------------------------------------------------------------
+
+def test_a_timed_out_phase_goes_on_from_its_own_last_checkpoint(tmp_path):
+    """Issue 14.7: it was retried from the base model although it had saved step 25."""
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.FAILED, checkpoints=(25,))
+    tree[0].submission.scheduler_state = "TIMEOUT"
+    write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({s: 0.4 for s in (10, 30)}))
+    plan = m.next_phase(tree)
+    assert plan is not None and plan.action.kind is Kind.DEBUG and plan.resume_step == 25
+    # 25 steps were left and 30 ran before the limit (the analyzer plans 70 % of that: 21).
+    assert plan.hparams["total_training_steps"] == 21
+    assert "own checkpoint at step 25" in plan.diagnosis
+    child = create(tree, plan)[1]
+    assert child.resume is not None and (child.resume.node, child.start_step) == (0, 25)
 
 
 # -- random ---------------------------------------------------------------------------------

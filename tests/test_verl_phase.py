@@ -18,6 +18,7 @@ from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
+from llmzero_slurm.store.node_dir import NodeDir
 from verl_stubs import stub_merger, verl_checkpoint
 
 HP = {"lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "clip_ratio_high": 0.28,
@@ -46,6 +47,22 @@ def parent_checkpoint(tmp_path: Path) -> Path:
     verl_checkpoint(parent, 20, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
     (parent / "verl_step_offset").write_text("10\n")
     return parent
+
+
+def test_only_complete_verl_checkpoints_are_offered_as_parents(tmp_path):
+    """Issue 14.7: verl writes a step's shards before its tracker file; a step cut off mid-save
+    (above the tracker, or missing a rank's shard) was offered as a parent."""
+    parent = parent_checkpoint(tmp_path)
+    files = NodeDir(parent)
+    verl_checkpoint(parent, 40, None)            # moves the tracker to 40
+    (parent / "ckpt" / "global_step_40" / "actor" / "model_world_size_2_rank_1.pt").unlink()
+    verl_checkpoint(parent, 60, None)
+    (parent / "ckpt" / "latest_checkpointed_iteration.txt").write_text("20")
+    assert VerlBackend().checkpoint_steps(files) == [30]     # global = folder + offset 10
+    (parent / "ckpt" / "latest_checkpointed_iteration.txt").write_text("60")
+    assert VerlBackend().checkpoint_steps(files) == [30, 70]
+    (parent / "ckpt" / "latest_checkpointed_iteration.txt").unlink()
+    assert VerlBackend().checkpoint_steps(files) == []
 
 
 def main_ppo_overrides(script: str, nnodes: int) -> list[str]:

@@ -24,7 +24,7 @@ class PhasePlan:
 
     action: Action
     hparams: dict[str, Any]
-    resume_step: int | None = None      # evolve: the parent's checkpoint (global step)
+    resume_step: int | None = None      # the parent's checkpoint (global step) to resume from
     diagnosis: str = ""                 # why (shown in status views and the report)
     # Agent records to move into the new node's directory once it exists.
     records_dir: Path | None = None

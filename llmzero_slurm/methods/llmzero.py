@@ -72,4 +72,16 @@ class LLMZeroMethod(SearchMethod):
         hparams = fix.hparams or dict(failed.hparams)
         diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
                                           or "retry unchanged")
-        return PhasePlan(action, hparams, None, diagnosis, records)
+        resume_step = None
+        saved = [s for s in failed.results.checkpoints if s > failed.start_step]
+        if fix.failure == "timeout" and saved:
+            # Go on from the phase's own last checkpoint with what it had left to do, within
+            # the steps the analyzer judged to fit the time limit.
+            resume_step = saved[-1]
+            left = int(failed.hparams.get("total_training_steps") or 0) \
+                - (resume_step - failed.start_step)
+            if left > 0:
+                planned = int(hparams.get("total_training_steps") or left)
+                hparams["total_training_steps"] = min(left, planned)
+            diagnosis += f"; resumed from its own checkpoint at step {resume_step}"
+        return PhasePlan(action, hparams, resume_step, diagnosis, records)

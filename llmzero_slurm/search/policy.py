@@ -189,20 +189,22 @@ def make_child(tree: Tree, action: Action, node_id: int, hparams: dict[str, Any]
     """The record of a new phase for `action`.
 
     An evolve child resumes from its parent's checkpoint at `resume_step`; a debug child
-    starts where the failed parent started; a scratch child starts from the base model.
+    starts where the failed parent started, or at `resume_step` from the failed parent's own
+    checkpoint (a phase cut off by its time limit goes on rather than starting over); a
+    scratch child starts from the base model.
     """
     resume = None
     depth = 0
-    if action.kind is Kind.EVOLVE:
-        if action.parent is None or resume_step is None:
-            raise ValueError("an evolve child needs a parent and a checkpoint step")
-        if resume_step not in tree[action.parent].results.checkpoints:
-            raise ValueError(f"node {action.parent} has no checkpoint at step {resume_step}")
-        resume = Resume(action.parent, resume_step)
-    elif action.kind is Kind.DEBUG:
+    if action.kind is Kind.EVOLVE and resume_step is None:
+        raise ValueError("an evolve child needs a parent and a checkpoint step")
+    if action.kind is Kind.DEBUG:
         failed = tree[action.parent]  # type: ignore[index]
         resume = failed.resume
         depth = failed.debug_depth + 1
+    if action.kind is not Kind.SCRATCH and resume_step is not None:
+        if action.parent is None or resume_step not in tree[action.parent].results.checkpoints:
+            raise ValueError(f"node {action.parent} has no checkpoint at step {resume_step}")
+        resume = Resume(action.parent, resume_step)
     return Node(id=node_id, parent=action.parent, kind=action.kind, hparams=dict(hparams),
                 resume=resume, diagnosis=diagnosis, debug_depth=depth,
                 injected=action.injected, created_at=now)

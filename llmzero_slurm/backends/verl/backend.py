@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -10,7 +11,8 @@ from ...paths import ROOT
 from ..base import TrainerBackend
 from ..spec import PhaseSpec
 from .data import held_out_sources
-from .keys import STEP_OFFSET_FILE, VERL_METRICS_FILE
+from ...store.node_dir import NodeDir
+from .keys import STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides
 from .schema import check_overrides
 from .settings import VerlSettings
@@ -68,6 +70,17 @@ class VerlBackend(TrainerBackend):
             raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
                               "phase did not run as a verl phase") from None
 
+    def checkpoint_steps(self, files: NodeDir) -> list[int]:
+        """Only complete checkpoints: at or below verl's tracker (written after the shards)
+        and with the model shard of every rank, so a step cut off mid-save is never a parent."""
+        try:
+            latest = int((files.ckpt / TRACKER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return []
+        offset = self.step_offset(files.path)
+        return [s for s in files.checkpoints(offset)
+                if s - offset <= latest and _all_shards(files.ckpt / f"global_step_{s - offset}")]
+
     def parent_actor_dir(self, spec: PhaseSpec) -> Path:
         """The parent's verl checkpoint at the resume step (verl numbers steps per phase)."""
         assert spec.resume_dir is not None
@@ -91,3 +104,17 @@ class VerlBackend(TrainerBackend):
             env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
             env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))
         return env
+
+
+_SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+
+
+def _all_shards(step_dir: Path) -> bool:
+    """Whether actor/ holds model_world_size_W_rank_R.pt for every rank R < W."""
+    try:
+        names = [e.name for e in (step_dir / "actor").iterdir()]
+    except OSError:
+        return False
+    found = [(int(m.group(1)), int(m.group(2))) for n in names if (m := _SHARD.match(n))]
+    sizes = {w for w, _ in found}
+    return len(sizes) == 1 and {r for _, r in found} == set(range(sizes.pop()))

@@ -5,6 +5,8 @@ from __future__ import annotations
 FILE_LOGGER_ENV = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 VERL_METRICS_FILE = "verl_metrics.jsonl"   # verl's file logger, in the node directory
 STEP_OFFSET_FILE = "verl_step_offset"      # a verl phase's first global step, written by its job
+# verl's checkpoint tracker, written after a step's shards: steps above it are half-written.
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
 # Shared vocabulary name -> the verl 0.9.1 keys that read it (read from verl's source).
 HPARAM_KEYS: dict[str, tuple[str, ...]] = {
