@@ -48,9 +48,16 @@ class LockTimeout(LLMZeroError):
 
 
 class SchedulerError(LLMZeroError):
-    """The batch system refused or failed a request (after retries for transient errors)."""
+    """The batch system refused or failed a request (after retries for transient errors).
+
+    `retryable`: the same request may succeed later (the controller is down, or a submit
+    limit is reached), as opposed to a refusal that no waiting cures (an unknown partition)."""
 
     exit_code = 5
+
+    def __init__(self, message: str, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class DataError(LLMZeroError):

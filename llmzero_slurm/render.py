@@ -107,6 +107,10 @@ def _directives(spec: PhaseSpec) -> list[str]:
                                    f"spaces, quotes or shell characters (got {line[:60]!r})")
         if match.group(1) in MANAGED:
             raise ConfigError(key, f"--{match.group(1)} is set by llmzero-slurm itself")
+        if match.group(1) in ("cluster", "clusters"):
+            raise ConfigError(key, "--clusters would send phases to another cluster while "
+                              "squeue, sacct and scancel ask this one; run llmzero-start where "
+                              "that cluster is the default (SLURM_CONF) instead")
         out.append(line)
     return out
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
+from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
@@ -158,3 +159,152 @@ def test_a_sample_budget_cuts_the_last_phase_to_what_is_left_and_ends_the_search
     assert [n.hparams["total_training_steps"] for n in tree] == [20, 10]
     assert "cut to 10 steps" in tree[1].diagnosis
     assert "training samples used or committed" in out.getvalue()
+
+
+def finished_cleanly(files: NodeDir) -> None:
+    """The job's own end record: every step done, exit 0 (job ids start at 100)."""
+    files.status_file.write_text(json.dumps({"state": "completed", "job_id": "100",
+                                             "exit_code": 0}))
+
+
+def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_path):
+    """Issue 14.7: Slurm said TIMEOUT, status.json said completed, and it was recorded failed."""
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}), finished_cleanly,
+                                "TIMEOUT"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    root = ctl.store.load_tree()[0]
+    assert root.status is Status.COMPLETED and root.results.best_val == 0.5
+    assert root.submission.scheduler_state == "TIMEOUT" and "time limit" in root.submission.reason
+
+
+def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "TIMEOUT"]])
+    ctl, _ = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    assert ctl.store.load_tree()[0].status is Status.FAILED
+
+
+# -- one node's trouble stays its own (issue 14.5) ------------------------------------------
+
+class RefusingScheduler(ScriptedScheduler):
+    """Refuses the first submissions with the given errors, then takes jobs as scripted."""
+
+    def __init__(self, refusals: list[SchedulerError], scripts: list):
+        super().__init__(scripts)
+        self.refusals = refusals
+
+    def submit(self, script: Path, token: str) -> str:
+        if self.refusals:
+            raise self.refusals.pop(0)
+        return super().submit(script, token)
+
+
+def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_path):
+    sched = RefusingScheduler([SchedulerError("sbatch: error: invalid partition specified")],
+                              [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch])
+    assert ctl.run() == 0
+    first, second = ctl.store.load_tree()
+    assert first.status is Status.FAILED and first.terminal
+    assert "invalid partition" in (first.submission.reason or "")
+    assert second.status is Status.COMPLETED
+    assert "node 0: failed before submission" in out.getvalue()
+
+
+def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch):
+    monkeypatch.setattr("llmzero_slurm.controller.controller.SUBMIT_BACKOFF_S", 0.05)
+    limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
+    sched = RefusingScheduler([limit, limit], [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    [node] = ctl.store.load_tree()
+    assert node.status is Status.COMPLETED and len(sched.jobs) == 1
+    assert node.submission.attempts == 3
+    assert out.getvalue().count("node 0: not submitted yet") == 2
+
+
+def test_a_script_that_cannot_be_rendered_fails_its_node_only(tmp_path):
+    bad = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {**HP, "lr": "fast"})  # noqa: E731
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [bad, scratch])
+    assert ctl.run() == 0
+    first, second = ctl.store.load_tree()
+    assert first.status is Status.FAILED and "could not be rendered" in first.submission.reason
+    assert "lr" in first.submission.reason and second.status is Status.COMPLETED
+
+
+class DownScheduler(ScriptedScheduler):
+    """squeue and sacct down for the first polls."""
+
+    def __init__(self, down_polls: int, scripts: list):
+        super().__init__(scripts)
+        self.down = down_polls
+
+    def states(self, job_ids, node_dirs=None):
+        if self.down:
+            self.down -= 1
+            raise SchedulerError("polling jobs: squeue kept failing with a transient error",
+                                 retryable=True)
+        return super().states(job_ids, node_dirs)
+
+
+def test_a_scheduler_that_cannot_be_polled_is_waited_out(tmp_path):
+    sched = DownScheduler(3, [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    assert ctl.store.load_tree()[0].status is Status.COMPLETED
+    assert out.getvalue().count("could not poll the scheduler") == 3
+
+
+def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path):
+    store = new_run(tmp_path, budget_iterations=3)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED))
+    store.node_path(0).write_text('{"schema_version": 1, "id": 0, "kind": "scr')
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 0
+    tree = ctl.store.load_tree()
+    assert tree[0].pruned and tree[0].status is Status.FAILED and 0 in ctl.store.corrupt
+    assert tree[1].status is Status.COMPLETED
+    assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
+    assert out.getvalue().count("node 0: left out of the search") == 1
+
+
+# -- submissions that were not confirmed (issue 14.3) ---------------------------------------
+
+def test_an_unconfirmed_submission_is_not_sent_again_before_it_could_register(tmp_path,
+                                                                             monkeypatch):
+    store = new_run(tmp_path, budget_iterations=1)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.SUBMITTING,
+                                  submission=Submission("tok-slow"), submitted_at=time.time()))
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    monkeypatch.setattr(ScriptedScheduler, "settle_s", 3600.0)
+    ctl, _ = controller(tmp_path, sched, [scratch], store=store)
+    ctl.reconcile()
+    assert sched.jobs == {} and ctl.store.load_tree()[0].status is Status.SUBMITTING
+    # The job slurmctld registered late claims the node: it is adopted, not duplicated.
+    store.node_dir(0).claim_file.write_text("7\n")
+    ctl.reconcile()
+    node = ctl.store.load_tree()[0]
+    assert (node.status, node.submission.job_id) == (Status.QUEUED, "7") and sched.jobs == {}
+    monkeypatch.setattr(ScriptedScheduler, "settle_s", 0.0)
+    store.node_dir(0).claim_file.unlink()
+    store.update_node(0, lambda n: setattr(n, "status", Status.SUBMITTING))
+    ctl.reconcile()
+    assert list(sched.jobs) == ["100"]            # settled and still absent: sent again
+
+
+def test_a_duplicate_job_ending_at_the_claim_hands_the_node_to_the_first(tmp_path):
+    def first_job_claims(files: NodeDir) -> None:
+        files.claim_file.write_text("99\n")
+    store = new_run(tmp_path, budget_iterations=1)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP)))
+    sched = ScriptedScheduler([["PENDING", first_job_claims, "FAILED"]])
+    ctl, out = controller(tmp_path, sched, [scratch], store=store)
+    ctl.reconcile()                              # submits job 100
+    ctl.reconcile()
+    ctl.reconcile()                              # 100 failed at the claim of 99
+    node = ctl.store.load_tree()[0]
+    assert (node.status, node.submission.job_id) == (Status.QUEUED, "99")
+    assert "job 100 was a duplicate; watching job 99" in out.getvalue()

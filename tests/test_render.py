@@ -187,6 +187,8 @@ def shellcheck(path: Path) -> None:
     ({"slurm": SlurmConfig(extra_directives=["--reservation=x y"])}, "slurm.extra_directives[0]"),
     ({"slurm": SlurmConfig(extra_directives=["--output=/tmp/elsewhere"])}, "slurm.extra_directives[0]"),
     ({"slurm": SlurmConfig(extra_directives=["--mail-user=$(id)"])}, "slurm.extra_directives[0]"),
+    # Issue 14.4: every later squeue/sacct/scancel would have asked the wrong cluster.
+    ({"slurm": SlurmConfig(extra_directives=["--clusters=gpu2"])}, "slurm.extra_directives[0]"),
     ({"slurm": SlurmConfig(setup=["module load a", "echo ok\nrm -rf ~"])}, "slurm.setup[1]"),
 ])
 def test_hostile_values_are_refused_naming_the_key(tmp_path, changes, key):
@@ -230,6 +232,31 @@ os.symlink("/dev/full", os.path.join(node, f"status.json.tmp.{{os.getppid()}}"))
     assert json.loads(record.read_text())["state"] == "running"
     assert "could not write" in proc.stderr
     assert not list(s.node_dir.glob("status.json.tmp.*"))
+
+
+def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
+    """Issue 14.3: a resubmitted node ran two jobs, the second overwriting status.json."""
+    dump = tmp_path / "argv-dump"
+    dump.write_text(ARGV_DUMP)
+    dump.chmod(0o755)
+    s = spec(tmp_path, trainer={"python": str(dump)})
+    script = write_phase_script(s)
+
+    def job(job_id: str, scheduled: bool = True) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": job_id}
+        return subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env={**env, "LLMZ_SCHEDULED": "1"} if scheduled else env)
+    assert job("41").returncode == 0
+    first = (s.node_dir / "status.json").read_text()
+    assert (s.node_dir / "job.claim").read_text().strip() == "41"
+    (s.node_dir / "argv.json").unlink()
+    duplicate = job("42")
+    assert duplicate.returncode == 3 and "job 41 already runs this node" in duplicate.stderr
+    assert (s.node_dir / "status.json").read_text() == first
+    assert not (s.node_dir / "argv.json").exists()
+    assert job("41").returncode == 0                 # a requeue keeps its job id
+    assert job("43", scheduled=False).returncode == 0   # a rerun by hand is the user's call
+    assert json.loads((s.node_dir / "status.json").read_text())["job_id"] == "43"
 
 
 def test_shell_metacharacters_in_values_never_execute(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
+from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
 
@@ -209,3 +211,58 @@ def test_directives_are_read_back_like_sbatch_does():
     text = ("#!/bin/bash\n#SBATCH --job-name=a\n# a comment\n#SBATCH --time 5:00 --exclusive\n"
             "\necho hi\n#SBATCH --output=ignored-after-the-first-command\n")
     assert read_directives(text) == {"job-name": "a", "time": "5:00", "exclusive": ""}
+
+
+def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch):
+    """Issue 14.5: a transient sbatch failure escaped as a submitit traceback (exit 1)."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                  "Socket timed out on send/recv operation' >&2\nexit 1\n")
+    (shims / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    with pytest.raises(SchedulerError, match="submitting the monitor job mon") as err:
+        SlurmScheduler().submit_call(print, (), tmp_path / "monitor", CallJob("mon", 5))
+    assert err.value.retryable and err.value.exit_code == 5
+
+
+class Clients:
+    """squeue and sacct answering as scripted, in their real output formats."""
+
+    def __init__(self, squeue: str = "", sacct: str | None = ""):
+        self.squeue, self.sacct = squeue, sacct
+
+    def __call__(self, argv):
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, self.squeue, "")
+        if self.sacct is None:
+            return subprocess.CompletedProcess(argv, 1, "", "sacct: error: Problem talking to "
+                                               "the database: Connection refused")
+        return subprocess.CompletedProcess(argv, 0, self.sacct if "--allocations" in argv else "", "")
+
+
+def test_a_live_job_squeue_omits_is_alive_when_sacct_says_so(tmp_path):
+    """Issue 14.4: sacct's RUNNING row was dropped, status.json said running: failed for good."""
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps({"state": "running", "job_id": "41"}))
+    sched = SlurmScheduler(runner=Clients(sacct="41|RUNNING|0:0\n"), min_poll_s=0)
+    state = sched.states(["41"], {"41": tmp_path})["41"]
+    assert (state.raw, state.status, state.final) == ("RUNNING", Status.RUNNING, False)
+
+
+@pytest.mark.parametrize("status", [None, "running"])
+def test_a_job_no_source_knows_is_unknown_for_a_while_then_lost(tmp_path, status):
+    """Issue 14.4: absent from squeue, sacct down, no status.json: queued for ever."""
+    if status:
+        (tmp_path / "status.json").write_text(json.dumps({"state": status, "job_id": "41"}))
+    sched = SlurmScheduler(runner=Clients(sacct=None), min_poll_s=0, retries=0, lost_after_s=0.2)
+    assert sched.states(["41"], {"41": tmp_path}) == {}
+    assert sched.states(["41"], {"41": tmp_path}) == {}       # two misses in quick succession
+    time.sleep(0.25)
+    state = sched.states(["41"], {"41": tmp_path})["41"]
+    assert (state.raw, state.status) == ("LOST", Status.FAILED) and "lost" in state.reason
+    # It was only late: once squeue lists it again it is alive.
+    sched = SlurmScheduler(runner=Clients(sacct=None), min_poll_s=0, retries=0, lost_after_s=0.2)
+    sched.states(["41"], {"41": tmp_path})
+    sched.run = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
+    assert sched.states(["41"])["41"].status is Status.RUNNING

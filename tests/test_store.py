@@ -92,7 +92,11 @@ def test_corrupt_node_file_is_named(tmp_path):
     add_root(store)
     store.node_path(0).write_text('{"schema_version": 1, "id": 0,')
     with pytest.raises(StateError, match=r"0000/node.json: corrupt JSON"):
-        store.load_tree()
+        store.read_node(0)
+    # The tree still loads: the record stands in as a quarantined placeholder, named.
+    [node] = store.load_tree()
+    assert node.pruned and node.terminal and "corrupt JSON" in node.diagnosis
+    assert "0000/node.json: corrupt JSON" in store.corrupt[0]
 
 
 def test_unknown_schema_version_is_named(tmp_path):

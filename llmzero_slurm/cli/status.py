@@ -65,13 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "controller": lease, "best_path": path,
-                          "nodes": [n.to_dict() for n in tree], "slurm_states": live},
+                          "nodes": [n.to_dict() for n in tree], "slurm_states": live,
+                          "unreadable_records": {str(i): why for i, why in store.corrupt.items()}},
                          indent=2, sort_keys=True))
         return 0
     holder = f"running on {lease['host']} pid {lease['pid']}" if lease and running else "not running"
     print(f"experiment {store.config.name} ({store.config.search.method}), controller {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
+    for node_id, why in sorted(store.corrupt.items()):
+        print(f"warning: node {node_id} is left out of the search: {why}")
     if lease and running:
         print(f"last controller heartbeat {time.time() - lease['heartbeat_at']:.0f} s ago")
     return 0

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError
+from ..errors import LLMZeroError, SchedulerError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..backends.spec import PhaseSpec
 from ..render import write_phase_script
-from ..schedulers.base import JobState, Scheduler
+from ..schedulers.base import JobState, Scheduler, completed_at_limit
 from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
@@ -34,6 +34,9 @@ from .lease import Lease
 from .keeper import MonitorKeeper
 from .progress import Progress
 from .stop_request import cancel_phases, clear_stop_request, read_stop_request
+
+
+SUBMIT_BACKOFF_S = 60.0   # wait after a refusal that may pass (submit limit, slurmctld down)
 
 
 class Controller:
@@ -54,6 +57,8 @@ class Controller:
                              s.budget_wall_hours, self.backend.defaults(),
                              started_at=store.created_at)
         self._stop_signal: int | None = None
+        self._submit_after = 0.0    # monotonic time before which no sbatch is tried again
+        self._quarantine_told: set[int] = set()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -94,7 +99,11 @@ class Controller:
                 self.progress.finished(tree, spent or "the search has no branch left to grow")
                 return 0
             if self.monitor is not None and self.method.early_stopping:
-                self.monitor.ensure(any(n.status is Status.RUNNING for n in tree))
+                try:
+                    self.monitor.ensure(any(n.status is Status.RUNNING for n in tree))
+                except SchedulerError as exc:
+                    self.progress.event(f"monitor job not submitted, tried again at the next "
+                                        f"poll: {exc}")
             self.progress.show(tree)
             self._sleep()
 
@@ -116,10 +125,11 @@ class Controller:
             if isinstance(plan, GiveUp):
                 self.store.update_node(plan.node, partial(_give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
+            elif time.monotonic() < self._submit_after:
+                break   # the scheduler asked to wait: create nothing it cannot take
             else:
                 node = self._create(tree, plan)
-                self._submit(node)
-                running += 1
+                running += self._submit(node)
             tree = self.store.load_tree()
         return tree
 
@@ -154,24 +164,55 @@ class Controller:
                                   node.submission.token or "unsubmitted", resume_dir)
         return write_phase_script(spec)
 
-    def _submit(self, node: Node) -> None:
-        """Record intent, then sbatch, then the job id: a crash between leaves a findable token."""
+    def _submit(self, node: Node) -> bool:
+        """Record intent, then sbatch, then the job id: a crash between leaves a findable token.
+
+        One node's trouble stays its own: a script that cannot be rendered, or a submission
+        the scheduler refuses for good, fails that node with the reason; a refusal that may
+        pass later (a submit limit, a controller down) backs off and leaves the node to be
+        submitted again. True when the scheduler took it."""
+        if time.monotonic() < self._submit_after:
+            return False
         token = node.submission.token
         if token is None or node.status is Status.PROPOSED:
             token = f"{self.config.name}-{node.id:04d}-{uuid.uuid4().hex[:10]}"
 
-            def intent(n: Node) -> None:
-                n.submission.token = token
-                n.submission.attempts += 1
-                n.status = Status.SUBMITTING
-                n.submitted_at = time.time()
-            node = self.store.update_node(node.id, intent)
-        script = self._script(node)
+        def intent(n: Node) -> None:
+            n.submission.token = token
+            n.submission.attempts += 1
+            n.status = Status.SUBMITTING
+            n.submitted_at = time.time()    # an unconfirmed sbatch settles from here
+        node = self.store.update_node(node.id, intent)
+        try:
+            script = self._script(node)
+        except LLMZeroError as exc:
+            self._not_submitted(node.id, f"its phase script could not be rendered: {exc}")
+            return False
         faults.point("before_sbatch")
-        job_id = self.scheduler.submit(script, token)
+        try:
+            job_id = self.scheduler.submit(script, token)
+        except SchedulerError as exc:
+            if not exc.retryable:
+                self._not_submitted(node.id, f"the scheduler refused it: {exc}")
+                return False
+            self._submit_after = time.monotonic() + max(self.poll_s, SUBMIT_BACKOFF_S)
+            self.progress.event(f"node {node.id}: not submitted yet, trying again in "
+                                f"{max(self.poll_s, SUBMIT_BACKOFF_S):.0f} s: {exc}")
+            return True   # still pending: it holds its concurrency slot
         faults.point("after_sbatch")
         self.store.update_node(node.id, partial(_submitted, job_id=job_id))
         self.progress.event(f"node {node.id}: submitted as job {job_id}")
+        return True
+
+    def _not_submitted(self, node_id: int, reason: str) -> None:
+        """Fail a node whose phase never reached the scheduler, for a person to look at."""
+        def failed(n: Node) -> None:
+            n.status = Status.FAILED
+            n.terminal = True
+            n.submission.reason = reason
+            n.finished_at = time.time()
+        self.store.update_node(node_id, failed)
+        self.progress.event(f"node {node_id}: failed before submission: {reason}")
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -182,20 +223,41 @@ class Controller:
             if node.status is Status.PROPOSED:
                 self._submit(node)
             elif node.status is Status.SUBMITTING:
-                job_id = self.scheduler.find_by_token(node.submission.token or "") \
-                    or job_in_status_file(self.store.node_dir(node.id))
-                if job_id is None:
-                    self._submit(node)
-                else:
-                    self.store.update_node(node.id, partial(_submitted, job_id=job_id))
+                self._confirm(node)
         tree = self.store.load_tree()
         watched = {n.submission.job_id: n for n in tree
                    if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
         if watched:
             dirs = {j: self.store.node_dir(n.id).path for j, n in watched.items()}
-            for job_id, state in self.scheduler.states(list(watched), dirs).items():
+            try:
+                states = self.scheduler.states(list(watched), dirs)
+            except SchedulerError as exc:
+                self.progress.event(f"could not poll the scheduler, states kept as they were: {exc}")
+                states = {}
+            for job_id, state in states.items():
                 self._observe(watched[job_id], state)
-        return self.store.load_tree()
+        tree = self.store.load_tree()
+        for node_id in set(self.store.corrupt) - self._quarantine_told:
+            self.progress.event(f"node {node_id}: left out of the search: "
+                                f"{self.store.corrupt[node_id]}")
+            self._quarantine_told.add(node_id)
+        return tree
+
+    def _confirm(self, node: Node) -> None:
+        """A submission whose outcome was not recorded: find its job by token, by the job's
+        own claim or status.json; only once the scheduler has had time to register a late
+        submission is it presumed lost and sent again."""
+        files = self.store.node_dir(node.id)
+        try:
+            job_id = self.scheduler.find_by_token(node.submission.token or "") \
+                or files.claimed_by() or job_in_status_file(files)
+        except SchedulerError as exc:
+            self.progress.event(f"node {node.id}: cannot look its job up yet: {exc}")
+            return
+        if job_id is not None:
+            self.store.update_node(node.id, partial(_submitted, job_id=job_id))
+        elif time.time() - (node.submitted_at or 0.0) >= self.scheduler.settle_s:
+            self._submit(node)
 
     def _observe(self, node: Node, state: JobState) -> None:
         if not state.final:
@@ -207,6 +269,14 @@ class Controller:
 
     def _finish(self, node: Node, state: JobState) -> None:
         files = self.store.node_dir(node.id)
+        owner = files.claimed_by()
+        if owner is not None and owner != state.job_id:
+            # A duplicate submission ended at the claim: the first job runs this node.
+            self.store.update_node(node.id, partial(_submitted, job_id=owner))
+            self.progress.event(f"node {node.id}: job {state.job_id} was a duplicate; "
+                                f"watching job {owner}, which claimed the node")
+            return
+        state = completed_at_limit(state, files.path)
         status = state.status
         if status is Status.CANCELLED and files.stop_decided():
             status = Status.EARLY_STOPPED

@@ -51,6 +51,10 @@ SLURM_STATUS: dict[str, Status] = {
     "REVOKED": Status.FAILED,
 }
 
+# Set in the environment of every job a scheduler submits for the controller (not of a rerun
+# by hand): the phase script then claims its node directory for its job id (job.claim).
+SCHEDULED_ENV = "LLMZ_SCHEDULED"
+
 # status.json "state" (written by the job) -> the Slurm state it corresponds to.
 STATUS_FILE_STATES = {
     "completed": "COMPLETED", "failed": "FAILED", "cancelled": "CANCELLED",
@@ -101,6 +105,20 @@ def state_from_status_file(job_id: str, node_dir: Path) -> JobState | None:
                         f"the scheduler no longer knows the job and status.json still says "
                         f"'{status.state}' (the job died without recording its end)", "status.json")
     return job_state(job_id, raw, status.exit_code, status.reason, "status.json")
+
+
+def completed_at_limit(state: JobState, node_dir: Path) -> JobState:
+    """A TIMEOUT whose job recorded a clean end of its own in status.json is a completed phase:
+    it finished every step with exit 0 and Slurm's time limit struck while the job wound down."""
+    if state.raw != "TIMEOUT":
+        return state
+    status = NodeDir(node_dir).status()
+    if status is None or status.job_id != str(state.job_id) or status.state != "completed" \
+            or status.exit_code != 0:
+        return state
+    return JobState(state.job_id, state.raw, Status.COMPLETED, 0,
+                    "finished every step with exit 0 at the time limit (Slurm recorded TIMEOUT)",
+                    state.source)
 
 
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -162,6 +180,9 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     time_limited: ClassVar[bool] = True     # every job needs a time limit (a cluster's rule)
+    # How long after an unconfirmed submission the job may still appear (a slow slurmctld
+    # registers it after the client gave up): not resubmitted before then.
+    settle_s: ClassVar[float] = 0.0
 
     @abstractmethod
     def submit(self, script: Path, token: str) -> str:

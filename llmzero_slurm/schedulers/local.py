@@ -24,7 +24,7 @@ from ..processes import runs
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from ..store.locks import FlockLock
-from .base import (CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
+from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
                    state_from_status_file)
 from .directives import expand_output
 
@@ -162,7 +162,7 @@ def _job_env(job_id: str, job: Mapping[str, Any]) -> dict[str, str]:
         "SLURM_CPUS_PER_TASK": str(job["cpus_per_task"]), "SLURM_JOB_NUM_NODES": "1",
         "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": host,
         "SLURM_NODELIST": host, "SLURMD_NODENAME": host, "SLURM_JOB_PARTITION": "local",
-        "SLURM_CLUSTER_NAME": "local"})
+        "SLURM_CLUSTER_NAME": "local", SCHEDULED_ENV: "1"})
     return env
 
 

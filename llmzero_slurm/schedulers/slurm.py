@@ -3,9 +3,10 @@
 One `squeue` call answers a poll for all of an experiment's jobs (live ones and those that
 ended within MinJobAge, with their exit codes); polls back off while nothing changes. A job
 squeue has forgotten is looked up once in `sacct` (slurmdbd), then in `sacct -c` (jobcomp
-file), then in its own status.json, and a final answer is cached for good. Transient client
-errors (controller restarting, socket timeouts) are retried with back-off, never read as a
-job failure.
+file), then in its own status.json, and a final answer is cached for good. No answer is read
+as a failure: a job no source knows stays unknown across polls and is declared lost only after
+`lost_after_s`. Transient client errors (controller restarting, socket timeouts) are retried
+with back-off, never read as a job failure.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError
-from .base import (CallJob, JobState, Scheduler, job_state, read_submission,
+from ..search.tree import Status
+from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
@@ -24,6 +26,8 @@ Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slurm controller",
              "not responding", "connection refused", "try again", "temporarily unavailable",
              "slurm is down")
+# A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
+SUBMIT_LIMITS = ("maxsubmitjob", "submit limit", "job submit limit", "maxsubmitjobs")
 NO_SUCH_JOB = "invalid job id"
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
@@ -53,9 +57,10 @@ def _exit_pair(text: str) -> tuple[int | None, str | None]:
 
 class SlurmScheduler(Scheduler):
     name = "slurm"
+    settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
 
     def __init__(self, runner: Runner = run_command, retries: int = 5, retry_wait_s: float = 2.0,
-                 min_poll_s: float = 5.0, max_poll_s: float = 60.0):
+                 min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0):
         self.run = runner
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
@@ -64,6 +69,8 @@ class SlurmScheduler(Scheduler):
         self._live: dict[str, JobState] = {}
         self._final: dict[str, JobState] = {}
         self._dirs: dict[str, Path] = {}
+        self.lost_after_s = lost_after_s
+        self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
 
     @staticmethod
     def available() -> bool:
@@ -103,19 +110,21 @@ class SlurmScheduler(Scheduler):
                     return proc.stdout
                 if not any(t in err.lower() for t in TRANSIENT):
                     raise SchedulerError(f"{what}: {argv[0]} failed (exit {proc.returncode}): "
-                                         f"{err or '(no message)'}")
+                                         f"{err or '(no message)'}",
+                                         retryable=any(t in err.lower() for t in SUBMIT_LIMITS))
             if attempt < self.retries:
                 time.sleep(wait)
                 wait = min(wait * 2, 60.0)
         raise SchedulerError(f"{what}: {argv[0]} kept failing with a transient error after "
-                             f"{self.retries + 1} attempts: {err}")
+                             f"{self.retries + 1} attempts: {err}", retryable=True)
 
     # -- interface --------------------------------------------------------------------------
 
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
         read_submission(script, token)
-        out = self._call(["sbatch", "--parsable", str(script)], f"submitting {script}",
+        out = self._call(["sbatch", "--parsable", f"--export=ALL,{SCHEDULED_ENV}=1", str(script)],
+                         f"submitting {script}",
                          recover=lambda: self.find_by_token(token))
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
@@ -136,7 +145,12 @@ class SlurmScheduler(Scheduler):
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
                              mem=job.mem, setup=list(job.setup), comment=job.comment)
-        return str(ex.submit(fn, *args).job_id)
+        try:
+            return str(ex.submit(fn, *args).job_id)
+        except (subprocess.CalledProcessError, OSError, submitit.core.utils.FailedJobError,
+                submitit.core.utils.FailedSubmissionError) as exc:
+            raise SchedulerError(f"submitting the monitor job {job.name}: {exc}",
+                                 retryable=True) from None
 
     def find_by_token(self, token: str) -> str | None:
         """The newest of the user's jobs whose --comment carries the token (squeue lists
@@ -159,6 +173,7 @@ class SlurmScheduler(Scheduler):
         missing = [j for j in todo if j not in found]
         if missing:
             found.update(self._forgotten(missing))
+        found.update(self._lost([j for j in todo if j not in found]))
         changed = any(self._live.get(j) != s for j, s in found.items())
         for j, s in found.items():
             if s.final:
@@ -169,6 +184,23 @@ class SlurmScheduler(Scheduler):
         self._poll_s = self.min_poll_s if changed else min(self._poll_s * 2, self.max_poll_s)
         self._next_poll = time.monotonic() + self._poll_s
         return out | found
+
+    def _lost(self, unknown: list[str]) -> dict[str, JobState]:
+        """Jobs no source knows: absent (too new to be listed, or slurmdbd lagging) until they
+        have been unknown for `lost_after_s` across several polls, then failed as lost."""
+        now = time.monotonic()
+        for j in list(self._unknown_since):
+            if j not in unknown:
+                del self._unknown_since[j]
+        lost = {}
+        for j in unknown:
+            first, misses = self._unknown_since.get(j, (now, 0))
+            self._unknown_since[j] = (first, misses + 1)
+            if misses + 1 >= 3 and now - first >= self.lost_after_s:
+                lost[j] = JobState(j, "LOST", Status.FAILED, None,
+                                   f"lost: neither squeue, sacct nor its status.json has known the "
+                                   f"job for {now - first:.0f} s", "none")
+        return lost
 
     # -- the sources, in order ---------------------------------------------------------------
 
@@ -203,7 +235,9 @@ class SlurmScheduler(Scheduler):
         for j in job_ids:
             if j not in found and j in self._dirs:
                 state = state_from_status_file(j, self._dirs[j])
-                if state is not None:
+                # "running" there may be a live job squeue skipped and sacct cannot confirm:
+                # left unknown, so only a long silence (`_lost`) ends it.
+                if state is not None and state.raw not in ("RUNNING", "PREEMPTED"):
                     found[j] = state
         return found
 
@@ -222,4 +256,4 @@ class SlurmScheduler(Scheduler):
                 code, signal = _exit_pair(fields[2])
                 state = job_state(fields[0], fields[1], code, signal, source)
                 found[fields[0]] = state
-        return {j: s for j, s in found.items() if s.final}
+        return found   # a non-final row (RUNNING, PENDING...) means alive, not unknown

@@ -120,6 +120,13 @@ class Node:
         return cls(**data)
 
 
+def quarantined(node_id: int, why: str) -> Node:
+    """The stand-in for a node whose record cannot be read: failed, final and out of the
+    search, so the rest of the tree stays visible and running; its files are left as they are."""
+    return Node(node_id, None, Kind.SCRATCH, {}, status=Status.FAILED, terminal=True,
+                pruned=True, diagnosis=f"record unreadable, left out of the search: {why}")
+
+
 class Tree:
     """A read-only snapshot of all nodes, with child lists built once."""
 

@@ -118,6 +118,11 @@ class NodeDir:
         return self.path / "status.json"
 
     @property
+    def claim_file(self) -> Path:
+        """Written once by the first scheduled job to start here (its job id)."""
+        return self.path / "job.claim"
+
+    @property
     def early_stop_file(self) -> Path:
         return self.path / "early_stop.json"
 
@@ -149,6 +154,14 @@ class NodeDir:
             return JobStatus.from_dict(read_json(self.status_file))
         except StateError:
             return None
+
+    def claimed_by(self) -> str | None:
+        """The job id that claimed the directory: the one scheduled job allowed to run here."""
+        try:
+            owner = self.claim_file.read_text().strip()
+        except OSError:
+            return None
+        return owner if owner.isdigit() else None
 
     def metrics(self) -> MetricsLog:
         """The whole metrics log (a missing file is an empty one)."""

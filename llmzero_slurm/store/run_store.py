@@ -14,7 +14,7 @@ import yaml
 
 from ..config import ExperimentConfig, load_config
 from ..errors import StateError
-from ..search.tree import Node, Tree
+from ..search.tree import Node, Tree, quarantined
 from .atomic import read_json, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
@@ -42,6 +42,7 @@ class RunStore:
         self.nodes_dir = self.root / "nodes"
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
         self._config = config
+        self.corrupt: dict[int, str] = {}   # node id -> why, from the last load_tree
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -147,5 +148,14 @@ class RunStore:
         return sorted(ids)
 
     def load_tree(self) -> Tree:
-        """A snapshot of every node; a corrupt record stops the load with its path."""
-        return Tree(self.read_node(i) for i in self.node_ids())
+        """A snapshot of every node. A record that cannot be read stands in the tree as a
+        quarantined placeholder (see `quarantined`) and is listed in `self.corrupt`: one bad
+        file must not hide or stop the rest of the run."""
+        nodes, self.corrupt = [], {}
+        for node_id in self.node_ids():
+            try:
+                nodes.append(self.read_node(node_id))
+            except StateError as exc:
+                self.corrupt[node_id] = str(exc)
+                nodes.append(quarantined(node_id, str(exc)))
+        return Tree(nodes)
