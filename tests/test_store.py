@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -216,3 +217,47 @@ def test_soft_lock_breaks_a_lock_past_its_grace_period(tmp_path):
     with SoftLock(path, timeout=2, stale_after=30).hold():
         pass
     assert not path.exists()
+
+
+def test_soft_lock_break_never_deletes_a_fresh_holders_lock(tmp_path):
+    """Issue 14.8: judged stale, then replaced by a fresh holder before the break: the fresh
+    lock was the one deleted."""
+    path = tmp_path / "tree.lock"
+    lock = SoftLock(path, timeout=2, stale_after=30)
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "fresh"}))
+    lock._break("stale")          # the stale holder's token, judged a moment ago
+    assert json.loads(path.read_text())["token"] == "fresh"
+    assert [p.name for p in tmp_path.iterdir()] == ["tree.lock"]
+    lock._break("fresh")
+    assert not path.exists()
+
+
+def test_soft_lock_age_is_read_on_the_servers_clock(tmp_path, monkeypatch):
+    """Issue 14.8: a client whose clock runs 2 minutes ahead broke a live holder's lock."""
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "live"}))
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 120)
+    with pytest.raises(LockTimeout):
+        with SoftLock(path, timeout=1.5, stale_after=30).hold():
+            pass
+    assert json.loads(path.read_text())["token"] == "live"
+
+
+def test_soft_lock_excludes_another_thread_of_the_same_process(tmp_path):
+    """The controller's lease heartbeat takes the run lock from its own thread."""
+    lock = SoftLock(tmp_path / "tree.lock", timeout=0.3, stale_after=30)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            with lock.hold():
+                pass
+        except LockTimeout as exc:
+            errors.append(exc)
+    with lock.hold():
+        with lock.hold():           # re-entry on the holding thread still works
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+    assert len(errors) == 1

@@ -5,13 +5,15 @@ the holder dies, and correct on local disks, Lustre and NFSv4. `soft` suits file
 flock is missing or unreliable: the lock is a file created with O_EXCL that records its holder;
 a lock older than `stale_after` whose holder is gone (or that has simply outlived the grace
 period) is broken, and release renames before unlinking so a breaker never deletes a newer lock
-(the scheme of Optuna's journal storage on NFS).
+(the scheme of Optuna's journal storage on NFS). Ages are read on the file server's clock
+(`server_age`), never the client's against the server's.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -22,6 +24,21 @@ import filelock
 
 from ..errors import LockTimeout
 from ..processes import alive
+
+
+def server_age(path: Path) -> float | None:
+    """Seconds since `path` was last modified, on the clock of the filesystem that holds it:
+    a probe file written beside it now is stamped by the same clock, so two hosts' clocks are
+    never compared. None when `path` does not exist."""
+    probe = path.with_name(f".{path.name}.probe-{uuid.uuid4().hex}")
+    try:
+        probe.write_bytes(b"")
+        now = probe.stat().st_mtime
+        return max(0.0, now - path.stat().st_mtime)
+    except FileNotFoundError:
+        return None
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 class FlockLock:
@@ -46,6 +63,7 @@ class SoftLock:
     def __init__(self, path: Path, timeout: float, stale_after: float, poll: float = 0.01):
         self.path, self.timeout, self.stale_after, self.poll = path, timeout, stale_after, poll
         self._depth = 0
+        self._owner: int | None = None   # the holding thread: re-entry is per thread
         self._token = ""
 
     def _try_create(self) -> bool:
@@ -59,17 +77,38 @@ class SoftLock:
             json.dump(holder, fh)
         return True
 
-    def _holder_gone(self) -> bool:
-        """True when the lock file is past the grace period, or its holder is a dead local pid."""
+    def _stale_token(self) -> str | None:
+        """The token of a lock past the grace period, or held by a dead local pid; else None."""
         try:
-            age = time.time() - self.path.stat().st_mtime
             holder = json.loads(self.path.read_text() or "{}")
+            age = server_age(self.path)
         except (OSError, ValueError):
-            return False
-        if age > self.stale_after:
-            return True
-        return holder.get("host") == socket.gethostname() and "pid" in holder \
+            return None
+        if not isinstance(holder, dict) or age is None:
+            return None
+        dead = holder.get("host") == socket.gethostname() and "pid" in holder \
             and not alive(holder["pid"])
+        return str(holder.get("token", "")) if age > self.stale_after or dead else None
+
+    def _break(self, stale: str) -> None:
+        """Remove the stale lock judged by its token. Rename first, then look: if a fresh
+        holder's lock was moved instead (the stale one went and a new one came between the
+        judgement and the rename), put it back where nobody has taken the place since."""
+        grave = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.broken")
+        try:
+            os.rename(self.path, grave)
+        except FileNotFoundError:
+            return
+        try:
+            moved = json.loads(grave.read_text() or "{}").get("token", "")
+        except (OSError, ValueError, AttributeError):
+            moved = stale
+        if moved != stale:
+            try:
+                os.link(grave, self.path)    # fails if someone created a lock meanwhile
+            except OSError:
+                pass
+        grave.unlink(missing_ok=True)
 
     def _release(self) -> None:
         """Remove our own lock only: a breaker may have replaced it after a long stall."""
@@ -91,7 +130,7 @@ class SoftLock:
 
     @contextmanager
     def hold(self) -> Iterator[None]:
-        if self._depth:  # re-entrant within one process
+        if self._depth and self._owner == threading.get_ident():  # re-entrant within a thread
             self._depth += 1
             try:
                 yield
@@ -99,19 +138,23 @@ class SoftLock:
                 self._depth -= 1
             return
         deadline = time.monotonic() + self.timeout
+        judged = 0.0      # staleness is judged once a second: each look writes a probe file
         while not self._try_create():
-            if self._holder_gone():
-                self._remove()
-                continue
+            if time.monotonic() - judged >= 1.0:
+                judged = time.monotonic()
+                stale = self._stale_token()
+                if stale is not None:
+                    self._break(stale)
+                    continue
             if time.monotonic() > deadline:
                 raise LockTimeout(f"{self.path}: still held after {self.timeout:.0f} s "
                                   f"(remove it by hand if its holder is gone)")
             time.sleep(self.poll)
-        self._depth = 1
+        self._depth, self._owner = 1, threading.get_ident()
         try:
             yield
         finally:
-            self._depth = 0
+            self._depth, self._owner = 0, None
             self._release()
 
 
