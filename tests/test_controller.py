@@ -14,7 +14,7 @@ from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
 from llmzero_slurm.search.policy import Action
-from llmzero_slurm.search.tree import Kind, Node, Status, Submission, Tree
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission, Tree
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
 from metrics_files import val_rows, write_metrics
@@ -213,7 +213,7 @@ def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_p
 
 
 def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch):
-    monkeypatch.setattr("llmzero_slurm.controller.controller.SUBMIT_BACKOFF_S", 0.05)
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.05)
     limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
     sched = RefusingScheduler([limit, limit], [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [scratch])
@@ -308,3 +308,33 @@ def test_a_duplicate_job_ending_at_the_claim_hands_the_node_to_the_first(tmp_pat
     node = ctl.store.load_tree()[0]
     assert (node.status, node.submission.job_id) == (Status.QUEUED, "99")
     assert "job 100 was a duplicate; watching job 99" in out.getvalue()
+
+
+def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_path):
+    """Issue 14.8: killed between recording a debug fix's end and reparenting it, the move was
+    lost for good."""
+    store = new_run(tmp_path, budget_iterations=3)
+    done = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=done))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.COMPLETED, results=done))
+    ctl, out = controller(tmp_path, ScriptedScheduler(), [scratch] * 3, store=store)
+    tree = ctl.reconcile()
+    assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (0, Kind.EVOLVE, 1)
+    assert "node 2: fixes node 1" in out.getvalue()
+
+
+def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path):
+    """Issue 14: sites ask login-node tools not to poll slurmctld more often."""
+    from llmzero_slurm.cli.start import build_controller
+
+    def poll_s(name: str, **search) -> float:
+        store = RunStore.create(tmp_path / name, parse_config({
+            "name": "p", "backend": "cpu", "scheduler": "slurm",
+            "task": {"builtin": "addition"}, "search": {"method": "practitioner", **search}}))
+        return build_controller(store).poll_s
+    assert poll_s("default") == 30.0
+    assert poll_s("configured", poll_interval_s=5) == 5.0

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.controller.monitor import Monitor
+from controller_doubles import ScriptedScheduler
+from llmzero_slurm.controller.keeper import MonitorKeeper
+from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, run_monitor
 from llmzero_slurm.schedulers import LocalScheduler
+from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Submission
 from llmzero_slurm.store.run_store import RunStore
 
@@ -50,3 +55,51 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     assert monitor.check_once() == [1]     # a restarted monitor makes sure the cancel went out
     assert monitor.check_once() == []      # and sends it once
     assert [r["result"]["action"] for r in json.loads(records.read_text())] == ["STOP"]
+
+
+def test_a_cancelled_monitor_job_stops_at_once_and_stops_beating(tmp_path):
+    """Issue 14.6: submitit ignores SIGTERM, so a cancelled monitor kept writing heartbeats
+    (and judging phases) until the KILL, and a restarted controller trusted it."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "agents": {"backend": "heuristic"}}))
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    heartbeat = store.root / "monitor" / "heartbeat.json"
+    job = sched.submit_call(run_monitor, (str(store.root), "local", 1.0, 600.0),
+                            tmp_path / "monitor-job", CallJob("mon", 10))
+    wait_for(heartbeat.exists, 60, "the monitor's first heartbeat")
+    sched.cancel_call(job)
+    wait_for(lambda: sched.call_state(job) is None, 10, "the monitor to exit after SIGTERM")
+    last = heartbeat.read_text()
+    time.sleep(HEARTBEAT_S + 1)
+    assert heartbeat.read_text() == last
+
+
+class MonitorOnlyScheduler(ScriptedScheduler):
+    """Takes monitor submissions and lists none of them: a scheduler that lost track."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def submit_call(self, fn, args, folder, job) -> str:
+        self.calls.append(job.name)
+        return str(900 + len(self.calls))
+
+    def cancel_call(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+
+def test_a_monitor_no_source_lists_is_judged_by_its_heartbeat(tmp_path):
+    """Issue 14.6: a monitor that reported no state was assumed queued for ever."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)
+    keeper.ensure(True)                     # just submitted: its silence has not begun
+    assert sched.calls == ["llmz-mon-monitor"] and sched.cancelled == []
+    stale = time.time() - 3600
+    os.utime(store.root / "monitor" / "monitor.json", (stale, stale))
+    keeper.ensure(True)
+    assert sched.cancelled == ["901"] and len(sched.calls) == 2

@@ -69,7 +69,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
-    return Controller(store, scheduler, method, poll_s or cfg.search.poll_interval_s,
+    return Controller(store, scheduler, method,
+                      poll_s or cfg.search.poll_interval_s or scheduler.default_poll_s,
                       on_finish=write_report, monitor=monitor)
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-from ..controller.lease import Lease, holder_alive
+from ..controller.lease import Lease
 from ..controller.progress import tree_summary
 from ..schedulers import make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
@@ -59,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     store = open_run(args.run_dir)
     tree = store.load_tree()
     live = live_states(store, tree)
-    lease = Lease(store).read()
-    running = bool(lease and holder_alive(lease, Lease(store).expire_s))
+    leases = Lease(store)
+    lease = leases.read()
+    running = bool(lease and leases.holder_alive(lease))
     path = [n.id for n in best_path(tree)]
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if lease and running:
-        print(f"last controller heartbeat {time.time() - lease['heartbeat_at']:.0f} s ago")
+        print(f"last controller heartbeat {leases.silent_for() or 0.0:.0f} s ago")
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..controller.lease import Lease, holder_alive
+from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
 from ..schedulers import make_scheduler
 from .common import add_run_dir, open_run, run_main
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_run(args.run_dir)
     lease = Lease(store)
     info = lease.read()
-    if not info or not holder_alive(info, lease.expire_s):
+    if not info or not lease.holder_alive(info):
         print("no controller is running for this run")
         if args.cancel:
             jobs = cancel_phases(store.load_tree(),

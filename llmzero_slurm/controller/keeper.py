@@ -13,6 +13,7 @@ from ..errors import StateError
 from ..schedulers.base import CallJob, Scheduler, parse_time
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
+from ..store.locks import server_age
 from ..store.run_store import RunStore
 from .monitor import run_monitor
 
@@ -46,19 +47,18 @@ class MonitorKeeper:
         job = record.get("job_id")
         return self.scheduler.call_state(str(job)) if job else None
 
-    def _silent(self, record: dict[str, Any]) -> bool:
-        """A running monitor whose heartbeat stopped (hung in a call, or its host froze)."""
-        try:
-            beat = float(read_json(self.dir / "heartbeat.json")["time"])
-        except (StateError, KeyError, TypeError, ValueError):
-            beat = 0.0
-        last = max(beat, float(record.get("submitted_at", 0)))
-        return time.time() - last > STALE_S + self.interval
+    def _silent(self) -> bool:
+        """A monitor whose heartbeat stopped (hung in a call, its host froze, or it is gone
+        without the scheduler saying so): neither its heartbeat nor its submission record was
+        written for a while, by the file server's clock."""
+        ages = [server_age(self.dir / name) for name in ("heartbeat.json", "monitor.json")]
+        known = [a for a in ages if a is not None]
+        return not known or min(known) > STALE_S + self.interval
 
     def ensure(self, needed: bool) -> None:
         record = self._record()
         state = self._state(record)
-        if state is Status.RUNNING and self._silent(record):
+        if state is Status.RUNNING and self._silent():
             self.scheduler.cancel_call(str(record.get("job_id")))
             state = None
         if needed and state is None:

@@ -1,13 +1,17 @@
-"""One controller per run directory: a lease file with a heartbeat on the shared filesystem.
+"""One controller per run directory: a lease file on the shared filesystem that fences.
 
-A second `llmzero-start` on the same run refuses while the holder's heartbeat is fresh; a
-holder that died (no heartbeat for `expire_s`, or a dead pid on this host) is taken over, which
-is how a restarted controller resumes a run.
+The holder's heartbeat runs on its own thread, so a long LLM call, slow sbatch retries or a
+report rebuild never make a live controller look dead. Whether a holder is alive is judged
+without comparing two hosts' clocks: on its own host by its pid, elsewhere by the lease file's
+age on the file server's clock (`server_age`). A holder that lost its lease (paused past the
+expiry and taken over) learns it under the run lock before its next state write or sbatch
+(`verify`, which the run store calls as its fence) and stops instead of writing.
 """
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,29 +20,32 @@ from typing import Any
 from ..errors import LLMZeroError, StateError
 from ..processes import alive
 from ..store.atomic import read_json, write_json
+from ..store.locks import server_age
 from ..store.run_store import RunStore
+
+EXPIRE_S = 120.0     # a lease file untouched this long (file server's clock) is a dead holder
 
 
 class LeaseHeld(LLMZeroError):
     exit_code = 6
 
 
-def holder_alive(info: dict[str, Any], expire_s: float) -> bool:
-    """Whether the lease in `info` still belongs to a live controller."""
-    if time.time() - float(info.get("heartbeat_at", 0)) > expire_s:
-        return False
-    if info.get("host") == socket.gethostname():
-        return alive(info.get("pid"))
-    return True
+class LeaseLost(LeaseHeld):
+    """Another controller took this run over: whatever this one meant to write, it must not."""
 
 
 class Lease:
     FILE = "controller.json"
 
-    def __init__(self, store: RunStore, expire_s: float = 120.0):
+    def __init__(self, store: RunStore, expire_s: float = EXPIRE_S):
         self.store, self.expire_s = store, expire_s
         self.path = store.root / self.FILE
         self.token = uuid.uuid4().hex[:12]
+        self.beat_s = expire_s / 6
+        self._held = False
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def read(self) -> dict[str, Any] | None:
         try:
@@ -47,29 +54,70 @@ class Lease:
             return None
         return data if isinstance(data, dict) else None
 
+    def silent_for(self) -> float | None:
+        """Seconds since the holder last beat, on the file server's clock (None: no lease)."""
+        return server_age(Path(self.path))
+
+    def holder_alive(self, info: dict[str, Any]) -> bool:
+        """Whether the lease in `info` still belongs to a live controller."""
+        if info.get("host") == socket.gethostname():
+            return alive(info.get("pid"))
+        silent = self.silent_for()
+        return silent is not None and silent <= self.expire_s
+
     def acquire(self) -> None:
+        """Take the lease (refused while a live holder has it) and start beating."""
         with self.store.lock.hold():
             info = self.read()
-            if info and info.get("token") != self.token and holder_alive(info, self.expire_s):
+            if info and info.get("token") != self.token and self.holder_alive(info):
                 raise LeaseHeld(f"{self.store.root}: a controller is already running "
                                 f"(host {info.get('host')}, pid {info.get('pid')}); stop it with "
                                 f"llmzero-stop or wait {self.expire_s:.0f} s after it died")
-            self._write(started_at=time.time())
+            self._write(started_at=time.time(), beat=0)
+            self._held = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat_loop, name="llmzero-lease", daemon=True)
+        self._thread.start()
 
     def _write(self, **extra: Any) -> None:
         info = self.read() or {}
         info.update({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
-                     "heartbeat_at": time.time(), **extra})
+                     "heartbeat_at": time.time(), "beat": int(info.get("beat", 0)) + 1,
+                     "expire_s": self.expire_s, **extra})
         write_json(self.path, info)
 
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            try:
+                self.heartbeat()
+            except LeaseLost:
+                return
+            except (LLMZeroError, OSError):
+                continue      # a busy lock or a filesystem hiccup: the next beat tries again
+
     def heartbeat(self, **extra: Any) -> None:
-        """Refresh the lease; raise if another controller has taken it over."""
-        info = self.read()
-        if info and info.get("token") != self.token:
-            raise LeaseHeld(f"{self.path}: taken over by host {info.get('host')} pid {info.get('pid')}")
-        self._write(**extra)
+        """Refresh the lease under the run lock; raise LeaseLost if it was taken over."""
+        with self.store.lock.hold():
+            self.verify()
+            self._write(**extra)
+
+    def verify(self) -> None:
+        """Raise LeaseLost if this lease was taken and is no longer ours (call under the lock)."""
+        if not self._held:
+            return
+        if self._lost is None:
+            info = self.read()
+            if info is None or info.get("token") != self.token:
+                holder = f"host {info.get('host')} pid {info.get('pid')}" if info else "nobody"
+                self._lost = f"{self.path}: this controller's lease was taken over ({holder})"
+        if self._lost is not None:
+            raise LeaseLost(self._lost)
 
     def release(self) -> None:
+        self._held = False
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         with self.store.lock.hold():
             info = self.read()
             if info and info.get("token") == self.token:

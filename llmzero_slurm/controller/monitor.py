@@ -10,6 +10,7 @@ controller tells an early stop from a person's cancel.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from typing import Any
@@ -23,7 +24,7 @@ from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
 from ..store.atomic import write_json
 from ..store.run_store import RunStore
-from .lease import Lease, holder_alive
+from .lease import Lease
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
 LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease this long
@@ -98,13 +99,21 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
         write_json(heartbeat, {"time": time.time(), "host": socket.gethostname(),
                                "pid": os.getpid(), **extra})
 
+    # submitit ignores SIGTERM (it waits for the SIGKILL) and fails the job on its time-limit
+    # USR2 when the function cannot be checkpointed; a monitor must instead stop at once when
+    # cancelled, and end cleanly near its limit for the keeper to replace it.
+    stopped_by: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, lambda signum, _frame: stopped_by.append(signal.Signals(signum).name))
     started = time.time()
     beat()
     gone_since: float | None = None
     next_check = started
     while time.time() - started < lifetime_s:
+        if stopped_by:
+            return f"stopped by {stopped_by[0]}"
         info = lease.read()
-        if info is None or not holder_alive(info, lease.expire_s):
+        if info is None or not lease.holder_alive(info):
             gone_since = gone_since or time.time()
             if time.time() - gone_since > LEASE_GRACE_S:
                 return "the controller is gone"
@@ -115,5 +124,8 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
             next_check = time.time() + interval_s
         else:
             beat()
-        time.sleep(min(HEARTBEAT_S, max(0.1, next_check - time.time())))
+        pause = min(HEARTBEAT_S, max(0.1, next_check - time.time()))
+        while pause > 0 and not stopped_by:
+            time.sleep(min(0.2, pause))
+            pause -= 0.2
     return "lifetime reached"

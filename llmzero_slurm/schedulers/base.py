@@ -183,6 +183,7 @@ class Scheduler(ABC):
     # How long after an unconfirmed submission the job may still appear (a slow slurmctld
     # registers it after the client gave up): not resubmitted before then.
     settle_s: ClassVar[float] = 0.0
+    default_poll_s: ClassVar[float] = 10.0   # the controller's poll period unless configured
 
     @abstractmethod
     def submit(self, script: Path, token: str) -> str:
@@ -209,10 +210,12 @@ class Scheduler(ABC):
         """Run `fn(*args)` as a job with submitit (its files under `folder`); the job id."""
 
     def call_state(self, job_id: str) -> Status | None:
-        """QUEUED or RUNNING while a `submit_call` job lives, None once it is gone."""
+        """QUEUED while a `submit_call` job is listed as waiting, RUNNING while it runs or no
+        source lists it (too new, or a scheduler that lost track: its heartbeat decides),
+        None once it is gone."""
         state = self.states([job_id]).get(job_id)
         if state is None:
-            return Status.QUEUED   # too new to be listed: give it the benefit of the doubt
+            return Status.RUNNING
         return None if state.final else state.status
 
     def cancel_call(self, job_id: str) -> None:

@@ -58,6 +58,7 @@ def _exit_pair(text: str) -> tuple[int | None, str | None]:
 class SlurmScheduler(Scheduler):
     name = "slurm"
     settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
+    default_poll_s = 30.0
 
     def __init__(self, runner: Runner = run_command, retries: int = 5, retry_wait_s: float = 2.0,
                  min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0):
@@ -169,7 +170,9 @@ class SlurmScheduler(Scheduler):
             return out
         if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
             return out | {j: self._live[j] for j in todo}
+        asked = time.monotonic()
         found = {s.job_id: s for s in self._poll(todo)}
+        took = time.monotonic() - asked
         missing = [j for j in todo if j not in found]
         if missing:
             found.update(self._forgotten(missing))
@@ -182,7 +185,8 @@ class SlurmScheduler(Scheduler):
             else:
                 self._live[j] = s
         self._poll_s = self.min_poll_s if changed else min(self._poll_s * 2, self.max_poll_s)
-        self._next_poll = time.monotonic() + self._poll_s
+        # A slow squeue means a busy slurmctld: ask it at most a tenth of the time.
+        self._next_poll = time.monotonic() + max(self._poll_s, 10 * took)
         return out | found
 
     def _lost(self, unknown: list[str]) -> dict[str, JobState]:

@@ -26,7 +26,9 @@ class SearchSettings:
     min_scratch_ratio: float = 0.2  # rho_min
     virtual_loss: float = 1.0      # zero-score visits charged per pending phase
     early_stop_interval_s: float = 900.0
-    poll_interval_s: float = 10.0  # how often the controller asks the scheduler
+    # How often the controller asks the scheduler; unset: the scheduler's own default (Slurm:
+    # 30 s, as sites ask of login-node tools; local processes: 10 s).
+    poll_interval_s: float | None = None
     seed: int = 0
     strategy_file: str | None = None   # replay: a strategy.yaml from an earlier search
     # random / grid / guidebook: replaces the method's default space (methods/space.py).
@@ -35,8 +37,9 @@ class SearchSettings:
     def check(self) -> None:
         """Ranges; the method's name (and whether it reads `space`) is its registry's to check."""
         positive = {"budget_iterations": self.budget_iterations, "concurrency": self.concurrency,
-                    "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s,
-                    "poll_interval_s": self.poll_interval_s}
+                    "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s}
+        if self.poll_interval_s is not None:
+            positive["poll_interval_s"] = self.poll_interval_s
         if self.budget_samples is not None:
             positive["budget_samples"] = self.budget_samples
         for key, value in positive.items():

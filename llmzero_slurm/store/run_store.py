@@ -43,6 +43,9 @@ class RunStore:
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
         self._config = config
         self.corrupt: dict[int, str] = {}   # node id -> why, from the last load_tree
+        # Called under the lock before every node write; raises to refuse it (the
+        # controller's lease check: a controller that lost its run writes nothing).
+        self.fence: Callable[[], None] = lambda: None
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -121,6 +124,7 @@ class RunStore:
             node = build(node_id)
             if node.id != node_id:
                 raise ValueError("build() must use the id it is given")
+            self.fence()
             write_json(meta_path, {**meta, "next_id": node_id + 1})
             self.node_dir(node_id).path.mkdir(parents=True)
             self.write_node(node)
@@ -131,12 +135,14 @@ class RunStore:
         with self.lock.hold():
             node = self.read_node(node_id)
             change(node)
+            self.fence()
             self.write_node(node)
         return node
 
     def write_nodes(self, nodes: list[Node]) -> None:
         """Write several records under one lock hold (e.g. a debug-chain reparent)."""
         with self.lock.hold():
+            self.fence()
             for node in nodes:
                 self.write_node(node)
 

@@ -1,0 +1,120 @@
+"""Exactly-once submission of a node's phase script, and keeping one node's trouble its own.
+
+Intent is recorded before sbatch (status `submitting`, a fresh token) and the job id after, so
+a crash between leaves a token to look for. A submission whose answer was lost is looked up by
+that token, by the job's own claim (`job.claim`) and by its status.json, and sent again only
+once the scheduler has had `settle_s` to register a late one. A script that cannot be rendered
+or a refusal no waiting cures fails that node alone; a refusal that may pass (a submit limit,
+slurmctld down) backs the submitter off for a while.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+from ..backends.spec import PhaseSpec
+from ..errors import LLMZeroError, SchedulerError
+from ..render import write_phase_script
+from ..schedulers.base import Scheduler
+from ..search.tree import Node, Status
+from ..store.node_dir import NodeDir
+from ..store.run_store import RunStore
+from . import faults
+from .lease import Lease
+from .progress import Progress
+
+SUBMIT_BACKOFF_S = 60.0   # wait after a refusal that may pass (submit limit, slurmctld down)
+
+
+class Submitter:
+    def __init__(self, store: RunStore, scheduler: Scheduler, lease: Lease, progress: Progress,
+                 poll_s: float):
+        self.store, self.scheduler, self.lease, self.progress = store, scheduler, lease, progress
+        self.poll_s = poll_s
+        self._after = 0.0    # monotonic time before which no sbatch is tried again
+
+    @property
+    def backing_off(self) -> bool:
+        return time.monotonic() < self._after
+
+    def _script(self, node: Node) -> Path:
+        resume_dir = self.store.node_dir(node.resume.node).path if node.resume else None
+        spec = PhaseSpec.for_node(self.store.config, node, self.store.node_dir(node.id).path,
+                                  node.submission.token or "unsubmitted", resume_dir)
+        return write_phase_script(spec)
+
+    def submit(self, node: Node) -> bool:
+        """Record intent, then sbatch, then the job id. True when the node holds a slot (taken
+        by the scheduler, or waiting out a back-off); False when it failed or must wait."""
+        if self.backing_off:
+            return False
+        token = node.submission.token
+        if token is None or node.status is Status.PROPOSED:
+            token = f"{self.store.config.name}-{node.id:04d}-{uuid.uuid4().hex[:10]}"
+
+        def intent(n: Node) -> None:
+            n.submission.token = token
+            n.submission.attempts += 1
+            n.status = Status.SUBMITTING
+            n.submitted_at = time.time()    # an unconfirmed sbatch settles from here
+        node = self.store.update_node(node.id, intent)
+        try:
+            script = self._script(node)
+        except LLMZeroError as exc:
+            self.fail(node.id, f"its phase script could not be rendered: {exc}")
+            return False
+        faults.point("before_sbatch")
+        self.lease.verify()     # a controller that lost its run submits nothing
+        try:
+            job_id = self.scheduler.submit(script, token)
+        except SchedulerError as exc:
+            if not exc.retryable:
+                self.fail(node.id, f"the scheduler refused it: {exc}")
+                return False
+            wait = max(self.poll_s, SUBMIT_BACKOFF_S)
+            self._after = time.monotonic() + wait
+            self.progress.event(f"node {node.id}: not submitted yet, trying again in "
+                                f"{wait:.0f} s: {exc}")
+            return True
+        faults.point("after_sbatch")
+        self.store.update_node(node.id, partial(submitted, job_id=job_id))
+        self.progress.event(f"node {node.id}: submitted as job {job_id}")
+        return True
+
+    def confirm(self, node: Node) -> None:
+        """A `submitting` node: adopt the job found for it, or send it again once settled."""
+        files = self.store.node_dir(node.id)
+        try:
+            job_id = self.scheduler.find_by_token(node.submission.token or "") \
+                or files.claimed_by() or job_in_status_file(files)
+        except SchedulerError as exc:
+            self.progress.event(f"node {node.id}: cannot look its job up yet: {exc}")
+            return
+        if job_id is not None:
+            self.store.update_node(node.id, partial(submitted, job_id=job_id))
+        elif time.time() - (node.submitted_at or 0.0) >= self.scheduler.settle_s:
+            self.submit(node)
+
+    def fail(self, node_id: int, reason: str) -> None:
+        """Fail a node whose phase never reached the scheduler, for a person to look at."""
+        def failed(n: Node) -> None:
+            n.status = Status.FAILED
+            n.terminal = True
+            n.submission.reason = reason
+            n.finished_at = time.time()
+        self.store.update_node(node_id, failed)
+        self.progress.event(f"node {node_id}: failed before submission: {reason}")
+
+
+def job_in_status_file(files: NodeDir) -> str | None:
+    """The job id a phase wrote when it started: proof it was submitted even if the
+    scheduler has forgotten its token."""
+    status = files.status()
+    return status.job_id if status is not None and not status.by_hand else None
+
+
+def submitted(n: Node, job_id: str) -> None:
+    n.submission.job_id = job_id
+    n.status = Status.QUEUED

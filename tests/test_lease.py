@@ -1,0 +1,115 @@
+"""The controller's lease fences (issue 14.2): it beats while the loop is busy, its age is read
+on the file server's clock, and a controller that lost it writes and submits nothing."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from controller_doubles import ScriptedMethod, ScriptedScheduler
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.controller.controller import Controller
+from llmzero_slurm.controller.lease import Lease, LeaseHeld, LeaseLost
+from llmzero_slurm.methods.base import MethodContext, PhasePlan
+from llmzero_slurm.search.policy import Action
+from llmzero_slurm.search.tree import Kind, Node
+from llmzero_slurm.store.node_dir import NodeDir
+from llmzero_slurm.store.run_store import RunStore
+
+
+def new_run(tmp_path) -> RunStore:
+    return RunStore.create(tmp_path / "run", parse_config({
+        "name": "lease", "backend": "cpu", "scheduler": "local", "task": {"builtin": "addition"},
+        "search": {"budget_iterations": 3}}))
+
+
+def elsewhere(lease: Lease) -> dict:
+    """The lease record as seen from another host (no pid to check: only its age counts)."""
+    info = lease.read()
+    assert info is not None
+    return {**info, "host": "another-login-node"}
+
+
+def test_the_heartbeat_goes_on_while_the_loop_is_busy(tmp_path):
+    """A long LLM call or sbatch retries made a live controller look dead."""
+    store = new_run(tmp_path)
+    holder = Lease(store, expire_s=0.6)
+    holder.acquire()
+    try:
+        time.sleep(1.5)                    # the loop is busy for more than twice the expiry
+        observer = Lease(store, expire_s=0.6)
+        assert observer.holder_alive(elsewhere(holder))
+        assert holder.read()["beat"] >= 5
+    finally:
+        holder.release()
+    assert holder.read() is None
+
+
+def test_age_is_judged_on_the_file_servers_clock_not_the_observers(tmp_path, monkeypatch):
+    """130 s of clock skew made a live controller look dead to a second one."""
+    store = new_run(tmp_path)
+    holder = Lease(store)
+    holder.acquire()
+    try:
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 130)
+        observer = Lease(store)
+        assert observer.holder_alive(elsewhere(holder))
+    finally:
+        monkeypatch.undo()
+        holder.release()
+
+
+def test_a_paused_controller_taken_over_writes_nothing_when_it_resumes(tmp_path):
+    store = new_run(tmp_path)
+    store.add_node(lambda i: _node(i))
+    first = Lease(store)
+    first.acquire()
+    store.fence = first.verify
+    # Paused (SIGSTOP) past its expiry: its beats stop and the file ages, seen from elsewhere.
+    first._stop.set()
+    first._thread.join()
+    (store.root / Lease.FILE).write_text(json.dumps(elsewhere(first)))
+    stale = time.time() - 300
+    os.utime(store.root / Lease.FILE, (stale, stale))
+    second_store = RunStore.open(store.root)
+    second = Lease(second_store)
+    second.acquire()
+    try:
+        # The first one resumes: every write and every sbatch is refused, nothing changes.
+        with pytest.raises(LeaseLost, match="taken over"):
+            store.update_node(0, lambda n: setattr(n, "diagnosis", "stale writer"))
+        with pytest.raises(LeaseLost):
+            store.add_node(lambda i: _node(i))
+        with pytest.raises(LeaseLost):
+            first.heartbeat()
+        assert store.read_node(0).diagnosis == "" and store.node_ids() == [0]
+        assert second.read()["token"] == second.token
+        with pytest.raises(LeaseHeld, match="already running"):
+            Lease(RunStore.open(store.root)).acquire()
+    finally:
+        second.release()
+
+
+def test_a_controller_that_loses_its_lease_stops_before_its_next_sbatch(tmp_path):
+    store = new_run(tmp_path)
+
+    def taken_over(files: NodeDir) -> None:
+        record = json.loads((store.root / Lease.FILE).read_text())
+        (store.root / Lease.FILE).write_text(json.dumps({**record, "token": "someone-else"}))
+
+    sched = ScriptedScheduler([["RUNNING", taken_over, "RUNNING"]])
+    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {"lr": 1e-3})  # noqa: E731
+    ctl = Controller(store, sched, ScriptedMethod(ctx, [plan, plan, plan]), poll_s=0.001)
+    with pytest.raises(LeaseLost):
+        ctl.run()
+    assert list(sched.jobs) == ["100"] and sched.cancelled == []
+    # The record it left is the new holder's, untouched by the controller that lost it.
+    assert json.loads((store.root / Lease.FILE).read_text())["token"] == "someone-else"
+
+
+def _node(i: int) -> Node:
+    return Node(i, None, Kind.SCRATCH, {"lr": 1e-3})
