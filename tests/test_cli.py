@@ -45,6 +45,24 @@ def test_check_passes_on_the_cpu_example_and_submits_nothing(tmp_path):
     assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
 
 
+def test_check_passes_on_the_verl_example_with_real_files(tmp_path):
+    """Issue 15.1: every backend: verl config failed --check (exit 2): the evolve render asked
+    the temporary parent for the step offset a verl job records when it starts."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
+    config["scheduler"] = "local"
+    config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
+                          test_files=[str(files["test"])], reward_path=str(reward_path("addition")))
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[ok] phase scripts: scratch, evolve and debug" in done.stdout
+    assert done.stdout.count("[ok]") == 6
+
+
 def test_check_names_a_bad_reward_file(tmp_path):
     bad = tmp_path / "reward.py"
     bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"

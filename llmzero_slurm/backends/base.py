@@ -63,6 +63,12 @@ class TrainerBackend(ABC):
         """What to add to a checkpoint folder's number to get a global step."""
         return 0
 
+    def record_start(self, node_dir: Path, start_step: int) -> None:
+        """Leave in `node_dir` what this trainer's job records when it starts, for a render
+        that needs a parent before any phase ran (the preflight's evolve script). Most
+        trainers record nothing a render reads."""
+        return None
+
     def checkpoint_steps(self, files: NodeDir) -> list[int]:
         """Global steps a child may resume from: the node's checkpoint folders."""
         if not files.ckpt.is_dir():

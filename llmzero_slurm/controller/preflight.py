@@ -17,6 +17,7 @@ from ..config import ExperimentConfig
 from ..errors import LLMZeroError
 from ..methods import make_method
 from ..methods.base import MethodContext
+from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import write_phase_script
 from ..search.tree import Kind, Node, Resume
@@ -94,6 +95,7 @@ def check_scripts(cfg: ExperimentConfig) -> str:
         nodes = [Node(0, None, Kind.SCRATCH, cfg.hparams),
                  Node(1, 0, Kind.EVOLVE, cfg.hparams, resume=Resume(0, 10)),
                  Node(2, 1, Kind.DEBUG, cfg.hparams, resume=Resume(0, 10), debug_depth=1)]
+        get_backend(cfg.backend).record_start(root / "0000", 0)   # the parent, as if it ran
         for node in nodes:
             resume_dir = root / "0000" if node.resume else None
             spec = PhaseSpec.for_node(cfg, node, root / f"{node.id:04d}", "preflight", resume_dir)

@@ -70,6 +70,11 @@ class VerlBackend(TrainerBackend):
             raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
                               "phase did not run as a verl phase") from None
 
+    def record_start(self, node_dir: Path, start_step: int) -> None:
+        """The job writes its first global step (verl numbers steps from 0 in every phase)."""
+        Path(node_dir).mkdir(parents=True, exist_ok=True)
+        (Path(node_dir) / STEP_OFFSET_FILE).write_text(f"{start_step}\n")
+
     def checkpoint_steps(self, files: NodeDir) -> list[int]:
         """Only complete checkpoints: at or below verl's tracker (written after the shards)
         and with the model shard of every rank, so a step cut off mid-save is never a parent."""
