@@ -338,3 +338,16 @@ def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path):
         return build_controller(store).poll_s
     assert poll_s("default") == 30.0
     assert poll_s("configured", poll_interval_s=5) == 5.0
+
+
+def test_agent_text_cannot_drive_the_terminal(tmp_path):
+    """Issue 15.8: a diagnosis with escape sequences reached the terminal raw."""
+    hostile = "\x1b[2J\x1b]0;owned\x07lower lr\n[12:00:00] node 9: forged line"
+    plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), dict(HP), diagnosis=hostile)  # noqa: E731
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [plan])
+    assert ctl.run() == 0
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b[2J" in text and "lower lr\\n[12:00:00] node 9: forged line" in text
+    assert not any(line.startswith("[12:00:00] node 9") for line in text.splitlines())

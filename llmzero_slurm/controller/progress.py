@@ -2,12 +2,23 @@
 whenever the picture changes (node counts by status, the best score and its path)."""
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from typing import TextIO
 
 from ..search.policy import best_node, best_path
 from ..search.tree import Tree
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Control characters shown as escapes: agent text (a diagnosis, a reason) must not move
+    the cursor, recolour or retitle the user's terminal, nor forge a line of its own."""
+    return _CONTROL.sub(lambda m: {"\n": "\\n", "\t": "\\t"}.get(m.group(),
+                                                                   f"\\x{ord(m.group()):02x}"), text)
 
 
 def tree_summary(tree: Tree) -> str:
@@ -28,7 +39,7 @@ class Progress:
         self._last = ""
 
     def event(self, message: str) -> None:
-        self.out.write(f"[{time.strftime('%H:%M:%S')}] {message}\n")
+        self.out.write(f"[{time.strftime('%H:%M:%S')}] {terminal_safe(message)}\n")
         self.out.flush()
 
     def show(self, tree: Tree) -> None:
