@@ -326,3 +326,57 @@ def test_images_are_downscaled_to_the_setting(service, monkeypatch, tmp_path):
     sent = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
     drawn = Image.open(next((tmp_path / "plots").glob("overlay_*.png")))
     assert drawn.size == (768, 480) and sent.size == (256, 160)
+
+
+def answer(**body) -> str:
+    return f"Diagnosis first.\n```json\n{json.dumps(body)}\n```"
+
+
+def test_changes_under_an_unknown_field_are_repaired_then_fall_back(service, anthropic_proposer,
+                                                                   run, tmp_path):
+    """Issue 15.4: hyperparameters under an unknown key were taken as "no changes"."""
+    node, log = run
+    service.reply(answer(diagnosis="KL rose", hyperparameters={"lr": 5e-4}, checkpoint_step=40,
+                         additional_steps=50))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic" and len(service.requests) == 2
+    assert "unknown field(s) 'hyperparameters'" in service.requests[1]["body"]["messages"][2]["content"]
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"][-1] == "used the heuristic agent instead"
+
+
+def test_an_evolve_child_without_changes_must_say_so(service, anthropic_proposer, run, tmp_path):
+    node, log = run
+    service.reply(answer(diagnosis="fine", changes={}, checkpoint_step=40, additional_steps=50),
+                  answer(diagnosis="healthy, keep going", changes={}, checkpoint_step=40,
+                         additional_steps=50, no_change=True))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "anthropic" and p.changes == {} and p.checkpoint == 40
+    assert "set \"no_change\": true" in service.requests[1]["body"]["messages"][2]["content"]
+
+
+def test_a_huge_answer_is_capped_before_parsing_storing_and_repairing(service, anthropic_proposer,
+                                                                     run, tmp_path):
+    """Issue 15.6: a 2 MB answer was echoed whole into the repair (2.34 MB) and stored whole."""
+    node, log = run
+    service.reply(good(extra="x" * 2_000_000))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic" and len(service.requests) == 2
+    assert len(json.dumps(service.requests[1]["body"])) < 200_000
+    assert "2,000,1" in service.requests[1]["body"]["messages"][2]["content"]   # its length
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert all(len(a) < 10_000 and "sha256" in a for a in record["answers"])
+    assert (tmp_path / "proposal.json").stat().st_size < 100_000
+
+
+def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, tmp_path):
+    """Issue 15.5: a bare DECISION: STOP was obeyed for the phase that led the best one."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    leader = phase_log(tmp_path, "cur.jsonl", 20, 0.02, 20)          # reaches 0.70 > 0.60
+    service.reply("DECISION: STOP")
+    d = Stopper(cfg, choose_backend(cfg)).decide(StopperInput(leader, 20, 60, best, 0.6), tmp_path)
+    assert d.action == "CONTINUE" and "STOP overruled" in d.reason and len(service.requests) == 1
+    [record] = json.loads((tmp_path / "early_stop.json").read_text())
+    assert record["result"]["action"] == "CONTINUE" and "overruled" in record["fallbacks"][-1]

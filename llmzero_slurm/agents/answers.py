@@ -17,6 +17,7 @@ from ..errors import HyperparameterError
 from ..hparams import CAPACITY, MODEL, PARAMS, merge
 
 SCHEDULE_KEYS = ("total_training_steps", "total_epochs")   # computed in code, never by the LLM
+PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
 MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
 FIX_ACTIONS = ("change", "retry", "give_up")
@@ -146,6 +147,11 @@ def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_step
 def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
                    scratch_only: bool, backend: TrainerBackend, source: str) -> Proposal:
     """Every rule a proposal must meet, whoever wrote it (LLM or heuristic)."""
+    unknown = sorted(str(k) for k in data if k not in PROPOSAL_FIELDS)
+    if unknown:
+        raise AnswerError(f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:5])}: the "
+                          f"answer's fields are {', '.join(PROPOSAL_FIELDS)}; hyperparameter "
+                          "changes go under 'changes'")
     diagnosis = data.get("diagnosis")
     if not isinstance(diagnosis, str) or not diagnosis.strip():
         raise AnswerError("'diagnosis' must be a non-empty string")
@@ -159,6 +165,9 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                               f"{checkpoints} or null for scratch")
     additional = _int_field(data, "additional_steps", 1, MAX_ADDITIONAL_STEPS)
     changes, hparams = _changes(data, parent, step is not None, backend)
+    if step is not None and not changes and data.get("no_change") is not True:
+        raise AnswerError("'changes' is empty, so the child would repeat its parent; give the "
+                          "changes, or set \"no_change\": true to continue training unchanged")
     return Proposal(diagnosis.strip()[:4000], changes, step, additional,
                     schedule(parent, hparams, additional, backend), source)
 

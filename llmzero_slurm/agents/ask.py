@@ -6,6 +6,7 @@ afterwards.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Callable, TypeVar
 
 from .answers import AnswerError
@@ -13,6 +14,20 @@ from .llm import Backend, LLMUnavailable, Prompt
 from .records import AgentRecord
 
 T = TypeVar("T")
+# An answer longer than this is not parsed, stored or echoed whole: a bounded excerpt and the
+# whole answer's hash stand for it (a model that rambles must not fill the run directory or
+# double the cost of the repair request).
+MAX_ANSWER_CHARS = 32_000
+EXCERPT_CHARS = 2_000
+
+
+def bounded(text: str) -> str:
+    """The answer, or an excerpt of it with its length and hash when it is too long."""
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode(errors="replace")).hexdigest()[:16]
+    return (f"{text[:EXCERPT_CHARS]}\n[... answer cut: {len(text):,} characters, sha256 "
+            f"{digest}; the end was: ...]\n{text[-EXCERPT_CHARS // 4:]}")
 
 
 def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Callable[[], T],
@@ -31,12 +46,16 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
             record.fallbacks.append(f"LLM unavailable: {exc}")
             break
         record.usage.add(reply.usage)
-        record.answers.append(reply.text)
+        text = bounded(reply.text)
+        record.answers.append(text)
         try:
+            if text is not reply.text:
+                raise AnswerError(f"the answer is {len(reply.text):,} characters long; keep it "
+                                  f"under {MAX_ANSWER_CHARS:,} and end with the requested block")
             return parse(reply.text)
         except AnswerError as exc:
             record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")
-            prompt = prompt.repair(reply.text, str(exc))
+            prompt = prompt.repair(text, str(exc))
     else:
         if unusable is not None:
             return unusable()

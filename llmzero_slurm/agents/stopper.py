@@ -91,6 +91,7 @@ class Stopper:
             inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val)
             decision = ask(llm, self.prompt(inp, out_dir), parse, heuristic, record,
                            repairs=0, unusable=unreadable)
+            decision = _not_the_leader(decision, val, inp.best_val, record)
         decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
         append_record(files.early_stop_file, record, secrets_from_env([self.cfg.api_key_env]))
@@ -117,3 +118,19 @@ def _judged(records: list[dict[str, Any]], val_step: int, source: str) -> dict[s
         if result and result.get("val_step") == val_step and result.get("source") == source:
             return result
     return None
+
+
+def _not_the_leader(decision: Decision, val: list[tuple[int, float]], best_val: float | None,
+                    record: AgentRecord) -> Decision:
+    """STOP is for phases that cannot win: one already at or above the best finished strategy
+    is kept running whatever the answer said, and the record says it was overruled."""
+    if decision.action != "STOP" or best_val is None or not val:
+        return decision
+    own = max(v for _, v in val)
+    if own < best_val:
+        return decision
+    why = (f"STOP overruled: the phase's best validation {own:.3f} is at or above the best "
+           f"finished strategy's {best_val:.3f}")
+    record.fallbacks.append(why)
+    return Decision("CONTINUE", f"{why} (the answer said: {decision.reason[:300]})",
+                    decision.step, "rule")
