@@ -266,3 +266,32 @@ def test_a_job_no_source_knows_is_unknown_for_a_while_then_lost(tmp_path, status
     sched.states(["41"], {"41": tmp_path})
     sched.run = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
     assert sched.states(["41"])["41"].status is Status.RUNNING
+
+
+ENV_DUMP = """import os
+node = os.environ["LLMZ_NODE_DIR"]
+with open(os.path.join(node, "environs"), "wb") as fh:
+    for pid in ("self", str(os.getppid())):     # the trainer, and the phase script's shell
+        with open(f"/proc/{pid}/environ", "rb") as env:
+            fh.write(env.read() + b"\\n")
+"""
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_no_llm_key_of_any_name_reaches_a_phase_job(kind, tmp_path, monkeypatch):
+    """Issue 15.7: sbatch exported the controller's environment and the script's `unset` left
+    the key in /proc/<pid>/environ; a key under a custom agents.api_key_env was not unset."""
+    keys = {"ANTHROPIC_API_KEY": "sk-ant-test-0001112223", "OPENAI_API_KEY": "sk-test-4445556667",
+            "MY_LLM_CRED": "cred-8889990001", "COPY_OF_IT": "sk-ant-test-0001112223"}
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    sched = (SlurmScheduler(min_poll_s=0, secret_names=["MY_LLM_CRED"]) if kind == "slurm"
+             else LocalScheduler(tmp_path / "local-jobs", ["MY_LLM_CRED"]))
+    program = tmp_path / "env_dump.py"
+    program.write_text(ENV_DUMP)
+    script = phase(tmp_path, str(program))
+    assert finish(sched, sched.submit(script, "tok-1")).status is Status.COMPLETED
+    dumped = (script.parent / "environs").read_bytes()
+    assert b"LLMZ_NODE_DIR=" in dumped and b"HOME=" in dumped
+    for value in set(keys.values()):
+        assert value.encode() not in dumped

@@ -65,7 +65,7 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     cfg = store.config
     backend = get_backend(cfg.backend)
     base = validate_hparams(backend.effective_hparams(cfg.hparams), backend.name)
-    scheduler = make_scheduler(cfg.scheduler, store.root)
+    scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.api_key_env])
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None

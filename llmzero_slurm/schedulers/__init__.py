@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import ConfigError
 from .base import JobState, Scheduler, job_state
@@ -32,8 +33,9 @@ def resolve_scheduler_kind(kind: str) -> str:
     return kind
 
 
-def make_scheduler(kind: str, run_dir: Path) -> Scheduler:
-    """The scheduler of a run; the local one keeps its job table in <run_dir>/local-jobs."""
+def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = ()) -> Scheduler:
+    """The scheduler of a run; the local one keeps its job table in <run_dir>/local-jobs.
+    `secret_names`: credential variables (beyond the usual names) its jobs must not inherit."""
     if resolve_scheduler_kind(kind) == "slurm":
-        return SlurmScheduler()
-    return LocalScheduler(Path(run_dir) / "local-jobs")
+        return SlurmScheduler(secret_names=secret_names)
+    return LocalScheduler(Path(run_dir) / "local-jobs", secret_names)

@@ -27,6 +27,7 @@ from ..store.locks import FlockLock
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
                    state_from_status_file)
 from .directives import expand_output
+from .job_env import without_credentials
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 _SUPERVISOR = "llmzero_slurm.schedulers.local"
@@ -41,7 +42,8 @@ class LocalScheduler(Scheduler):
     name = "local"
     time_limited = False
 
-    def __init__(self, state_dir: str | Path):
+    def __init__(self, state_dir: str | Path, secret_names: Sequence[str] = ()):
+        self.secret_names = tuple(secret_names)
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = FlockLock(self.dir / "jobs.lock", timeout=60)
@@ -89,7 +91,8 @@ class LocalScheduler(Scheduler):
             log = open(self.dir / f"{job_id}.supervisor.log", "ab")
             proc = subprocess.Popen(
                 [sys.executable, "-m", _SUPERVISOR, str(self.dir), job_id],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env=without_credentials(names=self.secret_names))
             log.close()
             self._children.append(proc)
             table["jobs"][job_id]["supervisor_pid"] = proc.pid

@@ -20,6 +20,7 @@ from ..errors import SchedulerError
 from ..search.tree import Status
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
+from .job_env import without_credentials
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -32,8 +33,10 @@ NO_SUCH_JOB = "invalid job id"
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
-def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120)
+def run_command(argv: Sequence[str], secret_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
+    """A Slurm client call; sbatch exports this environment to the job, so no credential."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
+                          env=without_credentials(names=secret_names))
 
 
 def _exit_status(wait_status: str) -> tuple[int | None, str | None]:
@@ -60,9 +63,10 @@ class SlurmScheduler(Scheduler):
     settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
     default_poll_s = 30.0
 
-    def __init__(self, runner: Runner = run_command, retries: int = 5, retry_wait_s: float = 2.0,
-                 min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0):
-        self.run = runner
+    def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
+                 min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
+                 secret_names: Sequence[str] = ()):
+        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names))
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
         self._poll_s = min_poll_s
