@@ -249,3 +249,13 @@ def test_the_stopper_judges_the_trend_not_one_lucky_checkpoint():
     short = [(105, 0.36), (110, 0.37), (115, 0.38)]
     gentle = offline_stopper.decide(short, 0.45, 15, 160, margin=0.02)
     assert gentle.action == "STOP" and "by step 125" in gentle.reason
+
+
+def test_a_job_that_refused_its_input_ends_its_chain_with_the_error_line(tmp_path):
+    """Issue 15: exit 2 (prompts longer than max_prompt_length) was "unrecognised failure" and
+    retried unchanged until every phase had failed."""
+    tail = ("loading data\nerror: data/train.parquet: row 7: the prompt is 61 tokens, "
+            "max_prompt_length is 32\n")
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("FAILED", 2, tail, BASE, tmp_path)
+    assert (fix.failure, fix.action) == ("user_code", "give_up")
+    assert "refused its input (exit 2): error: data/train.parquet: row 7" in fix.message

@@ -380,3 +380,13 @@ def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, 
     assert d.action == "CONTINUE" and "STOP overruled" in d.reason and len(service.requests) == 1
     [record] = json.loads((tmp_path / "early_stop.json").read_text())
     assert record["result"]["action"] == "CONTINUE" and "overruled" in record["fallbacks"][-1]
+
+
+def test_a_job_that_refused_its_input_is_not_sent_to_the_llm(service, monkeypatch, tmp_path):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    service.reply('```json\n{"class": "unknown", "action": "retry"}\n```')
+    fix = ErrorAnalyzer(cfg, CPU, choose_backend(cfg)).analyze(
+        "FAILED", 2, "error: config key 'lr': must be > 0", HP, tmp_path)
+    assert fix.action == "give_up" and service.requests == []
+    assert json.loads((tmp_path / "error_analysis.json").read_text())["backend"] == "rule"

@@ -10,7 +10,7 @@ from pathlib import Path
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError
-from llmzero_slurm.controller.controller import Controller
+from llmzero_slurm.controller.controller import NOTHING_COMPLETED, Controller
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
 from llmzero_slurm.search.policy import Action
@@ -180,9 +180,10 @@ def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_
 
 def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "TIMEOUT"]])
-    ctl, _ = controller(tmp_path, sched, [scratch])
-    assert ctl.run() == 0
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == NOTHING_COMPLETED        # issue 15: it said 0 with nothing to show
     assert ctl.store.load_tree()[0].status is Status.FAILED
+    assert "no phase completed" in out.getvalue()
 
 
 # -- one node's trouble stays its own (issue 14.5) ------------------------------------------

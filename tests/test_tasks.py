@@ -1,6 +1,7 @@
 """Built-in tasks: verl-format parquet splits and rewards that survive any completion."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -114,6 +115,32 @@ def test_bad_rows_are_reported_by_file_and_row(tmp_path):
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(DataError, match="junk.parquet: cannot read as parquet"):
         read_examples(tmp_path / "junk.parquet")
+
+
+def test_a_reward_column_stored_as_json_text_says_so(tmp_path):
+    """Issue 15.3: a JSON-string reward_model got "needs a 'ground_truth'"."""
+    rows = generate_rows(get_task("addition"), SMALL)["val"]
+    rows = [{**r, "reward_model": json.dumps(r["reward_model"])} for r in rows]
+    write_parquet(rows, tmp_path / "v.parquet")
+    with pytest.raises(DataError, match=r"v\.parquet: row 0: column 'reward_model' holds text"):
+        read_examples(tmp_path / "v.parquet")
+
+
+@pytest.mark.parametrize("signature", ["(solution, answer)",
+                                       "(data_source, solution_str, ground_truth, extra_info, x)",
+                                       "(src, text, truth, extra=None)"])
+def test_a_reward_with_the_wrong_signature_names_the_file_and_the_expected_one(tmp_path,
+                                                                              signature):
+    """Issue 15.3: a wrong signature failed at the first reward with a bare TypeError."""
+    path = tmp_path / "my_reward.py"
+    path.write_text(f"def compute_score{signature}:\n    return 1.0\n")
+    with pytest.raises(DataError, match=r"my_reward\.py: compute_score.* cannot be called the way "
+                       r"verl calls it, compute_score\(data_source, solution_str, ground_truth, "
+                       r"extra_info=None\)"):
+        load_reward(path)
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None,"
+                    " **kw):\n    return 1.0\n")
+    assert load_reward(path)("s", "t", "g", {}) == 1.0
 
 
 def test_unknown_task_lists_the_known_ones():

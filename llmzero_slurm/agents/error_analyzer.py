@@ -46,8 +46,8 @@ class ErrorAnalyzer:
             return offline.analyze(state, exit_code, tail, hparams, self.trainer, steps_done)
 
         llm = self.llm
-        if llm is None:
-            record = AgentRecord("error_analyzer", "heuristic")
+        if llm is None or offline.cannot_succeed_by_retrying(exit_code):
+            record = AgentRecord("error_analyzer", "heuristic" if llm is None else "rule")
             fix = fallback()
         else:
             record = AgentRecord("error_analyzer", llm.name, self.cfg.model)

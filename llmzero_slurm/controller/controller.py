@@ -32,6 +32,9 @@ from .stop_request import cancel_phases, clear_stop_request, read_stop_request
 from .submission import Submitter, submitted
 
 
+NOTHING_COMPLETED = 7   # exit code: the search ended without one completed phase
+
+
 class Controller:
     def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
                  poll_s: float = 10.0, out: TextIO = sys.stdout,
@@ -56,7 +59,8 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self, cancel_on_stop: bool = False) -> int:
-        """Run the search to its end; return 0 when finished, 130/143 when stopped by a signal."""
+        """Run the search to its end; return 0 when finished, NOTHING_COMPLETED when it ended
+        without a single completed phase, 130/143 when stopped by a signal."""
         self.lease.acquire()
         self.store.fence = self.lease.verify
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -92,11 +96,9 @@ class Controller:
                 tree = self._start_phases(tree, len(pending))
                 pending = [n for n in tree if n.status.pending]
                 if not pending:   # nothing running and nothing the method can start
-                    self.progress.finished(tree, f"{self.method.name} has nothing left to run")
-                    return 0
+                    return self._finished(tree, f"{self.method.name} has nothing left to run")
             elif not pending:
-                self.progress.finished(tree, spent or "the search has no branch left to grow")
-                return 0
+                return self._finished(tree, spent or "the search has no branch left to grow")
             if self.monitor is not None and self.method.early_stopping:
                 try:
                     self.monitor.ensure(any(n.status is Status.RUNNING for n in tree))
@@ -105,6 +107,17 @@ class Controller:
                                         f"poll: {exc}")
             self.progress.show(tree)
             self._sleep()
+
+    def _finished(self, tree: Tree, reason: str) -> int:
+        self.progress.finished(tree, reason)
+        if any(n.status in (Status.COMPLETED, Status.EARLY_STOPPED) for n in tree if not n.pruned):
+            return 0
+        failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
+        why = failed[-1].diagnosis.splitlines()[-1] if failed and failed[-1].diagnosis else \
+            (failed[-1].submission.reason or "") if failed else ""
+        self.progress.event("no phase completed, so the search found nothing"
+                            + (f"; the last failure: {why}" if why else ""))
+        return NOTHING_COMPLETED
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s

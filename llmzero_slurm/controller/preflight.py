@@ -5,12 +5,11 @@ command to fix, and the whole list is printed so a user fixes everything in one 
 """
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
@@ -45,22 +44,11 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 
-def _load_reward(path: str, name: str) -> Callable[..., Any]:
-    spec = importlib.util.spec_from_file_location("llmzero_reward_check", path)
-    if spec is None or spec.loader is None:
-        raise LLMZeroError(f"task.reward_path: cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise LLMZeroError(f"task.reward_name: {path} has no function {name}")
-    return fn
-
-
 def check_data(cfg: ExperimentConfig) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks import get_task
     from ..tasks.dataset import read_examples
+    from ..tasks.reward_file import load_reward
 
     task = cfg.task
     if task.builtin:
@@ -71,7 +59,7 @@ def check_data(cfg: ExperimentConfig) -> str:
             raise LLMZeroError("task: give `builtin` or both train_files and val_files")
         if not task.reward_path:
             raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
-        reward, files = _load_reward(task.reward_path, task.reward_name), \
+        reward, files = load_reward(task.reward_path, task.reward_name), \
             [*task.train_files, *task.val_files, *task.test_files]
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")

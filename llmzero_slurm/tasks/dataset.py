@@ -118,6 +118,10 @@ def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
             isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
         raise bad("column 'prompt' must be a chat list of {role, content} messages")
     reward = row.get("reward_model")
+    if isinstance(reward, str):
+        raise bad("column 'reward_model' holds text (a JSON string?), not a struct; verl reads "
+                  "reward_model['ground_truth'], so store a dict, e.g. with pandas: "
+                  "df['reward_model'] = df['reward_model'].map(json.loads)")
     truth = reward.get("ground_truth") if isinstance(reward, dict) else None
     if truth is None:
         raise bad("column 'reward_model' needs a 'ground_truth'")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,29 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
         raise DataError(path, f"cannot import reward file: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
-        raise DataError(path, f"defines no function {name}(data_source, solution_str, "
-                        "ground_truth, extra_info)")
+        raise DataError(path, f"defines no function {name}{EXPECTED}")
+    _check_signature(path, name, fn)
     return fn
+
+
+EXPECTED = "(data_source, solution_str, ground_truth, extra_info=None)"
+
+
+def _check_signature(path: Path, name: str, fn: RewardFn) -> None:
+    """verl calls the function with these keywords, the CPU trainer by position: both must
+    bind, or every phase would fail on its first reward with a bare TypeError."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return   # a builtin or C function: nothing to inspect
+    args: tuple[Any, ...] = ("openai/gsm8k", "text", "42", {})
+    try:
+        signature.bind(*args)
+        signature.bind(**dict(zip(("data_source", "solution_str", "ground_truth", "extra_info"),
+                                  args)))
+    except TypeError as exc:
+        raise DataError(path, f"{name}{signature} cannot be called the way verl calls it, "
+                        f"{name}{EXPECTED}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,17 @@ def classify(state: str | None, log_tail: str) -> str:
 
 
 def _last_error_line(log_tail: str) -> str:
-    lines = [ln.strip() for ln in log_tail.splitlines() if re.match(r"^\w*(Error|Exception)\b",
-                                                                      ln.strip())]
+    lines = [ln.strip() for ln in log_tail.splitlines()
+             if re.match(r"^(\w*(Error|Exception)\b|error: )", ln.strip())]
     return lines[-1][:300] if lines else "see the job log"
+
+
+BAD_INPUT_EXIT = 2   # the trainers' exit code for input they refuse (config, data, reward)
+
+
+def cannot_succeed_by_retrying(exit_code: int | None) -> bool:
+    """A job that refused its input fails the same way however often it is retried."""
+    return exit_code == BAD_INPUT_EXIT
 
 
 TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix plans
@@ -46,7 +54,11 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
     time limit after `steps_done` steps is re-planned to fit: a share of what it managed."""
     failure = classify(state, log_tail)
     data: dict[str, Any]
-    if failure == "oom":
+    if cannot_succeed_by_retrying(exit_code):
+        data = {"action": "give_up", "message": f"the job refused its input (exit "
+                f"{exit_code}): {_last_error_line(log_tail)}; fix it and resume the search"}
+        failure = "user_code"
+    elif failure == "oom":
         changes = {**scale(hparams, "ppo_micro_batch_size_per_gpu", 0.5),
                    **scale(hparams, "log_prob_micro_batch_size_per_gpu", 0.5),
                    **scale(hparams, "max_num_seqs", 0.5)}
