@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ def test_check_passes_on_the_cpu_example_and_submits_nothing(tmp_path):
     path.write_text(yaml.safe_dump(config))
     done = cli("start", str(path), "--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("[ok]") == 6
+    assert done.stdout.count("[ok]") == 7
     assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
 
 
@@ -60,7 +61,30 @@ def test_check_passes_on_the_verl_example_with_real_files(tmp_path):
     done = cli("start", str(path), "--check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[ok] phase scripts: scratch, evolve and debug" in done.stdout
-    assert done.stdout.count("[ok]") == 6
+    assert done.stdout.count("[ok]") == 7
+
+
+@pytest.mark.parametrize("hparams, message", [
+    ({}, r"train\.parquet: [\d,]+ of [\d,]+ ground-truth answers need more than "
+         r"max_response_length=8 tokens"),
+    ({"max_response_length": 13, "max_prompt_length": 16},
+     "prompts need more than max_prompt_length=16 tokens"),
+])
+def test_check_refuses_prompts_and_answers_that_do_not_fit(tmp_path, hparams, message):
+    """Issue 15.2: answers longer than max_response_length were silently cut off in every
+    rollout; prompts longer than max_prompt_length failed the job after its queue wait."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("reverse", tmp_path / "data")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "hparams": hparams,
+                                    "task": {"train_files": [str(files["train"])],
+                                             "val_files": [str(files["val"])],
+                                             "reward_path": str(reward_path("reverse"))}}))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 2, done.stdout
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("[FAIL] lengths")]
+    assert re.search(message, line) and "(the longest" in line
 
 
 def test_check_names_a_bad_reward_file(tmp_path):

@@ -128,6 +128,21 @@ def test_misspelt_key_is_named():
     assert err.value.key == "actor_rollout_ref.actor.optim.lrr"
 
 
+@pytest.mark.parametrize("override, message", [
+    # Issue 15.2: both passed every check and failed (or were ignored) on the GPU node.
+    ("+actor_rollout_ref.model.use_remove_paddin=true", "did you mean "
+     "actor_rollout_ref.model.use_remove_padding"),
+    ("actor_rollout_ref.model.use_remove_padding=ture", "is 'ture' (str), but verl's default "
+     "True is a boolean; write true or false"),
+    ("actor_rollout_ref.actor.ppo_epochs=two", "is 'two' (str), but verl's default 1 is a number"),
+])
+def test_a_new_key_in_a_dataclass_section_or_a_mistyped_value_is_refused(override, message):
+    settings = VerlSettings.from_config({"overrides": [override]})
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(), TABLE12, settings))
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize("override, key", [
     ("custom_reward_function.path=/r.py", "custom_reward_function.path"),
     ("+custom_reward_function.name=score", "custom_reward_function.name"),

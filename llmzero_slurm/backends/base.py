@@ -8,15 +8,26 @@ backend can let a value escape into the shell.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LLMZeroError
 from ..hparams import PARAMS
 from ..store.node_dir import NodeDir
 from .spec import PhaseSpec
 
-__all__ = ["PhaseSpec", "TrainerBackend"]
+__all__ = ["PhaseSpec", "TokenCounter", "TrainerBackend"]
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """`prompt(messages)`: tokens of a chat prompt as the trainer feeds it; `answer(text)`:
+    tokens of a response that says exactly `text`, its end-of-sequence token included."""
+
+    prompt: Callable[[Sequence[Mapping[str, str]]], int]
+    answer: Callable[[str], int]
+    name: str
 
 
 class TrainerBackend(ABC):
@@ -58,6 +69,12 @@ class TrainerBackend(ABC):
     def env(self, spec: PhaseSpec) -> dict[str, str]:
         """Environment variables the trainer needs, exported before it starts."""
         return {}
+
+    def token_counter(self, model_path: str | None) -> TokenCounter:
+        """Token counts of prompts and answers as this trainer sees them, to check they fit its
+        length settings before a job learns otherwise; raises LLMZeroError saying why the
+        tokenizer cannot be had on this machine."""
+        raise LLMZeroError(f"the {self.name} trainer has no tokenizer to count with here")
 
     def step_offset(self, node_dir: Path) -> int:
         """What to add to a checkpoint folder's number to get a global step."""

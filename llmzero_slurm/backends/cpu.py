@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..paths import JOBS
-from .base import TrainerBackend
+from .base import TokenCounter, TrainerBackend
 
 if TYPE_CHECKING:
     from .spec import PhaseSpec
@@ -31,6 +31,13 @@ class CpuBackend(TrainerBackend):
     def defaults(self) -> dict[str, Any]:
         from ..cputrain.defaults import DEFAULTS
         return {k: v for k, v in DEFAULTS.items() if v is not None}
+
+    def token_counter(self, model_path: str | None) -> TokenCounter:
+        """The embedded trainer's character tokenizer (torch-free)."""
+        from ..cputrain.tokenizer import CharTokenizer
+        tok = CharTokenizer()
+        return TokenCounter(lambda messages: len(tok.prompt_ids([dict(m) for m in messages])),
+                            lambda text: len(tok.encode(text)) + 1, "the CPU trainer's characters")
 
     def command(self, spec: "PhaseSpec") -> list[str]:
         task = spec.task

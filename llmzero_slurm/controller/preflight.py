@@ -76,6 +76,43 @@ def check_data(cfg: ExperimentConfig) -> str:
     return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
 
 
+def check_lengths(cfg: ExperimentConfig) -> str:
+    """Every prompt fits max_prompt_length and every ground truth max_response_length, counted
+    with the trainer's own tokenizer: a prompt too long fails the job at start, an answer too
+    long is cut off in every rollout and can never score."""
+    from ..tasks.dataset import read_examples
+
+    task = cfg.task
+    if task.builtin:
+        return f"builtin task {task.builtin}: its answer lengths are part of its design"
+    backend = get_backend(cfg.backend)
+    hp = backend.effective_hparams(cfg.hparams)
+    limits = {"max_prompt_length": hp.get("max_prompt_length"),
+              "max_response_length": hp.get("max_response_length")}
+    try:
+        count = backend.token_counter(cfg.model_path)
+    except LLMZeroError as exc:
+        return f"not checked: {exc}"
+    longest = {"max_prompt_length": 0, "max_response_length": 0}
+    for path in [*task.train_files, *task.val_files, *task.test_files]:
+        examples = read_examples(path)
+        sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
+                 "max_response_length": [count.answer(ex.ground_truth) for ex in examples]}
+        for key, values in sizes.items():
+            longest[key] = max(longest[key], *values)
+            limit = limits[key]
+            over = sum(v > limit for v in values) if limit else 0
+            if over:
+                what = "prompts" if key == "max_prompt_length" else "ground-truth answers"
+                raise LLMZeroError(f"{path}: {over} of {len(values)} {what} need more than "
+                                   f"{key}={limit} tokens (the longest {max(values)}, counted "
+                                   f"with {count.name}); raise hparams.{key} or shorten them")
+    given = ", ".join(f"{k}={v}" for k, v in limits.items() if v)
+    return (f"longest prompt {longest['max_prompt_length']} and answer "
+            f"{longest['max_response_length']} tokens ({count.name}): "
+            + (f"within {given}" if given else "no length setting to check them against"))
+
+
 def check_scripts(cfg: ExperimentConfig) -> str:
     """Render a scratch, an evolve and a debug phase and let bash parse them."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
@@ -126,6 +163,7 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:
     return [Check("config", True, f"{cfg.source or 'config'} is valid"),
             _run("search method", lambda: check_method(cfg)),
             _run("data and reward", lambda: check_data(cfg)),
+            _run("lengths", lambda: check_lengths(cfg)),
             _run("phase scripts", lambda: check_scripts(cfg)),
             _run("scheduler", lambda: check_scheduler(scheduler_kind)),
             _run("agents", lambda: check_llm(cfg))]

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...errors import ConfigError
+from ...errors import ConfigError, LLMZeroError
 from ...paths import ROOT
-from ..base import TrainerBackend
+from ..base import TokenCounter, TrainerBackend
 from ..spec import PhaseSpec
 from .data import held_out_sources
 from ...store.node_dir import NodeDir
@@ -69,6 +69,25 @@ class VerlBackend(TrainerBackend):
         except (OSError, ValueError):
             raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
                               "phase did not run as a verl phase") from None
+
+    def token_counter(self, model_path: str | None) -> TokenCounter:
+        """The model's own tokenizer and chat template, when transformers and the model's files
+        are on this machine (nothing is downloaded by a preflight)."""
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise LLMZeroError("transformers is not installed on this machine") from None
+        try:
+            tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise LLMZeroError(f"the tokenizer of {model_path} is not on this machine "
+                               f"({str(exc).splitlines()[0][:160]})") from None
+
+        def prompt(messages: Any) -> int:
+            return len(tok.apply_chat_template(list(messages), add_generation_prompt=True,
+                                               tokenize=True))
+        return TokenCounter(prompt, lambda text: len(tok.encode(text, add_special_tokens=False))
+                            + 1, f"{model_path}'s tokenizer")
 
     def record_start(self, node_dir: Path, start_step: int) -> None:
         """The job writes its first global step (verl numbers steps from 0 in every phase)."""

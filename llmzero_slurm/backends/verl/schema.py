@@ -8,6 +8,7 @@ missing, `check_overrides` says so and returns instead of failing: a login node 
 """
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 from pathlib import Path
@@ -59,13 +60,48 @@ def compose(overrides: Sequence[str]) -> Any:
     check_traps(overrides)
     try:
         with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            defaults = hydra_compose(CONFIG_NAME)
             cfg = hydra_compose(CONFIG_NAME, overrides=list(overrides))
+        _check_new_keys_and_types(defaults, cfg, overrides)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_bad_key(exc, overrides), "verl 0.9.1's config refuses it: "
                           + str(exc).strip().splitlines()[0]) from None
     _check_required(cfg, overrides)
     return cfg
+
+
+def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str]) -> None:
+    """What Hydra lets through and verl trips on later: a `+key` added to a section verl turns
+    into a dataclass (its `_target_`), which has no such field (usually a misspelling), and a
+    value whose type differs from the default's (`use_remove_padding=ture` is a string)."""
+    from omegaconf import OmegaConf
+
+    for text in overrides:
+        prefix, key, value = parse_override(text)
+        if prefix == "~" or value is None:
+            continue
+        section_key, _, leaf = key.rpartition(".")
+        section = OmegaConf.select(defaults, section_key) if section_key else defaults
+        if not OmegaConf.is_dict(section):
+            continue
+        if leaf not in section.keys():    # `in section` is False for a MISSING (???) value
+            if "_target_" in section:
+                close = difflib.get_close_matches(leaf, [str(k) for k in section.keys()], n=1)
+                raise ConfigError(key, f"verl 0.9.1 has no '{leaf}' in {section_key} (read "
+                                  f"into {section['_target_']}, which refuses unknown fields)"
+                                  + (f"; did you mean {section_key}.{close[0]}?" if close else ""))
+            continue
+        if OmegaConf.is_missing(section, leaf) or OmegaConf.is_interpolation(section, leaf):
+            continue
+        default, given = section[leaf], OmegaConf.select(cfg, key)
+        # verl's YAML writes some float knobs as 0 (entropy_coeff): a number is a number.
+        wanted = {bool: (bool,), int: (int, float), float: (int, float)}.get(type(default))
+        if wanted and given is not None and (type(given) not in wanted):
+            raise ConfigError(key, f"is {given!r} ({type(given).__name__}), but verl's "
+                              f"default {default!r} is a "
+                              f"{'boolean' if isinstance(default, bool) else 'number'}"
+                              + ("; write true or false" if isinstance(default, bool) else ""))
 
 
 def check_overrides(overrides: Sequence[str]) -> str | None:
