@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -199,3 +200,29 @@ def test_a_job_squeue_forgot_is_read_from_the_completion_log(forgotten):
     state = fresh.states([job])[job]
     assert (state.raw, state.status, state.exit_code, state.source) == (
         "FAILED", Status.FAILED, 3, "sacct -c")
+
+
+def test_status_says_why_a_phase_is_waiting(tmp_path, tiny_program):
+    """Issue 16: llmzero-status showed PENDING with no reason (held, priority, resources...)."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.search.tree import Kind, Node, Submission
+    from llmzero_slurm.store.run_store import RunStore
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "why", "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"}}))
+    script = phase(tmp_path, tiny_program, 3, {"total_training_steps": 1})
+    job = subprocess.run(["sbatch", "--parsable", "--hold", str(script)], capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {}, status=Status.QUEUED,
+                                      submission=Submission("tok-3", job)))
+        cmd = [str(ROOT / "bin" / "llmzero-status"), str(store.root)]
+        env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+        table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert f"{job:<10} PENDING (JobHeldUser)" in table.stdout, table.stdout + table.stderr
+        data = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True,
+                                         env=env, timeout=120).stdout)
+        assert data["pending_reasons"] == {job: "JobHeldUser"}
+        assert data["slurm_states"] == {job: "PENDING"}
+    finally:
+        subprocess.run(["scancel", job], check=False)

@@ -7,7 +7,7 @@ import json
 
 from ..controller.lease import Lease
 from ..controller.progress import tree_summary
-from ..schedulers import make_scheduler, resolve_scheduler_kind
+from ..schedulers import JobState, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Status, Tree
 from ..store.run_store import RunStore
@@ -40,14 +40,20 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> 
     return lines
 
 
-def live_states(store: RunStore, tree: Tree) -> dict[str, str]:
-    """Raw scheduler states of the pending jobs, in one scheduler call."""
+def live_states(store: RunStore, tree: Tree) -> dict[str, JobState]:
+    """Scheduler states of the pending jobs, in one scheduler call."""
     jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
         return {}
     scheduler = make_scheduler(resolve_scheduler_kind(store.config.scheduler), store.root)
-    return {j: s.raw for j, s in scheduler.states(list(jobs), jobs).items()}
+    return scheduler.states(list(jobs), jobs)
+
+
+def shown(state: JobState) -> str:
+    """A state as a person reads it: a waiting job with the scheduler's reason (Priority,
+    Resources, Dependency, JobHeldUser...), which answers "why is it not running?"."""
+    return f"{state.raw} ({state.reason})" if state.raw == "PENDING" and state.reason else state.raw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     tree = store.load_tree()
-    live = live_states(store, tree)
+    states = live_states(store, tree)
+    live = {j: shown(s) for j, s in states.items()}
     leases = Lease(store)
     lease = leases.read()
     running = bool(lease and leases.holder_alive(lease))
@@ -65,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "controller": lease, "best_path": path,
-                          "nodes": [n.to_dict() for n in tree], "slurm_states": live,
+                          "nodes": [n.to_dict() for n in tree],
+                          "slurm_states": {j: s.raw for j, s in states.items()},
+                          "pending_reasons": {j: s.reason for j, s in states.items()
+                                              if s.raw == "PENDING" and s.reason},
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()}},
                          indent=2, sort_keys=True))
         return 0
