@@ -211,3 +211,13 @@ def test_login_node_without_hydra_skips_with_a_reason():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "not checked" in out.stdout and "hydra-core" in out.stdout
     assert check_overrides(build_overrides(phase(), TABLE12, VerlSettings())) is None
+
+
+def test_ray_is_told_the_allocation_and_keeps_to_its_own_job():
+    """Issue 16: on one node ray_init.num_cpus was left null (Ray claimed the whole node)."""
+    one = compose(build_overrides(phase(), TABLE12, VerlSettings()))
+    assert one.ray_kwargs.ray_init.num_cpus == SlurmConfig().cpus_per_task
+    assert one.ray_kwargs.ray_init.include_dashboard is False
+    several = build_overrides(phase(nnodes=2), TABLE12, VerlSettings())
+    assert not any(o.startswith(("ray_kwargs.ray_init.num_cpus", "+ray_kwargs.ray_init.include"))
+                   for o in several)      # ray.init joins the job's cluster: no num_cpus then

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmzero_slurm.backends.verl import VerlBackend
+from llmzero_slurm.backends.verl.metrics_copy import carry
 from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
@@ -47,6 +48,41 @@ def parent_checkpoint(tmp_path: Path) -> Path:
     verl_checkpoint(parent, 20, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
     (parent / "verl_step_offset").write_text("10\n")
     return parent
+
+
+def test_each_job_has_its_own_ray_directory(tmp_path):
+    """Issue 16: two phases sharing a node must never join each other's Ray."""
+    one = render(spec(tmp_path))
+    assert 'export RAY_TMPDIR=${TMPDIR:-/tmp}/llmz-ray-${SLURM_JOB_ID:-$$}' in one
+    assert "unset RAY_ADDRESS" in one
+    several = render(spec(tmp_path, nodes=2))
+    assert "--temp-dir=\"$RAY_TMPDIR\"" in several and "unset RAY_ADDRESS" not in several
+
+
+def test_an_evolve_phase_skips_the_validation_its_parent_made(tmp_path):
+    """Issue 16: every evolve phase repeated verl's validation before training on weights
+    its parent had validated at that step (825 s against 90 s a training step)."""
+    parent = parent_checkpoint(tmp_path)
+    child = spec(tmp_path, kind="evolve", resume=True)
+    backend = VerlBackend()
+    assert "trainer.val_before_train=false" not in backend.overrides(child)
+    assert "LLMZ_PARENT_METRICS" not in backend.env(child)
+    (parent / "metrics.jsonl").write_text(
+        '{"step": 20, "data": {"val-core/gsm8k/acc/mean@1": 0.30}}\n'
+        '{"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35, "test-core/t/acc/mean@1": 0.2,'
+        ' "actor/kl_loss": 0.1}}\n')
+    assert "trainer.val_before_train=false" in backend.overrides(child)
+    env = backend.env(child)
+    assert env["LLMZ_PARENT_METRICS"] == str(parent / "metrics.jsonl")
+    assert env["LLMZ_PARENT_NODE"] == "3"
+    metrics = Path(child.node_dir) / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    assert carry(parent / "metrics.jsonl", metrics, 30, 3) == 1
+    assert carry(parent / "metrics.jsonl", metrics, 30, 3) == 0       # a requeued attempt
+    [row] = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert row == {"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35,
+                                        "test-core/t/acc/mean@1": 0.2},
+                   "carried_from": {"node": 3, "step": 30}}
 
 
 def test_only_complete_verl_checkpoints_are_offered_as_parents(tmp_path):
@@ -174,7 +210,10 @@ esac
 
 @pytest.mark.slurm
 def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
-    parent_checkpoint(tmp_path)
+    parent = parent_checkpoint(tmp_path)
+    # The parent validated the resume step (global 30): the child carries it (issue 16).
+    (parent / "metrics.jsonl").write_text(
+        '{"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35, "actor/entropy": 0.5}}\n')
     phase = spec(tmp_path, kind="evolve", resume=True, nodes=2)
     node_dir = Path(phase.node_dir)
     node_dir.mkdir(parents=True)
@@ -210,8 +249,11 @@ def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
     assert merge[merge.index("--local_dir") + 1] == str(tmp_path / "nodes/0003/ckpt/global_step_20/actor")
     metrics = [json.loads(line) for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics == [
+        {"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35},
+         "carried_from": {"node": 3, "step": 30}},
         {"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.4, "test-core/gsm8k_test/acc/mean@1": 0.3}},
         {"step": 31, "data": {"actor/entropy": 0.7}}]
+    assert "trainer.val_before_train=false" in args
     assert (node_dir / "verl_step_offset").read_text().strip() == "30"
 
 

@@ -12,6 +12,7 @@ from ..base import TokenCounter, TrainerBackend
 from ..spec import PhaseSpec
 from .data import held_out_sources
 from ...store.node_dir import NodeDir
+from .metrics_copy import scores_at
 from .keys import STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides
 from .schema import check_overrides
@@ -44,8 +45,16 @@ class VerlBackend(TrainerBackend):
         if spec.resume_dir is not None:
             adapter = ParentAdapter(str(self.export_dir(spec) / "lora_adapter"),
                                     spec.hparams.get("lora_rank", 0))
-        return [o for o in build_overrides(spec, spec.hparams, settings, adapter)
+        return [o for o in build_overrides(spec, spec.hparams, settings, adapter,
+                                           carried=self.carries_validation(spec))
                 if not o.startswith("trainer.nnodes=")]
+
+    def carries_validation(self, spec: PhaseSpec) -> bool:
+        """Whether the parent validated the resume step: then the phase carries those scores
+        instead of spending a validation pass (minutes of GPU time) on the same weights."""
+        return spec.resume_dir is not None and any(
+            k.startswith("val-core/")
+            for k in scores_at(Path(spec.resume_dir) / "metrics.jsonl", spec.resume_step))
 
     def command(self, spec: PhaseSpec) -> list[str]:
         """main_ppo's argv, refused here (before any submission) if verl's schema rejects it."""
@@ -124,6 +133,9 @@ class VerlBackend(TrainerBackend):
                "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
                "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node)}
         if spec.resume_dir is not None:
+            if self.carries_validation(spec):
+                env["LLMZ_PARENT_METRICS"] = str(Path(spec.resume_dir) / "metrics.jsonl")
+                env["LLMZ_PARENT_NODE"] = str(int(Path(spec.resume_dir).name))
             env["LLMZ_PARENT_ACTOR"] = str(self.parent_actor_dir(spec))
             env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
             env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))

@@ -12,9 +12,15 @@ that file, so verl's truncation can never destroy lines not yet copied. The byte
 already copied is kept in `<metrics>.verl-pos`; a crash between appending and recording it
 repeats a line (same step, same values) rather than losing one.
 
+An evolve phase starts from weights its parent validated at the resume step: `carry` puts
+those scores into its metrics (marked `carried_from`) and verl skips its own pass before
+training (`trainer.val_before_train=false`, set by the backend only when the scores exist).
+
 Runs on GPU nodes as a plain script (standard library only):
     python3 metrics_copy.py drain|follow --verl-file F --metrics-file M --step-offset K
         [--test-source S ...] [--pid PID] [--interval SECONDS]
+    python3 metrics_copy.py carry --parent-metrics P --parent-node N --metrics-file M
+        --step-offset K
 """
 from __future__ import annotations
 
@@ -133,6 +139,43 @@ class VerlMetricsIngest:
         return copied + self.poll()
 
 
+_SCORES = ("val-core/", "val-aux/", "test-core/", "test-aux/")
+
+
+def scores_at(metrics_file: Path, step: int) -> dict[str, Any]:
+    """The validation and test scores a metrics.jsonl holds for `step` ({} when none)."""
+    found: dict[str, Any] = {}
+    try:
+        lines = Path(metrics_file).read_text().splitlines()
+    except FileNotFoundError:
+        return found
+    for line in lines:
+        try:
+            record = json.loads(line)
+            if int(record["step"]) == step and isinstance(record["data"], dict):
+                found.update({k: v for k, v in record["data"].items() if k.startswith(_SCORES)})
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def carry(parent_metrics: Path, metrics_file: Path, step: int, parent_node: int) -> int:
+    """Put the parent's scores at `step` into this phase's metrics, marked as carried: the
+    phase starts from those very weights, so verl does not validate them again
+    (trainer.val_before_train=false). Once per phase, whatever the attempt."""
+    for line in (Path(metrics_file).read_text().splitlines() if Path(metrics_file).exists() else []):
+        if '"carried_from"' in line:
+            return 0
+    scores = scores_at(parent_metrics, step)
+    if not scores:
+        warn(f"{parent_metrics} has no scores at step {step}; nothing carried")
+        return 0
+    with open(metrics_file, "a") as dst:
+        dst.write(json.dumps({"step": step, "data": scores,
+                              "carried_from": {"node": parent_node, "step": step}}) + "\n")
+    return 1
+
+
 def _alive(pid: int) -> bool:
     """True while `pid` runs; an exited child its parent has not reaped yet counts as gone."""
     try:
@@ -156,10 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Copy verl's file-logger metrics into a node's metrics.jsonl with global "
                     "steps and test scores renamed to test-core/ (exit 0 ok, 2 bad arguments).")
-    parser.add_argument("action", choices=("drain", "follow"),
+    parser.add_argument("action", choices=("drain", "follow", "carry"),
                         help="drain: copy leftovers and remove the verl file; "
-                             "follow: copy while --pid runs")
-    parser.add_argument("--verl-file", type=Path, required=True)
+                             "follow: copy while --pid runs; carry: copy the parent's scores "
+                             "at --step-offset, marked as carried")
+    parser.add_argument("--verl-file", type=Path)
+    parser.add_argument("--parent-metrics", type=Path, help="carry: the parent's metrics.jsonl")
+    parser.add_argument("--parent-node", type=int, help="carry: the parent's node id")
     parser.add_argument("--metrics-file", type=Path, required=True)
     parser.add_argument("--step-offset", type=int, default=0,
                         help="global step at which this phase starts")
@@ -170,6 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.step_offset < 0:
         parser.error("--step-offset must be >= 0")
+    if args.action == "carry":
+        if args.parent_metrics is None or args.parent_node is None:
+            parser.error("carry needs --parent-metrics and --parent-node")
+        copied = carry(args.parent_metrics, args.metrics_file, args.step_offset, args.parent_node)
+        print(f"verl_metrics: carry: {copied} row of step {args.step_offset} from node "
+              f"{args.parent_node}")
+        return 0
+    if args.verl_file is None:
+        parser.error(f"{args.action} needs --verl-file")
     ingest = VerlMetricsIngest(args.verl_file, args.metrics_file, args.step_offset,
                                args.test_source)
     if args.action == "drain":

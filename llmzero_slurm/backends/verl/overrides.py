@@ -27,8 +27,9 @@ class ParentAdapter:
 
 
 def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlSettings,
-                    adapter: ParentAdapter | None = None) -> list[str]:
-    """The complete, trap-checked Hydra override list of one phase."""
+                    adapter: ParentAdapter | None = None, carried: bool = False) -> list[str]:
+    """The complete, trap-checked Hydra override list of one phase. `carried`: the parent's
+    scores at the resume step are carried into this phase, so verl does not validate again."""
     hp = dict(hparams)
     task = spec.task
     if adapter is not None:
@@ -71,6 +72,15 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
         pairs.append(("actor_rollout_ref.rollout.load_format", "safetensors"))
     if adapter is not None:
         pairs.append(("actor_rollout_ref.model.lora_adapter_path", adapter.path))
+    if carried:
+        pairs.append(("trainer.val_before_train", False))
+    if spec.slurm.nodes == 1:
+        # verl starts Ray itself here; left null, Ray would claim every CPU of the node, not
+        # the allocation's (verl's own config asks for a fixed number under Slurm). Several
+        # nodes join the cluster the job started, and ray.init refuses num_cpus then.
+        pairs.append(("ray_kwargs.ray_init.num_cpus", spec.slurm.cpus_per_task))
+        # The dashboard's fixed port (8265) would collide with another phase on the node.
+        pairs.append(("+ray_kwargs.ray_init.include_dashboard", False))
     overrides = [f"{key}={_spelled(key, value)}" for key, value in pairs]
     overrides.append(f"{FILE_LOGGER_ENV}={hydra_value(f'{node_dir}/{VERL_METRICS_FILE}')}")
     check_raw_overrides(settings.overrides)
