@@ -30,6 +30,7 @@ TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slu
 # A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
 SUBMIT_LIMITS = ("maxsubmitjob", "submit limit", "job submit limit", "maxsubmitjobs")
 NO_SUCH_JOB = "invalid job id"
+SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
@@ -189,8 +190,9 @@ class SlurmScheduler(Scheduler):
             else:
                 self._live[j] = s
         self._poll_s = self.min_poll_s if changed else min(self._poll_s * 2, self.max_poll_s)
-        # A slow squeue means a busy slurmctld: ask it at most a tenth of the time.
-        self._next_poll = time.monotonic() + max(self._poll_s, 10 * took)
+        # A squeue that takes seconds means a busy slurmctld: ask it at most a tenth of the time.
+        slow = 10 * took if took >= SLOW_QUERY_S else 0.0
+        self._next_poll = time.monotonic() + max(self._poll_s, slow)
         return out | found
 
     def _lost(self, unknown: list[str]) -> dict[str, JobState]:
