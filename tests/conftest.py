@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from collections import Counter
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -36,6 +39,39 @@ def slurm_env(slurm_cluster: str, monkeypatch: pytest.MonkeyPatch) -> str:
     (scheduler 'auto' would otherwise pick Slurm depending on test order)."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster)
     return slurm_cluster
+
+
+@dataclass
+class FaultOutcome:
+    """How a fault scenario ended, the figures of benchmarks/fault_matrix.py."""
+
+    scenario: str
+    jobs_per_node: int      # the most jobs any node ran (1: exactly once; 0: none submitted)
+    lost: int               # node ids taken whose record is neither readable nor kept
+    stuck: int              # nodes left queued, running or mid-submission at the end
+    crashes: int            # the controller ending other than by design
+
+
+@pytest.fixture
+def fault_outcome(request: pytest.FixtureRequest) -> Callable[..., FaultOutcome]:
+    """Judge a fault scenario's end against the targets (1 job per node, 0 lost, 0 stuck, 0
+    crashes) and, when LLMZERO_FAULT_REPORT names a file, append the figures to it."""
+    def judge(store: Any, jobs: Iterable[Path], crashes: int = 0) -> FaultOutcome:
+        marker = request.node.get_closest_marker("fault")
+        scenario = marker.args[0] if marker else request.node.name
+        tree = store.load_tree()
+        counts = Counter(Path(j).name for j in jobs)
+        folders = [p.name for p in store.nodes_dir.iterdir() if p.name.isdigit()]
+        lost = sum(1 for f in folders if not (store.nodes_dir / f / "node.json").exists())
+        stuck = sum(1 for n in tree if n.status.pending and not n.pruned)
+        outcome = FaultOutcome(scenario, max(counts.values(), default=0), lost, stuck, crashes)
+        if os.environ.get("LLMZERO_FAULT_REPORT"):
+            with open(os.environ["LLMZERO_FAULT_REPORT"], "a") as fh:
+                fh.write(json.dumps(asdict(outcome)) + "\n")
+        assert outcome.jobs_per_node <= 1 and (outcome.lost, outcome.stuck, outcome.crashes) == \
+            (0, 0, 0), outcome
+        return outcome
+    return judge
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -61,6 +61,10 @@ class ScriptedScheduler(Scheduler):
                 out[job_id] = job.state
         return out
 
+    def job_dirs(self) -> list[Path]:
+        """The node directory of every job submitted, once per job."""
+        return [job.node.path for job in self.jobs.values()]
+
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
         self.jobs[job_id].script = ["CANCELLED"]

@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError
@@ -126,7 +128,8 @@ def test_a_successful_fix_moves_beside_the_failure_it_fixes(tmp_path):
     assert "node 2: fixes node 1" in out.getvalue()
 
 
-def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_path):
+@pytest.mark.fault("killed between intent and sbatch, and between sbatch and the job id")
+def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_path, fault_outcome):
     """Killed between recording intent and sbatch, or between sbatch and the job id."""
     store = new_run(tmp_path, budget_iterations=3, concurrency=3)
     for status, token in [(Status.SUBMITTING, "tok-sent"), (Status.SUBMITTING, "tok-lost"),
@@ -146,6 +149,7 @@ def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_pa
     assert len(sched.jobs) == 3                       # nothing submitted twice
     assert tree[0].submission.token == "tok-sent"     # found by its token, not resubmitted
     assert all(n.status is Status.COMPLETED for n in tree)
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
 def test_a_sample_budget_cuts_the_last_phase_to_what_is_left_and_ends_the_search(tmp_path):
@@ -167,7 +171,8 @@ def finished_cleanly(files: NodeDir) -> None:
                                              "exit_code": 0}))
 
 
-def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_path):
+@pytest.mark.fault("Slurm TIMEOUT for a job that finished every step")
+def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_path, fault_outcome):
     """Issue 14.7: Slurm said TIMEOUT, status.json said completed, and it was recorded failed."""
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}), finished_cleanly,
                                 "TIMEOUT"]])
@@ -176,6 +181,7 @@ def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_
     root = ctl.store.load_tree()[0]
     assert root.status is Status.COMPLETED and root.results.best_val == 0.5
     assert root.submission.scheduler_state == "TIMEOUT" and "time limit" in root.submission.reason
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
 def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
@@ -201,7 +207,8 @@ class RefusingScheduler(ScriptedScheduler):
         return super().submit(script, token)
 
 
-def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_path):
+@pytest.mark.fault("sbatch refuses a node for good")
+def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_path, fault_outcome):
     sched = RefusingScheduler([SchedulerError("sbatch: error: invalid partition specified")],
                               [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [scratch, scratch])
@@ -211,9 +218,11 @@ def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_p
     assert "invalid partition" in (first.submission.reason or "")
     assert second.status is Status.COMPLETED
     assert "node 0: failed before submission" in out.getvalue()
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
-def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch):
+@pytest.mark.fault("submit limit (QOSMaxSubmitJobPerUserLimit) twice")
+def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch, fault_outcome):
     monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.05)
     limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
     sched = RefusingScheduler([limit, limit], [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
@@ -223,9 +232,11 @@ def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monk
     assert node.status is Status.COMPLETED and len(sched.jobs) == 1
     assert node.submission.attempts == 3
     assert out.getvalue().count("node 0: not submitted yet") == 2
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
-def test_a_script_that_cannot_be_rendered_fails_its_node_only(tmp_path):
+@pytest.mark.fault("a phase script that cannot be rendered")
+def test_a_script_that_cannot_be_rendered_fails_its_node_only(tmp_path, fault_outcome):
     bad = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {**HP, "lr": "fast"})  # noqa: E731
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [bad, scratch])
@@ -233,6 +244,7 @@ def test_a_script_that_cannot_be_rendered_fails_its_node_only(tmp_path):
     first, second = ctl.store.load_tree()
     assert first.status is Status.FAILED and "could not be rendered" in first.submission.reason
     assert "lr" in first.submission.reason and second.status is Status.COMPLETED
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
 class DownScheduler(ScriptedScheduler):
@@ -250,15 +262,18 @@ class DownScheduler(ScriptedScheduler):
         return super().states(job_ids, node_dirs)
 
 
-def test_a_scheduler_that_cannot_be_polled_is_waited_out(tmp_path):
+@pytest.mark.fault("squeue and sacct down for three polls")
+def test_a_scheduler_that_cannot_be_polled_is_waited_out(tmp_path, fault_outcome):
     sched = DownScheduler(3, [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [scratch])
     assert ctl.run() == 0
     assert ctl.store.load_tree()[0].status is Status.COMPLETED
     assert out.getvalue().count("could not poll the scheduler") == 3
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
-def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path):
+@pytest.mark.fault("a corrupt node.json")
+def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path, fault_outcome):
     store = new_run(tmp_path, budget_iterations=3)
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED))
     store.node_path(0).write_text('{"schema_version": 1, "id": 0, "kind": "scr')
@@ -270,6 +285,7 @@ def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path):
     assert tree[1].status is Status.COMPLETED
     assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
     assert out.getvalue().count("node 0: left out of the search") == 1
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
 # -- submissions that were not confirmed (issue 14.3) ---------------------------------------
@@ -311,7 +327,8 @@ def test_a_duplicate_job_ending_at_the_claim_hands_the_node_to_the_first(tmp_pat
     assert "job 100 was a duplicate; watching job 99" in out.getvalue()
 
 
-def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_path):
+@pytest.mark.fault("killed between a debug fix's end and its reparent")
+def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_path, fault_outcome):
     """Issue 14.8: killed between recording a debug fix's end and reparenting it, the move was
     lost for good."""
     store = new_run(tmp_path, budget_iterations=3)
@@ -326,6 +343,7 @@ def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_pat
     tree = ctl.reconcile()
     assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (0, Kind.EVOLVE, 1)
     assert "node 2: fixes node 1" in out.getvalue()
+    fault_outcome(ctl.store, [])      # nothing is submitted: the nodes ran before the crash
 
 
 def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path):
@@ -352,3 +370,38 @@ def test_agent_text_cannot_drive_the_terminal(tmp_path):
     assert "\x1b" not in text and "\x07" not in text
     assert "\\x1b[2J" in text and "lower lr\\n[12:00:00] node 9: forged line" in text
     assert not any(line.startswith("[12:00:00] node 9") for line in text.splitlines())
+
+
+class MonitorFailsOnce(ScriptedScheduler):
+    """Its first monitor submission fails as sbatch does when slurmctld times out."""
+
+    def __init__(self, scripts: list):
+        super().__init__(scripts)
+        self.monitor_calls = 0
+
+    def submit_call(self, fn, args, folder, job) -> str:
+        self.monitor_calls += 1
+        if self.monitor_calls == 1:
+            raise SchedulerError("submitting the monitor job: sbatch: error: Batch job "
+                                 "submission failed: Socket timed out", retryable=True)
+        return "900"
+
+    def call_state(self, job_id: str) -> Status | None:
+        return Status.RUNNING
+
+    def cancel_call(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+
+@pytest.mark.fault("the monitor job's submission fails once")
+def test_a_failed_monitor_submission_is_retried_and_the_search_goes_on(tmp_path, fault_outcome):
+    """Issue 14.5: a transient error submitting the monitor crashed the controller (exit 1)."""
+    from llmzero_slurm.controller.keeper import MonitorKeeper
+    sched = MonitorFailsOnce([["RUNNING", "RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.monitor = MonitorKeeper(ctl.store, sched)
+    ctl.method.early_stopping = True
+    assert ctl.run() == 0
+    assert sched.monitor_calls == 2 and "monitor job not submitted" in out.getvalue()
+    assert sched.cancelled == ["900"]          # the controller's monitor leaves with it
+    fault_outcome(ctl.store, sched.job_dirs())

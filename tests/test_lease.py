@@ -93,22 +93,36 @@ def test_a_paused_controller_taken_over_writes_nothing_when_it_resumes(tmp_path)
         second.release()
 
 
-def test_a_controller_that_loses_its_lease_stops_before_its_next_sbatch(tmp_path):
+@pytest.mark.fault("the lease taken over while the controller runs")
+def test_a_controller_that_loses_its_lease_stops_and_its_successor_finishes(tmp_path,
+                                                                            fault_outcome):
     store = new_run(tmp_path)
 
     def taken_over(files: NodeDir) -> None:
         record = json.loads((store.root / Lease.FILE).read_text())
         (store.root / Lease.FILE).write_text(json.dumps({**record, "token": "someone-else"}))
 
-    sched = ScriptedScheduler([["RUNNING", taken_over, "RUNNING"]])
+    sched = ScriptedScheduler([["RUNNING", taken_over, "RUNNING", done, "COMPLETED"],
+                               ["RUNNING", done, "COMPLETED"], ["RUNNING", done, "COMPLETED"]])
     ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
     plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {"lr": 1e-3})  # noqa: E731
-    ctl = Controller(store, sched, ScriptedMethod(ctx, [plan, plan, plan]), poll_s=0.001)
     with pytest.raises(LeaseLost):
-        ctl.run()
+        Controller(store, sched, ScriptedMethod(ctx, [plan] * 3), poll_s=0.001).run()
     assert list(sched.jobs) == ["100"] and sched.cancelled == []
     # The record it left is the new holder's, untouched by the controller that lost it.
     assert json.loads((store.root / Lease.FILE).read_text())["token"] == "someone-else"
+    # The successor (its lease expired here) adopts the running job and finishes the search.
+    (store.root / Lease.FILE).unlink()
+    successor = RunStore.open(store.root)
+    assert Controller(successor, sched, ScriptedMethod(ctx, [plan] * 3), poll_s=0.001).run() == 0
+    assert list(sched.jobs) == ["100", "101", "102"]
+    fault_outcome(successor, sched.job_dirs())
+
+
+def done(files: NodeDir) -> None:
+    """A phase's validation point and checkpoint."""
+    files.metrics_file.write_text('{"step": 10, "data": {"val-core/addition/acc/mean@1": 0.4}}\n')
+    (files.ckpt / "global_step_10").mkdir(parents=True)
 
 
 def _node(i: int) -> Node:

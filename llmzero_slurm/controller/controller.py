@@ -23,7 +23,7 @@ from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
 from ..store.run_store import RunStore
-from . import faults
+from .. import faults
 from .ingest import collect_results
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper

@@ -21,7 +21,7 @@ from ..schedulers.base import Scheduler
 from ..search.tree import Node, Status
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
-from . import faults
+from .. import faults
 from .lease import Lease
 from .progress import Progress
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import yaml
 
+from .. import faults
 from ..config import ExperimentConfig, load_config
 from ..errors import StateError
 from ..search.tree import Node, Tree, quarantined
@@ -126,6 +127,7 @@ class RunStore:
                 raise ValueError("build() must use the id it is given")
             self.fence()
             write_json(meta_path, {**meta, "next_id": node_id + 1})
+            faults.point("creating_node")
             self.node_dir(node_id).path.mkdir(parents=True)
             self.write_node(node)
         return node

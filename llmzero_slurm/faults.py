@@ -2,7 +2,8 @@
 
 `LLMZERO_FAULT=<point>[:<n>]` makes the process SIGKILL itself the n-th time (default first) it
 passes the named point -- a real kill -9 at an exact instruction, which a timer cannot give.
-Points: before_sbatch, after_sbatch, while_ingesting. Unset, a point costs one dict lookup.
+Points: creating_node (node id taken, its folder and record not yet written), before_sbatch,
+after_sbatch, while_ingesting. Unset, a point costs one dict lookup.
 """
 from __future__ import annotations
 
