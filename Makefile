@@ -18,14 +18,20 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 
 venv: $(VENV)/.installed
 
-# Lint, type check, the whole suite (the local Slurm cluster included); then the tests whose
-# numbers depend on floating-point code paths once more on a second path (MKL's compatible
-# kernels), as another CPU would run them, so that nothing numeric holds on this machine only.
+# Lint, type check, the whole suite (the local Slurm cluster included), and beside it the tests
+# whose numbers depend on floating-point code paths once more on a second path (MKL's
+# compatible kernels), as another CPU would run them, so that nothing numeric holds on this
+# machine only. The suite mostly waits on jobs, so the second pass runs alongside it, in its
+# own temporary directory; its output follows the suite's, and either failing fails the target.
 test: venv slurm-up
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest -q
-	MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m numeric
+	@tmp=$$(mktemp -d); \
+	( MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m numeric -p no:cacheprovider \
+	    --basetemp="$$tmp/pytest" >"$$tmp/log" 2>&1; echo $$? >"$$tmp/rc" ) & \
+	$(VENV)/bin/python -m pytest -q; suite=$$?; wait; \
+	echo "MKL_CBWR=COMPATIBLE pytest -m numeric:"; cat "$$tmp/log"; numeric=$$(cat "$$tmp/rc"); \
+	rm -rf "$$tmp"; test $$suite -eq 0 -a $$numeric -eq 0
 
 # Rewrite constraints.txt from the current environment (after a deliberate upgrade).
 lock: venv
