@@ -261,3 +261,19 @@ def test_soft_lock_excludes_another_thread_of_the_same_process(tmp_path):
             thread.start()
             thread.join()
     assert len(errors) == 1
+
+
+def test_a_reader_who_cannot_write_the_run_still_gets_an_age(tmp_path, monkeypatch):
+    """llmzero-status run by someone with read access only must not crash on the probe."""
+    from llmzero_slurm.store.locks import server_age
+    path = tmp_path / "controller.json"
+    path.write_text("{}")
+    old = time.time() - 100
+    os.utime(path, (old, old))
+    assert 99 <= server_age(path) <= 110
+
+    def refused(self, data):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(type(path), "write_bytes", refused)
+    assert 99 <= server_age(path) <= 110
+    assert server_age(tmp_path / "absent.json") is None

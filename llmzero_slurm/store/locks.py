@@ -32,13 +32,22 @@ def server_age(path: Path) -> float | None:
     never compared. None when `path` does not exist."""
     probe = path.with_name(f".{path.name}.probe-{uuid.uuid4().hex}")
     try:
-        probe.write_bytes(b"")
-        now = probe.stat().st_mtime
-        return max(0.0, now - path.stat().st_mtime)
+        modified = path.stat().st_mtime
     except FileNotFoundError:
         return None
+    try:
+        probe.write_bytes(b"")
+        now = probe.stat().st_mtime
+    except OSError:
+        # A reader without write access to the run (a colleague's llmzero-status): this
+        # host's clock is the best it has.
+        return max(0.0, time.time() - modified)
     finally:
-        probe.unlink(missing_ok=True)
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return max(0.0, now - modified)
 
 
 class FlockLock:
