@@ -79,6 +79,27 @@ class SlurmConfig:
 
 
 @dataclass
+class MonitorConfig:
+    """Where the monitor job (the early stopper, which calls the LLM) runs: many clusters give
+    only some partitions a route out. Unset keys take the phases' own `slurm:` values."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+
+    def check(self, where: str) -> None:
+        for key in ("partition", "account", "qos"):
+            value = getattr(self, key)
+            if value is not None and not SLURM_NAMES.match(str(value)):
+                raise ConfigError(f"{where}.{key}", f"must be comma-separated Slurm names "
+                                  f"(got {str(value)[:60]!r})")
+
+
+# Partition, account and qos values: comma-separated names, nothing a #SBATCH line could misread.
+SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
+
+
+@dataclass
 class AgentConfig:
     """Which LLM backend the agents use; the API key is read from the environment only."""
 
@@ -121,6 +142,7 @@ class ExperimentConfig:
     hparams: dict[str, Any] = field(default_factory=dict)
     search: SearchSettings = field(default_factory=SearchSettings)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
     agents: AgentConfig = field(default_factory=AgentConfig)
     state: StateConfig = field(default_factory=StateConfig)
     trainer: dict[str, Any] = field(default_factory=dict)   # backend-specific extras
@@ -212,6 +234,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     except ConfigError as exc:
         raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
     cfg.task.warm_start.check("task.warm_start")
+    cfg.monitor.check("monitor")
     if cfg.backend != "cpu" and cfg.task.warm_start != WarmStartConfig():
         raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
                                              "verl trains the model at model_path")

@@ -19,6 +19,7 @@ import jinja2
 
 from .backends import TrainerBackend, get_backend
 from .backends.spec import PhaseSpec
+from .config import SLURM_NAMES
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .paths import TEMPLATES
@@ -32,7 +33,6 @@ MAX_VALUE = 4096
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")                 # partition, account, qos, gpu type
-_LIST = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
 _MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")
 _DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
@@ -69,7 +69,7 @@ def _directives(spec: PhaseSpec) -> list[str]:
     for key in ("partition", "account", "qos"):
         value = getattr(s, key)
         if value is not None:
-            out.append(f"--{key}={_text(f'slurm.{key}', value, _LIST, 'must be comma-separated names')}")
+            out.append(f"--{key}={_text(f'slurm.{key}', value, SLURM_NAMES, 'must be comma-separated names')}")
     if s.constraint is not None:
         out.append("--constraint=" + _text("slurm.constraint", s.constraint, _CONSTRAINT,
                                            "must be a Slurm feature expression without spaces"))

@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
+
+import pytest
 
 from llmzero_slurm.config import parse_config
 from controller_doubles import ScriptedScheduler
 from llmzero_slurm.controller.keeper import MonitorKeeper
-from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, run_monitor
+from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, monitor_heartbeat, run_monitor
+from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Submission
@@ -81,9 +87,11 @@ class MonitorOnlyScheduler(ScriptedScheduler):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[str] = []
+        self.jobs_asked: list = []
 
     def submit_call(self, fn, args, folder, job) -> str:
         self.calls.append(job.name)
+        self.jobs_asked.append(job)
         return str(900 + len(self.calls))
 
     def cancel_call(self, job_id: str) -> None:
@@ -103,3 +111,60 @@ def test_a_monitor_no_source_lists_is_judged_by_its_heartbeat(tmp_path):
     os.utime(store.root / "monitor" / "monitor.json", (stale, stale))
     keeper.ensure(True)
     assert sched.cancelled == ["901"] and len(sched.calls) == 2
+
+
+def closed_port() -> int:
+    """A local port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_llm_endpoint_without_a_route_is_found_out_in_seconds(monkeypatch):
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.agents.llm import unreachable
+    from llmzero_slurm.config import AgentConfig
+    with LoopbackLLM() as service:
+        assert unreachable(AgentConfig(base_url=service.url)) is None
+    port = closed_port()
+    started = time.monotonic()
+    why = unreachable(AgentConfig(base_url=f"http://127.0.0.1:{port}"), timeout_s=2)
+    assert why is not None and f"127.0.0.1:{port}" in why and time.monotonic() - started < 3
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    why = unreachable(AgentConfig())            # api.anthropic.com, through the site's proxy
+    assert why is not None and f"through the proxy 127.0.0.1:{port}" in why
+
+
+def test_a_monitor_cut_off_from_its_llm_judges_offline_and_says_so(tmp_path, monkeypatch):
+    """Issue 16: on a compute node without a route out, every stopper call spent minutes on
+    retries before falling back, and nothing told the user."""
+    monkeypatch.setenv("LLMZERO_TEST_KEY", "sk-test-monitor-0001")
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "agents": {"backend": "anthropic", "api_key_env": "LLMZERO_TEST_KEY",
+                   "base_url": f"http://127.0.0.1:{closed_port()}"}}))
+    started = time.monotonic()
+    assert run_monitor(str(store.root), "local", 1.0, 2.0) in ("lifetime reached",
+                                                               "the controller is gone")
+    assert time.monotonic() - started < 15
+    beat = monitor_heartbeat(store)
+    assert "did not answer" in beat["llm_unreachable"]
+    assert Monitor(store, LocalScheduler(tmp_path / "jobs"), offline=True).stopper.llm is None
+    from llmzero_slurm.paths import ROOT
+    shown = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert "early stopper: the offline heuristics, in the monitor job on" in shown.stdout
+
+
+def test_the_monitor_runs_in_its_own_partition(tmp_path):
+    """Issue 16: the monitor went to the phases' (GPU) partition, often without a route out."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "slurm": {"partition": "gpu", "account": "proj"}, "monitor": {"partition": "cpu-net"}}))
+    sched = MonitorOnlyScheduler()
+    MonitorKeeper(store, sched).ensure(True)
+    [job] = sched.jobs_asked
+    assert (job.partition, job.account) == ("cpu-net", "proj")
+    with pytest.raises(ConfigError, match="monitor.partition"):
+        parse_config({"name": "x", "monitor": {"partition": "cpu\n#SBATCH --uid=0"}})

@@ -9,9 +9,11 @@ from __future__ import annotations
 import base64
 import io
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
+from urllib.parse import urlsplit
 
 import anthropic
 import openai
@@ -194,3 +196,34 @@ def choose_backend(cfg: AgentConfig) -> Backend | None:
             raise ConfigError("agents.base_url", "backend openai needs the server's base_url")
         return OpenAIBackend(cfg, key or "EMPTY")   # local servers usually take any key
     raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")
+
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def unreachable(cfg: AgentConfig, timeout_s: float = 5.0) -> str | None:
+    """Why the configured LLM endpoint cannot be reached from this machine, or None.
+
+    One TCP connection to the endpoint, or to the proxy when one is set: compute nodes are
+    often cut off from the internet, and finding that out through the SDK's retries costs
+    minutes per call. An open connection is no proof the service answers, only that a route
+    exists; the SDK's own errors cover the rest.
+    """
+    url = urlsplit(cfg.base_url or ANTHROPIC_URL)
+    target = url.hostname or ""
+    no_proxy = [h.strip().lstrip(".")
+                for h in os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).split(",")]
+    proxy = next((os.environ[v] for v in PROXY_VARS if os.environ.get(v)), None)
+    if proxy and not any(h and target.endswith(h) for h in no_proxy):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return f"cannot tell the host of {cfg.base_url or proxy!r}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        via = f" (through the proxy {host}:{port})" if proxy and host != target else ""
+        return f"{target}:{port}{via} did not answer within {timeout_s:.0f} s: " \
+               f"{exc.strerror or exc}"

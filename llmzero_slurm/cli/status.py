@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..controller.lease import Lease
+from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
 from ..schedulers import JobState, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     lease = leases.read()
     running = bool(lease and leases.holder_alive(lease))
     path = [n.id for n in best_path(tree)]
+    monitor = monitor_heartbeat(store)
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "controller": lease, "best_path": path,
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                           "slurm_states": {j: s.raw for j, s in states.items()},
                           "pending_reasons": {j: s.reason for j, s in states.items()
                                               if s.raw == "PENDING" and s.reason},
-                          "unreadable_records": {str(i): why for i, why in store.corrupt.items()}},
+                          "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
+                          "monitor": monitor},
                          indent=2, sort_keys=True))
         return 0
     holder = f"running on {lease['host']} pid {lease['pid']}" if lease and running else "not running"
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     print(tree_summary(tree))
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
+    if monitor.get("llm_unreachable"):
+        print(f"early stopper: the offline heuristics, in the monitor job on "
+              f"{monitor.get('host')}: the LLM endpoint {monitor['llm_unreachable']}")
     if lease and running:
         print(f"last controller heartbeat {leases.silent_for() or 0.0:.0f} s ago")
     return 0

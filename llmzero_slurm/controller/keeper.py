@@ -15,7 +15,7 @@ from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from ..store.locks import server_age
 from ..store.run_store import RunStore
-from .monitor import run_monitor
+from .monitor import HEARTBEAT_FILE, run_monitor
 
 STALE_S = 120.0            # a running monitor silent this long is replaced
 UNLIMITED_S = 7 * 24 * 3600.0   # a monitor's lifetime where jobs need no time limit
@@ -51,7 +51,7 @@ class MonitorKeeper:
         """A monitor whose heartbeat stopped (hung in a call, its host froze, or it is gone
         without the scheduler saying so): neither its heartbeat nor its submission record was
         written for a while, by the file server's clock."""
-        ages = [server_age(self.dir / name) for name in ("heartbeat.json", "monitor.json")]
+        ages = [server_age(self.dir / name) for name in (HEARTBEAT_FILE, "monitor.json")]
         known = [a for a in ages if a is not None]
         return not known or min(known) > STALE_S + self.interval
 
@@ -66,9 +66,10 @@ class MonitorKeeper:
 
     def _submit(self) -> None:
         cfg = self.store.config
-        s = cfg.slurm
+        s, m = cfg.slurm, cfg.monitor
         job = CallJob(f"llmz-{cfg.name}-monitor", int(self.lifetime // 60) + 1,
-                      f"llmz:monitor,run={cfg.name}", s.partition, s.account, s.qos, s.setup)
+                      f"llmz:monitor,run={cfg.name}", m.partition or s.partition,
+                      m.account or s.account, m.qos or s.qos, s.setup)
         args = (str(self.store.root), self.scheduler.name, self.interval, self.lifetime)
         job_id = self.scheduler.submit_call(run_monitor, args, self.dir / "%j", job)
         write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,

@@ -15,28 +15,31 @@ import socket
 import time
 from typing import Any
 
-from ..agents.llm import choose_backend
+from ..agents.llm import choose_backend, unreachable
 from ..agents.stopper import Stopper, StopperInput
 from ..metrics import MetricsLog, MetricsReader, stitch
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
-from ..store.atomic import write_json
+from ..errors import StateError
+from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from .lease import Lease
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
+HEARTBEAT_FILE = "heartbeat.json"   # in the run's monitor/ folder: time, host, pid, llm_unreachable
 LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease this long
 
 
 class Monitor:
     """One pass per interval over the running phases of a run."""
 
-    def __init__(self, store: RunStore, scheduler: Scheduler):
+    def __init__(self, store: RunStore, scheduler: Scheduler, offline: bool = False):
+        """`offline`: use the offline stopper whatever is configured (no route to the LLM)."""
         self.store, self.scheduler = store, scheduler
         cfg = store.config
-        self.stopper = Stopper(cfg.agents, choose_backend(cfg.agents))
+        self.stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents))
         self.seen: dict[int, int | None] = {}   # node -> last step judged
         self.cancelled: set[int] = set()
         self.readers: dict[int, MetricsReader] = {}   # node -> its metrics, read incrementally
@@ -87,17 +90,30 @@ class Monitor:
         return decision.action == "STOP"
 
 
+def monitor_heartbeat(store: RunStore) -> dict[str, Any]:
+    """What the monitor job last said about itself ({} before it first ran)."""
+    try:
+        data = read_json(store.root / "monitor" / HEARTBEAT_FILE)
+    except StateError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s: float) -> str:
     """The monitor job's body: loop until the controller is gone or the lifetime is up."""
     store = RunStore.open(run_dir)
-    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root))
+    # Compute nodes often have no route to the internet: find out in seconds, once, and judge
+    # with the offline stopper then, instead of every call spending minutes on retries.
+    cut_off = unreachable(store.config.agents) if choose_backend(store.config.agents) else None
+    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), offline=bool(cut_off))
     lease = Lease(store)
-    heartbeat = store.root / "monitor" / "heartbeat.json"
+    heartbeat = store.root / "monitor" / HEARTBEAT_FILE
     heartbeat.parent.mkdir(exist_ok=True)
 
     def beat(**extra: Any) -> None:
         write_json(heartbeat, {"time": time.time(), "host": socket.gethostname(),
-                               "pid": os.getpid(), **extra})
+                               "pid": os.getpid(), **extra,
+                               **({"llm_unreachable": cut_off} if cut_off else {})})
 
     # submitit ignores SIGTERM (it waits for the SIGKILL) and fails the job on its time-limit
     # USR2 when the function cannot be checkpointed; a monitor must instead stop at once when
