@@ -100,6 +100,20 @@ SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
 
 
 @dataclass
+class ControllerJobConfig:
+    """The controller as a batch job (`llmzero-start --submit`): a small, long CPU job, e.g.
+    in a site's workflow QOS, for sites that end long processes on login nodes."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "1-00:00:00"
+    cpus: int = 1
+    mem: str = "4G"
+    extra_directives: list[str] = field(default_factory=list)
+
+
+@dataclass
 class AgentConfig:
     """Which LLM backend the agents use; the API key is read from the environment only."""
 
@@ -143,6 +157,7 @@ class ExperimentConfig:
     search: SearchSettings = field(default_factory=SearchSettings)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    controller: ControllerJobConfig = field(default_factory=ControllerJobConfig)
     agents: AgentConfig = field(default_factory=AgentConfig)
     state: StateConfig = field(default_factory=StateConfig)
     trainer: dict[str, Any] = field(default_factory=dict)   # backend-specific extras

@@ -5,7 +5,8 @@ rerun it by hand (`sbatch phase.sbatch`, or `bash phase.sbatch` without a cluste
 that reaches it is checked here first: hyperparameters by `validate_hparams`, directives
 against Slurm's syntax, paths and names against what a script can carry. Words on the shell's
 side are quoted with shlex.quote; #SBATCH lines cannot be quoted, so their values are only
-accepted from a safe character set. Errors name the offending key.
+accepted from a safe character set. Errors name the offending key. The controller's own
+batch script (`llmzero-start --submit`) is rendered here too, under the same checks.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import jinja2
 
 from .backends import TrainerBackend, get_backend
 from .backends.spec import PhaseSpec
-from .config import SLURM_NAMES
+from .config import SLURM_NAMES, ControllerJobConfig
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .paths import TEMPLATES
@@ -66,10 +67,7 @@ def _directives(spec: PhaseSpec) -> list[str]:
            f"--comment=llmz:node={spec.node_id:04d},token={spec.token}",
            f"--output={node_dir}/slurm-%j.out",
            "--open-mode=append"]
-    for key in ("partition", "account", "qos"):
-        value = getattr(s, key)
-        if value is not None:
-            out.append(f"--{key}={_text(f'slurm.{key}', value, SLURM_NAMES, 'must be comma-separated names')}")
+    out += placement_directives("slurm", s.partition, s.account, s.qos)
     if s.constraint is not None:
         out.append("--constraint=" + _text("slurm.constraint", s.constraint, _CONSTRAINT,
                                            "must be a Slurm feature expression without spaces"))
@@ -89,18 +87,42 @@ def _directives(spec: PhaseSpec) -> list[str]:
         else:
             raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
     if s.mem is not None:
-        out.append("--mem=" + _text("slurm.mem", s.mem, _MEM, "must be a size like 16G or 4000M"))
-    try:
-        parse_time(_text("slurm.time", s.time))
-    except ValueError as exc:
-        raise ConfigError("slurm.time", str(exc)) from None
-    out.append(f"--time={s.time}")
+        out.append(mem_directive("slurm.mem", s.mem))
+    out.append(time_directive("slurm.time", s.time))
     if s.exclusive:
         out.append("--exclusive")
     out.append("--requeue" if s.requeue else "--no-requeue")
     out.append(f"--signal=B:USR1@{WARN_SIGNAL_S}")
-    for i, line in enumerate(s.extra_directives):
-        key = f"slurm.extra_directives[{i}]"
+    out += extra_directives("slurm.extra_directives", s.extra_directives)
+    return out
+
+
+def placement_directives(where: str, partition: str | None, account: str | None,
+                         qos: str | None) -> list[str]:
+    """--partition/--account/--qos for the values given, each checked (`where` names them)."""
+    return [f"--{key}={_text(f'{where}.{key}', value, SLURM_NAMES, 'must be comma-separated names')}"
+            for key, value in (("partition", partition), ("account", account), ("qos", qos))
+            if value is not None]
+
+
+def mem_directive(key: str, mem: str) -> str:
+    return "--mem=" + _text(key, mem, _MEM, "must be a size like 16G or 4000M")
+
+
+def time_directive(key: str, time: str) -> str:
+    try:
+        parse_time(_text(key, time))
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return f"--time={time}"
+
+
+def extra_directives(where: str, lines: list[str]) -> list[str]:
+    """The user's own #SBATCH options: one long option each, none that llmzero-slurm sets
+    itself, nothing that would send the job (and every later query) to another cluster."""
+    out = []
+    for i, line in enumerate(lines):
+        key = f"{where}[{i}]"
         match = _EXTRA.match(_text(key, line))
         if not match:
             raise ConfigError(key, "must be one long option like --reservation=name, without "
@@ -162,5 +184,41 @@ def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -
     path = Path(spec.node_dir) / "phase.sbatch"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, text)
+    path.chmod(0o755)
+    return path
+
+
+CONTROLLER_WARN_S = 300     # the controller job's USR1: time to stop cleanly and requeue
+CONTROLLER_SCRIPT = "controller.sbatch"
+
+
+def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
+                      command: list[str]) -> str:
+    """The controller's own batch script: `command` (llmzero-start on the run directory) in
+    a small, long, requeueable CPU job that requeues itself near its limit."""
+    run = _text("run_dir", str(run_dir), _DIRECTIVE_PATH, "must be an absolute path without "
+                "spaces, quotes or '%' (it goes into #SBATCH --output)")
+    if isinstance(job.cpus, bool) or not isinstance(job.cpus, int) or job.cpus < 1:
+        raise ConfigError("controller.cpus", f"must be an integer >= 1 (got {job.cpus!r})")
+    directives = [f"--job-name=llmz-{_text('experiment', experiment, _NAME, 'a name')}-controller",
+                  f"--comment=llmz:controller,run={experiment}",
+                  f"--output={run}/controller-%j.out", "--open-mode=append",
+                  *placement_directives("controller", job.partition, job.account, job.qos),
+                  "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus}",
+                  mem_directive("controller.mem", job.mem),
+                  time_directive("controller.time", job.time),
+                  "--requeue", f"--signal=B:USR1@{CONTROLLER_WARN_S}",
+                  *extra_directives("controller.extra_directives", job.extra_directives)]
+    return _ENV.get_template("controller/controller.sbatch.j2").render(
+        directives=directives, experiment=experiment, run_dir=shlex.quote(run),
+        script=shlex.quote(f"{run}/{CONTROLLER_SCRIPT}"),
+        command=" ".join(shlex.quote(a) for a in command))
+
+
+def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobConfig,
+                            command: list[str]) -> Path:
+    """Render into <run_dir>/controller.sbatch (atomically, executable) and return its path."""
+    path = Path(run_dir) / CONTROLLER_SCRIPT
+    write_text(path, render_controller(experiment, Path(run_dir), job, command))
     path.chmod(0o755)
     return path

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -284,3 +286,62 @@ def test_slurm_time_formats():
     for bad in ("", "1h", "0", "1:2:3:4", "-1"):
         with pytest.raises(ValueError):
             parse_time(bad)
+
+
+def controller_job(tmp_path: Path, **changes) -> Path:
+    from llmzero_slurm.config import ControllerJobConfig
+    from llmzero_slurm.render import write_controller_script
+    job = replace(ControllerJobConfig(partition="cpu", qos="workflow", time="7-00:00:00"),
+                  **changes)
+    return write_controller_script("exp1", tmp_path, job, ["/usr/bin/env", "sleep", "60"])
+
+
+def test_the_controller_job_script_is_a_long_small_requeueable_job(tmp_path):
+    """Issue 16: sites end long processes on login nodes and offer a long CPU job instead."""
+    script = controller_job(tmp_path)
+    d = directives(script.read_text())
+    assert (d["partition"], d["qos"], d["time"], d["cpus-per-task"]) == \
+        ("cpu", "workflow", "7-00:00:00", "1")
+    assert "requeue" in d and d["signal"] == "B:USR1@300"
+    assert d["output"] == f"{tmp_path}/controller-%j.out" and d["job-name"] == "llmz-exp1-controller"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    shellcheck(script)
+
+
+@pytest.mark.parametrize("changes, key", [
+    ({"partition": "cpu;id"}, "controller.partition"),
+    ({"time": "forever"}, "controller.time"),
+    ({"mem": "4G\n#SBATCH --uid=0"}, "controller.mem"),
+    ({"cpus": 0}, "controller.cpus"),
+    ({"extra_directives": ["--clusters=other"]}, "controller.extra_directives[0]"),
+])
+def test_bad_controller_job_settings_are_refused_naming_the_key(tmp_path, changes, key):
+    with pytest.raises(ConfigError) as err:
+        controller_job(tmp_path, **changes)
+    assert f"'{key}" in str(err.value)
+
+
+def test_the_controller_job_requeues_itself_near_its_limit_and_passes_on_term(tmp_path):
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >>{tmp_path}/scontrol.log\n")
+    (shims / "scontrol").chmod(0o755)
+    script = controller_job(tmp_path)
+    job = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env={
+        "PATH": f"{shims}:/usr/bin:/bin", "SLURM_JOB_ID": "77"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while "sleep" not in subprocess.run(["ps", "--ppid", str(job.pid), "-o", "comm="],
+                                        capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "the controller command never started"
+        time.sleep(0.1)
+    job.send_signal(signal.SIGUSR1)                  # Slurm: the time limit is near
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "scontrol.log").exists():
+        assert time.monotonic() < deadline, "the job did not requeue itself"
+        time.sleep(0.1)
+    assert (tmp_path / "scontrol.log").read_text() == "requeue 77\n"
+    assert job.poll() is None                        # still running until Slurm's TERM
+    job.terminate()
+    _, err = job.communicate(timeout=20)
+    assert job.returncode == 128 + signal.SIGTERM and "requeueing controller job 77" in err

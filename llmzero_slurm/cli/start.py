@@ -12,10 +12,11 @@ from ..config import load_config
 from ..controller.controller import Controller
 from ..controller.keeper import MonitorKeeper
 from ..controller.preflight import preflight
-from ..errors import ConfigError
+from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
+from ..render import write_controller_script
 from ..report import write_report
 from ..schedulers import make_scheduler, resolve_scheduler_kind
 from ..store.run_store import RunStore
@@ -37,6 +38,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="validate config, data, reward, scripts, scheduler and agents; submit nothing")
     p.add_argument("--detach", action="store_true",
                    help="run the controller in the background; its log is <run>/controller.log")
+    p.add_argument("--submit", action="store_true",
+                   help="run the controller as a Slurm job (the config's controller: section): "
+                        "it resumes the run whenever it starts and requeues itself near its "
+                        "time limit; its log is <run>/controller-<jobid>.out")
     p.add_argument("--cancel-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
     p.add_argument("--poll", type=float, default=None,
@@ -77,15 +82,40 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
 def detach(store: RunStore, args: argparse.Namespace) -> int:
     """Run the controller on the run directory in a new session, output to controller.log."""
     log = store.root / "controller.log"
+    cmd = controller_command(store, args)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
+          f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
+    return 0
+
+
+def controller_command(store: RunStore, args: argparse.Namespace) -> list[str]:
+    """This program on the run directory, as --detach and --submit run it."""
     cmd = [sys.executable, "-m", "llmzero_slurm.cli.start", str(store.root)]
     if args.cancel_on_stop:
         cmd.append("--cancel-on-stop")
     if args.poll is not None:
         cmd += ["--poll", str(args.poll)]
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
+    return cmd
+
+
+def submit(store: RunStore, args: argparse.Namespace) -> int:
+    """sbatch the controller's own job script. It keeps this environment (the LLM key
+    included, which the controller needs; phase jobs never get it)."""
+    script = write_controller_script(store.config.name, store.root, store.config.controller,
+                                     controller_command(store, args))
+    try:
+        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SchedulerError(f"submitting {script}: {exc}") from None
+    if done.returncode != 0:
+        raise SchedulerError(f"submitting {script}: sbatch failed (exit {done.returncode}): "
+                             f"{done.stderr.strip() or '(no message)'}")
+    job = done.stdout.strip().split(";")[0]
+    print(f"controller submitted as job {job} (script {script})\n"
           f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
     return 0
 
@@ -101,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     store = open_or_create(args)
     if args.detach:
         return detach(store, args)
+    if args.submit:
+        return submit(store, args)
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
     controller = build_controller(store, args.poll)
     code = controller.run(cancel_on_stop=args.cancel_on_stop)
