@@ -12,7 +12,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterable, Mapping
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from .search.tree import Node
 
 Series = list[tuple[int, float]]
 
@@ -168,6 +171,13 @@ def stitch(phases: Iterable[tuple[MetricsLog, int | None]]) -> MetricsLog:
         for name, pts in part.series.items():
             out.setdefault(name, {}).update(pts)
     return MetricsLog({k: sorted(v.items()) for k, v in out.items()})
+
+
+def strategy_curves(path: Sequence[Node], metrics_of: Callable[[int], MetricsLog]) -> MetricsLog:
+    """The curves of a strategy (a best path, root first) stitched on one global-step axis:
+    each phase up to the step its successor resumed from."""
+    return stitch((metrics_of(node.id), nxt.resume.step if nxt is not None and nxt.resume
+                   else None) for node, nxt in zip(path, [*path[1:], None]))
 
 
 def val_score_series(log: MetricsLog) -> Series:

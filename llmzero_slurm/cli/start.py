@@ -18,6 +18,8 @@ from ..methods import make_method
 from ..methods.base import MethodContext
 from ..render import write_controller_script
 from ..report import write_report
+from ..report.tensorboard import export_tensorboard
+from ..search.tree import Tree
 from ..schedulers import make_scheduler, resolve_scheduler_kind
 from ..store.run_store import RunStore
 from .common import run_main
@@ -74,9 +76,11 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
+    def curves(tree: Tree) -> None:
+        export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics())
     return Controller(store, scheduler, method,
                       poll_s or cfg.search.poll_interval_s or scheduler.default_poll_s,
-                      on_finish=write_report, monitor=monitor)
+                      on_finish=write_report, monitor=monitor, on_poll=curves)
 
 
 def detach(store: RunStore, args: argparse.Namespace) -> int:

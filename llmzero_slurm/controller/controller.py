@@ -39,12 +39,15 @@ class Controller:
     def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
                  poll_s: float = 10.0, out: TextIO = sys.stdout,
                  on_finish: Callable[[Path], object] | None = None,
-                 monitor: MonitorKeeper | None = None):
+                 monitor: MonitorKeeper | None = None,
+                 on_poll: Callable[[Tree], object] | None = None):
+        """`on_finish(run_dir)` after each phase ends (the report); `on_poll(tree)` after each
+        poll (curves for TensorBoard). Neither may stop the search: their errors are shown."""
         self.store, self.scheduler, self.method = store, scheduler, method
         self.config = store.config
         self.poll_s = poll_s
         self.progress = Progress(out)
-        self.on_finish = on_finish
+        self.on_finish, self.on_poll = on_finish, on_poll
         self.monitor = monitor
         self.lease = Lease(store)
         self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s)
@@ -106,6 +109,11 @@ class Controller:
                     self.progress.event(f"monitor job not submitted, tried again at the next "
                                         f"poll: {exc}")
             self.progress.show(tree)
+            if self.on_poll is not None:
+                try:
+                    self.on_poll(tree)
+                except (LLMZeroError, OSError) as exc:
+                    self.progress.event(f"curves not exported: {exc}")
             self._sleep()
 
     def _finished(self, tree: Tree, reason: str) -> int:

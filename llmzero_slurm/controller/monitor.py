@@ -17,7 +17,7 @@ from typing import Any
 
 from ..agents.llm import choose_backend, unreachable
 from ..agents.stopper import Stopper, StopperInput
-from ..metrics import MetricsLog, MetricsReader, stitch
+from ..metrics import MetricsLog, MetricsReader, strategy_curves
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
@@ -56,11 +56,7 @@ class Monitor:
         path = [n for n in best_path(tree) if n.status in (Status.COMPLETED, Status.EARLY_STOPPED)]
         if not path:
             return None, None
-        logs = []
-        for node, nxt in zip(path, [*path[1:], None]):
-            until = nxt.resume.step if nxt is not None and nxt.resume else None
-            logs.append((self.metrics(node.id), until))
-        return stitch(logs), path[-1].score
+        return strategy_curves(path, self.metrics), path[-1].score
 
     def check_once(self) -> list[int]:
         """Judge every running phase with new metrics; return the nodes cancelled."""

@@ -1,0 +1,68 @@
+"""TensorBoard event files of a run: `tensorboard --logdir runs/NAME/tensorboard`.
+
+One TensorBoard run per node (`node-0007`), its metrics on global steps, so the phases of a
+strategy line up as one continuous curve; and `best-strategy`, the best path's curves stitched
+into one run. Written with tensorboardX: pure Python over protobuf, no TensorFlow and no torch,
+which a login node can afford. Node runs are only ever appended to (`exported.json` keeps the
+last step written per node, so a restarted controller writes no point twice); the best
+strategy's run is written afresh whenever the best path or its progress changes.
+"""
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import StateError
+from ..metrics import MetricsLog, strategy_curves
+from ..search.policy import best_path
+from ..search.tree import Tree
+from ..store.atomic import read_json, write_json
+
+TB_DIR = "tensorboard"
+BEST_RUN = "best-strategy"
+STATE_FILE = "exported.json"
+
+
+def _write(run_dir: Path, log: MetricsLog, after: int = -1) -> int:
+    """Append the points after step `after` to a TensorBoard run; the last step written."""
+    from tensorboardX import SummaryWriter   # imported where used: only exports need it
+
+    points = [(step, name, value) for name, pts in log.series.items() for step, value in pts
+              if step > after]
+    if not points:
+        return after
+    # A new event file per export (TensorBoard reads them all): its name alone, made of the
+    # second and the host, would clobber an export of the same second.
+    writer = SummaryWriter(str(run_dir), filename_suffix=f".{uuid.uuid4().hex[:12]}")
+    try:
+        for step, name, value in sorted(points):
+            writer.add_scalar(name, value, step)
+    finally:
+        writer.close()
+    return max(step for step, _, _ in points)
+
+
+def export_tensorboard(root: str | Path, tree: Tree,
+                       metrics_of: Callable[[int], MetricsLog]) -> Path:
+    """Bring <root>/tensorboard up to date with every node's metrics; return its path."""
+    out = Path(root) / TB_DIR
+    out.mkdir(exist_ok=True)
+    try:
+        state: dict[str, Any] = read_json(out / STATE_FILE)
+    except StateError:
+        state = {}
+    done = {str(k): int(v) for k, v in state.get("nodes", {}).items()}
+    logs = {node.id: metrics_of(node.id) for node in tree}
+    for node in tree:
+        done[str(node.id)] = _write(out / f"node-{node.id:04d}", logs[node.id],
+                                    done.get(str(node.id), -1))
+    path = best_path(tree)
+    progress = [[n.id, logs[n.id].last_step] for n in path]
+    if progress != state.get("best"):
+        shutil.rmtree(out / BEST_RUN, ignore_errors=True)
+        if path:
+            _write(out / BEST_RUN, strategy_curves(path, logs.__getitem__))
+    write_json(out / STATE_FILE, {"nodes": done, "best": progress})
+    return out

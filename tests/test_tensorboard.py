@@ -1,0 +1,54 @@
+"""TensorBoard event files: one run per node on global steps, the best strategy as its own run,
+appended as phases report (issue 16). Read back with tensorboardX's own Event protobuf."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from llmzero_slurm.metrics import read_metrics
+from llmzero_slurm.report.tensorboard import export_tensorboard
+from metrics_files import VAL, write_metrics
+from treebuild import N, S, T
+
+TB_VAL = VAL.replace("@", "_")    # TensorBoard tags take [A-Za-z0-9_./-]: verl's "@1" reads "_1"
+
+
+def scalars(run: Path) -> list[tuple[int, str, float]]:
+    """Every (step, tag, value) in a TensorBoard run's event files (TFRecord framing)."""
+    from tensorboardX.proto import event_pb2
+    out = []
+    for path in sorted(run.glob("events.out.tfevents.*")):
+        data, i = path.read_bytes(), 0
+        while i < len(data):
+            (length,) = struct.unpack("<Q", data[i:i + 8])
+            event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            i += 12 + length + 4
+            out += [(event.step, v.tag, round(v.simple_value, 4)) for v in event.summary.value]
+    return sorted(out)
+
+
+def test_nodes_and_the_best_strategy_read_as_curves_on_global_steps(tmp_path):
+    root = tmp_path / "run"
+    files = {i: root / "nodes" / f"{i:04d}" / "metrics.jsonl" for i in (0, 1)}
+    write_metrics(files[0], [(0, {VAL: 0.3}), (10, {VAL: 0.5, "actor/entropy": 0.9}),
+                             (20, {VAL: 0.4})])
+    write_metrics(files[1], [(10, {VAL: 0.5}), (15, {"actor/entropy": 0.7})])
+    tree = T(N(0, None, score=0.5), N(1, 0, S.RUNNING))     # node 1 resumed at step 10
+
+    def metrics_of(i: int):
+        return read_metrics(files[i])
+    out = export_tensorboard(root, tree, metrics_of)
+    assert scalars(out / "node-0000") == [(0, TB_VAL, 0.3), (10, "actor/entropy", 0.9),
+                                          (10, TB_VAL, 0.5), (20, TB_VAL, 0.4)]
+    assert scalars(out / "node-0001") == [(10, TB_VAL, 0.5), (15, "actor/entropy", 0.7)]
+    # node 1 reports on: only its new points are appended, nothing is written twice
+    write_metrics(files[1], [(20, {VAL: 0.7})], append=True)
+    tree = T(N(0, None, score=0.5), N(1, 0, score=0.7))
+    export_tensorboard(root, tree, metrics_of)
+    assert scalars(out / "node-0001") == [(10, TB_VAL, 0.5), (15, "actor/entropy", 0.7),
+                                          (20, TB_VAL, 0.7)]
+    assert len(scalars(out / "node-0000")) == 4
+    # the best strategy: node 0 up to step 10, then node 1, as one run
+    assert scalars(out / "best-strategy") == [(0, TB_VAL, 0.3), (10, "actor/entropy", 0.9),
+                                              (10, TB_VAL, 0.5), (15, "actor/entropy", 0.7),
+                                              (20, TB_VAL, 0.7)]
