@@ -20,7 +20,7 @@ import jinja2
 
 from .backends import TrainerBackend, get_backend
 from .backends.spec import PhaseSpec
-from .config import SLURM_NAMES, ControllerJobConfig
+from .job_settings import SLURM_NAMES, ControllerJobConfig
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .paths import TEMPLATES

@@ -1,0 +1,65 @@
+"""Where the run's batch jobs go: the phases (`slurm:`), the monitor (`monitor:`) and the
+controller when it runs as a job (`controller:`). Plain settings; the #SBATCH lines are
+rendered and checked in render.py."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+
+@dataclass
+class SlurmConfig:
+    """#SBATCH directives and environment set-up for phase jobs."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    nodes: int = 1
+    gpus_per_node: int = 0
+    gpu_directive: str = "gpus-per-node"   # or "gres" for clusters that want --gres=gpu:N
+    gpu_type: str | None = None
+    cpus_per_task: int = 2
+    mem: str | None = None
+    time: str = "01:00:00"
+    exclusive: bool = False
+    extra_directives: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    requeue: bool = True
+
+
+@dataclass
+class MonitorConfig:
+    """Where the monitor job (the early stopper, which calls the LLM) runs: many clusters give
+    only some partitions a route out. Unset keys take the phases' own `slurm:` values."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+
+    def check(self, where: str) -> None:
+        for key in ("partition", "account", "qos"):
+            value = getattr(self, key)
+            if value is not None and not SLURM_NAMES.match(str(value)):
+                raise ConfigError(f"{where}.{key}", f"must be comma-separated Slurm names "
+                                  f"(got {str(value)[:60]!r})")
+
+
+# Partition, account and qos values: comma-separated names, nothing a #SBATCH line could misread.
+SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
+
+
+@dataclass
+class ControllerJobConfig:
+    """The controller as a batch job (`llmzero-start --submit`): a small, long CPU job, e.g.
+    in a site's workflow QOS, for sites that end long processes on login nodes."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "1-00:00:00"
+    cpus: int = 1
+    mem: str = "4G"
+    extra_directives: list[str] = field(default_factory=list)
