@@ -41,8 +41,9 @@ class Controller:
                  on_finish: Callable[[Path], object] | None = None,
                  monitor: MonitorKeeper | None = None,
                  on_poll: Callable[[Tree], object] | None = None):
-        """`on_finish(run_dir)` after each phase ends (the report); `on_poll(tree)` after each
-        poll (curves for TensorBoard). Neither may stop the search: their errors are shown."""
+        """`on_finish(run_dir)` after a poll in which phases ended (the report); `on_poll(tree)`
+        after each poll (curves for TensorBoard). Neither may stop the search: their errors are
+        shown."""
         self.store, self.scheduler, self.method = store, scheduler, method
         self.config = store.config
         self.poll_s = poll_s
@@ -121,8 +122,8 @@ class Controller:
         if any(n.status in (Status.COMPLETED, Status.EARLY_STOPPED) for n in tree if not n.pruned):
             return 0
         failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
-        why = failed[-1].diagnosis.splitlines()[-1] if failed and failed[-1].diagnosis else \
-            (failed[-1].submission.reason or "") if failed else ""
+        last = failed[-1] if failed else None
+        why = last and ((last.diagnosis.splitlines() or [""])[-1] or last.submission.reason)
         self.progress.event("no phase completed, so the search found nothing"
                             + (f"; the last failure: {why}" if why else ""))
         return NOTHING_COMPLETED
@@ -191,6 +192,7 @@ class Controller:
         tree = self.store.load_tree()
         watched = {n.submission.job_id: n for n in tree
                    if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
+        ended: list[bool] = []
         if watched:
             dirs = {j: self.store.node_dir(n.id).path for j, n in watched.items()}
             try:
@@ -198,9 +200,13 @@ class Controller:
             except SchedulerError as exc:
                 self.progress.event(f"could not poll the scheduler, states kept as they were: {exc}")
                 states = {}
-            for job_id, state in states.items():
-                self._observe(watched[job_id], state)
+            ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
         tree = self._reparent_fixes()
+        if any(ended) and self.on_finish is not None:
+            try:   # once per poll, after the reparent: the report sees the tree as it stands
+                self.on_finish(self.store.root)
+            except LLMZeroError as exc:
+                self.progress.event(f"report not updated: {exc}")
         for node_id in set(self.store.corrupt) - self._quarantine_told:
             self.progress.event(f"node {node_id}: left out of the search: "
                                 f"{self.store.corrupt[node_id]}")
@@ -221,15 +227,16 @@ class Controller:
                 tree = self.store.load_tree()
         return tree
 
-    def _observe(self, node: Node, state: JobState) -> None:
+    def _observe(self, node: Node, state: JobState) -> bool:
+        """Record a job's new state; True when its phase has ended."""
         if not state.final:
             if state.status is not node.status:
                 self.store.update_node(node.id, lambda n: _advance(n, state))
                 self.progress.event(f"node {node.id}: {state.status.value} ({state.raw})")
-            return
-        self._finish(node, state)
+            return False
+        return self._finish(node, state)
 
-    def _finish(self, node: Node, state: JobState) -> None:
+    def _finish(self, node: Node, state: JobState) -> bool:
         files = self.store.node_dir(node.id)
         owner = files.claimed_by()
         if owner is not None and owner != state.job_id:
@@ -237,7 +244,7 @@ class Controller:
             self.store.update_node(node.id, partial(submitted, job_id=owner))
             self.progress.event(f"node {node.id}: job {state.job_id} was a duplicate; "
                                 f"watching job {owner}, which claimed the node")
-            return
+            return False
         state = completed_at_limit(state, files.path)
         status = state.status
         if status is Status.CANCELLED and files.stop_decided():
@@ -257,12 +264,7 @@ class Controller:
             if results.best_val is not None else "no validation score"
         self.progress.event(f"node {node.id}: {status.value} ({state.raw}"
                             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}")
-        self._reparent_fixes()
-        if self.on_finish is not None:
-            try:
-                self.on_finish(self.store.root)
-            except LLMZeroError as exc:
-                self.progress.event(f"report not updated: {exc}")
+        return True
 
     def _stop(self, tree: Tree, cancel: bool) -> None:
         if cancel:
