@@ -49,7 +49,7 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
         text = bounded(reply.text)
         record.answers.append(text)
         try:
-            if text is not reply.text:
+            if len(reply.text) > MAX_ANSWER_CHARS:
                 raise AnswerError(f"the answer is {len(reply.text):,} characters long; keep it "
                                   f"under {MAX_ANSWER_CHARS:,} and end with the requested block")
             return parse(reply.text)

@@ -51,10 +51,15 @@ def live_states(store: RunStore, tree: Tree) -> dict[str, JobState]:
     return scheduler.states(list(jobs), jobs)
 
 
+def pending_reason(state: JobState) -> str | None:
+    """Why a waiting job waits (Priority, Resources, Dependency, JobHeldUser...)."""
+    return state.reason if state.raw == "PENDING" else None
+
+
 def shown(state: JobState) -> str:
-    """A state as a person reads it: a waiting job with the scheduler's reason (Priority,
-    Resources, Dependency, JobHeldUser...), which answers "why is it not running?"."""
-    return f"{state.raw} ({state.reason})" if state.raw == "PENDING" and state.reason else state.raw
+    """A state as a person reads it, a waiting job's reason beside it."""
+    reason = pending_reason(state)
+    return f"{state.raw} ({reason})" if reason else state.raw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                           "controller": lease, "best_path": path,
                           "nodes": [n.to_dict() for n in tree],
                           "slurm_states": {j: s.raw for j, s in states.items()},
-                          "pending_reasons": {j: s.reason for j, s in states.items()
-                                              if s.raw == "PENDING" and s.reason},
+                          "pending_reasons": {j: r for j, s in states.items()
+                                              if (r := pending_reason(s))},
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "monitor": monitor},
                          indent=2, sort_keys=True))

@@ -13,7 +13,7 @@ from ..errors import StateError
 from ..schedulers.base import CallJob, Scheduler, parse_time
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
-from ..store.locks import server_age
+from ..store.locks import server_ages
 from ..store.run_store import RunStore
 from .monitor import HEARTBEAT_FILE, run_monitor
 
@@ -51,8 +51,8 @@ class MonitorKeeper:
         """A monitor whose heartbeat stopped (hung in a call, its host froze, or it is gone
         without the scheduler saying so): neither its heartbeat nor its submission record was
         written for a while, by the file server's clock."""
-        ages = [server_age(self.dir / name) for name in (HEARTBEAT_FILE, "monitor.json")]
-        known = [a for a in ages if a is not None]
+        known = [a for a in server_ages([self.dir / HEARTBEAT_FILE, self.dir / "monitor.json"])
+                 if a is not None]
         return not known or min(known) > STALE_S + self.interval
 
     def ensure(self, needed: bool) -> None:

@@ -5,11 +5,12 @@ command to fix, and the whole list is printed so a user fixes everything in one 
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
@@ -44,12 +45,16 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 
-def check_data(cfg: ExperimentConfig) -> str:
+Reader = Callable[[str], list[Any]]
+
+
+def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks import get_task
     from ..tasks.dataset import read_examples
     from ..tasks.reward_file import load_reward
 
+    read = read or read_examples
     task = cfg.task
     if task.builtin:
         module = get_task(task.builtin)
@@ -65,7 +70,7 @@ def check_data(cfg: ExperimentConfig) -> str:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
     for path in files:
-        examples = read_examples(path)
+        examples = read(path)
         for ex in examples[:ROWS_CHECKED]:
             score = reward(ex.data_source, ex.ground_truth, ex.ground_truth, ex.extra_info)
             value = score.get("score") if isinstance(score, dict) else score
@@ -76,12 +81,13 @@ def check_data(cfg: ExperimentConfig) -> str:
     return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
 
 
-def check_lengths(cfg: ExperimentConfig) -> str:
+def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Every prompt fits max_prompt_length and every ground truth max_response_length, counted
     with the trainer's own tokenizer: a prompt too long fails the job at start, an answer too
     long is cut off in every rollout and can never score."""
     from ..tasks.dataset import read_examples
 
+    read = read or read_examples
     task = cfg.task
     if task.builtin:
         return f"builtin task {task.builtin}: its answer lengths are part of its design"
@@ -95,7 +101,7 @@ def check_lengths(cfg: ExperimentConfig) -> str:
         return f"not checked: {exc}"
     longest = {"max_prompt_length": 0, "max_response_length": 0}
     for path in [*task.train_files, *task.val_files, *task.test_files]:
-        examples = read_examples(path)
+        examples = read(path)
         sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
                  "max_response_length": [count.answer(ex.ground_truth) for ex in examples]}
         for key, values in sizes.items():
@@ -160,10 +166,12 @@ def check_method(cfg: ExperimentConfig) -> str:
 
 
 def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:
+    from ..tasks.dataset import read_examples
+    read = functools.lru_cache(maxsize=None)(read_examples)   # each file read once per check
     return [Check("config", True, f"{cfg.source or 'config'} is valid"),
             _run("search method", lambda: check_method(cfg)),
-            _run("data and reward", lambda: check_data(cfg)),
-            _run("lengths", lambda: check_lengths(cfg)),
+            _run("data and reward", lambda: check_data(cfg, read)),
+            _run("lengths", lambda: check_lengths(cfg, read)),
             _run("phase scripts", lambda: check_scripts(cfg)),
             _run("scheduler", lambda: check_scheduler(scheduler_kind)),
             _run("agents", lambda: check_llm(cfg))]

@@ -28,9 +28,10 @@ TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slu
              "not responding", "connection refused", "try again", "temporarily unavailable",
              "slurm is down")
 # A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
-SUBMIT_LIMITS = ("maxsubmitjob", "submit limit", "job submit limit", "maxsubmitjobs")
+SUBMIT_LIMITS = ("maxsubmitjob", "submit limit")
 NO_SUCH_JOB = "invalid job id"
 SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
+LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before a job is lost
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
@@ -206,7 +207,7 @@ class SlurmScheduler(Scheduler):
         for j in unknown:
             first, misses = self._unknown_since.get(j, (now, 0))
             self._unknown_since[j] = (first, misses + 1)
-            if misses + 1 >= 3 and now - first >= self.lost_after_s:
+            if misses + 1 >= LOST_AFTER_MISSES and now - first >= self.lost_after_s:
                 lost[j] = JobState(j, "LOST", Status.FAILED, None,
                                    f"lost: neither squeue, sacct nor its status.json has known the "
                                    f"job for {now - first:.0f} s", "none")

@@ -18,7 +18,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Sequence, Union
 
 import filelock
 
@@ -26,28 +26,38 @@ from ..errors import LockTimeout
 from ..processes import alive
 
 
-def server_age(path: Path) -> float | None:
-    """Seconds since `path` was last modified, on the clock of the filesystem that holds it:
-    a probe file written beside it now is stamped by the same clock, so two hosts' clocks are
-    never compared. None when `path` does not exist."""
-    probe = path.with_name(f".{path.name}.probe-{uuid.uuid4().hex}")
-    try:
-        modified = path.stat().st_mtime
-    except FileNotFoundError:
-        return None
+def server_ages(paths: Sequence[Path]) -> list[float | None]:
+    """Seconds since each of `paths` (in one folder) was last modified, on the clock of the
+    filesystem that holds them: one probe file written beside them now is stamped by the same
+    clock, so two hosts' clocks are never compared. None for a path that does not exist."""
+    modified: list[float | None] = []
+    for path in paths:
+        try:
+            modified.append(path.stat().st_mtime)
+        except FileNotFoundError:
+            modified.append(None)
+    known = [m for m in modified if m is not None]
+    if not known:
+        return [None] * len(paths)
+    probe = paths[0].with_name(f".{paths[0].name}.probe-{uuid.uuid4().hex}")
     try:
         probe.write_bytes(b"")
         now = probe.stat().st_mtime
     except OSError:
         # A reader without write access to the run (a colleague's llmzero-status): this
         # host's clock is the best it has.
-        return max(0.0, time.time() - modified)
+        now = time.time()
     finally:
         try:
             probe.unlink(missing_ok=True)
         except OSError:
             pass
-    return max(0.0, now - modified)
+    return [None if m is None else max(0.0, now - m) for m in modified]
+
+
+def server_age(path: Path) -> float | None:
+    """`server_ages` of one path."""
+    return server_ages([path])[0]
 
 
 class FlockLock:
