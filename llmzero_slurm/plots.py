@@ -67,7 +67,8 @@ def metric_plots(log: MetricsLog, out_dir: str | Path,
 
 def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
                  metrics: Iterable[str] = OVERLAY_METRICS,
-                 size_px: tuple[int, int] = (768, 480)) -> Path:
+                 size_px: tuple[int, int] = (768, 480),
+                 labels: tuple[str, str] = ("current", "best")) -> Path:
     """One grid of panels, current run blue solid, best completed strategy green dashed."""
     current = current.without_test()
     best = best.without_test() if best is not None else None
@@ -79,8 +80,8 @@ def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
                              squeeze=False)
     for ax, name in zip(axes.flat, names):
         if best is not None:
-            _draw(ax, _series(best, name), color="tab:green", linestyle="--", label="best")
-        _draw(ax, _series(current, name), color="tab:blue", label="current")
+            _draw(ax, _series(best, name), color="tab:green", linestyle="--", label=labels[1])
+        _draw(ax, _series(current, name), color="tab:blue", label=labels[0])
         ax.set_title(name, fontsize=8)
         ax.tick_params(labelsize=6)
         ax.grid(alpha=0.3)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from matplotlib.colors import to_rgb
+
+from llmzero_slurm.plots import plt
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
-from llmzero_slurm.report.figures import FIGURES
+from llmzero_slurm.report.collect import collect
+from llmzero_slurm.report.figures import FIGURES, STATUS_COLOURS, TREE, hparam_figure
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
@@ -121,26 +126,104 @@ def html(run: Path) -> str:
 
 def test_every_file_is_written(run):
     out = run / "report"
-    for name in [*FIGURES, "index.html", "strategy.yaml"]:
+    for name in [*FIGURES, TREE, "index.html", "strategy.yaml"]:
         assert (out / name).is_file(), name
-    for name in FIGURES:
+    for name in [*FIGURES, TREE]:
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
-    assert not list(out.glob(".*tmp*"))
+    assert not list(out.rglob(".*tmp*"))
+    assert len(list((out / "nodes").glob("node-*.png"))) == 6      # one curve grid per node
 
 
 def test_the_page_is_self_contained(run):
     page = html(run)
-    sources = re.findall(r'(?:src|href)="([^"]+)"', page)
-    assert sorted(s for s in sources if s.endswith(".png")) == sorted(FIGURES)
+    sources = re.findall(r'(?:src|href)="([^"#][^"]*)"', page)
+    assert sorted(s for s in sources if s.endswith(".png") and "/" not in s) == sorted([*FIGURES, TREE])
     assert all((run / "report" / s).is_file() for s in sources)
     assert "http://" not in page and "https://" not in page
+    anchors = set(re.findall(r'id="(node-\d+)"', page))
+    assert anchors == {f"node-{i}" for i in range(6)}
+    assert set(re.findall(r'href="#([^"]+)"', page)) <= anchors        # no dangling link
+
+
+def test_every_node_on_the_tree_is_one_click_from_its_section(run):
+    """Each node's clickable circle sits on that node's marker in the tree PNG (the pixel at
+    its centre has the node's status colour) and links to the node's own section."""
+    page = html(run)
+    image = plt.imread(run / "report" / TREE)
+    status = {n.id: n.status for n in RunStore.open(run).load_tree()}
+    areas = re.findall(r'<area shape="circle" coords="(\d+),(\d+),(\d+)" href="#node-(\d+)"', page)
+    assert sorted(int(a[3]) for a in areas) == list(range(6))
+    for x, y, r, node in areas:
+        assert 0 < int(x) < image.shape[1] and 0 < int(y) < image.shape[0] and int(r) >= 8
+        colour = to_rgb(STATUS_COLOURS[status[int(node)]])
+        assert abs(image[int(y), int(x), :3] - colour).max() < 0.05, node
+
+
+def test_each_node_section_shows_its_curves_and_the_agents_reasoning(run):
+    sections = dict(re.findall(r'<section id="node-(\d+)">(.*?)</section>', html(run), re.S))
+    assert "plateau" in sections["1"] and "lr 0.001 &rarr; 0.0005" in sections["1"]
+    assert "rollout_n 8 &rarr; 12" in sections["1"] and "Proposer" in sections["1"]
+    assert "too early to tell" in sections["2"] and "validation far below" in sections["2"]
+    assert re.search(r"<td>STOP</td>", sections["2"])
+    for node, section in sections.items():
+        curve = re.search(r'<img src="(nodes/node-\d+-\w+\.png)"', section)
+        assert curve and curve.group(1).startswith(f"nodes/node-{int(node):04d}-")
+
+
+def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
+    run = Path(shutil.copytree(run, tmp_path / "rep"))      # the module's run stays as built
+    out = run / "report" / "nodes"
+    before = {p.name for p in out.glob("*.png")}
+    write_report(run)
+    assert {p.name for p in out.glob("*.png")} == before                  # nothing changed
+    d = RunStore.open(run).node_dir
+    with open(d(2).metrics_file, "a") as fh:                            # off the best path
+        fh.write(json.dumps({"step": 41, "data": {"actor/entropy": 0.5}}) + "\n")
+    write_report(run)
+    after = {p.name for p in out.glob("*.png")}
+    assert {n[:9] for n in before ^ after} == {"node-0002"} and len(after) == 6
+    with open(d(5).metrics_file, "a") as fh:                            # on it: every overlay
+        fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
+    write_report(run)
+    assert not {p.name for p in out.glob("*.png")} & after
+
+
+def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
+    """With long lists of held settings on both sides (capacity and regularisation both partly
+    moved on the best path), each list stays under its own panel; a path where no capacity
+    setting moved shows that in words, not as an empty panel."""
+    view = collect(run)
+    held = {"max_prompt_length": 512, "ppo_micro_batch_size_per_gpu": 4,
+            "log_prob_micro_batch_size_per_gpu": 16, "weight_decay": 0.01, "grad_clip": 1.0,
+            "kl_loss_type": "low_var_kl", "use_kl_loss": True, "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.28, "temperature": 1.0, "entropy_coeff": 0.0}
+    for phase in view.phases:
+        phase.view.node.hparams.update(held)
+    fig = hparam_figure(view)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    left, right = fig.axes
+    for ax in (left, right):
+        held = [t for t in ax.texts if t.get_text().startswith("held throughout")]
+        assert len(held) == 1
+        box = held[0].get_window_extent(renderer)
+        assert ax.bbox.x0 - 1 <= box.x0 and box.x1 <= ax.bbox.x1 + 1   # not across the panels
+    plt.close(fig)
+    view = collect(run)
+    for phase in view.phases:           # capacity held along the whole path
+        phase.view.node.hparams.update(rollout_n=8, max_response_length=8)
+    fig = hparam_figure(view)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    plt.close(fig)
+    assert any(t.startswith("nothing changed along this strategy") and "rollout_n=8" in t
+               for t in texts)
 
 
 def test_the_best_strategy_table_follows_the_best_path(run):
     page = html(run)
     table = page.split("<h2>Best strategy</h2>")[1].split("<h2>")[0]
-    rows = re.findall(r"<tr><td>(\d+)</td><td>node (\d+)</td>", table)
+    rows = re.findall(r'<tr><td>(\d+)</td><td><a href="#node-\d+">node (\d+)</a></td>', table)
     assert rows == [("1", "0"), ("2", "1"), ("3", "5")]
     for span in ("0..50", "50..100", "100..150"):
         assert span in table
@@ -154,8 +237,8 @@ def test_the_best_strategy_table_follows_the_best_path(run):
 
 def test_every_node_and_its_story_is_listed(run):
     page = html(run)
-    nodes = page.split("<h2>All phases</h2>")[1]
-    assert len(re.findall(r"<tr><td>\d+", nodes)) == 6
+    nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]
+    assert len(re.findall(r'<tr><td><a href="#node-\d+">\d+', nodes)) == 6
     assert "(injected)" in nodes and "early_stopped" in nodes and "failed" in nodes
     assert "stopped early: validation far below the best strategy" in nodes
     notes = page.split("<h2>Notes</h2>")[1]

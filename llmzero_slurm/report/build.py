@@ -1,8 +1,8 @@
 """write_report: the whole report of a run directory, cheap enough to refresh after every phase.
 
-Output in <run>/report/: index.html, the figures (figures.FIGURES) and strategy.yaml (once a
-phase has a validation score). Every file is replaced atomically; a stale strategy.yaml is
-never left behind when the run has none.
+Output in <run>/report/: index.html, the figures (figures.FIGURES, the tree, one curve grid
+per node under nodes/) and strategy.yaml (once a phase has a validation score). Every file is
+replaced atomically; a stale strategy.yaml is never left behind when the run has none.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def write_report(run_dir: str | Path) -> Path:
     """Write <run>/report/ and return the path of its index.html."""
     view = collect(run_dir)
     out = view.root / "report"
-    draw_all(view, out)
+    drawn = draw_all(view, out)
     document = strategy_document(view.tree, view.config)
     if document is not None and document["phases"]:
         write_strategy(document, out / STRATEGY)
@@ -32,7 +32,7 @@ def write_report(run_dir: str | Path) -> Path:
         (out / STRATEGY).unlink(missing_ok=True)
         strategy_file = None
     index = out / "index.html"
-    write_text(index, render_html(view, strategy_file))
+    write_text(index, render_html(view, drawn, strategy_file))
     _readable(out)
     return index
 
@@ -41,6 +41,6 @@ def _readable(out: Path) -> None:
     """The atomic writer creates private files; a report is for the whole group to read."""
     umask = os.umask(0o022)
     os.umask(umask)
-    for path in out.iterdir():
+    for path in out.rglob("*"):
         if path.is_file():
             os.chmod(path, 0o666 & ~umask)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import StateError
-from ..metrics import MetricsLog
+from ..metrics import MetricsLog, strategy_curves
 from ..search.tree import Node, Tree
 from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
@@ -27,7 +27,9 @@ TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_re
 @dataclass
 class NodeView:
     node: Node
+    files: NodeDir
     log: MetricsLog
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # against its parent
     proposal: dict[str, Any] | None = None
     error_analysis: dict[str, Any] | None = None
     stops: list[dict[str, Any]] = field(default_factory=list)
@@ -40,6 +42,11 @@ class NodeView:
             if isinstance(result, dict) and result.get("action") == "STOP":
                 return str(result.get("reason", ""))
         return ""
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        """The stopper's decisions in order, each with its action, step and reason."""
+        return [e["result"] for e in self.stops if isinstance(e.get("result"), dict)]
 
     @property
     def diagnosis(self) -> str:
@@ -87,6 +94,7 @@ class RunView:
     tree: Tree
     nodes: dict[int, NodeView]
     phases: list[Phase]
+    best_curves: MetricsLog | None      # the best strategy stitched on the global-step axis
     agent_costs: dict[str, AgentCost]
     notes: list[str]
 
@@ -115,10 +123,17 @@ def _read(path: Path, notes: list[str]) -> Any:
         return None
 
 
-def _node_view(node: Node, files: NodeDir, notes: list[str]) -> NodeView:
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What a phase changed going in; its length is not a change of strategy."""
+    return {k: (before.get(k), v) for k, v in after.items()
+            if before.get(k) != v and k != "total_training_steps"}
+
+
+def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:
     log = files.metrics()
     notes.extend(f"node {node.id}: {p}" for p in log.problems)
-    view = NodeView(node, log)
+    parent = tree.nodes.get(node.parent) if node.parent is not None else None
+    view = NodeView(node, files, log, _changes(parent.hparams, node.hparams) if parent else {})
     proposal = _read(files.proposal_file, notes)
     analysis = _read(files.error_analysis_file, notes)
     view.proposal = proposal if isinstance(proposal, dict) else None
@@ -132,9 +147,7 @@ def _phases(tree: Tree, views: dict[int, NodeView]) -> list[Phase]:
     phases: list[Phase] = []
     for node, start, end in phase_spans(tree):
         before = phases[-1].view.node.hparams if phases else None
-        changes = {} if before is None else {
-            k: (before.get(k), v) for k, v in node.hparams.items()
-            if before.get(k) != v and k != "total_training_steps"}   # a phase length, not a change
+        changes = {} if before is None else _changes(before, node.hparams)
         phases.append(Phase(views[node.id], start, end, changes))
     return phases
 
@@ -155,6 +168,8 @@ def collect(root: str | Path) -> RunView:
     store = RunStore.open(root)
     tree = store.load_tree()
     notes: list[str] = []
-    views = {n.id: _node_view(n, store.node_dir(n.id), notes) for n in sorted(tree, key=lambda n: n.id)}
-    return RunView(store.root, store.config, tree, views, _phases(tree, views),
-                   _agent_costs(views), notes)
+    views = {n.id: _node_view(n, tree, store.node_dir(n.id), notes)
+             for n in sorted(tree, key=lambda n: n.id)}
+    phases = _phases(tree, views)
+    best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
+    return RunView(store.root, store.config, tree, views, phases, best, _agent_costs(views), notes)

@@ -1,18 +1,24 @@
 """The report's figures (matplotlib, Agg). Each draws one question about the run into one PNG;
 with nothing to show yet it still writes a figure saying so, so the page never links to a
-missing file. Unlike the agents' plots, these may show test-set scores."""
+missing file. Unlike the agents' plots, these may show test-set scores.
+
+The tree figure also returns where its nodes landed in the PNG, so the page can make every
+node a link to that node's own section (its curves and the agents' reasoning)."""
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..hparams import BATCH, CAPACITY, PARAMS, REGULARISATION
 from ..metrics import val_score_series
-from ..plots import DPI, plt
+from ..plots import DPI, overlay_plot, plt
 from ..search.tree import Kind, Node, Status, Tree
-from .collect import Phase, RunView
+from .collect import NodeView, Phase, RunView
 
 STATUS_COLOURS = {
     Status.COMPLETED: "tab:green", Status.EARLY_STOPPED: "tab:orange", Status.FAILED: "tab:red",
@@ -21,6 +27,19 @@ STATUS_COLOURS = {
 }
 PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
           ("regularisation (free to move both ways)", (REGULARISATION,)))
+TREE = "tree.png"
+NODE_CURVES = "nodes"           # one curve grid per node, named by what it shows
+TREE_MARKER = 260               # scatter size (points squared) of a node on the tree figure
+
+
+@dataclass(frozen=True)
+class Area:
+    """A node's clickable circle on the tree figure, in the PNG's own pixels."""
+
+    node: int
+    x: int
+    y: int
+    r: int
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -144,9 +163,9 @@ def _layout(tree: Tree) -> dict[int, tuple[float, int]]:
     return pos
 
 
-def tree_figure(view: RunView, path: Path) -> Path:
+def tree_figure(view: RunView, path: Path) -> list[Area]:
     """Every node coloured by status; the best path drawn bold; debug nodes square, injected
-    scratch children joined by a dashed edge, pruned nodes faded."""
+    scratch children joined by a dashed edge, pruned nodes faded. Returns each node's area."""
     tree = view.tree
     pos = _layout(tree)
     width = max(6.0, min(20.0, 0.6 * (max((x for x, _ in pos.values()), default=0) + 2)))
@@ -161,7 +180,7 @@ def tree_figure(view: RunView, path: Path) -> Path:
                     linewidth=2.5 if bold else 1, linestyle="--" if node.injected else "-", zorder=1)
     for node in tree:
         x, y = pos[node.id]
-        ax.scatter([x], [y], s=260, marker="s" if node.kind is Kind.DEBUG else "o",
+        ax.scatter([x], [y], s=TREE_MARKER, marker="s" if node.kind is Kind.DEBUG else "o",
                    color=STATUS_COLOURS[node.status], edgecolor="black",
                    linewidth=2 if node.id in on_path else 0.8, alpha=0.35 if node.pruned else 1,
                    zorder=2)
@@ -180,7 +199,15 @@ def tree_figure(view: RunView, path: Path) -> Path:
     ax.set_title("Search tree (bold: best strategy; square: debug; dashed edge: injected scratch)",
                  fontsize=9)
     fig.tight_layout()
-    return _save(fig, path)
+    fig.canvas.draw()       # settles the autoscaled limits the pixel positions depend on
+    height = fig.bbox.height
+    radius = math.ceil(math.sqrt(TREE_MARKER) / 2 * DPI / 72) + 2
+    areas = []
+    for node_id, point in pos.items():
+        px, py = ax.transData.transform(point)
+        areas.append(Area(node_id, round(px), round(height - py), radius))
+    _save(fig, path)
+    return sorted(areas, key=lambda a: a.node)
 
 
 def _numeric(value: Any) -> float | None:
@@ -190,8 +217,10 @@ def _numeric(value: Any) -> float | None:
 
 
 def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tuple[str, ...]) -> None:
+    """Each setting that moved along the path as a line (scaled to its largest value); the
+    settings held throughout listed below the panel, or in its middle when none moved."""
     names = [k for k, p in PARAMS.items() if p.category in categories and k != "total_training_steps"]
-    unchanged = []
+    held = []
     drawn = False
     for name in names:
         values = [_numeric(p.view.node.hparams.get(name)) for p in phases]
@@ -199,7 +228,7 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
         if not known:
             continue
         if len(set(values)) == 1:
-            unchanged.append(f"{name}={phases[0].view.node.hparams[name]}")
+            held.append(f"{name}={phases[0].view.node.hparams[name]}")
             continue
         scale = max(abs(v) for v in known) or 1.0
         xs: list[float] = []
@@ -211,20 +240,21 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
         trail = " → ".join(str(p.view.node.hparams.get(name, "default")) for p in phases)
         ax.plot(xs, ys, marker="o", markersize=3, label=f"{name}: {trail}")
         drawn = True
+    listing = textwrap.fill(", ".join(held), 75)
     if drawn:
         ax.set_ylim(0, 1.08)
         ax.legend(fontsize=6, loc="best")
-    if unchanged:
-        ax.text(0.01, 0.01, "unchanged: " + ", ".join(unchanged), transform=ax.transAxes,
-                fontsize=6, color="gray", va="bottom", wrap=True)
-    if not drawn and not unchanged:
-        _empty(ax, "no values")
+        ax.set_ylabel("fraction of its largest value", fontsize=8)
+        ax.grid(alpha=0.3)
+        if held:
+            ax.text(0.0, -0.16, "held throughout: " + listing, transform=ax.transAxes,
+                    fontsize=6, color="dimgray", va="top")
+    else:
+        _empty(ax, "nothing changed along this strategy" + (f"\nheld at:\n{listing}" if held else ""))
     ax.set_title(title, fontsize=9)
-    ax.set_ylabel("fraction of its largest value", fontsize=8)
-    ax.grid(alpha=0.3)
 
 
-def hparam_trajectories(view: RunView, path: Path) -> Path:
+def hparam_figure(view: RunView) -> plt.Figure:
     """Each hyperparameter along the best path, capacity and regularisation side by side."""
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.2), dpi=DPI)
     for ax, (title, categories) in zip(axes, PANELS):
@@ -234,18 +264,61 @@ def hparam_trajectories(view: RunView, path: Path) -> Path:
             _empty(ax, "no scored phase yet")
         ax.set_xlabel("global step", fontsize=8)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
+
+
+def hparam_trajectories(view: RunView, path: Path) -> Path:
+    return _save(hparam_figure(view), path)
+
+
+def node_curves(view: RunView, out_dir: Path) -> dict[int, str]:
+    """Each node's training curves over the best strategy's, one PNG per node, named by a
+    digest of what it shows so that a poll redraws only the nodes whose curves changed.
+    Returns each node's file name relative to the report folder."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    best = "|".join(_stamp(p.view) for p in view.phases)   # the curves drawn behind every node
+    names = {}
+    for node_id, node in view.nodes.items():
+        key = hashlib.sha256(f"{_stamp(node)}#{best}".encode()).hexdigest()[:10]
+        name = f"node-{node_id:04d}-{key}.png"
+        if not (out_dir / name).exists():
+            for stale in out_dir.glob(f"node-{node_id:04d}-*.png"):
+                stale.unlink()
+            tmp = out_dir / f".{name}.tmp.png"     # renamed into place, as _save does
+            overlay_plot(node.log, view.best_curves, tmp,
+                         labels=(f"node {node_id}", "best strategy"))
+            os.replace(tmp, out_dir / name)
+        names[node_id] = f"{out_dir.name}/{name}"
+    return names
+
+
+def _stamp(node: NodeView) -> str:
+    """Which node and which version of its metrics file."""
+    try:
+        stat = node.files.metrics_file.stat()
+        return f"{node.node.id}:{stat.st_mtime_ns}:{stat.st_size}"
+    except FileNotFoundError:
+        return f"{node.node.id}:none"
 
 
 FIGURES: dict[str, Callable[[RunView, Path], Path]] = {
     "strategy_curve.png": strategy_curve,
     "best_so_far.png": best_so_far,
     "test_vs_compute.png": test_vs_compute,
-    "tree.png": tree_figure,
     "hparams.png": hparam_trajectories,
 }
 
 
-def draw_all(view: RunView, out_dir: Path) -> dict[str, Path]:
+@dataclass
+class Drawn:
+    """What the page links: the tree's node areas and each node's curve file."""
+
+    tree_areas: list[Area]
+    node_curves: dict[int, str]
+
+
+def draw_all(view: RunView, out_dir: Path) -> Drawn:
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {name: draw(view, out_dir / name) for name, draw in FIGURES.items()}
+    for name, draw in FIGURES.items():
+        draw(view, out_dir / name)
+    return Drawn(tree_figure(view, out_dir / TREE), node_curves(view, out_dir / NODE_CURVES))

@@ -9,6 +9,7 @@ import jinja2
 
 from ..paths import TEMPLATES
 from .collect import TOKEN_FIELDS, AgentCost, RunView
+from .figures import TREE, Drawn
 
 TEMPLATE = "report/index.html.j2"
 
@@ -19,7 +20,7 @@ def fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def render_html(view: RunView, strategy_file: str | None) -> str:
+def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost()
@@ -32,4 +33,5 @@ def render_html(view: RunView, strategy_file: str | None) -> str:
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         views=list(view.nodes.values()), gpu_hours=view.gpu_hours, agent_costs=view.agent_costs,
         totals=totals, token_fields=TOKEN_FIELDS, notes=view.notes, strategy_file=strategy_file,
+        tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves,
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt)
