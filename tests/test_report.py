@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from matplotlib.colors import to_rgb
+from matplotlib.text import Text
 
 from llmzero_slurm.plots import plt
 
@@ -189,6 +190,22 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
     assert not {p.name for p in out.glob("*.png")} & after
 
 
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts of a drawn figure whose boxes intersect."""
+    renderer = fig.canvas.get_renderer()
+    undrawn = set()                     # labels of ticks outside the limits are laid out, not drawn
+    for ax in fig.axes:
+        for labels, (low, high), index in ((ax.get_xticklabels(), sorted(ax.get_xlim()), 0),
+                                           (ax.get_yticklabels(), sorted(ax.get_ylim()), 1)):
+            undrawn |= {id(t) for t in labels if not low <= t.get_position()[index] <= high}
+    texts = [t for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]
+    boxes = [(t.get_text()[:30], t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if box_a.overlaps(box_b) and box_a.intersection(box_a, box_b).width > 1
+            and box_a.intersection(box_a, box_b).height > 1]
+
+
 def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
     """With long lists of held settings on both sides (capacity and regularisation both partly
     moved on the best path), each list stays under its own panel; a path where no capacity
@@ -209,6 +226,7 @@ def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
         assert len(held) == 1
         box = held[0].get_window_extent(renderer)
         assert ax.bbox.x0 - 1 <= box.x0 and box.x1 <= ax.bbox.x1 + 1   # not across the panels
+    assert not overlapping_texts(fig)
     plt.close(fig)
     view = collect(run)
     for phase in view.phases:           # capacity held along the whole path
