@@ -41,6 +41,11 @@ class StateError(LLMZeroError):
         self.path, self.problem = path, problem
 
 
+class StorageError(StateError):
+    """A state file could not be written (disk full, quota exceeded, read-only filesystem).
+    The write was atomic, so the file still holds what it held before."""
+
+
 class LockTimeout(LLMZeroError):
     """Another process holds the run's lock for longer than we are willing to wait."""
 

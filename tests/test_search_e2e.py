@@ -158,3 +158,34 @@ def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_pat
     for node in tree:
         assert len(list(store.node_dir(node.id).log_files())) == 1
     fault_outcome(store, [Path(job["script"]).parent for job in table.values()])
+
+
+@pytest.mark.fault("a full disk (ENOSPC) at the writes of the id counter, a node record, the lease, "
+                   "the job table and a proposal, each followed by a restart (real local jobs)")
+def test_a_full_disk_at_a_state_write_stops_cleanly_and_a_restart_loses_nothing(tmp_path, cache,
+                                                                               fault_outcome):
+    config = e2e_config(tmp_path, cache, "local", budget=4, total_training_steps=10,
+                        ppo_micro_batch_size_per_gpu=128, log_prob_micro_batch_size_per_gpu=128)
+    run_dir = tmp_path / "run"
+    # The n-th write of that file in that controller's life: the first node's id, a status
+    # change, the lease when first taken, a submission, an evolve phase's proposal.
+    for fault in ("enospc:meta.json:2", "enospc:node.json:3", "enospc:controller.json:1",
+                  "enospc:jobs.json:2", "enospc:proposal.json:1"):
+        stopped = start(config, run_dir, fault)
+        out = stopped.stdout
+        assert stopped.returncode == 3, (fault, out[-3000:])
+        assert "No space left on device" in out and "it still holds what it held before" in out
+        assert "Traceback" not in out, (fault, out[-3000:])
+        store = RunStore.open(run_dir)
+        store.load_tree()
+        assert not store.corrupt        # every record readable after the failed write
+    assert "free space, then resume with llmzero-start" in out
+    done = start(config, run_dir)
+    assert done.returncode == 0, done.stdout[-3000:]
+    store = RunStore.open(run_dir)
+    tree = store.load_tree()
+    assert len(tree) == 4 and all(n.status.finished for n in tree)
+    table = json.loads((run_dir / "local-jobs" / "jobs.json").read_text())["jobs"]
+    tokens = [job["token"] for job in table.values()]
+    assert len(tokens) == len(set(tokens)) == len(tree)     # one job per phase
+    fault_outcome(store, [Path(job["script"]).parent for job in table.values()])

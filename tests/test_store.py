@@ -12,7 +12,7 @@ import time
 import pytest
 
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import LockTimeout, StateError
+from llmzero_slurm.errors import LockTimeout, StateError, StorageError
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Status, Tree
 from llmzero_slurm.store.atomic import read_json, write_json
@@ -125,6 +125,22 @@ def test_write_json_leaves_no_temp_file_and_refuses_nan(tmp_path):
         write_json(tmp_path / "a.json", {"x": float("nan")})
     assert read_json(tmp_path / "a.json") == {"x": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
+    """A write that fails for lack of space (here at the n-th write of the file, through the
+    same fault point the end-to-end test uses) leaves the previous content and no temp file,
+    and says which file and why."""
+    path = tmp_path / "node.json"
+    write_json(path, {"x": 1})
+    monkeypatch.setenv("LLMZERO_FAULT", "enospc:node.json:2")
+    write_json(path, {"x": 2})
+    with pytest.raises(StorageError, match=r"node\.json: could not be written \(No space left on "
+                       r"device.*\); it still holds what it held before") as failure:
+        write_json(path, {"x": 3})
+    assert failure.value.exit_code == 3 and isinstance(failure.value.__cause__, OSError)
+    assert read_json(path) == {"x": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node.json"]
 
 
 def _bump(root: str, n: int) -> None:

@@ -1,7 +1,8 @@
 """Shared CLI plumbing: errors become one clear line and a meaningful exit code.
 
-Exit codes: 0 done, 1 failure, 2 bad configuration or arguments, 3 corrupt state, 4 lock
-timeout, 5 batch-system error, 6 another controller holds the run, 130/143 stopped by a signal.
+Exit codes: 0 done, 1 failure, 2 bad configuration or arguments, 3 corrupt or unwritable
+state (a full disk), 4 lock timeout, 5 batch-system error, 6 another controller holds the run,
+130/143 stopped by a signal.
 """
 from __future__ import annotations
 

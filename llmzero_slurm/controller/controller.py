@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError
+from ..errors import LLMZeroError, SchedulerError, StorageError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..schedulers.base import JobState, Scheduler, completed_at_limit
 from ..search.budget import Budget
@@ -74,11 +74,19 @@ class Controller:
         except LeaseLost:
             lost = True      # the run is another controller's now, its monitor included
             raise
+        except StorageError as exc:
+            self.progress.event(f"the run's state could not be written: {exc}. Phases already "
+                                f"submitted keep running; free space, then resume with "
+                                f"llmzero-start {self.store.root}")
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.monitor is not None and not lost:
-                self.monitor.stop()
+                try:
+                    self.monitor.stop()
+                except LLMZeroError as exc:     # the lease must still be given back
+                    self.progress.event(f"monitor job not cancelled: {exc}")
             self.lease.release()
             self.store.fence = lambda: None
 

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from ..backends.spec import PhaseSpec
-from ..errors import LLMZeroError, SchedulerError
+from ..errors import LLMZeroError, SchedulerError, StorageError
 from ..render import write_phase_script
 from ..schedulers.base import Scheduler
 from ..search.tree import Node, Status
@@ -62,6 +62,8 @@ class Submitter:
         node = self.store.update_node(node.id, intent)
         try:
             script = self._script(node)
+        except StorageError:
+            raise       # the run's disk, not the node: nothing to hold against the node
         except LLMZeroError as exc:
             self.fail(node.id, f"its phase script could not be rendered: {exc}")
             return False

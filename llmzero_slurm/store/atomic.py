@@ -1,7 +1,8 @@
 """Crash-safe JSON files: a reader sees the old file or the new one, never a torn one.
 
 Write = temp file in the same directory, flush, fsync, os.replace, fsync the directory (so the
-rename itself survives a crash). Read = parse or raise StateError naming the file.
+rename itself survives a crash); a write that fails (a full disk, a quota) leaves the old file
+as it was and raises StorageError naming the file. Read = parse or raise StateError naming it.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateError
+from .. import faults
+from ..errors import StateError, StorageError
 
 
 def fsync_dir(path: Path) -> None:
@@ -30,15 +32,25 @@ def write_json(path: str | Path, data: Any) -> None:
 def write_text(path: str | Path, text: str) -> None:
     """Replace `path` with `text` atomically and durably."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        faults.disk_full(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        if not path.parent.is_dir():
+            raise     # a missing folder is a bug or a removed run, not a storage problem
+        raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still holds "
+                                 "what it held before") from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
 
