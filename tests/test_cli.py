@@ -19,7 +19,7 @@ from llmzero_slurm.store.run_store import RunStore
 
 from conftest import TinyBackend, finish, wait_for
 
-COMMANDS = ("start", "status", "stop", "report")
+COMMANDS = ("start", "status", "stop", "report", "repair")
 
 
 def cli(name: str, *args: str) -> subprocess.CompletedProcess:

@@ -284,8 +284,10 @@ def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path, fault_out
     assert tree[0].pruned and tree[0].status is Status.FAILED and 0 in ctl.store.corrupt
     assert tree[1].status is Status.COMPLETED
     assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
-    assert out.getvalue().count("node 0: left out of the search") == 1
+    assert out.getvalue().count("node 0: left out of the search (llmzero-repair rebuilds it)") == 1
     fault_outcome(ctl.store, sched.job_dirs())
+    assert store.rebuild_node(0).status is Status.COMPLETED      # from the copy beside it
+    assert not store.load_tree()[0].pruned and not store.corrupt
 
 
 # -- submissions that were not confirmed (issue 14.3) ---------------------------------------

@@ -1,6 +1,7 @@
 """The run directory: atomic records, clear errors on bad files, locks under real concurrency."""
 import errno
 import json
+import re
 import multiprocessing as mp
 import os
 import signal
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from llmzero_slurm.config import parse_config
+from llmzero_slurm.paths import ROOT
 from llmzero_slurm.errors import LockTimeout, StateError, StorageError
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Status, Tree
@@ -98,6 +100,51 @@ def test_corrupt_node_file_is_named(tmp_path):
     [node] = store.load_tree()
     assert node.pruned and node.terminal and "corrupt JSON" in node.diagnosis
     assert "0000/node.json: corrupt JSON" in store.corrupt[0]
+
+
+def repair(run, *nodes: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(ROOT / "bin" / "llmzero-repair"), str(run), *nodes],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+
+
+def test_llmzero_repair_rebuilds_a_damaged_record_from_its_copy(tmp_path):
+    """Issue 14.5: a corrupt node.json is quarantined, and a command puts it back from what its
+    folder holds: the copy written with every record write. The damaged file is kept."""
+    store = new_store(tmp_path)
+    add_root(store)
+    store.update_node(0, lambda n: (setattr(n, "status", Status.COMPLETED),
+                                    setattr(n.results, "best_val", 0.61)))
+    add_root(store)
+    good = store.node_path(0).read_text()
+    store.node_path(0).write_text(good[:40])                 # torn by something outside
+    store.node_path(1).write_text("{}")                      # valid JSON, not a record
+    assert repair(store.root, "2").returncode != 0           # no such node: named, not rebuilt
+    done = repair(store.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node 0: rebuilt from node.json.bak (scratch, completed)" in done.stdout
+    assert "node 1: rebuilt" in done.stdout
+    tree = store.load_tree()
+    assert not store.corrupt and tree[0].results.best_val == 0.61 and not tree[0].pruned
+    assert store.node_path(0).read_text() == good
+    [damaged] = store.node_dir(0).path.glob("node.json.damaged-*")
+    assert damaged.read_text() == good[:40]
+    again = repair(store.root)
+    assert again.returncode == 0 and "nothing to rebuild" in again.stdout
+
+
+def test_a_record_whose_copy_is_damaged_too_stays_quarantined(tmp_path):
+    store = new_store(tmp_path)
+    add_root(store)
+    store.node_path(0).write_text("{")
+    store.node_dir(0).record_copy.write_text('{"schema_version": 1, "id": 7}')
+    done = repair(store.root, "0")
+    assert done.returncode == 3
+    assert re.search(r"node 0: cannot be rebuilt, left out of the search: .*0000/node.json: "
+                     r"corrupt JSON.*; and its copy: .*node.json.bak", done.stdout)
+    assert store.node_path(0).read_text() == "{"              # nothing touched
+    [node] = store.load_tree()
+    assert node.pruned and 0 in store.corrupt
 
 
 def test_unknown_schema_version_is_named(tmp_path):

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tree_summary(tree))
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
+    if store.corrupt:
+        print(f"llmzero-repair {store.root} rebuilds unreadable records from their copies")
     if monitor.get("llm_unreachable"):
         print(f"early stopper: the offline heuristics, in the monitor job on "
               f"{monitor.get('host')}: the LLM endpoint {monitor['llm_unreachable']}")

@@ -216,8 +216,8 @@ class Controller:
             except LLMZeroError as exc:
                 self.progress.event(f"report not updated: {exc}")
         for node_id in set(self.store.corrupt) - self._quarantine_told:
-            self.progress.event(f"node {node_id}: left out of the search: "
-                                f"{self.store.corrupt[node_id]}")
+            self.progress.event(f"node {node_id}: left out of the search (llmzero-repair "
+                                f"rebuilds it): {self.store.corrupt[node_id]}")
             self._quarantine_told.add(node_id)
         return tree
 

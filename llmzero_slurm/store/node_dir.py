@@ -106,6 +106,11 @@ class NodeDir:
         return self.path / "node.json"
 
     @property
+    def record_copy(self) -> Path:
+        """node.json as last written, kept so a record damaged later can be rebuilt."""
+        return self.path / "node.json.bak"
+
+    @property
     def script(self) -> Path:
         return self.path / "phase.sbatch"
 

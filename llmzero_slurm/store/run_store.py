@@ -98,18 +98,46 @@ class RunStore:
     def node_path(self, node_id: int) -> Path:
         return self.node_dir(node_id).record
 
-    def read_node(self, node_id: int) -> Node:
-        path = self.node_path(node_id)
+    def read_node(self, node_id: int, path: Path | None = None) -> Node:
+        """Node `node_id` from its record (or from `path`, a copy of it)."""
+        path = path or self.node_path(node_id)
         data = _versioned(path)
         data.pop("schema_version")
         try:
-            return Node.from_dict(data)
+            node = Node.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(path, f"not a valid node record: {exc}") from None
+        if node.id != node_id:
+            raise StateError(path, f"holds node {node.id}, not node {node_id}")
+        return node
 
     def write_node(self, node: Node) -> None:
-        """Replace one node record. Callers changing structure hold the lock."""
-        write_json(self.node_path(node.id), {"schema_version": SCHEMA_VERSION, **node.to_dict()})
+        """Replace one node record, its copy first (see `rebuild_node`). Callers changing
+        structure hold the lock."""
+        data = {"schema_version": SCHEMA_VERSION, **node.to_dict()}
+        files = self.node_dir(node.id)
+        write_json(files.record_copy, data)
+        write_json(files.record, data)
+
+    def rebuild_node(self, node_id: int) -> Node | None:
+        """Put back a node record that cannot be read, from the copy written beside it with
+        every write; the damaged file is kept as node.json.damaged-<time>. None when the record
+        reads fine; StateError when the copy cannot be read either."""
+        files = self.node_dir(node_id)
+        with self.lock.hold():
+            try:
+                self.read_node(node_id)
+                return None
+            except StateError as exc:
+                damage = exc
+            try:
+                node = self.read_node(node_id, files.record_copy)
+            except StateError as exc:
+                raise StateError(files.record, f"{damage.problem}; and its copy: {exc}") from None
+            if files.record.exists():
+                files.record.rename(files.path / f"node.json.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+            self.write_node(node)
+        return node
 
     def add_node(self, build: Callable[[int], Node]) -> Node:
         """Allocate the next id and write the node `build(id)` returns, under the lock.

@@ -1,0 +1,46 @@
+"""llmzero-repair: rebuild node records that can no longer be read.
+
+A node whose node.json is damaged (a disk error, an editor, a partial copy of the run) is left
+out of the search and shown as quarantined, its folder untouched. Every record is written
+together with a copy beside it (node.json.bak), and this command puts the record back from
+that copy, keeping the damaged file as node.json.damaged-<time>. A running controller picks
+the node up again at its next poll; a finished phase keeps its results, and one still queued
+or running is watched again through its job id."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import StateError
+from .common import add_run_dir, open_run, run_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="llmzero-repair", description=__doc__)
+    add_run_dir(p)
+    p.add_argument("nodes", type=int, nargs="*",
+                   help="node ids to rebuild (default: every node whose record cannot be read)")
+    args = p.parse_args(argv)
+    store = open_run(args.run_dir)
+    store.load_tree()
+    targets = args.nodes or sorted(store.corrupt)
+    if not targets:
+        print("every node record reads fine: nothing to rebuild")
+        return 0
+    failed = 0
+    for node_id in targets:
+        try:
+            node = store.rebuild_node(node_id)
+        except StateError as exc:
+            failed += 1
+            print(f"node {node_id}: cannot be rebuilt, left out of the search: {exc}")
+            continue
+        if node is None:
+            print(f"node {node_id}: its record reads fine, left as it is")
+        else:
+            print(f"node {node_id}: rebuilt from {store.node_dir(node_id).record_copy.name} "
+                  f"({node.kind.value}, {node.status.value})")
+    return StateError.exit_code if failed else 0
+
+
+if __name__ == "__main__":
+    run_main(main)
