@@ -7,12 +7,14 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from llmzero_slurm.config import parse_config
 from controller_doubles import ScriptedScheduler
 from llmzero_slurm.controller.keeper import MonitorKeeper
+from llmzero_slurm.controller.lease import Lease
 from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, monitor_heartbeat, run_monitor
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
@@ -168,3 +170,50 @@ def test_the_monitor_runs_in_its_own_partition(tmp_path):
     assert (job.partition, job.account) == ("cpu-net", "proj")
     with pytest.raises(ConfigError, match="monitor.partition"):
         parse_config({"name": "x", "monitor": {"partition": "cpu\n#SBATCH --uid=0"}})
+
+
+def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environment(
+        tmp_path, monkeypatch):
+    """Issue 15.7: the monitor needs the key, but its job was submitted with the controller's
+    environment (sbatch keeps it with the job, /proc/<pid>/environ shows it). Now the key
+    reaches the monitor's LLM client through a private file, and no job environment has it."""
+    from llm_loopback import LoopbackLLM
+    canary = "sk-canary-monitor-7c1e4d"
+    monkeypatch.setenv("SITE_LLM_KEY", canary)        # a custom agents.api_key_env
+    with LoopbackLLM() as service:
+        service.reply(*["REASON: still climbing.\nDECISION: CONTINUE"] * 20)
+        store = RunStore.create(tmp_path / "run", parse_config({
+            "name": "mon", "backend": "cpu", "scheduler": "local",
+            "search": {"early_stop_interval_s": 1},
+            "agents": {"backend": "anthropic", "api_key_env": "SITE_LLM_KEY",
+                       "base_url": service.url}}))
+        store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                      status=Status.COMPLETED,
+                                      results=Results(best_val=0.9, checkpoints=[60])))
+        write_val(store.node_dir(0).metrics_file, {s: s / 60 * 0.9 for s in range(5, 65, 5)})
+        store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                      status=Status.RUNNING, submission=Submission("t1", "77")))
+        write_val(store.node_dir(1).metrics_file, {5: 0.3, 10: 0.45, 15: 0.6, 20: 0.7})
+        lease = Lease(store)
+        lease.acquire()                  # the monitor runs while a controller holds the run
+        sched = LocalScheduler(tmp_path / "local-jobs", secret_names=["SITE_LLM_KEY"])
+        keeper = MonitorKeeper(store, sched)
+        try:
+            keeper.ensure(True)
+            key_file = store.root / "monitor" / "llm-key.json"
+            assert key_file.stat().st_mode & 0o777 == 0o600
+            job = keeper._record()["job_id"]
+            wait_for(lambda: service.requests, 90, "the monitor's first LLM call")
+            headers = service.requests[0]["headers"]
+            sent = headers.get("x-api-key") or headers["authorization"]
+            assert sent.removeprefix("Bearer ") == canary    # the client got the key
+            environ = (Path("/proc") / str(job) / "environ").read_bytes()
+            assert b"SITE_LLM_KEY" not in environ and canary.encode() not in environ
+            assert os.environ["SITE_LLM_KEY"] == canary    # the controller's own is kept
+        finally:
+            keeper.stop()
+            lease.release()
+        assert not key_file.exists()
+        wait_for(lambda: sched.call_state(str(job)) is None, 30, "the monitor to stop")
+    records = store.node_dir(1).early_stop_file.read_text()
+    assert canary not in records and "anthropic" in records

@@ -177,13 +177,14 @@ class OpenAIBackend(_SDKBackend):
         return Reply(resp.choices[0].message.content or "", usage)
 
 
-def choose_backend(cfg: AgentConfig) -> Backend | None:
+def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
     """The configured LLM, or None for the offline heuristics.
 
-    `auto` uses Anthropic when the key variable is set and the heuristics otherwise, so a
-    cluster without outbound access still runs a full search.
+    `auto` uses Anthropic when there is a key and the heuristics otherwise, so a cluster
+    without outbound access still runs a full search. `key`: one handed over outside the
+    environment (the monitor job's); by default the variable `api_key_env`.
     """
-    key = os.environ.get(cfg.api_key_env, "")
+    key = os.environ.get(cfg.api_key_env, "") if key is None else key
     if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
         return None
     if cfg.backend in ("auto", "anthropic"):

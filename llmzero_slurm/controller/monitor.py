@@ -25,6 +25,7 @@ from ..search.tree import Node, Status, Tree
 from ..errors import StateError
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
+from . import monitor_key
 from .lease import Lease
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
@@ -35,11 +36,13 @@ LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease th
 class Monitor:
     """One pass per interval over the running phases of a run."""
 
-    def __init__(self, store: RunStore, scheduler: Scheduler, offline: bool = False):
-        """`offline`: use the offline stopper whatever is configured (no route to the LLM)."""
+    def __init__(self, store: RunStore, scheduler: Scheduler, offline: bool = False,
+                 key: str | None = None):
+        """`offline`: use the offline stopper whatever is configured (no route to the LLM);
+        `key`: the LLM key the controller handed over (monitor_key.py)."""
         self.store, self.scheduler = store, scheduler
         cfg = store.config
-        self.stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents))
+        self.stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents, key))
         self.seen: dict[int, int | None] = {}   # node -> last step judged
         self.cancelled: set[int] = set()
         self.readers: dict[int, MetricsReader] = {}   # node -> its metrics, read incrementally
@@ -98,10 +101,13 @@ def monitor_heartbeat(store: RunStore) -> dict[str, Any]:
 def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s: float) -> str:
     """The monitor job's body: loop until the controller is gone or the lifetime is up."""
     store = RunStore.open(run_dir)
+    agents = store.config.agents
+    key = monitor_key.take(store.root / "monitor", agents)
     # Compute nodes often have no route to the internet: find out in seconds, once, and judge
     # with the offline stopper then, instead of every call spending minutes on retries.
-    cut_off = unreachable(store.config.agents) if choose_backend(store.config.agents) else None
-    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), offline=bool(cut_off))
+    cut_off = unreachable(agents) if choose_backend(agents, key) else None
+    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), offline=bool(cut_off),
+                      key=key)
     lease = Lease(store)
     heartbeat = store.root / "monitor" / HEARTBEAT_FILE
     heartbeat.parent.mkdir(exist_ok=True)

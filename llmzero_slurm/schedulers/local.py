@@ -27,7 +27,7 @@ from ..store.locks import FlockLock
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
                    state_from_status_file)
 from .directives import expand_output
-from .job_env import without_credentials
+from .job_env import credentials_withheld, without_credentials
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 _SUPERVISOR = "llmzero_slurm.schedulers.local"
@@ -113,7 +113,8 @@ class LocalScheduler(Scheduler):
 
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(timeout_min=job.minutes)
-        return str(ex.submit(fn, *args).job_id)
+        with credentials_withheld(self.secret_names):
+            return str(ex.submit(fn, *args).job_id)
 
     def call_state(self, job_id: str) -> Status | None:
         return Status.RUNNING if runs(int(job_id), "submitit") else None

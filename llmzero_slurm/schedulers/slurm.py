@@ -20,7 +20,7 @@ from ..errors import SchedulerError
 from ..search.tree import Status
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
-from .job_env import without_credentials
+from .job_env import credentials_withheld, without_credentials
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -68,6 +68,7 @@ class SlurmScheduler(Scheduler):
     def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
                  min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
                  secret_names: Sequence[str] = ()):
+        self.secret_names = tuple(secret_names)
         self.run: Runner = runner or (lambda argv: run_command(argv, secret_names))
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
@@ -153,7 +154,8 @@ class SlurmScheduler(Scheduler):
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
                              mem=job.mem, setup=list(job.setup), comment=job.comment)
         try:
-            return str(ex.submit(fn, *args).job_id)
+            with credentials_withheld(self.secret_names):
+                return str(ex.submit(fn, *args).job_id)
         except (subprocess.CalledProcessError, OSError, submitit.core.utils.FailedJobError,
                 submitit.core.utils.FailedSubmissionError) as exc:
             raise SchedulerError(f"submitting the monitor job {job.name}: {exc}",

@@ -1,0 +1,44 @@
+"""How the monitor job gets the LLM key without any job environment holding it.
+
+sbatch records the submitting environment with the job and a process's initial environment
+stays readable in /proc/<pid>/environ, so the key must not travel that way, not even to the
+monitor, which needs it. The controller instead leaves it in a file only its user can read
+(mode 0600, in the run's monitor/ folder) before submitting the monitor, the monitor passes it
+straight to its LLM client, and the controller removes the file when it leaves.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..config import AgentConfig
+from ..errors import StateError
+from ..store.atomic import read_json, write_json
+
+KEY_FILE = "llm-key.json"
+
+
+def hand_over(folder: Path, agents: AgentConfig) -> None:
+    """Leave this process's key (if it has one) for the monitor job."""
+    key = os.environ.get(agents.api_key_env, "")
+    path = folder / KEY_FILE
+    if not key:
+        path.unlink(missing_ok=True)
+        return
+    write_json(path, {"name": agents.api_key_env, "value": key})
+    os.chmod(path, 0o600)       # the atomic writer's temp file is private already; say so
+
+
+def take(folder: Path, agents: AgentConfig) -> str | None:
+    """The key the controller left, or None (the monitor then looks in its environment)."""
+    try:
+        data = read_json(folder / KEY_FILE)
+    except StateError:
+        return None
+    if not isinstance(data, dict) or data.get("name") != agents.api_key_env:
+        return None
+    return str(data.get("value") or "") or None
+
+
+def withdraw(folder: Path) -> None:
+    (folder / KEY_FILE).unlink(missing_ok=True)
