@@ -18,7 +18,9 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
-from llmzero_slurm.report.figures import FIGURES, STATUS_COLOURS, TREE, hparam_figure
+from llmzero_slurm.report.canvas import STATUS_COLOURS
+from llmzero_slurm.report.figures import FIGURES, hparam_figure
+from llmzero_slurm.report.tree_figure import TREE
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree

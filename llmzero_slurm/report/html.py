@@ -9,7 +9,8 @@ import jinja2
 
 from ..paths import TEMPLATES
 from .collect import TOKEN_FIELDS, AgentCost, RunView
-from .figures import TREE, Drawn
+from .figures import Drawn
+from .tree_figure import TREE
 
 TEMPLATE = "report/index.html.j2"
 

@@ -1,0 +1,41 @@
+"""Each node's training curves drawn over the best strategy's, one PNG per node."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..plots import overlay_plot
+from .collect import NodeView, RunView
+
+NODE_CURVES = "nodes"           # the report's folder of node curve grids
+
+
+def node_curves(view: RunView, out_dir: Path) -> dict[int, str]:
+    """Each node's training curves over the best strategy's, one PNG per node, named by a
+    digest of what it shows so that a poll redraws only the nodes whose curves changed.
+    Returns each node's file name relative to the report folder."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    best = "|".join(_stamp(p.view) for p in view.phases)   # the curves drawn behind every node
+    names = {}
+    for node_id, node in view.nodes.items():
+        key = hashlib.sha256(f"{_stamp(node)}#{best}".encode()).hexdigest()[:10]
+        name = f"node-{node_id:04d}-{key}.png"
+        if not (out_dir / name).exists():
+            for stale in out_dir.glob(f"node-{node_id:04d}-*.png"):
+                stale.unlink()
+            tmp = out_dir / f".{name}.tmp.png"     # renamed into place, as _save does
+            overlay_plot(node.log, view.best_curves, tmp,
+                         labels=(f"node {node_id}", "best strategy"))
+            os.replace(tmp, out_dir / name)
+        names[node_id] = f"{out_dir.name}/{name}"
+    return names
+
+
+def _stamp(node: NodeView) -> str:
+    """Which node and which version of its metrics file."""
+    try:
+        stat = node.files.metrics_file.stat()
+        return f"{node.node.id}:{stat.st_mtime_ns}:{stat.st_size}"
+    except FileNotFoundError:
+        return f"{node.node.id}:none"
