@@ -63,3 +63,22 @@ class ControllerJobConfig:
     cpus: int = 1
     mem: str = "4G"
     extra_directives: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckJob:
+    """One short job of the cluster-side preflight (`llmzero-start --check --on-cluster`): where
+    it runs (`where` names the config section the placement came from, for messages), the
+    user's setup lines it runs first, and the interpreter that runs its checks."""
+
+    mode: str                          # environment | endpoint
+    where: str
+    python: str
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    cpus: int = 1
+    mem: str = "2G"
+    time: str = "00:10:00"
+    extra_directives: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)

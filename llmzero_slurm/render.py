@@ -6,7 +6,8 @@ that reaches it is checked here first: hyperparameters by `validate_hparams`, di
 against Slurm's syntax, paths and names against what a script can carry. Words on the shell's
 side are quoted with shlex.quote; #SBATCH lines cannot be quoted, so their values are only
 accepted from a safe character set. Errors name the offending key. The controller's own
-batch script (`llmzero-start --submit`) is rendered here too, under the same checks.
+batch script (`llmzero-start --submit`) and the cluster-side preflight's short jobs
+(`llmzero-start --check --on-cluster`) are rendered here too, under the same checks.
 """
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ import jinja2
 
 from .backends import TrainerBackend, get_backend
 from .backends.spec import PhaseSpec
-from .job_settings import SLURM_NAMES, ControllerJobConfig
+from .job_settings import SLURM_NAMES, CheckJob, ControllerJobConfig
 from .errors import ConfigError
 from .hparams import validate_hparams
-from .paths import TEMPLATES
+from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
 from .search.tree import Kind
 from .store.atomic import write_text
@@ -221,4 +222,42 @@ def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobCo
     path = Path(run_dir) / CONTROLLER_SCRIPT
     write_text(path, render_controller(experiment, Path(run_dir), job, command))
     path.chmod(0o755)
+    return path
+
+
+CHECK_SETUP_DONE = "llmzero: setup done"   # the check job's output: slurm.setup went through
+
+
+def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path) -> str:
+    """A cluster-side preflight job: the phases' setup lines, then the checks of `plan` run by
+    `job.python`. Output to <folder>/<mode>-<jobid>.out; never requeued (it changes nothing)."""
+    where = _text("folder", str(folder), _DIRECTIVE_PATH, "must be an absolute path without "
+                  "spaces, quotes or '%' (it goes into #SBATCH --output)")
+    mode = _text("mode", job.mode, _NAME, "a name")
+    if isinstance(job.cpus, bool) or not isinstance(job.cpus, int) or job.cpus < 1:
+        raise ConfigError(f"{job.where}.cpus", f"must be an integer >= 1 (got {job.cpus!r})")
+    for i, line in enumerate(job.setup):
+        _text(f"slurm.setup[{i}]", line)
+    directives = [f"--job-name=llmz-{_text('experiment', experiment, _NAME, 'a name')}-check",
+                  f"--comment=llmz:check,run={experiment},token="
+                  + _text("token", token, _TOKEN, "must be 1-64 letters, digits, '_' or '-'"),
+                  f"--output={where}/{mode}-%j.out",
+                  *placement_directives(job.where, job.partition, job.account, job.qos),
+                  "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus}",
+                  mem_directive(f"{job.where}.mem", job.mem),
+                  time_directive("check time", job.time), "--no-requeue",
+                  *extra_directives(f"{job.where}.extra_directives", job.extra_directives)]
+    return _ENV.get_template("preflight/preflight.sbatch.j2").render(
+        directives=directives, experiment=experiment, mode=mode, setup=list(job.setup),
+        setup_done=shlex.quote(CHECK_SETUP_DONE), repo=shlex.quote(str(ROOT)),
+        python=shlex.quote(_text("python", job.python)),
+        plan=shlex.quote(_text("plan", str(plan))),
+        script=shlex.quote(f"{where}/{mode}.sbatch"))
+
+
+def write_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path) -> Path:
+    """Render into <folder>/<mode>.sbatch (atomically) and return its path."""
+    path = Path(folder) / f"{job.mode}.sbatch"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, render_check_job(experiment, Path(folder), job, token, plan))
     return path

@@ -56,3 +56,56 @@ def verl_checkpoint(parent: Path, step: int, meta: dict | None) -> Path:
         (actor / "lora_train_meta.json").write_text(json.dumps(meta))
     (parent / "ckpt" / "latest_checkpointed_iteration.txt").write_text(str(step))
     return actor
+
+
+# The CPU stand-in for a verl environment on a compute node (`llmzero-start --check --on-cluster`).
+# verl 0.9.1 is installed --no-deps in CI: its Hydra config is real, but `import verl` needs Ray,
+# tensordict and the GPU stack. The stand-in is a `verl` package whose config directory is the
+# installed verl's own (so composition is real), with the two modules the check calls besides:
+# need_critic/need_reference_policy (verl's logic, without its Ray worker import) and a
+# validate_config that applies verl's first two rules with verl's messages and logs each call.
+STANDIN_PPO_UTILS = '''
+def need_reference_policy(config):
+    return config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
+
+
+def need_critic(config):
+    if config.critic.enable is not None:
+        return bool(config.critic.enable)
+    return config.algorithm.adv_estimator == "gae"
+'''
+STANDIN_CONFIG = '''
+import json, os
+
+
+def validate_config(config, use_reference_policy, use_critic):
+    n_gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    with open(os.environ["VERL_STANDIN_LOG"], "a") as fh:
+        fh.write(json.dumps({"n_gpus": n_gpus, "use_reference_policy": bool(use_reference_policy),
+                             "use_critic": bool(use_critic),
+                             "lora_adapter_path": config.actor_rollout_ref.model.lora_adapter_path,
+                             "val_before_train": config.trainer.val_before_train}) + "\\n")
+    real_train_batch_size = config.data.train_batch_size * config.actor_rollout_ref.rollout.n
+    assert real_train_batch_size % n_gpus == 0, (
+        f"real_train_batch_size ({real_train_batch_size}) must be divisible by minimal possible "
+        f"batch size ({n_gpus})")
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.log_prob_micro_batch_size is not None and rollout.log_prob_micro_batch_size_per_gpu is not None:
+        raise ValueError("[actor_rollout_ref.rollout] You have set both 'log_prob_micro_batch_size' "
+                         "AND 'log_prob_micro_batch_size_per_gpu'.")
+'''
+
+
+def stub_verl_environment(root: Path, real_config_dir: Path) -> Path:
+    """A folder to put first on PYTHONPATH: the stand-in `verl` (version 0.9.1) and an empty
+    `vllm` (the rollout engine is only looked up, never imported, by the check)."""
+    files = {"verl/__init__.py": '"""CPU stand-in for verl 0.9.1 (tests/verl_stubs.py)."""\n'
+                                 '__version__ = "0.9.1"\n',
+             "verl/trainer/__init__.py": "", "verl/trainer/ppo/__init__.py": "",
+             "verl/trainer/ppo/utils.py": STANDIN_PPO_UTILS, "verl/utils/__init__.py": "",
+             "verl/utils/config.py": STANDIN_CONFIG, "vllm/__init__.py": ""}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "verl" / "trainer" / "config").symlink_to(real_config_dir, target_is_directory=True)
+    return root

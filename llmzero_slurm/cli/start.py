@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from ..backends import get_backend
-from ..config import load_config
+from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
+from ..controller.cluster_check import CHECK_DIR, cluster_checks
 from ..controller.keeper import MonitorKeeper
-from ..controller.preflight import preflight
+from ..controller.preflight import Check, preflight
 from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
@@ -37,7 +38,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("config", type=Path, help="experiment.yaml, or a run directory to resume")
     p.add_argument("--run-dir", type=Path, help="where the run lives (default: runs/<name>)")
     p.add_argument("--check", action="store_true",
-                   help="validate config, data, reward, scripts, scheduler and agents; submit nothing")
+                   help="validate config, data, reward, scripts, scheduler and agents on this machine; "
+                        "submit nothing (unless --on-cluster)")
+    p.add_argument("--on-cluster", action="store_true",
+                   help="with --check, once its checks pass: check from the cluster too, "
+                        "in two short jobs (files in <run>/preflight/). One, in the controller: "
+                        "section's placement, runs slurm.setup and the phases' Python: imports "
+                        "the trainer (verl: its version and verl's own validation of a scratch, "
+                        "an evolve and a debug phase) and reads the model, data and reward "
+                        "files. The other, where the monitor runs, asks the LLM endpoint for any "
+                        "answer. Exit 0 all ok, 2 a check failed, 5 the batch system failed")
+    p.add_argument("--cluster-timeout", type=float, default=900.0, metavar="S",
+                   help="with --on-cluster: cancel the check jobs and fail after S seconds, "
+                        "queue wait included (default 900)")
     p.add_argument("--detach", action="store_true",
                    help="run the controller in the background; its log is <run>/controller.log")
     p.add_argument("--submit", action="store_true",
@@ -48,7 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
     p.add_argument("--poll", type=float, default=None,
                    help="seconds between scheduler polls (default: search.poll_interval_s)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.on_cluster and not args.check:
+        p.error("--on-cluster goes with --check (it submits checks, never the search)")
+    return args
 
 
 def open_or_create(args: argparse.Namespace) -> RunStore:
@@ -124,13 +140,38 @@ def submit(store: RunStore, args: argparse.Namespace) -> int:
     return 0
 
 
+def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
+                     login_ok: bool) -> list[Check]:
+    """--on-cluster: the checks a compute node answers, once the login node's have passed (a
+    job would only repeat their failures). Each is printed as it comes."""
+    if not login_ok:
+        checks = [Check("cluster", False, "not checked: fix the failures above first")]
+    elif kind != "slurm":
+        checks = [Check("cluster", False, "--on-cluster needs a Slurm cluster, and this config "
+                        f"runs its phases as local processes (scheduler: {cfg.scheduler}; no "
+                        "slurmctld answered, or scheduler: local)")]
+    else:
+        if (args.config / "meta.json").exists():
+            run_dir = args.config
+        else:
+            run_dir = args.run_dir or Path("runs") / cfg.name
+        checks = cluster_checks(cfg, run_dir.resolve() / CHECK_DIR, args.cluster_timeout,
+                                lambda line: print(line, flush=True))
+    for check in checks:
+        print(check.line(), flush=True)
+    return checks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check:
         cfg = load_config(args.config) if args.config.is_file() else RunStore.config_of(args.config)
-        checks = preflight(cfg, resolve_scheduler_kind(cfg.scheduler))
+        kind = resolve_scheduler_kind(cfg.scheduler)
+        checks = preflight(cfg, kind)
         for check in checks:
-            print(check.line())
+            print(check.line(), flush=True)
+        if args.on_cluster:
+            checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
     store = open_or_create(args)
     if args.detach:

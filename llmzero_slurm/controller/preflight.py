@@ -119,21 +119,25 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             + (f"within {given}" if given else "no length setting to check them against"))
 
 
+def sample_specs(cfg: ExperimentConfig, root: Path) -> list[PhaseSpec]:
+    """A scratch, an evolve and a debug phase of this config, their node folders under `root`:
+    every kind of script the search can render."""
+    nodes = [Node(0, None, Kind.SCRATCH, cfg.hparams),
+             Node(1, 0, Kind.EVOLVE, cfg.hparams, resume=Resume(0, 10)),
+             Node(2, 1, Kind.DEBUG, cfg.hparams, resume=Resume(0, 10), debug_depth=1)]
+    get_backend(cfg.backend).record_start(root / "0000", 0)   # the parent, as if it ran
+    return [PhaseSpec.for_node(cfg, node, root / f"{node.id:04d}", "preflight",
+                               root / "0000" if node.resume else None) for node in nodes]
+
+
 def check_scripts(cfg: ExperimentConfig) -> str:
     """Render a scratch, an evolve and a debug phase and let bash parse them."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
-        root = Path(tmp)
-        nodes = [Node(0, None, Kind.SCRATCH, cfg.hparams),
-                 Node(1, 0, Kind.EVOLVE, cfg.hparams, resume=Resume(0, 10)),
-                 Node(2, 1, Kind.DEBUG, cfg.hparams, resume=Resume(0, 10), debug_depth=1)]
-        get_backend(cfg.backend).record_start(root / "0000", 0)   # the parent, as if it ran
-        for node in nodes:
-            resume_dir = root / "0000" if node.resume else None
-            spec = PhaseSpec.for_node(cfg, node, root / f"{node.id:04d}", "preflight", resume_dir)
+        for spec in sample_specs(cfg, Path(tmp)):
             script = write_phase_script(spec)
             done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
             if done.returncode:
-                raise LLMZeroError(f"rendered {node.kind.value} script does not parse: {done.stderr}")
+                raise LLMZeroError(f"rendered {spec.kind} script does not parse: {done.stderr}")
     return "scratch, evolve and debug phase scripts render and parse"
 
 
