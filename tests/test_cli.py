@@ -64,6 +64,43 @@ def test_check_passes_on_the_verl_example_with_real_files(tmp_path):
     assert done.stdout.count("[ok]") == 7
 
 
+def char_tokenizer(folder, chat_template: str | None):
+    """A small real tokenizer folder (one token per character), as AutoTokenizer loads it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {c: i for i, c in enumerate(["<unk>", "<eos>", *map(chr, range(32, 127)), "\n"])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+    tok.chat_template = chat_template
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
+    """verl applies the chat template to every prompt; a tokenizer without one failed the
+    lengths check with a bare ValueError (and would fail every phase job)."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
+    config["scheduler"] = "local"
+    config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
+                          test_files=[str(files["test"])], reward_path=str(reward_path("addition")))
+    for template, code in ((None, 2), ("{% for m in messages %}{{ m['content'] }}{% endfor %}", 0)):
+        config["model_path"] = str(char_tokenizer(tmp_path / f"tok-{code}", template))
+        path = tmp_path / "exp.yaml"
+        path.write_text(yaml.safe_dump(config))
+        done = cli("start", str(path), "--check")
+        assert done.returncode == code, done.stdout + done.stderr
+        [line] = [ln for ln in done.stdout.splitlines() if " lengths: " in ln]
+        if code:
+            assert line.startswith("[FAIL] lengths:") and "has no chat template" in line
+            assert "ValueError" not in line
+        else:
+            assert line.startswith("[ok] lengths: longest prompt") and "tok-0's tokenizer" in line
+
+
 @pytest.mark.parametrize("hparams, message", [
     ({}, r"train\.parquet: [\d,]+ of [\d,]+ ground-truth answers need more than "
          r"max_response_length=8 tokens"),

@@ -93,6 +93,10 @@ class VerlBackend(TrainerBackend):
                                f"({str(exc).splitlines()[0][:160]})") from None
 
         def prompt(messages: Any) -> int:
+            if not tok.chat_template:     # verl applies it to every prompt: the job would fail
+                raise LLMZeroError(f"{model_path}'s tokenizer has no chat template, and verl "
+                                   "applies one to every prompt: use a model (or tokenizer "
+                                   "folder) that has one")
             return len(tok.apply_chat_template(list(messages), add_generation_prompt=True,
                                                tokenize=True))
         return TokenCounter(prompt, lambda text: len(tok.encode(text, add_special_tokens=False))
