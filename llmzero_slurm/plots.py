@@ -87,7 +87,8 @@ def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=6)
+    if axes.flat[0].get_legend_handles_labels()[0]:      # nothing drawn yet: no legend
+        axes.flat[0].legend(fontsize=6)
     fig.supxlabel("global step", fontsize=7)
     fig.tight_layout()
     path = Path(path)
