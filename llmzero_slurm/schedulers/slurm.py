@@ -27,6 +27,9 @@ Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slurm controller",
              "not responding", "connection refused", "try again", "temporarily unavailable",
              "slurm is down")
+# Failures after which a submission may still have reached slurmctld: sbatch is not run again
+# until the job could have registered (settle_s) and its token was looked for.
+UNSURE = ("socket timed out", "did not answer within its timeout", "not responding")
 # A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
 SUBMIT_LIMITS = ("maxsubmitjob", "submit limit")
 NO_SUCH_JOB = "invalid job id"
@@ -101,7 +104,9 @@ class SlurmScheduler(Scheduler):
         """Run a client; retry transient failures; raise SchedulerError on real ones.
 
         `recover` runs before each retry and may return the answer instead (a submission
-        that got through although its client timed out)."""
+        that got through although its client timed out). With `recover`, a failure that leaves
+        it unsure whether the request got through is not retried here: it raises a retryable
+        error, and the caller looks for the answer until it could have arrived (settle_s)."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
             if attempt and recover is not None and (answer := recover()) is not None:
@@ -120,6 +125,12 @@ class SlurmScheduler(Scheduler):
                     raise SchedulerError(f"{what}: {argv[0]} failed (exit {proc.returncode}): "
                                          f"{err or '(no message)'}",
                                          retryable=any(t in err.lower() for t in SUBMIT_LIMITS))
+            if recover is not None and any(u in err.lower() for u in UNSURE):
+                if (answer := recover()) is not None:
+                    return answer
+                raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
+                                     f"through, so it is looked for by its token before any "
+                                     f"new attempt", retryable=True)
             if attempt < self.retries:
                 time.sleep(wait)
                 wait = min(wait * 2, 60.0)
