@@ -35,33 +35,33 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
-def test_check_passes_on_the_cpu_example_and_submits_nothing(tmp_path):
-    config = yaml.safe_load((ROOT / "examples" / "cpu-addition.yaml").read_text())
-    config["scheduler"] = "local"
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(config))
-    done = cli("start", str(path), "--check")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("[ok]") == 7
-    assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
-
-
-def test_check_passes_on_the_verl_example_with_real_files(tmp_path):
-    """Issue 15.1: every backend: verl config failed --check (exit 2): the evolve render asked
-    the temporary parent for the step offset a verl job records when it starts."""
+def example_config(name: str, tmp_path) -> dict:
+    """A shipped example as a user adapts it: the verl one gets small generated data files."""
     from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize
-    files = materialize("addition", tmp_path / "data")
-    config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
-    config["scheduler"] = "local"
-    config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
-                          test_files=[str(files["test"])], reward_path=str(reward_path("addition")))
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(config))
+    config = yaml.safe_load((ROOT / "examples" / name).read_text())
+    if config.get("backend") == "verl":
+        files = materialize("addition", tmp_path / "data")
+        config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
+                              test_files=[str(files["test"])],
+                              reward_path=str(reward_path("addition")))
+    return config
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")))
+def test_check_passes_on_every_shipped_example_and_submits_nothing(tmp_path, name, slurm_env):
+    """Issue 15.1: `--check` failed on every verl config, the shipped example included (exit
+    2: the evolve render asked the temporary parent for the step offset a verl job records
+    when it starts). Each example as shipped, against the local Slurm cluster."""
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(example_config(name, tmp_path)))
     done = cli("start", str(path), "--check")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[ok]") == 7 and "[FAIL]" not in done.stdout
     assert "[ok] phase scripts: scratch, evolve and debug" in done.stdout
-    assert done.stdout.count("[ok]") == 7
+    assert "[ok] scheduler: Slurm reachable" in done.stdout
+    assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
 
 
 def char_tokenizer(folder, chat_template: str | None):
@@ -80,13 +80,7 @@ def char_tokenizer(folder, chat_template: str | None):
 def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
     """verl applies the chat template to every prompt; a tokenizer without one failed the
     lengths check with a bare ValueError (and would fail every phase job)."""
-    from llmzero_slurm.tasks import reward_path
-    from llmzero_slurm.tasks.dataset import materialize
-    files = materialize("addition", tmp_path / "data")
-    config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
-    config["scheduler"] = "local"
-    config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
-                          test_files=[str(files["test"])], reward_path=str(reward_path("addition")))
+    config = {**example_config("verl-qwen3-lora.yaml", tmp_path), "scheduler": "local"}
     for template, code in ((None, 2), ("{% for m in messages %}{{ m['content'] }}{% endfor %}", 0)):
         config["model_path"] = str(char_tokenizer(tmp_path / f"tok-{code}", template))
         path = tmp_path / "exp.yaml"
