@@ -252,3 +252,65 @@ def test_the_controller_runs_as_a_slurm_job(tmp_path):
     assert state.raw == "COMPLETED", output
     assert f"controller job {job}" in output and "stopped" in output
     assert read_stop_request(store) is None and not (run_dir / "controller.json").exists()
+
+
+def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resubmitted(
+        tmp_path, base_cache):
+    """Issue 16: the controller as a Slurm job, requeued (`scontrol requeue`) once phases run
+    and later cancelled and submitted again mid-search, ends the search with one job per
+    node and no node lost or left unfinished."""
+    import yaml
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.store.run_store import RunStore
+    name = f"ctlrq{os.getpid()}"        # sacct below counts this run's jobs by name
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": name, "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"},
+        "hparams": {"total_training_steps": 10, "test_freq": 5, "save_freq": 5},
+        "trainer": {"cache_dir": str(base_cache)},
+        "search": {"budget_iterations": 2, "concurrency": 1, "poll_interval_s": 1,
+                   "early_stop_interval_s": 2},
+        "agents": {"backend": "heuristic"},
+        "slurm": {"cpus_per_task": 1, "time": "00:15:00"},
+        "controller": {"time": "00:30:00", "mem": "1G"}}))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+
+    def submit(target: Path) -> str:
+        done = subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(target), "--run-dir",
+                               str(run_dir), "--submit"], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout.split("controller submitted as job ")[1].split()[0]
+
+    def tree() -> list:
+        return list(RunStore.open(run_dir).load_tree()) if (run_dir / "meta.json").exists() else []
+
+    def output(job: str) -> str:
+        path = run_dir / f"controller-{job}.out"
+        return path.read_text() if path.exists() else ""
+
+    first = submit(config)
+    wait_for(lambda: any(n.status is Status.RUNNING for n in tree()), 400, "a running phase")
+    subprocess.run(["scontrol", "requeue", first], check=True, capture_output=True)
+    wait_for(lambda: "(restart 1)" in output(first), 180, "the requeued controller to start again")
+    wait_for(lambda: len(tree()) >= 2, 400, "a second phase")
+    subprocess.run(["scancel", first], check=True, capture_output=True)
+    sched = SlurmScheduler(min_poll_s=0)
+    assert finish(sched, first, timeout=120).raw == "CANCELLED"
+    second = submit(run_dir)
+    state = finish(sched, second, timeout=900)
+    assert state.raw == "COMPLETED", output(second)[-3000:]
+    assert "search finished" in output(second)
+    store = RunStore.open(run_dir)
+    nodes = list(store.load_tree())
+    assert len(nodes) == 2 and all(n.status.finished for n in nodes), [n.status for n in nodes]
+    assert not store.corrupt
+    jobs = [n.submission.job_id for n in nodes]
+    assert len(set(jobs)) == 2 and None not in jobs
+    for node in nodes:      # one job ran in each node folder
+        assert len(list(store.node_dir(node.id).log_files())) == 1, node.id
+    names = subprocess.run(["sacct", "-c", "-n", "-X", "-o", "JobName%60"],   # completion log
+                           capture_output=True, text=True).stdout.split()
+    for node in nodes:
+        assert sum(job.startswith(f"llmz-{name}-{node.id:04d}") for job in names) == 1
