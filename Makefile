@@ -29,7 +29,7 @@ test: venv slurm-up
 	@tmp=$$(mktemp -d); \
 	( MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m numeric -p no:cacheprovider \
 	    --basetemp="$$tmp/pytest" >"$$tmp/log" 2>&1; echo $$? >"$$tmp/rc" ) & \
-	$(VENV)/bin/python -m pytest -q; suite=$$?; wait; \
+	$(VENV)/bin/python -m pytest -q --durations=15; suite=$$?; wait; \
 	echo "MKL_CBWR=COMPATIBLE pytest -m numeric:"; cat "$$tmp/log"; numeric=$$(cat "$$tmp/rc"); \
 	rm -rf "$$tmp"; test $$suite -eq 0 -a $$numeric -eq 0
 

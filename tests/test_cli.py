@@ -80,19 +80,18 @@ def char_tokenizer(folder, chat_template: str | None):
 def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
     """verl applies the chat template to every prompt; a tokenizer without one failed the
     lengths check with a bare ValueError (and would fail every phase job)."""
-    config = {**example_config("verl-qwen3-lora.yaml", tmp_path), "scheduler": "local"}
-    for template, code in ((None, 2), ("{% for m in messages %}{{ m['content'] }}{% endfor %}", 0)):
-        config["model_path"] = str(char_tokenizer(tmp_path / f"tok-{code}", template))
-        path = tmp_path / "exp.yaml"
-        path.write_text(yaml.safe_dump(config))
-        done = cli("start", str(path), "--check")
-        assert done.returncode == code, done.stdout + done.stderr
-        [line] = [ln for ln in done.stdout.splitlines() if " lengths: " in ln]
-        if code:
-            assert line.startswith("[FAIL] lengths:") and "has no chat template" in line
-            assert "ValueError" not in line
-        else:
-            assert line.startswith("[ok] lengths: longest prompt") and "tok-0's tokenizer" in line
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.errors import LLMZeroError
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    config["model_path"] = str(char_tokenizer(tmp_path / "bare", None))
+    with pytest.raises(LLMZeroError, match="bare's tokenizer has no chat template, and verl "
+                                           "applies one to every prompt"):
+        check_lengths(parse_config(config))
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    config["model_path"] = str(char_tokenizer(tmp_path / "chat", template))
+    assert re.match(r"longest prompt \d+ and answer \d+ tokens \(.*chat's tokenizer\)",
+                    check_lengths(parse_config(config)))
 
 
 @pytest.mark.parametrize("hparams, message", [

@@ -27,6 +27,12 @@ FIGURES = ("strategy_curve.png", "best_so_far.png", "test_vs_compute.png", "tree
            "hparams.png")
 
 
+# Phases for tests about the controller, not about training: few rollouts, validation (val and
+# test splits, 1,536 greedy answers) only at the start and the end.
+SMALL_PHASES = {"total_training_steps": 10, "test_freq": 10, "rollout_n": 4,
+                "ppo_micro_batch_size_per_gpu": 128, "log_prob_micro_batch_size_per_gpu": 128}
+
+
 def e2e_config(tmp: Path, cache: Path, scheduler: str, budget: int = 7, **hparams) -> Path:
     config = {
         "name": f"e2e-{scheduler}",
@@ -137,8 +143,7 @@ def test_search_on_slurm_with_the_monitor_job(tmp_path, cache):
 def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_path, cache,
                                                                          fault_outcome):
     # Small phases: this test is about the controller, not about training.
-    config = e2e_config(tmp_path, cache, "local", budget=5, total_training_steps=10,
-                        ppo_micro_batch_size_per_gpu=128, log_prob_micro_batch_size_per_gpu=128)
+    config = e2e_config(tmp_path, cache, "local", budget=5, **SMALL_PHASES)
     run_dir = tmp_path / "run"
     for fault in ("after_sbatch:2", "before_sbatch:1", "while_ingesting:1", "creating_node:1"):
         killed = start(config, run_dir, fault)
@@ -164,8 +169,7 @@ def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_pat
                    "the job table and a proposal, each followed by a restart (real local jobs)")
 def test_a_full_disk_at_a_state_write_stops_cleanly_and_a_restart_loses_nothing(tmp_path, cache,
                                                                                fault_outcome):
-    config = e2e_config(tmp_path, cache, "local", budget=4, total_training_steps=10,
-                        ppo_micro_batch_size_per_gpu=128, log_prob_micro_batch_size_per_gpu=128)
+    config = e2e_config(tmp_path, cache, "local", budget=4, **SMALL_PHASES)
     run_dir = tmp_path / "run"
     # The n-th write of that file in that controller's life: the first node's id, a status
     # change, the lease when first taken, a submission, an evolve phase's proposal.

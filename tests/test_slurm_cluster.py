@@ -266,7 +266,7 @@ def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resub
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump({
         "name": name, "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"},
-        "hparams": {"total_training_steps": 10, "test_freq": 5, "save_freq": 5},
+        "hparams": {"total_training_steps": 10, "test_freq": 10, "save_freq": 5, "rollout_n": 4},
         "trainer": {"cache_dir": str(base_cache)},
         "search": {"budget_iterations": 2, "concurrency": 1, "poll_interval_s": 1,
                    "early_stop_interval_s": 2},
