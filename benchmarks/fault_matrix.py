@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The fault matrix: every fault scenario of the test suite, and how the run came out of it.
 
-Each scenario is a test marked `fault` (tests/test_controller.py, tests/test_lease.py, the
-controller kill test): it injects the fault into a real controller loop and store (with the
-scheduler scripted at its interface, or the real local scheduler), runs the search to its end
-and is judged by the `fault_outcome` fixture, which asserts the targets and, with
-LLMZERO_FAULT_REPORT set, records the figures this script prints. Targets: at most one job per
-node, no lost node, no node left non-final, no controller crash.
+Each scenario is a test marked `fault` (tests/test_controller.py and tests/test_lease.py with
+the scheduler scripted at its interface; tests/test_slurm_faults.py against the real local
+Slurm cluster through client shims put first on PATH; the kill and full-disk tests of
+tests/test_search_e2e.py with real local jobs): it injects the fault into a real controller
+loop and store, runs the search to its end and is judged by the `fault_outcome` fixture,
+which asserts the targets and, with LLMZERO_FAULT_REPORT set, records the figures this script
+prints. Targets: at most one job per node, no lost node, no node left non-final, no controller
+crash.
 
     python benchmarks/fault_matrix.py [--include-slow]
 """
@@ -27,7 +29,7 @@ COLUMNS = ("jobs_per_node", "lost", "stuck", "crashes")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--include-slow", action="store_true",
-                        help="also the controller kill test (real CPU phases, a few minutes)")
+                        help="also the kill and full-disk tests (real CPU phases, a few minutes)")
     args = parser.parse_args()
     marks = "fault" if args.include_slow else "fault and not slow"
     with tempfile.TemporaryDirectory() as tmp:
