@@ -138,6 +138,16 @@ def test_search_on_slurm_with_the_monitor_job(tmp_path, cache):
     assert "llmz-e2e-slurm-monitor" in names
 
 
+def finished_once_each(store: RunStore, fault_outcome) -> None:
+    """Every phase final and run by exactly one job of the local scheduler: none resubmitted."""
+    tree = store.load_tree()
+    assert all(n.status.finished for n in tree)
+    table = json.loads((store.root / "local-jobs" / "jobs.json").read_text())["jobs"]
+    tokens = [job["token"] for job in table.values()]
+    assert len(tokens) == len(set(tokens)) == len(tree)
+    fault_outcome(store, [Path(job["script"]).parent for job in table.values()])
+
+
 @pytest.mark.fault("controller kill -9 inside node creation, before and after sbatch, while "
                    "ingesting (real local jobs)")
 def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_path, cache,
@@ -156,13 +166,9 @@ def test_controller_killed_at_every_step_of_a_phase_resumes_exactly_once(tmp_pat
     ids = sorted(n.id for n in tree)
     assert len(ids) == 5 and ids[-1] == 5 and not any(
         store.node_dir(i).path.exists() for i in range(6) if i not in ids)
-    assert all(n.status.finished for n in tree)
-    table = json.loads((run_dir / "local-jobs" / "jobs.json").read_text())["jobs"]
-    tokens = [job["token"] for job in table.values()]
-    assert len(tokens) == len(set(tokens)) == 5  # one job per phase, none resubmitted
     for node in tree:
         assert len(list(store.node_dir(node.id).log_files())) == 1
-    fault_outcome(store, [Path(job["script"]).parent for job in table.values()])
+    finished_once_each(store, fault_outcome)
 
 
 @pytest.mark.fault("a full disk (ENOSPC) at the writes of the id counter, a node record, the lease, "
@@ -187,9 +193,5 @@ def test_a_full_disk_at_a_state_write_stops_cleanly_and_a_restart_loses_nothing(
     done = start(config, run_dir)
     assert done.returncode == 0, done.stdout[-3000:]
     store = RunStore.open(run_dir)
-    tree = store.load_tree()
-    assert len(tree) == 4 and all(n.status.finished for n in tree)
-    table = json.loads((run_dir / "local-jobs" / "jobs.json").read_text())["jobs"]
-    tokens = [job["token"] for job in table.values()]
-    assert len(tokens) == len(set(tokens)) == len(tree)     # one job per phase
-    fault_outcome(store, [Path(job["script"]).parent for job in table.values()])
+    assert len(store.load_tree()) == 4
+    finished_once_each(store, fault_outcome)
