@@ -16,26 +16,25 @@ from pathlib import Path
 _passed: dict[str, int] = {}
 
 
-def point(name: str) -> None:
+def _due(name: str) -> bool:
+    """Whether LLMZERO_FAULT names `name` and this is the n-th time it is passed."""
     spec = os.environ.get("LLMZERO_FAULT")
     if not spec:
-        return
-    target, _, nth = spec.partition(":")
+        return False
+    target, _, nth = spec.rpartition(":")
+    if not nth.isdigit():
+        target, nth = spec, "1"
     if target != name:
-        return
+        return False
     _passed[name] = _passed.get(name, 0) + 1
-    if _passed[name] == int(nth or 1):
+    return _passed[name] == int(nth)
+
+
+def point(name: str) -> None:
+    if _due(name):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def disk_full(path: Path) -> None:
-    spec = os.environ.get("LLMZERO_FAULT")
-    if not spec or not spec.startswith("enospc:"):
-        return
-    name, _, nth = spec[len("enospc:"):].partition(":")
-    if path.name != name:
-        return
-    key = f"enospc:{name}"
-    _passed[key] = _passed.get(key, 0) + 1
-    if _passed[key] == int(nth or 1):
+    if _due(f"enospc:{path.name}"):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (injected)", str(path))
