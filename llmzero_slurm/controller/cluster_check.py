@@ -16,7 +16,6 @@ What the jobs do is cluster_probe.py. Their scripts, plans and outputs stay in <
 """
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from ..cluster_probe import END, PREFIX
 from ..config import ExperimentConfig
 from ..errors import SchedulerError
 from ..job_settings import CheckJob
-from ..methods.registry import METHODS
+from ..methods import method_class
 from ..render import CHECK_SETUP_DONE, write_check_job
 from ..schedulers.base import JobState
 from ..schedulers.slurm import SlurmScheduler
@@ -80,8 +79,7 @@ def verl_phases(cfg: ExperimentConfig) -> list[tuple[str, list[str]]]:
 
 def endpoint_job(cfg: ExperimentConfig) -> Planned | str:
     """The endpoint check from where the monitor runs, or why there is nothing to check."""
-    module, name = METHODS[cfg.search.method].split(":")
-    if not getattr(importlib.import_module(module), name).early_stopping:
+    if not method_class(cfg.search.method).early_stopping:
         return f"search.method {cfg.search.method} runs no monitor job, so no LLM call from one"
     if choose_backend(cfg.agents) is None:
         return "offline heuristic agents: no LLM endpoint to reach"

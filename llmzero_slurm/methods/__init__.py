@@ -12,14 +12,20 @@ from ..errors import ConfigError
 from .base import MethodContext, SearchMethod
 from .registry import METHODS
 
-__all__ = ["METHODS", "MethodContext", "SearchMethod", "make_method"]
+__all__ = ["METHODS", "MethodContext", "SearchMethod", "make_method", "method_class"]
 
 
-def make_method(name: str, ctx: MethodContext) -> SearchMethod:
+def method_class(name: str) -> type[SearchMethod]:
+    """The method's class, loaded on first use (what it is, e.g. whether it early-stops,
+    without building it)."""
     if name not in METHODS:
         raise ConfigError("search.method", f"unknown method {name!r} "
                           f"(known: {', '.join(sorted(METHODS))})")
     module, cls = METHODS[name].split(":")
-    method = getattr(importlib.import_module(module), cls)(ctx)
-    assert isinstance(method, SearchMethod)
-    return method
+    found = getattr(importlib.import_module(module), cls)
+    assert isinstance(found, type) and issubclass(found, SearchMethod)
+    return found
+
+
+def make_method(name: str, ctx: MethodContext) -> SearchMethod:
+    return method_class(name)(ctx)
