@@ -120,7 +120,7 @@ class TinyBackend(TrainerBackend):
     trainer_keys = {"python": str, "program": str, "step_s": float, "fail_at": int}
 
     def command(self, spec: Any) -> list[str]:
-        argv = [spec.python, spec.trainer["program"], "--output-dir", str(spec.node_dir),
+        argv = [self.python(spec.trainer), spec.trainer["program"], "--output-dir", str(spec.node_dir),
                 "--step-s", str(spec.trainer.get("step_s", 0.0)),
                 "--fail-at", str(spec.trainer.get("fail_at", 0))]
         return argv + [f"{k}={v}" for k, v in sorted(spec.hparams.items())]

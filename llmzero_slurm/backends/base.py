@@ -7,6 +7,7 @@ backend can let a value escape into the shell.
 """
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,10 @@ class TrainerBackend(ABC):
                 raise ConfigError(f"trainer.{key}", f"must be of type {kind.__name__}")
             out[key] = value
         return out
+
+    def python(self, trainer: Mapping[str, Any]) -> str:
+        """The interpreter that runs the phases (`trainer.python`, else this backend's own)."""
+        return str(trainer.get("python") or sys.executable)
 
     def defaults(self) -> dict[str, Any]:
         """The trainer's value for every key an experiment leaves unset (the one source of

@@ -41,7 +41,7 @@ class CpuBackend(TrainerBackend):
 
     def command(self, spec: "PhaseSpec") -> list[str]:
         task = spec.task
-        argv = [spec.python, str(JOBS / "cpu_grpo.py")]
+        argv = [self.python(spec.trainer), str(JOBS / "cpu_grpo.py")]
         if task.builtin:
             argv.append(f"--task={task.builtin}")
         else:

@@ -5,7 +5,6 @@ renderer turns it into a script; the controller builds one per node with `for_no
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -32,10 +31,6 @@ class PhaseSpec:
     model_path: str | None = None
     resume_dir: Path | None = None      # node dir of the phase this one starts from
     resume_step: int = 0                # global step of that phase's checkpoint
-
-    @property
-    def python(self) -> str:
-        return self.trainer.get("python") or sys.executable
 
     @property
     def job_name(self) -> str:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.llm import ANTHROPIC_URL, choose_backend
+from ..backends import get_backend
 from ..backends.verl import VerlBackend
-from ..backends.verl.settings import VerlSettings
 from ..cluster_probe import END, PREFIX
 from ..config import ExperimentConfig
 from ..errors import SchedulerError
@@ -54,7 +54,7 @@ Planned = tuple[CheckJob, dict[str, Any]]
 def environment_job(cfg: ExperimentConfig) -> Planned:
     """The environment check: the controller's CPU placement, the phases' setup and Python."""
     c, task = cfg.controller, cfg.task
-    python = cfg.trainer.get("python") or ("python3" if cfg.backend == "verl" else sys.executable)
+    python = get_backend(cfg.backend).python(cfg.trainer)
     job = CheckJob("environment", "controller", str(python), c.partition, c.account, c.qos,
                    c.cpus, c.mem, ENVIRONMENT_TIME, list(c.extra_directives), list(cfg.slurm.setup))
     plan: dict[str, Any] = {"mode": "environment", "backend": cfg.backend,
@@ -62,8 +62,8 @@ def environment_job(cfg: ExperimentConfig) -> Planned:
                             "data_files": [*task.train_files, *task.val_files, *task.test_files],
                             "reward_path": task.reward_path}
     if cfg.backend == "verl":
-        settings = VerlSettings.from_config({k: v for k, v in cfg.trainer.items() if k != "python"})
-        plan |= {"phases": verl_phases(cfg), "rollout_engine": settings.rollout_engine}
+        plan |= {"phases": verl_phases(cfg),
+                 "rollout_engine": VerlBackend.settings(cfg.trainer).rollout_engine}
     else:
         plan["cache_dir"] = cfg.trainer.get("cache_dir")
     return job, plan

@@ -29,12 +29,21 @@ class VerlBackend(TrainerBackend):
 
     def check_trainer(self, extras: Mapping[str, Any]) -> dict[str, Any]:
         extras = super().check_trainer(extras)
-        VerlSettings.from_config({k: v for k, v in extras.items() if k != "python"})
+        self.settings(extras)
         return extras
+
+    @staticmethod
+    def settings(trainer: Mapping[str, Any]) -> VerlSettings:
+        """The `trainer:` section's verl settings (`python` is every backend's key)."""
+        return VerlSettings.from_config({k: v for k, v in trainer.items() if k != "python"})
+
+    def python(self, trainer: Mapping[str, Any]) -> str:
+        """verl runs from the cluster's own environment (slurm.setup), not this one's."""
+        return str(trainer.get("python") or "python3")
 
     def overrides(self, spec: PhaseSpec) -> list[str]:
         """The phase's Hydra overrides, except trainer.nnodes (the job fills in $SLURM_NNODES)."""
-        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
+        settings = self.settings(spec.trainer)
         if not spec.model_path:
             raise ConfigError("model_path", "the verl backend needs the HF model directory "
                               "(or hub id cached on the cluster)")
@@ -62,8 +71,7 @@ class VerlBackend(TrainerBackend):
         skipped = check_overrides([*overrides, f"trainer.nnodes={spec.slurm.nodes}"])
         if skipped:
             logging.getLogger(__name__).warning("node %04d: %s", spec.node_id, skipped)
-        python = spec.trainer.get("python", "python3")
-        return [python, "-m", "verl.trainer.main_ppo", *overrides]
+        return [self.python(spec.trainer), "-m", "verl.trainer.main_ppo", *overrides]
 
     def export_dir(self, spec: PhaseSpec) -> Path:
         """Where siblings resuming from the same parent step share its exported adapter."""
@@ -129,8 +137,8 @@ class VerlBackend(TrainerBackend):
         return Path(spec.resume_dir) / "ckpt" / f"global_step_{local}" / "actor"
 
     def env(self, spec: PhaseSpec) -> dict[str, str]:
-        settings = VerlSettings.from_config({k: v for k, v in spec.trainer.items() if k != "python"})
-        env = {"LLMZ_PYTHON": spec.trainer.get("python", "python3"),
+        settings = self.settings(spec.trainer)
+        env = {"LLMZ_PYTHON": self.python(spec.trainer),
                "LLMZ_REPO": str(ROOT),
                "LLMZ_STEP_OFFSET": str(spec.resume_step),
                "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
