@@ -58,6 +58,15 @@ def _text(key: str, value: Any, pattern: re.Pattern | None = None, what: str = "
     return value
 
 
+def _token(value: Any) -> str:
+    return _text("token", value, _TOKEN, "must be 1-64 letters, digits, '_' or '-'")
+
+
+def _setup(lines: list[str]) -> list[str]:
+    """The user's `slurm.setup` lines, each one a line of the script."""
+    return [_text(f"slurm.setup[{i}]", line) for i, line in enumerate(lines)]
+
+
 def _directives(spec: PhaseSpec) -> list[str]:
     """The #SBATCH options of a phase, each value checked for a line sbatch parses."""
     s = spec.slurm
@@ -145,12 +154,11 @@ def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
         raise ConfigError("node_id", f"must be a non-negative integer (got {spec.node_id!r})")
     if spec.kind not in {k.value for k in Kind}:
         raise ConfigError("kind", f"must be one of {[k.value for k in Kind]} (got {spec.kind!r})")
-    _text("token", spec.token, _TOKEN, "must be 1-64 letters, digits, '_' or '-'")
+    _token(spec.token)
     if isinstance(spec.resume_step, bool) or not isinstance(spec.resume_step, int) \
             or spec.resume_step < 0:
         raise ConfigError("resume_step", f"must be a non-negative integer (got {spec.resume_step!r})")
-    for i, line in enumerate(spec.slurm.setup):
-        _text(f"slurm.setup[{i}]", line)
+    _setup(spec.slurm.setup)
     hparams = validate_hparams(spec.hparams, backend.name)
     trainer = backend.check_trainer(spec.trainer)
     return replace(spec, hparams=hparams, trainer=trainer)
@@ -189,6 +197,23 @@ def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -
     return path
 
 
+def _output_folder(key: str, folder: Path) -> str:
+    return _text(key, str(folder), _DIRECTIVE_PATH, "must be an absolute path without spaces, "
+                 "quotes or '%' (it goes into #SBATCH --output)")
+
+
+def _cpu_job(section: str, job: ControllerJobConfig | CheckJob, time_key: str,
+             own: list[str]) -> list[str]:
+    """The placement and size of a one-task CPU job (the controller's, a cluster check), its
+    `own` lines (requeue policy) before the user's extra directives."""
+    if isinstance(job.cpus, bool) or not isinstance(job.cpus, int) or job.cpus < 1:
+        raise ConfigError(f"{section}.cpus", f"must be an integer >= 1 (got {job.cpus!r})")
+    return [*placement_directives(section, job.partition, job.account, job.qos),
+            "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus}",
+            mem_directive(f"{section}.mem", job.mem), time_directive(time_key, job.time),
+            *own, *extra_directives(f"{section}.extra_directives", job.extra_directives)]
+
+
 CONTROLLER_WARN_S = 300     # the controller job's USR1: time to stop cleanly and requeue
 CONTROLLER_SCRIPT = "controller.sbatch"
 
@@ -197,19 +222,12 @@ def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
                       command: list[str]) -> str:
     """The controller's own batch script: `command` (llmzero-start on the run directory) in
     a small, long, requeueable CPU job that requeues itself near its limit."""
-    run = _text("run_dir", str(run_dir), _DIRECTIVE_PATH, "must be an absolute path without "
-                "spaces, quotes or '%' (it goes into #SBATCH --output)")
-    if isinstance(job.cpus, bool) or not isinstance(job.cpus, int) or job.cpus < 1:
-        raise ConfigError("controller.cpus", f"must be an integer >= 1 (got {job.cpus!r})")
+    run = _output_folder("run_dir", run_dir)
     directives = [f"--job-name=llmz-{_text('experiment', experiment, _NAME, 'a name')}-controller",
                   f"--comment=llmz:controller,run={experiment}",
                   f"--output={run}/controller-%j.out", "--open-mode=append",
-                  *placement_directives("controller", job.partition, job.account, job.qos),
-                  "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus}",
-                  mem_directive("controller.mem", job.mem),
-                  time_directive("controller.time", job.time),
-                  "--requeue", f"--signal=B:USR1@{CONTROLLER_WARN_S}",
-                  *extra_directives("controller.extra_directives", job.extra_directives)]
+                  *_cpu_job("controller", job, "controller.time",
+                            ["--requeue", f"--signal=B:USR1@{CONTROLLER_WARN_S}"])]
     return _ENV.get_template("controller/controller.sbatch.j2").render(
         directives=directives, experiment=experiment, run_dir=shlex.quote(run),
         script=shlex.quote(f"{run}/{CONTROLLER_SCRIPT}"),
@@ -231,24 +249,16 @@ CHECK_SETUP_DONE = "llmzero: setup done"   # the check job's output: slurm.setup
 def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path) -> str:
     """A cluster-side preflight job: the phases' setup lines, then the checks of `plan` run by
     `job.python`. Output to <folder>/<mode>-<jobid>.out; never requeued (it changes nothing)."""
-    where = _text("folder", str(folder), _DIRECTIVE_PATH, "must be an absolute path without "
-                  "spaces, quotes or '%' (it goes into #SBATCH --output)")
+    where = _output_folder("folder", folder)
     mode = _text("mode", job.mode, _NAME, "a name")
-    if isinstance(job.cpus, bool) or not isinstance(job.cpus, int) or job.cpus < 1:
-        raise ConfigError(f"{job.where}.cpus", f"must be an integer >= 1 (got {job.cpus!r})")
-    for i, line in enumerate(job.setup):
-        _text(f"slurm.setup[{i}]", line)
+    setup = _setup(job.setup)
     directives = [f"--job-name=llmz-{_text('experiment', experiment, _NAME, 'a name')}-check",
                   f"--comment=llmz:check,run={experiment},token="
-                  + _text("token", token, _TOKEN, "must be 1-64 letters, digits, '_' or '-'"),
+                  + _token(token),
                   f"--output={where}/{mode}-%j.out",
-                  *placement_directives(job.where, job.partition, job.account, job.qos),
-                  "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus}",
-                  mem_directive(f"{job.where}.mem", job.mem),
-                  time_directive("check time", job.time), "--no-requeue",
-                  *extra_directives(f"{job.where}.extra_directives", job.extra_directives)]
+                  *_cpu_job(job.where, job, "check time", ["--no-requeue"])]
     return _ENV.get_template("preflight/preflight.sbatch.j2").render(
-        directives=directives, experiment=experiment, mode=mode, setup=list(job.setup),
+        directives=directives, experiment=experiment, mode=mode, setup=setup,
         setup_done=shlex.quote(CHECK_SETUP_DONE), repo=shlex.quote(str(ROOT)),
         python=shlex.quote(_text("python", job.python)),
         plan=shlex.quote(_text("plan", str(plan))),
