@@ -65,10 +65,20 @@ def metric_plots(log: MetricsLog, out_dir: str | Path,
     return paths
 
 
-def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
-                 metrics: Iterable[str] = OVERLAY_METRICS,
-                 size_px: tuple[int, int] = (768, 480),
-                 labels: tuple[str, str] = ("current", "best")) -> Path:
+def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path) -> Path:
+    """`overlay_figure` saved to `path`."""
+    fig = overlay_figure(current, best)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def overlay_figure(current: MetricsLog, best: MetricsLog | None,
+                   metrics: Iterable[str] = OVERLAY_METRICS,
+                   size_px: tuple[int, int] = (768, 480),
+                   labels: tuple[str, str] = ("current", "best")) -> plt.Figure:
     """One grid of panels, current run blue solid, best completed strategy green dashed."""
     current = current.without_test()
     best = best.without_test() if best is not None else None
@@ -91,8 +101,4 @@ def overlay_plot(current: MetricsLog, best: MetricsLog | None, path: str | Path,
         axes.flat[0].legend(fontsize=6)
     fig.supxlabel("global step", fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return fig

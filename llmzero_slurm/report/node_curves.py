@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from ..plots import overlay_plot
+from ..plots import overlay_figure
+from .canvas import save
 from .collect import NodeView, RunView
 
 NODE_CURVES = "nodes"           # the report's folder of node curve grids
@@ -24,10 +24,8 @@ def node_curves(view: RunView, out_dir: Path) -> dict[int, str]:
         if not (out_dir / name).exists():
             for stale in out_dir.glob(f"node-{node_id:04d}-*.png"):
                 stale.unlink()
-            tmp = out_dir / f".{name}.tmp.png"     # renamed into place, as _save does
-            overlay_plot(node.log, view.best_curves, tmp,
-                         labels=(f"node {node_id}", "best strategy"))
-            os.replace(tmp, out_dir / name)
+            save(overlay_figure(node.log, view.best_curves,
+                                labels=(f"node {node_id}", "best strategy")), out_dir / name)
         names[node_id] = f"{out_dir.name}/{name}"
     return names
 
