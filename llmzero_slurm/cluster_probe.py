@@ -31,7 +31,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import LLMZeroError   # standard library only, like this module
+from .agents.route import address, proxy_for   # standard library only, like this module
+from .errors import LLMZeroError
 
 PREFIX = "LLMZ-CHECK "
 END = "LLMZ-CHECK-END"
@@ -190,18 +191,17 @@ def endpoint(url: str, timeout_s: float) -> str:
     """Any HTTP answer (401 included: the job holds no key) means the monitor can reach the
     LLM; the proxy variables apply as they do to the SDKs. Bounded in wall time, name
     resolution included."""
-    parts = urllib.parse.urlsplit(url)
-    proxy = None if urllib.request.proxy_bypass(parts.hostname or "") \
-        else urllib.request.getproxies().get(parts.scheme)
-    shown = urllib.parse.urlsplit(proxy if proxy and "://" in proxy else f"http://{proxy}")
-    port = shown.port or (443 if shown.scheme == "https" else 80)
-    via = f" through the proxy {shown.hostname}:{port}" if proxy else " directly"   # no password
+    proxy = proxy_for(url)                    # the route the monitor's own probe takes
+    host, port = address(proxy) if proxy else (None, 0)
+    via = f" through the proxy {host}:{port}" if proxy else " directly"   # no password shown
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(
+        {urllib.parse.urlsplit(url).scheme: proxy} if proxy else {}))
     answer: dict[str, Any] = {}
 
     def ask() -> None:
         request = urllib.request.Request(url, headers={"User-Agent": "llmzero-slurm-check"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            with opener.open(request, timeout=timeout_s) as resp:
                 answer["status"] = resp.status
         except urllib.error.HTTPError as exc:
             answer["status"] = exc.code

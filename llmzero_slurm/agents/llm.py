@@ -21,6 +21,7 @@ from PIL import Image
 
 from ..config import AgentConfig
 from ..errors import ConfigError
+from .route import address, proxy_for
 
 
 class LLMUnavailable(Exception):
@@ -200,7 +201,6 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
 
 
 ANTHROPIC_URL = "https://api.anthropic.com"
-PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def unreachable(cfg: AgentConfig, timeout_s: float = 5.0) -> str | None:
@@ -211,20 +211,16 @@ def unreachable(cfg: AgentConfig, timeout_s: float = 5.0) -> str | None:
     minutes per call. An open connection is no proof the service answers, only that a route
     exists; the SDK's own errors cover the rest.
     """
-    url = urlsplit(cfg.base_url or ANTHROPIC_URL)
-    target = url.hostname or ""
-    no_proxy = [h.strip().lstrip(".")
-                for h in os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).split(",")]
-    proxy = next((os.environ[v] for v in PROXY_VARS if os.environ.get(v)), None)
-    if proxy and not any(h and target.endswith(h) for h in no_proxy):
-        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    url = cfg.base_url or ANTHROPIC_URL
+    target = urlsplit(url).hostname or ""
+    proxy = proxy_for(url)
+    host, port = address(proxy or url)
     if not host:
-        return f"cannot tell the host of {cfg.base_url or proxy!r}"
+        return f"cannot tell the host of {proxy or url!r}"
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return None
     except OSError as exc:
-        via = f" (through the proxy {host}:{port})" if proxy and host != target else ""
+        via = f" (through the proxy {host}:{port})" if proxy else ""
         return f"{target}:{port}{via} did not answer within {timeout_s:.0f} s: " \
                f"{exc.strerror or exc}"
