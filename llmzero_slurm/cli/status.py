@@ -51,17 +51,6 @@ def live_states(store: RunStore, tree: Tree) -> dict[str, JobState]:
     return scheduler.states(list(jobs), jobs)
 
 
-def pending_reason(state: JobState) -> str | None:
-    """Why a waiting job waits (Priority, Resources, Dependency, JobHeldUser...)."""
-    return state.reason if state.raw == "PENDING" else None
-
-
-def shown(state: JobState) -> str:
-    """A state as a person reads it, a waiting job's reason beside it."""
-    reason = pending_reason(state)
-    return f"{state.raw} ({reason})" if reason else state.raw
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-status", description=__doc__)
     add_run_dir(p)
@@ -70,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_run(args.run_dir)
     tree = store.load_tree()
     states = live_states(store, tree)
-    live = {j: shown(s) for j, s in states.items()}
+    live = {j: s.shown() for j, s in states.items()}
     leases = Lease(store)
     lease = leases.read()
     running = bool(lease and leases.holder_alive(lease))
@@ -82,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                           "nodes": [n.to_dict() for n in tree],
                           "slurm_states": {j: s.raw for j, s in states.items()},
                           "pending_reasons": {j: r for j, s in states.items()
-                                              if (r := pending_reason(s))},
+                                              if (r := s.pending_reason)},
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "monitor": monitor},
                          indent=2, sort_keys=True))

@@ -139,7 +139,7 @@ def wait(sched: SlurmScheduler, jobs: dict[str, CheckJob], timeout_s: float,
     """Each job's last state, final unless the time ran out; a line whenever one changes."""
     deadline = time.monotonic() + timeout_s
     last: dict[str, JobState] = {}
-    shown: dict[str, tuple[str, str | None, float]] = {}
+    shown: dict[str, tuple[str, float]] = {}
     while True:
         live = [j for j in jobs if j not in last or not last[j].final]
         if not live or time.monotonic() > deadline:
@@ -148,11 +148,9 @@ def wait(sched: SlurmScheduler, jobs: dict[str, CheckJob], timeout_s: float,
         for job_id, state in sched.states(live).items():
             last[job_id] = state
             before = shown.get(job_id)
-            if before is None or before[:2] != (state.raw, state.reason) \
-                    or now - before[2] >= PROGRESS_EVERY_S:
-                reason = f" ({state.reason})" if state.reason and state.reason != "None" else ""
-                say(f"cluster check: job {job_id} ({jobs[job_id].mode}) {state.raw}{reason}")
-                shown[job_id] = (state.raw, state.reason, now)
+            if before is None or before[0] != state.shown() or now - before[1] >= PROGRESS_EVERY_S:
+                say(f"cluster check: job {job_id} ({jobs[job_id].mode}) {state.shown()}")
+                shown[job_id] = (state.shown(), now)
         if any(j not in last or not last[j].final for j in live):
             time.sleep(POLL_S)
 
@@ -184,10 +182,9 @@ def results(job_id: str, job: CheckJob, state: JobState | None, output: Path,
     tail = " | ".join([ln.strip() for ln in lines if ln.strip() and not ln.startswith(PREFIX)]
                       [-TAIL_LINES:]) or "(nothing)"
     if state is None or not final:
-        raw = state.raw if state else "unknown to Slurm"
-        reason = f" ({state.reason})" if state and state.reason and state.reason != "None" else ""
-        why = (f"was still {raw}{reason} after {timeout_s:.0f} s and was cancelled; allow more "
-               f"time with --cluster-timeout, or give {job.where}: a partition with free CPUs")
+        shown = state.shown() if state else "unknown to Slurm"
+        why = (f"was still {shown} after {timeout_s:.0f} s and was cancelled; allow more time "
+               f"with --cluster-timeout, or give {job.where}: a partition with free CPUs")
     else:
         ended = f"ended {state.raw}" + (f" (exit {state.exit_code})" if state.exit_code else "")
         if text is None:

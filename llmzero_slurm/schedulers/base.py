@@ -75,6 +75,15 @@ class JobState:
     def final(self) -> bool:
         return self.status.finished
 
+    @property
+    def pending_reason(self) -> str | None:
+        """Why a waiting job waits (Priority, Resources, Dependency, JobHeldUser...)."""
+        return self.reason if self.raw == "PENDING" else None
+
+    def shown(self) -> str:
+        """The state as a person reads it, a waiting job's reason beside it."""
+        return f"{self.raw} ({self.pending_reason})" if self.pending_reason else self.raw
+
 
 def job_state(job_id: str, raw: str, exit_code: int | None = None, reason: str | None = None,
               source: str = "") -> JobState:
