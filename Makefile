@@ -21,17 +21,24 @@ venv: $(VENV)/.installed
 # Lint, type check, the whole suite (the local Slurm cluster included), and beside it the tests
 # whose numbers depend on floating-point code paths once more on a second path (MKL's
 # compatible kernels), as another CPU would run them, so that nothing numeric holds on this
-# machine only. The suite mostly waits on jobs, so the second pass runs alongside it, in its
-# own temporary directory; its output follows the suite's, and either failing fails the target.
+# machine only. The suite mostly waits on jobs, so it runs as three processes: the Slurm tests
+# and the numeric pass in the background, each in its own temporary directory, the rest in the
+# foreground; the two suite halves share one warm-started base. The background logs follow the
+# foreground's output, and any process failing fails the target.
+PYTEST := $(VENV)/bin/python -m pytest -q
 test: venv slurm-up
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	@tmp=$$(mktemp -d); \
-	( MKL_CBWR=COMPATIBLE $(VENV)/bin/python -m pytest -q -m numeric -p no:cacheprovider \
-	    --basetemp="$$tmp/pytest" >"$$tmp/log" 2>&1; echo $$? >"$$tmp/rc" ) & \
-	$(VENV)/bin/python -m pytest -q --durations=15; suite=$$?; wait; \
-	echo "MKL_CBWR=COMPATIBLE pytest -m numeric:"; cat "$$tmp/log"; numeric=$$(cat "$$tmp/rc"); \
-	rm -rf "$$tmp"; test $$suite -eq 0 -a $$numeric -eq 0
+	@tmp=$$(mktemp -d); export LLMZERO_TEST_BASE_CACHE="$$tmp/base-cache"; \
+	background() { name=$$1; shift; \
+	  ( "$$@" -p no:cacheprovider --basetemp="$$tmp/$$name" >"$$tmp/$$name.log" 2>&1; \
+	    echo $$? >"$$tmp/$$name.rc" ) & }; \
+	background numeric env MKL_CBWR=COMPATIBLE LLMZERO_TEST_BASE_CACHE= $(PYTEST) -m numeric; \
+	background slurm $(PYTEST) -m slurm --durations=10; \
+	$(PYTEST) -m "not slurm" --durations=10; rc=$$?; wait; \
+	for name in slurm numeric; do echo "== pytest -m $$name (run beside the above):"; \
+	  cat "$$tmp/$$name.log"; rc=$$((rc | $$(cat "$$tmp/$$name.rc"))); done; \
+	rm -rf "$$tmp"; exit $$rc
 
 # Rewrite constraints.txt from the current environment (after a deliberate upgrade).
 lock: venv

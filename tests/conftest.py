@@ -129,7 +129,13 @@ class TinyBackend(TrainerBackend):
 @pytest.fixture(scope="session")
 def base_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One base-model cache for every test that runs the real CPU trainer: the calibrated warm
-    start takes one to three minutes, so the suite builds it once (cold, as a fresh clone does)."""
+    start takes one to three minutes, so the suite builds it once (cold, as a fresh clone does).
+    `make test` runs the suite as two processes on one numeric path; they share one cache
+    through LLMZERO_TEST_BASE_CACHE, and the warm start's own lock makes one of them build it."""
+    shared = os.environ.get("LLMZERO_TEST_BASE_CACHE")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     return tmp_path_factory.mktemp("base-model-cache")
 
 
