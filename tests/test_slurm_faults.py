@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -191,6 +192,33 @@ def test_a_submission_registered_after_the_retry_wait_is_not_sent_again(
     [node] = store.load_tree()
     assert [c.action for c in shims.calls("sbatch")] == ["late", "late-answer"]   # sent once
     assert node.status is Status.COMPLETED and len(slurm_jobs(shims, store)) == 1
+    fault_outcome(store, job_dirs(shims, store))
+
+
+@pytest.mark.fault("controller kill -9 during a slow sbatch; the job registers after the kill")
+def test_a_controller_killed_during_a_slow_sbatch_adopts_that_job_on_restart(
+        tmp_path, shims, tiny, fault_outcome, monkeypatch):
+    """Issue 14.3: killed while sbatch waits on a busy slurmctld, the controller leaves an
+    sbatch behind that registers the job seconds later. A restart straight away finds no job
+    with the token yet; it must wait for it (up to settle_s), not submit the node again."""
+    shims.slow("sbatch", (1, 1), 4.0)
+    monkeypatch.setattr(SlurmScheduler, "settle_s", 30.0)   # tiny's 1 s would resend by design
+    store = new_run(tmp_path, tiny)
+
+    def first_controller() -> None:     # a store of its own: locks are not shared over fork
+        run(controller(RunStore.open(store.root), scheduler())[0])
+    killed = multiprocessing.get_context("fork").Process(target=first_controller)
+    killed.start()
+    wait_for(lambda: shims.calls("sbatch"), 30, "the first controller's sbatch")
+    os.kill(killed.pid, signal.SIGKILL)     # its sbatch lives on, as a killed shell's child does
+    killed.join()
+    assert not slurm_jobs(shims, store)     # restarted before slurmctld has the job
+    ctl, out = controller(RunStore.open(store.root), scheduler())
+    assert run(ctl) == 0
+    [node] = store.load_tree()
+    assert [c.action for c in shims.calls("sbatch")] == ["slow"]            # sent once
+    assert node.status is Status.COMPLETED and node.submission.attempts == 1
+    assert list(slurm_jobs(shims, store)) == [node.submission.job_id]
     fault_outcome(store, job_dirs(shims, store))
 
 
