@@ -21,10 +21,10 @@ venv: $(VENV)/.installed
 # Lint, type check, the whole suite (the local Slurm cluster included), and beside it the tests
 # whose numbers depend on floating-point code paths once more on a second path (MKL's
 # compatible kernels), as another CPU would run them, so that nothing numeric holds on this
-# machine only. The suite mostly waits on jobs, so it runs as four processes: the Slurm tests,
-# the CPU trainer's tests and the numeric pass in the background, each in its own temporary
-# directory, the rest in the foreground; the three parts of the suite share one warm-started
-# base. The background logs follow the foreground's output; any process failing fails the target.
+# machine only. The suite mostly waits on jobs, so it runs as three processes: the Slurm tests
+# and the numeric pass in the background, each in its own temporary directory, the rest in the
+# foreground; the two suite halves share one warm-started base. The background logs follow the
+# foreground's output, and any process failing fails the target.
 PYTEST := $(VENV)/bin/python -m pytest -q
 test: venv slurm-up
 	$(VENV)/bin/ruff check .
@@ -35,9 +35,8 @@ test: venv slurm-up
 	    echo $$? >"$$tmp/$$name.rc" ) & }; \
 	background numeric env MKL_CBWR=COMPATIBLE LLMZERO_TEST_BASE_CACHE= $(PYTEST) -m numeric; \
 	background slurm $(PYTEST) -m slurm --durations=10; \
-	background trainer $(PYTEST) -m "not slurm" tests/test_cpu_trainer.py --durations=10; \
-	$(PYTEST) -m "not slurm" --ignore=tests/test_cpu_trainer.py --durations=10; rc=$$?; wait; \
-	for name in slurm trainer numeric; do echo "== pytest, $$name part (run beside the above):"; \
+	$(PYTEST) -m "not slurm" --durations=10; rc=$$?; wait; \
+	for name in slurm numeric; do echo "== pytest -m $$name (run beside the above):"; \
 	  cat "$$tmp/$$name.log"; rc=$$((rc | $$(cat "$$tmp/$$name.rc"))); done; \
 	rm -rf "$$tmp"; exit $$rc
 
