@@ -2,7 +2,9 @@
 reading of agent records, and strategy.yaml replayed by the replay method."""
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -10,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from llmzero_slurm.plots import plt
 
 from llmzero_slurm.config import parse_config
+from llmzero_slurm.errors import StorageError
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
@@ -190,6 +194,29 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
         fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
     write_report(run)
     assert not {p.name for p in out.glob("*.png")} & after
+
+
+def test_a_disk_that_fills_while_a_figure_is_saved_keeps_the_last_report(run, tmp_path,
+                                                                         monkeypatch):
+    """The controller goes on without a report it cannot write (it catches the package's
+    errors): a full disk must surface as StorageError naming the figure, not a bare OSError,
+    leave the figure shown before, and leave no half-written temporary file behind."""
+    run = Path(shutil.copytree(run, tmp_path / "full"))
+    out = run / "report"
+    figure = out / "best_so_far.png"
+    before = figure.read_bytes()
+    real = Figure.savefig
+
+    def fills_up(fig, fname, *args, **kwargs):
+        if Path(fname).name.startswith(f".{figure.stem}"):
+            Path(fname).write_bytes(before[:100])           # part written, then no space
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(fname))
+        return real(fig, fname, *args, **kwargs)
+    monkeypatch.setattr(Figure, "savefig", fills_up)
+    with pytest.raises(StorageError, match=r"best_so_far\.png.*No space left"):
+        write_report(run)
+    assert figure.read_bytes() == before
+    assert not list(out.rglob(".*tmp*"))
 
 
 def overlapping_texts(fig) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..errors import StorageError
 from ..plots import DPI, plt
 from ..search.tree import Status
 
@@ -15,11 +16,19 @@ STATUS_COLOURS = {
     Status.SUBMITTING: "lightskyblue", Status.PROPOSED: "white",
 }
 def save(fig: plt.Figure, path: Path) -> Path:
-    """Write beside the target and rename, so a reader of the page never sees half a PNG."""
+    """Write beside the target and rename, so a reader of the page never sees half a PNG. A
+    write that fails (a full disk, a quota) keeps the figure shown before and raises
+    StorageError, which the controller reports and goes on without."""
     tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=DPI)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=DPI)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still "
+                                 "shows what it showed before") from exc
+    finally:
+        plt.close(fig)
     return path
 
 
