@@ -213,7 +213,7 @@ def test_a_controller_killed_during_a_slow_sbatch_adopts_that_job_on_restart(
     os.kill(killed.pid, signal.SIGKILL)     # its sbatch lives on, as a killed shell's child does
     killed.join()
     assert not slurm_jobs(shims, store)     # restarted before slurmctld has the job
-    ctl, out = controller(RunStore.open(store.root), scheduler())
+    ctl, _ = controller(RunStore.open(store.root), scheduler())
     assert run(ctl) == 0
     [node] = store.load_tree()
     assert [c.action for c in shims.calls("sbatch")] == ["slow"]            # sent once

@@ -2,13 +2,12 @@
 drawn where there is nothing to show yet, and a save that never leaves half a PNG."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import StorageError
 from ..plots import DPI, plt
 from ..search.tree import Status
+from ..store.atomic import replace_with
 
 STATUS_COLOURS = {
     Status.COMPLETED: "tab:green", Status.EARLY_STOPPED: "tab:orange", Status.FAILED: "tab:red",
@@ -16,17 +15,11 @@ STATUS_COLOURS = {
     Status.SUBMITTING: "lightskyblue", Status.PROPOSED: "white",
 }
 def save(fig: plt.Figure, path: Path) -> Path:
-    """Write beside the target and rename, so a reader of the page never sees half a PNG. A
-    write that fails (a full disk, a quota) keeps the figure shown before and raises
-    StorageError, which the controller reports and goes on without."""
-    tmp = path.with_name(f".{path.stem}.tmp.png")
+    """Replace the figure atomically, so a reader of the page never sees half a PNG; a save
+    that fails (a full disk) keeps the figure shown before and raises StorageError, which the
+    controller reports and goes on without."""
     try:
-        fig.savefig(tmp, dpi=DPI)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still "
-                                 "shows what it showed before") from exc
+        replace_with(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
     finally:
         plt.close(fig)
     return path

@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import faults
 from ..errors import StateError, StorageError
@@ -31,26 +31,37 @@ def write_json(path: str | Path, data: Any) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     """Replace `path` with `text` atomically and durably."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    replace_with(path, write)
+
+
+def replace_with(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Replace `path` with what `write` puts into a temporary file beside it (a JSON record,
+    a report's figure): readers see the old file or the new one; a write that fails leaves the
+    old one, removes the temporary file and raises StorageError naming `path`."""
     path = Path(path)
     tmp = None
     try:
         faults.disk_full(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        write(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         if tmp:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         if not path.parent.is_dir():
             raise     # a missing folder is a bug or a removed run, not a storage problem
         raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still holds "
                                  "what it held before") from exc
     except BaseException:
         if tmp:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
 
