@@ -32,9 +32,10 @@ SHARPEST = 0.3   # below this, groups of samples are too often identical to teac
 
 
 def _sharpen(hp: Mapping[str, Any]) -> dict[str, Any]:
-    """The late-phase move: sharper sampling and a looser anchor to the reference. A low
-    temperature is erratic from the base (groups of identical samples) and safe from a trained
-    policy (benchmarks/results/strategy_validity.json)."""
+    """The late-phase move: sharper sampling and a looser anchor to the reference. With the
+    anchor, a low temperature is erratic from the base (groups of identical samples) and safe
+    from a trained policy; the anchor helps early and holds back late
+    (benchmarks/results/strategy_validity.json)."""
     cooler = max(SHARPEST, min(hp.get("temperature", 1.0), 1.0) - 0.3)
     return {"temperature": cooler, **kl(hp, 0.5)}
 
