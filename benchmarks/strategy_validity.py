@@ -50,17 +50,10 @@ GRID: list[list[dict[str, Any]]] = [
     [{"kl_loss_coef": 0.04}, {"kl_loss_coef": 0.0}],
 ]
 # The hand-written schedules: (steps, settings) per phase, each resuming the previous one's
-# adapter and reading on in its data order. Every schedule tried is reported, not only the best
-# (results/strategy_validity.txt). Annealing (a lower learning rate, a sharper temperature for
-# the last phase) gains nothing over lr 1e-3 at temperature 0.5 throughout. The KL anchor is a
-# regularisation optimum that moves: dropping it from the start loses (0.818 against 0.835)
-# and releasing it after 80 steps gains +0.011 +- 0.005 over keeping it, about half of that
-# (+0.006 +- 0.005) from the restart alone (fresh optimiser state), shown by the control. But
-# temperature 0.3 without KL throughout ties the best static (0.835), and against it the
-# schedule is +0.011 +- 0.014: seed noise between unrelated runs is larger than any schedule
-# effect seen on `reverse`. A pilot on the learning rate (results/strategy_validity_lr_pilot.json,
-# 5 seeds): lr 1.5e-3 throughout 0.843 +- 0.011, 2e-3 for 40 steps then 1e-3 0.849 +- 0.009,
-# +0.006 +- 0.013 paired.
+# adapter and reading on in its data order. Every schedule tried is reported, not only the
+# best; the control restarts with unchanged settings, so the KL release is measured apart from
+# what a restart (fresh optimiser state) gains by itself. Measured figures and the pilots
+# behind these choices (results/strategy_validity_lr_pilot.json among them): the README.
 ANCHOR = {"temperature": 0.5, "kl_loss_coef": 0.04}
 SCHEDULES: dict[str, list[tuple[int, dict[str, Any]]]] = {
     "schedule KL anchor (kl_loss_coef 0.04) for 80, then released (0.0) for the last 40":

@@ -52,16 +52,13 @@ def replace_with(path: str | Path, write: Callable[[Path], None]) -> None:
         tmp = Path(name)
         write(tmp)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         if tmp:
             tmp.unlink(missing_ok=True)
-        if not path.parent.is_dir():
-            raise     # a missing folder is a bug or a removed run, not a storage problem
-        raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still holds "
-                                 "what it held before") from exc
-    except BaseException:
-        if tmp:
-            tmp.unlink(missing_ok=True)
+        # A missing folder is a bug or a removed run, not a storage problem.
+        if isinstance(exc, OSError) and path.parent.is_dir():
+            raise StorageError(path, f"could not be written ({exc.strerror or exc}); it still "
+                                     "holds what it held before") from exc
         raise
     fsync_dir(path.parent)
 
