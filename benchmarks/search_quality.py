@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Search quality at equal compute: llmzero (offline agents) against grid and random search,
-on the reverse task (where the strategy matters) and on addition, several seeds each, on the
-embedded CPU trainer.
+on the expand task (where answers get harder with their length) and on addition, several seeds
+each, on the embedded CPU trainer.
 
 Every method gets the same budget of training samples (sampled responses: steps x prompts x
 rollouts), the grid's: 8 static trials of 100 steps at the example's batch shape
@@ -10,12 +10,12 @@ task and method, mean +- standard error over seeds: the test score of the best-v
 node, its relative gain over the base model (test accuracy at step 0) and the share of the
 base's headroom it closed ((test - base) / (1 - base)), samples used and, for
 llmzero, the share of its samples early stopping saved against running every phase to its
-planned end; then llmzero minus grid paired by seed. Targets (issue 12): on reverse llmzero
+planned end; then llmzero minus grid paired by seed. Targets (issue 12): on expand llmzero
 beats grid by >= 2 standard errors with no more samples; on both tasks its relative gain is
 >= 50%; early stopping saves >= 40%. One figure per task: the test score at the best
 validation so far against samples used, each method's mean over seeds.
 
-    python benchmarks/search_quality.py [--tasks reverse addition] [--seeds 0 1 2 3 4]
+    python benchmarks/search_quality.py [--tasks expand addition] [--seeds 0 1 2 3 4]
                                         [--methods llmzero grid random] [--dir DIR]
 
 Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
@@ -182,7 +182,7 @@ def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["reverse", "addition"])
+    parser.add_argument("--tasks", nargs="+", default=["expand", "addition"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--methods", nargs="+", default=["llmzero", "grid", "random"])
     parser.add_argument("--dir", type=Path, help="keep the searches here (resumable)")

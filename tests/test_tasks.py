@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 
@@ -144,19 +145,29 @@ def test_a_reward_with_the_wrong_signature_names_the_file_and_the_expected_one(t
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(Exception, match="known: addition, arithmetic, reverse, sort"):
+    with pytest.raises(Exception, match="known: addition, arithmetic, expand, reverse, sort"):
         get_task("subtraction")
 
 
-def test_reverse_answers_span_lengths_the_default_response_budget_cuts_off():
+@pytest.mark.parametrize("name, lengths", [("reverse", (2, 12)), ("expand", (1, 15))])
+def test_answers_span_lengths_the_default_response_budget_cuts_off(name, lengths):
     """The capacity dimension: at the CPU trainer's default max_response_length a large share
     of the answers (plus EOS) cannot fit, while every prompt fits its default budget."""
     from llmzero_slurm.cputrain.defaults import DEFAULTS
     from llmzero_slurm.cputrain.tokenizer import CharTokenizer
-    rows = generate_rows(get_task("reverse"))["train"]
-    lengths = [len(r["reward_model"]["ground_truth"]) for r in rows]
-    assert (min(lengths), max(lengths)) == get_task("reverse").LENGTHS
-    cut = sum(n + 1 > DEFAULTS["max_response_length"] for n in lengths) / len(lengths)
+    rows = generate_rows(get_task(name))["train"]
+    answers = [len(r["reward_model"]["ground_truth"]) for r in rows]
+    assert (min(answers), max(answers)) == lengths
+    cut = sum(n + 1 > DEFAULTS["max_response_length"] for n in answers) / len(answers)
     assert 0.3 < cut < 0.7
     tok = CharTokenizer()
     assert max(len(tok.prompt_ids(r["prompt"])) for r in rows) <= DEFAULTS["max_prompt_length"]
+
+
+def test_expand_decodes_runs_in_order():
+    task = get_task("expand")
+    assert task.compute_score("expand", "aaabcccc", "aaabcccc") == 1.0
+    assert task.compute_score("expand", "aaabccc", "aaabcccc") == 0.0
+    for question, answer in (task.sample(random.Random(i)) for i in range(200)):
+        runs = question.rstrip("=")
+        assert answer == "".join(c * int(k) for c, k in zip(runs[::2], runs[1::2]))

@@ -12,9 +12,10 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import ConfigError
-from . import addition, arithmetic, reverse, sort
+from . import addition, arithmetic, expand, reverse, sort
 
-TASKS: dict[str, ModuleType] = {m.DATA_SOURCE: m for m in (addition, arithmetic, reverse, sort)}
+TASKS: dict[str, ModuleType] = {m.DATA_SOURCE: m
+                                 for m in (addition, arithmetic, expand, reverse, sort)}
 
 
 def get_task(name: str) -> ModuleType:
