@@ -85,20 +85,26 @@ REVERSE = Design(
     },
     results="strategy_validity.json")
 # `expand`, where answers get harder with their length. Shared settings: room for the longest
-# answer (15 letters and EOS), 32 x 4, lr 1e-3 (2e-3 reached 0.67 against 0.74 in a pilot) and
-# the trainer's KL 0.04. The schedule tightens, then loosens (temperature 0.5, then 1.0); the
-# control restarts with unchanged settings, so the temperature change is measured apart from
-# the restart. Measured figures and pilots: the README.
+# answer (15 letters and EOS), 32 x 4, lr 1e-3 (2e-3 reached 0.67 against 0.74 in a pilot).
+# The first schedule tightens, then loosens (temperature 0.5, then 1.0); the control restarts
+# with unchanged settings, so the temperature change is measured apart from the restart; the
+# third loosens and releases the KL anchor together, the two moves that each helped a little
+# on their own (here and on `reverse`), so the grid has a KL axis too. Measured figures and
+# pilots: the README.
+LOOSE = {"temperature": 1.0}
 EXPAND = Design(
     task="expand", steps=120,
     common={"max_response_length": 16, "lr": 1e-3, "train_batch_size": 32, "rollout_n": 4},
     grid=[[{"temperature": 0.3}, {"temperature": 0.5}, {"temperature": 0.7},
-           {"temperature": 1.0}]],
+           {"temperature": 1.0}],
+          [{"kl_loss_coef": 0.04}, {"kl_loss_coef": 0.0}]],
     schedules={
         "schedule temperature 0.5 for 60, then 1.0 for the last 60":
-            [(60, {"temperature": 0.5}), (60, {"temperature": 1.0})],
+            [(60, ANCHOR), (60, {**ANCHOR, **LOOSE})],
         "schedule control: restarted at 60 with its settings unchanged":
-            [(60, {"temperature": 0.5}), (60, {"temperature": 0.5})],
+            [(60, ANCHOR), (60, ANCHOR)],
+        "schedule temperature 0.5 for 60, then 1.0 with the KL anchor released (0.0)":
+            [(60, ANCHOR), (60, {**LOOSE, "kl_loss_coef": 0.0})],
     },
     results="strategy_validity_expand.json")
 DESIGNS = {d.task: d for d in (REVERSE, EXPAND)}
