@@ -149,6 +149,10 @@ def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
     assert first.changes == {"temperature": 0.7, "kl_loss_coef": 0.02}
     colder = offline_proposer.propose({**BASE, "temperature": 0.4}, flat, [20, 40], 40, CPU)
     assert colder.hparams["temperature"] == 0.3          # never below the sharpest useful
+    # 0.7 - 0.3 in binary floating point is 0.39999999999999997, which a search on `expand`
+    # wrote into its tree and phase scripts; moves land on the vocabulary's rounded values.
+    from_07 = offline_proposer.propose({**BASE, "temperature": 0.7}, flat, [20, 40], 40, CPU)
+    assert repr(from_07.hparams["temperature"]) == "0.4"
     siblings = [first]
     for _ in range(2):
         siblings.append(offline_proposer.propose(BASE, flat, [20, 40], 40, CPU,

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...backends.base import TrainerBackend
 from ...metrics import MetricsLog
 from ..answers import AnswerError, Proposal, check_proposal
-from .knobs import add, kl, scale
+from .knobs import add, clamp, kl, scale
 from .signals import Signals, diagnose
 
 
@@ -37,7 +37,7 @@ def _sharpen(hp: Mapping[str, Any]) -> dict[str, Any]:
     from a trained policy; the anchor helps early and holds back late
     (benchmarks/results/strategy_validity.json)."""
     cooler = max(SHARPEST, min(hp.get("temperature", 1.0), 1.0) - 0.3)
-    return {"temperature": cooler, **kl(hp, 0.5)}
+    return {"temperature": clamp("temperature", cooler), **kl(hp, 0.5)}
 
 
 # Alternatives when the first choice duplicates a sibling, each a different direction in
