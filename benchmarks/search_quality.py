@@ -48,6 +48,8 @@ from llmzero_slurm.search.budget import node_samples, samples_per_step
 from llmzero_slurm.search.policy import best_node
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.run_store import RunStore
+from llmzero_slurm.tasks import get_task
+from llmzero_slurm.tasks.dataset import generate_rows
 
 EXAMPLE = ROOT / "examples" / "cpu-addition.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.json"
@@ -56,13 +58,25 @@ GRID = {**GRID_SPACES["cpu"], "total_training_steps": TRIAL_STEPS}
 PHASE_STEPS = 50                    # llmzero's phases (evolve phases resume a checkpoint)
 
 
+def room(task: str) -> int:
+    """Response tokens for the task's longest answer and EOS (the CPU tokenizer is one token
+    per character)."""
+    rows = generate_rows(get_task(task))
+    return 1 + max(len(r["reward_model"]["ground_truth"]) for split in rows.values()
+                   for r in split)
+
+
 def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, Any]:
+    """The example's experiment for one search, with room for every answer in every method's
+    starting point: a response budget that cuts answers off would decide the comparison (and
+    lower the base's measured score) instead of the strategy."""
     config = yaml.safe_load(EXAMPLE.read_text())
     hp = config["hparams"]
     per_step = samples_per_step(hp)
     config.update(name=f"quality-{task}-{method}-{seed}", scheduler="local",
                   trainer={"cache_dir": str(cache)}, task={"builtin": task})
-    hp.update(seed=seed, test_freq=10,
+    given = hp.get("max_response_length") or get_backend("cpu").defaults()["max_response_length"]
+    hp.update(seed=seed, test_freq=10, max_response_length=max(given, room(task)),
               total_training_steps=PHASE_STEPS if method == "llmzero" else TRIAL_STEPS)
     config["search"].update(method=method, seed=seed, budget_iterations=64,
                             budget_samples=len(grid_points(GRID, "cpu")) * TRIAL_STEPS * per_step)
