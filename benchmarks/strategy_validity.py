@@ -13,9 +13,9 @@ configuration (the one with the highest mean, chosen after the fact, which favou
 side), paired by seed, with its standard error. Target: >= 2 standard errors.
 
 Per-seed results are appended to the task's JSON file as each run ends
-(benchmarks/results/strategy_validity*.json, committed), and runs found there are not run again,
-so the benchmark can be finished across several sittings; --dir keeps the phase folders so a
-run cut off mid-schedule resumes at its last finished phase.
+(benchmarks/results/strategy_validity_<task>.json, committed), and runs found there are not run
+again, so the benchmark can be finished across several sittings; --dir keeps the phase folders
+so a run cut off mid-schedule resumes at its last finished phase.
 
     python benchmarks/strategy_validity.py [--task expand|reverse] [--seeds 0 1 2 3 4]
                                            [--jobs 2] [--dir DIR]
@@ -55,7 +55,10 @@ class Design:
     common: dict[str, Any]
     grid: list[list[dict[str, Any]]]
     schedules: dict[str, list[tuple[int, dict[str, Any]]]]
-    results: str
+
+    @property
+    def results(self) -> Path:
+        return RESULTS / f"strategy_validity_{self.task}.json"
 
 
 # `reverse`, kept as measured: no schedule beat the best static (README). Shared settings: room
@@ -82,8 +85,7 @@ REVERSE = Design(
             [(80, {"temperature": 0.5}), (40, {"temperature": 0.5, "lr": 3e-4})],
         "schedule 0.7 then anneal (lr 3e-4, temperature 0.3) for the last 60":
             [(60, {"temperature": 0.7}), (60, {"temperature": 0.3, "lr": 3e-4})],
-    },
-    results="strategy_validity.json")
+    })
 # `expand`, where answers get harder with their length. Shared settings: room for the longest
 # answer (15 letters and EOS), 32 x 4, lr 1e-3 (2e-3 reached 0.67 against 0.74 in a pilot).
 # The first schedule tightens, then loosens (temperature 0.5, then 1.0); the control restarts
@@ -105,8 +107,7 @@ EXPAND = Design(
             [(60, ANCHOR), (60, ANCHOR)],
         "schedule temperature 0.5 for 60, then 1.0 with the KL anchor released (0.0)":
             [(60, ANCHOR), (60, {**LOOSE, "kl_loss_coef": 0.0})],
-    },
-    results="strategy_validity_expand.json")
+    })
 DESIGNS = {d.task: d for d in (REVERSE, EXPAND)}
 
 
@@ -190,7 +191,7 @@ def main() -> None:
                         "benchmarks/results")
     args = parser.parse_args()
     d = DESIGNS[args.task]
-    results = args.results or RESULTS / d.results
+    results = args.results or d.results
     runs = load(results)
     have = {(r["config"], r["seed"]) for r in runs}
     todo = [(n, s) for s in args.seeds for n in configurations(d) if (n, s) not in have]

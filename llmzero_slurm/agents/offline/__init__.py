@@ -24,8 +24,8 @@ last fifth of the logged points):
                  temperature), and KL coef x0.5, since the anchor that kept early steps
                  safe now holds the policy back (at temperature 0.5, no KL from the start
                  loses 0.017, while releasing it after 80 of 120 steps gains 0.011 +- 0.005:
-                 benchmarks/results/strategy_validity.json). Escaping a flat region with
-                 larger steps is rule 5, when the gradients say the signal is vanishing.
+                 benchmarks/results/strategy_validity_reverse.json). Escaping a flat region
+                 with larger steps is rule 5, when the gradients say the signal is vanishing.
 
 Capacity (rollouts, lengths) only ever grows; regularisation (KL, temperature) moves both
 ways. When a proposal would duplicate an existing sibling, or a forced fresh start would

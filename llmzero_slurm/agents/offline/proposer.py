@@ -35,7 +35,7 @@ def _sharpen(hp: Mapping[str, Any]) -> dict[str, Any]:
     """The late-phase move: sharper sampling and a looser anchor to the reference. With the
     anchor, a low temperature is erratic from the base (groups of identical samples) and safe
     from a trained policy; the anchor helps early and holds back late
-    (benchmarks/results/strategy_validity.json)."""
+    (benchmarks/results/strategy_validity_reverse.json)."""
     cooler = max(SHARPEST, min(hp.get("temperature", 1.0), 1.0) - 0.3)
     return {"temperature": clamp("temperature", cooler), **kl(hp, 0.5)}
 
