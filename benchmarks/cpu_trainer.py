@@ -74,15 +74,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--paths", nargs="*", choices=list(PATHS), default=list(PATHS),
                         help="numeric paths to run (default: all)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="hyperparameters over the defaults in every run, e.g. "
+                             "max_response_length=16 for a task with longer answers")
     args = parser.parse_args()
-    print(f"task {args.task}, {args.steps} steps at the default settings; one thread; "
+    settings = ", ".join(args.set) or "the default settings"
+    print(f"task {args.task}, {args.steps} steps at {settings}; one thread; "
           f"{os.cpu_count()} CPUs visible; load average {os.getloadavg()[0]:.2f}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.paths:
             cache, out = Path(tmp) / name / "cache", Path(tmp) / name / "good"
-            warm = run(Path(tmp) / name / "warm", cache, args.task, 1, [], PATHS[name])
-            wall = run(out, cache, args.task, args.steps, [], PATHS[name])
+            warm = run(Path(tmp) / name / "warm", cache, args.task, 1, args.set, PATHS[name])
+            wall = run(out, cache, args.task, args.steps, args.set, PATHS[name])
             record, curve = base_record(cache), val_curve(metrics(out), args.task)
             base, last = curve[0], curve[max(curve)]
             low, high = record["band"]
@@ -96,7 +100,8 @@ def main() -> None:
                 for label, extra in NATIVE_SETTINGS.items():
                     other = Path(tmp) / name / label.split()[0]
                     speed(f"{label} (native)", other,
-                          run(other, cache, args.task, args.steps, extra, {}), args.task)
+                          run(other, cache, args.task, args.steps, [*args.set, *extra], {}),
+                          args.task)
     low, high = get_task(args.task).BASE_BAND
     print(f"\nband [{low:.2f}, {high:.2f}] on the probe (held-out training rows); "
           f"target gain +{TARGET_GAIN:.2f} on validation in {args.steps} steps")
