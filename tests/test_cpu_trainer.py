@@ -22,7 +22,7 @@ from llmzero_slurm.cputrain.checkpoint import load_state
 from llmzero_slurm.cputrain.defaults import DEFAULTS
 from llmzero_slurm.cputrain.warmstart import PROBE_SIZE
 from llmzero_slurm.paths import JOBS
-from llmzero_slurm.tasks import addition
+from llmzero_slurm.tasks import addition, expand
 from llmzero_slurm.tasks.dataset import SPLIT_SIZES
 
 pytestmark = pytest.mark.slow
@@ -61,8 +61,8 @@ def cache_dir(base_cache) -> Path:
     return base_cache
 
 
-def run_phase(cache_dir: Path, out: Path, *args: str) -> int:
-    return CLI.main(["--task", "addition", "--output-dir", str(out),
+def run_phase(cache_dir: Path, out: Path, *args: str, task: str = "addition") -> int:
+    return CLI.main(["--task", task, "--output-dir", str(out),
                      "--cache-dir", str(cache_dir), *args])
 
 
@@ -108,6 +108,21 @@ def test_the_base_lands_in_the_task_band_on_held_out_training_rows(good_phase, c
     assert record["steps"] == record["curve"][-1][0]
     # the probe and the validation split are different rows of one distribution
     base = by_step(read_metrics(good_phase), VAL)[0]
+    assert low - 3 * noise(low) <= base <= high + 3 * noise(high), (base, record)
+
+
+@pytest.mark.numeric
+def test_the_expand_base_lands_in_its_band_too(cache_dir, tmp_path):
+    """The task whose answers get harder with length is calibrated like addition, on every
+    numeric path: its warm start stops in the task's band, with room for every answer."""
+    assert run_phase(cache_dir, tmp_path, "total_training_steps=1", "max_response_length=16",
+                     "save_freq=1", task="expand") == 0
+    config = json.loads((tmp_path / "ckpt/global_step_1/adapter_config.json").read_text())
+    record = json.loads((cache_dir / "base" / config["base_model_name_or_path"] /
+                         "warm_start.json").read_text())
+    low, high = expand.BASE_BAND
+    assert record["mode"] == "band" and low <= record["probe_accuracy"] <= high, record
+    base = by_step(read_metrics(tmp_path), "val-core/expand/acc/mean@1")[0]
     assert low - 3 * noise(low) <= base <= high + 3 * noise(high), (base, record)
 
 
