@@ -13,12 +13,12 @@ configuration (the one with the highest mean, chosen after the fact, which favou
 side), paired by seed, with its standard error. Target: >= 2 standard errors.
 
 Per-seed results are appended to the task's JSON file as each run ends
-(benchmarks/results/strategy_validity_<task>.json, committed), and runs found there are not run
+(benchmarks/results/strategy_validity_<design>.json, committed), and runs found there are not run
 again, so the benchmark can be finished across several sittings; --dir keeps the phase folders
 so a run cut off mid-schedule resumes at its last finished phase.
 
-    python benchmarks/strategy_validity.py [--task expand|reverse] [--seeds 0 1 2 3 4]
-                                           [--jobs 2] [--dir DIR]
+    python benchmarks/strategy_validity.py [--design expand-long|expand|reverse]
+                                           [--seeds 0 1 2 3 4] [--jobs 2] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -48,8 +48,10 @@ class Design:
     """One task's test: every run trains `steps` steps at `common` settings and the same batch
     shape; the statics are every point of `grid` (one choice per axis); each schedule is a list
     of (steps, settings) phases, each resuming the previous one's adapter and reading on in its
-    data order. Every schedule tried is reported, not only the best."""
+    data order. Every schedule tried is reported, not only the best. A task may have several
+    designs; the name (the task's, for its first) names the results file."""
 
+    name: str
     task: str
     steps: int
     common: dict[str, Any]
@@ -58,7 +60,7 @@ class Design:
 
     @property
     def results(self) -> Path:
-        return RESULTS / f"strategy_validity_{self.task}.json"
+        return RESULTS / f"strategy_validity_{self.name}.json"
 
 
 # `reverse`, kept as measured: no schedule beat the best static (README). Shared settings: room
@@ -68,7 +70,7 @@ class Design:
 # these choices (results/strategy_validity_lr_pilot.json among them): the README.
 ANCHOR = {"temperature": 0.5, "kl_loss_coef": 0.04}
 REVERSE = Design(
-    task="reverse", steps=120,
+    name="reverse", task="reverse", steps=120,
     common={"max_response_length": 13, "lr": 1e-3, "train_batch_size": 32, "rollout_n": 4},
     grid=[[{"lr": 1e-3}, {"lr": 3e-4}],
           [{"temperature": 0.3}, {"temperature": 0.5}, {"temperature": 0.7},
@@ -95,7 +97,7 @@ REVERSE = Design(
 # pilots: the README.
 LOOSE = {"temperature": 1.0}
 EXPAND = Design(
-    task="expand", steps=120,
+    name="expand", task="expand", steps=120,
     common={"max_response_length": 16, "lr": 1e-3, "train_batch_size": 32, "rollout_n": 4},
     grid=[[{"temperature": 0.3}, {"temperature": 0.5}, {"temperature": 0.7},
            {"temperature": 1.0}],
@@ -108,7 +110,24 @@ EXPAND = Design(
         "schedule temperature 0.5 for 60, then 1.0 with the KL anchor released (0.0)":
             [(60, ANCHOR), (60, {**LOOSE, "kl_loss_coef": 0.0})],
     })
-DESIGNS = {d.task: d for d in (REVERSE, EXPAND)}
+# `expand` over twice the horizon, declared after seed-0/1 pilots (README) and before any of its
+# own runs: at 240 steps lr 1e-3 peaks and then falls back while 5e-4 keeps climbing, so the
+# learning-rate optimum moves. The schedule steps lr down 1e-3 -> 5e-4 -> 2.5e-4; the statics
+# are those three rates; the control restarts the middle rate at the same points, so a gain is
+# measured apart from what the restarts (fresh optimiser state) do.
+MIDDLE = {"lr": 5e-4}
+EXPAND_LONG = Design(
+    name="expand-long", task="expand", steps=240,
+    common={"max_response_length": 16, "lr": 1e-3, "train_batch_size": 32, "rollout_n": 4,
+            "temperature": 0.7, "kl_loss_coef": 0.04},
+    grid=[[{"lr": 1e-3}, MIDDLE, {"lr": 2.5e-4}]],
+    schedules={
+        "schedule lr 1e-3, 5e-4, 2.5e-4 for 80 steps each":
+            [(80, {"lr": 1e-3}), (80, MIDDLE), (80, {"lr": 2.5e-4})],
+        "schedule control: lr 5e-4 restarted at 80 and 160":
+            [(80, MIDDLE), (80, MIDDLE), (80, MIDDLE)],
+    })
+DESIGNS = {d.name: d for d in (EXPAND_LONG, EXPAND, REVERSE)}
 
 
 def configurations(d: Design) -> dict[str, list[tuple[int, dict[str, Any]]]]:
@@ -147,8 +166,8 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 def save(d: Design, path: Path, runs: list[dict[str, Any]]) -> None:
-    header = {"task": d.task, "steps": d.steps, "common": d.common, "grid": d.grid,
-              "schedules": d.schedules, "machine": f"{os.cpu_count()} CPUs, one thread per run"}
+    header = {"design": d.name, "task": d.task, "steps": d.steps, "common": d.common,
+              "grid": d.grid, "schedules": d.schedules, "machine": f"{os.cpu_count()} CPUs, one thread per run"}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({**header, "runs": runs}, indent=1) + "\n")
     tmp.replace(path)
@@ -156,7 +175,7 @@ def save(d: Design, path: Path, runs: list[dict[str, Any]]) -> None:
 
 def report(d: Design, runs: list[dict[str, Any]], seeds: list[int]) -> None:
     by = {(r["config"], r["seed"]): r for r in runs}
-    print(f"\ntask {d.task}, {d.steps} steps x {samples_per_step(d.common)} sampled responses "
+    print(f"\n{d.name}: task {d.task}, {d.steps} steps x {samples_per_step(d.common)} sampled responses "
           f"per run ({d.common}); test accuracy at the end (1,024 prompts)")
     means = {}
     for name in configurations(d):
@@ -183,14 +202,14 @@ def report(d: Design, runs: list[dict[str, Any]], seeds: list[int]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", choices=DESIGNS, default=EXPAND.task)
+    parser.add_argument("--design", choices=DESIGNS, default=EXPAND_LONG.name)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
     parser.add_argument("--dir", type=Path, help="keep phase folders and the base cache here")
-    parser.add_argument("--results", type=Path, help="default: the task's file under "
+    parser.add_argument("--results", type=Path, help="default: the design's file under "
                         "benchmarks/results")
     args = parser.parse_args()
-    d = DESIGNS[args.task]
+    d = DESIGNS[args.design]
     results = args.results or d.results
     runs = load(results)
     have = {(r["config"], r["seed"]) for r in runs}
