@@ -12,7 +12,7 @@ accuracy (mean +- standard error over seeds), and the schedule minus the best st
 configuration (the one with the highest mean, chosen after the fact, which favours the static
 side), paired by seed, with its standard error. Target: >= 2 standard errors.
 
-Per-seed results are appended to the task's JSON file as each run ends
+Per-seed results are appended to the design's JSON file as each run ends
 (benchmarks/results/strategy_validity_<design>.json, committed), and runs found there are not run
 again, so the benchmark can be finished across several sittings; --dir keeps the phase folders
 so a run cut off mid-schedule resumes at its last finished phase.
@@ -112,9 +112,10 @@ EXPAND = Design(
         "schedule temperature 0.5 for 60, then 1.0 with the KL anchor released (0.0)":
             [(60, ANCHOR), (60, {**LOOSE, "kl_loss_coef": 0.0})],
     })
-# `expand` over twice the horizon, declared after seed-0/1 pilots (README) and before any of its
-# own runs: at 240 steps lr 1e-3 peaks and then falls back while 5e-4 keeps climbing, so the
-# learning-rate optimum moves. The schedule steps lr down 1e-3 -> 5e-4 -> 2.5e-4; the statics
+# `expand` over twice the horizon, declared after the pilots in
+# results/strategy_validity_expand_pilots.json and before any of its own runs: at 240 steps
+# lr 1e-3 peaks and then falls back while 5e-4 keeps climbing, so the learning-rate optimum
+# moves. The schedule steps lr down 1e-3 -> 5e-4 -> 2.5e-4; the statics
 # are those three rates; the control restarts the middle rate at the same points, so a gain is
 # measured apart from what the restarts (fresh optimiser state) do.
 MIDDLE = {"lr": 5e-4}
