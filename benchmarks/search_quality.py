@@ -41,7 +41,6 @@ import yaml
 
 from common import mean_se
 from llmzero_slurm.backends import get_backend
-from llmzero_slurm.cputrain.tokenizer import CharTokenizer
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.methods.space import GRID_SPACES, grid_points
@@ -60,10 +59,10 @@ PHASE_STEPS = 50                    # llmzero's phases (evolve phases resume a c
 
 
 def room(task: str) -> int:
-    """Response tokens for the task's longest answer and EOS."""
-    tok = CharTokenizer()
-    return 1 + max(len(tok.encode(r["reward_model"]["ground_truth"]))
-                   for split in generate_rows(get_task(task)).values() for r in split)
+    """Response tokens for the task's longest answer and EOS, counted as the trainer does."""
+    answer = get_backend("cpu").token_counter(None).answer
+    return max(answer(r["reward_model"]["ground_truth"])
+               for split in generate_rows(get_task(task)).values() for r in split)
 
 
 def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, Any]:

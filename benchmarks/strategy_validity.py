@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,9 @@ EXPAND = Design(
 # `expand` over twice the horizon, declared after the pilots in
 # results/strategy_validity_expand_pilots.json and before any of its own runs: at 240 steps
 # lr 1e-3 peaks and then falls back while 5e-4 keeps climbing, so the learning-rate optimum
-# moves. The schedule steps lr down 1e-3 -> 5e-4 -> 2.5e-4; the statics
-# are those three rates; the control restarts the middle rate at the same points, so a gain is
-# measured apart from what the restarts (fresh optimiser state) do.
+# moves. The schedule steps lr down 1e-3 -> 5e-4 -> 2.5e-4; the statics are those three rates;
+# the control restarts the middle rate at the same points, so a gain is measured apart from
+# what the restarts (fresh optimiser state) do.
 MIDDLE = {"lr": 5e-4}
 SCHEDULE = "schedule lr 1e-3, 5e-4, 2.5e-4 for 80 steps each"
 EXPAND_LONG = Design(
@@ -134,10 +134,9 @@ EXPAND_LONG = Design(
 # 5e-4, 1.6 SE) and before any run of its own: the same schedule and statics on ten fresh
 # seeds, judged on those alone, so that adding seeds to a result near the line cannot decide
 # it. The control's question is answered and not asked again.
-EXPAND_LONG_CONFIRM = Design(
-    name="expand-long-confirm", task="expand", steps=EXPAND_LONG.steps, common=EXPAND_LONG.common,
-    grid=EXPAND_LONG.grid, schedules={SCHEDULE: EXPAND_LONG.schedules[SCHEDULE]},
-    seeds=tuple(range(5, 15)))
+EXPAND_LONG_CONFIRM = replace(
+    EXPAND_LONG, name="expand-long-confirm", seeds=tuple(range(5, 15)),
+    schedules={SCHEDULE: EXPAND_LONG.schedules[SCHEDULE]})
 DESIGNS = {d.name: d for d in (EXPAND_LONG_CONFIRM, EXPAND_LONG, EXPAND, REVERSE)}
 
 
@@ -187,8 +186,8 @@ def save(d: Design, path: Path, runs: list[dict[str, Any]]) -> None:
 
 def report(d: Design, runs: list[dict[str, Any]], seeds: list[int]) -> None:
     by = {(r["config"], r["seed"]): r for r in runs}
-    print(f"\n{d.name}: task {d.task}, {d.steps} steps x {samples_per_step(d.common)} sampled responses "
-          f"per run ({d.common}); test accuracy at the end (1,024 prompts)")
+    print(f"\n{d.name}: task {d.task}, {d.steps} steps x {samples_per_step(d.common)} sampled "
+          f"responses per run ({d.common}); test accuracy at the end (1,024 prompts)")
     means = {}
     for name in configurations(d):
         tests = [by[(name, s)]["test"] for s in seeds if (name, s) in by]
