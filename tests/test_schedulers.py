@@ -226,35 +226,49 @@ def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch)
     assert err.value.retryable and err.value.exit_code == 5
 
 
-@pytest.mark.parametrize("killed, message", [
-    (("sbatch",), "sbatch was ended by signal 15.*looked for by its token"),
-    (("sbatch", "squeue"), "squeue kept failing.*signal 15")])
-def test_an_sbatch_killed_by_a_signal_is_unsure_not_a_refusal(tmp_path, killed, message):
-    """CI stop 26: `scancel` of the controller's job also hit the sbatch it was running; the
-    signal was read as a refusal and the node failed, never submitted. The job may have
-    reached slurmctld, so the token is looked for and the error is retryable."""
-    script = tmp_path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --comment=llmz:node=0000,token=tok-k\n")
-
+def killing(killed: tuple[str, ...], squeue: str = ""):
+    """Slurm clients of which those named end by a real SIGTERM, as a scancel of the
+    controller's job ends its children; squeue lists `squeue`."""
     def clients(argv):
         if argv[0] in killed:
             return subprocess.run(["sh", "-c", "kill -TERM $$"], capture_output=True, text=True)
-        return subprocess.CompletedProcess(argv, 0, "", "")
-    sched = SlurmScheduler(runner=clients, retries=1, retry_wait_s=0)
+        return subprocess.CompletedProcess(argv, 0, squeue if argv[0] == "squeue" else "", "")
+    return clients
+
+
+@pytest.fixture
+def token_script(tmp_path) -> Path:
+    script = tmp_path / "phase.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --comment=llmz:node=0000,token=tok-k\n")
+    return script
+
+
+@pytest.mark.parametrize("killed, message", [
+    (("sbatch",), "sbatch was ended by signal 15.*looked for by its token"),
+    (("sbatch", "squeue"), "squeue kept failing.*signal 15")])
+def test_an_sbatch_killed_by_a_signal_is_unsure_not_a_refusal(token_script, killed, message):
+    """CI stop 26: `scancel` of the controller's job also hit the sbatch it was running; the
+    signal was read as a refusal and the node failed, never submitted. The job may have
+    reached slurmctld, so the token is looked for and the error is retryable."""
+    sched = SlurmScheduler(runner=killing(killed), retries=1, retry_wait_s=0)
     with pytest.raises(SchedulerError, match=message) as err:
-        sched.submit(script, "tok-k")
+        sched.submit(token_script, "tok-k")
     assert err.value.retryable
 
 
-def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(tmp_path):
-    script = tmp_path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --comment=llmz:node=0000,token=tok-k\n")
-
+def test_an_sbatch_that_times_out_is_unsure_too(token_script):
     def clients(argv):
         if argv[0] == "sbatch":
-            return subprocess.run(["sh", "-c", "kill -TERM $$"], capture_output=True, text=True)
-        return subprocess.CompletedProcess(argv, 0, "77|PENDING|None|0|llmz:node=0000,token=tok-k\n", "")
-    assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(script, "tok-k") == "77"
+            raise subprocess.TimeoutExpired(argv, 120)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    with pytest.raises(SchedulerError, match="did not answer.*looked for by its token") as err:
+        SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k")
+    assert err.value.retryable
+
+
+def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_script):
+    clients = killing(("sbatch",), squeue="77|PENDING|None|0|llmz:node=0000,token=tok-k\n")
+    assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
 
 
 class Clients:

@@ -29,8 +29,7 @@ TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slu
              "slurm is down")
 # Failures after which a submission may still have reached slurmctld: sbatch is not run again
 # until the job could have registered (settle_s) and its token was looked for.
-UNSURE = ("socket timed out", "did not answer within its timeout", "not responding",
-          "before it answered")
+UNSURE = ("socket timed out", "not responding")
 # A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
 SUBMIT_LIMITS = ("maxsubmitjob", "submit limit")
 NO_SUCH_JOB = "invalid job id"
@@ -115,20 +114,21 @@ class SlurmScheduler(Scheduler):
             try:
                 proc = self.run(argv)
             except subprocess.TimeoutExpired:
-                err = f"{argv[0]} did not answer within its timeout"
+                err, unsure = f"{argv[0]} did not answer within its timeout", True
             except OSError as exc:
                 raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
             else:
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
                     return proc.stdout
+                unsure = proc.returncode < 0 or any(u in err.lower() for u in UNSURE)
                 if proc.returncode < 0:   # killed, e.g. by a scancel of the controller's job
                     err = f"{argv[0]} was ended by signal {-proc.returncode} before it answered"
                 elif not any(t in err.lower() for t in TRANSIENT):
                     raise SchedulerError(f"{what}: {argv[0]} failed (exit {proc.returncode}): "
                                          f"{err or '(no message)'}",
                                          retryable=any(t in err.lower() for t in SUBMIT_LIMITS))
-            if recover is not None and any(u in err.lower() for u in UNSURE):
+            if recover is not None and unsure:
                 if (answer := recover()) is not None:
                     return answer
                 raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
