@@ -20,7 +20,6 @@ from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
 from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
 from llmzero_slurm.search.tree import Kind, Node, Results
-from metrics_files import val_rows, write_metrics
 
 DATA = Path(__file__).parent / "data" / "cpu_grpo"
 BASE = {"lr": 1e-3, "kl_loss_coef": 0.04, "use_kl_loss": True, "temperature": 1.0,
@@ -254,26 +253,6 @@ def test_the_stopper_judges_the_trend_not_one_lucky_checkpoint():
     short = [(105, 0.36), (110, 0.37), (115, 0.38)]
     gentle = offline_stopper.decide(short, 0.45, 15, 160, margin=0.02)
     assert gentle.action == "STOP" and "by step 125" in gentle.reason
-
-
-def test_a_resumed_phase_is_judged_from_the_checkpoint_it_started_at(tmp_path):
-    """Where a phase began (its validation before its first step) is a measured point of its
-    trajectory: with it, two validation intervals of a flat phase far below the best are
-    enough to stop it, not three. Without one only the phase's own points count."""
-    stopper = Stopper(OFFLINE, None)
-    flat = read_metrics(write_metrics(tmp_path / "flat.jsonl",
-                                      val_rows({100: 0.60, 110: 0.61, 120: 0.60})))
-    stop = stopper.decide(StopperInput(flat, 100, 150, None, 0.75), tmp_path / "a")
-    assert stop.action == "STOP" and stop.step == 120 and "0.75" in stop.reason
-    # Climbing from where it started: the same two points continue.
-    climbing = read_metrics(write_metrics(tmp_path / "up.jsonl",
-                                          val_rows({100: 0.50, 110: 0.60, 120: 0.70})))
-    assert stopper.decide(StopperInput(climbing, 100, 150, None, 0.75),
-                          tmp_path / "b").action == "CONTINUE"
-    unanchored = read_metrics(write_metrics(tmp_path / "own.jsonl",
-                                            val_rows({110: 0.61, 120: 0.60})))
-    wait = stopper.decide(StopperInput(unanchored, 100, 150, None, 0.75), tmp_path / "c")
-    assert wait.action == "CONTINUE" and "too few" in wait.reason
 
 
 def test_a_job_that_refused_its_input_ends_its_chain_with_the_error_line(tmp_path):

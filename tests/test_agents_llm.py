@@ -382,23 +382,6 @@ def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, 
     assert record["result"]["action"] == "CONTINUE" and "overruled" in record["fallbacks"][-1]
 
 
-def test_a_stop_stands_for_a_phase_that_only_started_at_the_best_level(service, monkeypatch,
-                                                                       tmp_path):
-    """A child resumed from the best checkpoint starts at the best score: that point is where
-    it began, not what it reached, so a STOP for a child sliding down from it is obeyed."""
-    monkeypatch.setenv(KEY_ENV, KEY)
-    cfg = config(service)
-    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
-    sliding = read_metrics(write_metrics(tmp_path / "cur.jsonl", [
-        (20, {"val-core/addition/acc/mean@1": 0.6}),
-        *[(s, {"critic/rewards/mean": 0.4, **({"val-core/addition/acc/mean@1": 0.6 - 0.01 * (
-            s - 20)} if s % 5 == 0 else {})}) for s in range(21, 41)]]))
-    service.reply("REASON: falling away from where it started.\nDECISION: STOP")
-    d = Stopper(cfg, choose_backend(cfg)).decide(StopperInput(sliding, 20, 60, best, 0.6),
-                                                 tmp_path)
-    assert d.action == "STOP" and d.source == "anthropic"
-
-
 def test_a_job_that_refused_its_input_is_not_sent_to_the_llm(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)

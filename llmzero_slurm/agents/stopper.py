@@ -1,9 +1,6 @@
 """The early stopper: CONTINUE or STOP for a running phase (paper §3.5).
 
-CONTINUE is the answer unless the validation trajectory clearly cannot win. The trajectory
-starts at the validation of the checkpoint the phase resumed (or of the base model): where
-the phase began is the yardstick for where its own settings take it, so a phase can be judged
-after two validation intervals instead of three. Before 10 steps
+CONTINUE is the answer unless the validation trajectory clearly cannot win. Before 10 steps
 into the phase, without a best strategy to compare to, without a validation point, within
 one validation interval of the planned end (stopping then saves little), or when the LLM
 already judged the latest validation point, no LLM is consulted; an unparsable answer counts
@@ -58,7 +55,7 @@ class Stopper:
         """Decide for the phase; append the record to out_dir/early_stop.json."""
         out_dir = Path(out_dir)
         files = NodeDir(out_dir)
-        current = inp.current.after(inp.start_step - 1).without_test()
+        current = inp.current.after(inp.start_step).without_test()
         step = current.last_step or inp.start_step
         phase_steps = step - inp.start_step
         val = val_score_series(current)
@@ -94,8 +91,7 @@ class Stopper:
             inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val)
             decision = ask(llm, self.prompt(inp, out_dir), parse, heuristic, record,
                            repairs=0, unusable=unreadable)
-            decision = _not_the_leader(decision, [p for p in val if p[0] > inp.start_step],
-                                       inp.best_val, record)
+            decision = _not_the_leader(decision, val, inp.best_val, record)
         decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
         append_record(files.early_stop_file, record, secrets_from_env([self.cfg.api_key_env]))
@@ -126,9 +122,8 @@ def _judged(records: list[dict[str, Any]], val_step: int, source: str) -> dict[s
 
 def _not_the_leader(decision: Decision, val: list[tuple[int, float]], best_val: float | None,
                     record: AgentRecord) -> Decision:
-    """STOP is for phases that cannot win: one whose own training (`val`, its starting point
-    left out) already reached the best finished strategy is kept running whatever the answer
-    said, and the record says it was overruled."""
+    """STOP is for phases that cannot win: one already at or above the best finished strategy
+    is kept running whatever the answer said, and the record says it was overruled."""
     if decision.action != "STOP" or best_val is None or not val:
         return decision
     own = max(v for _, v in val)

@@ -23,8 +23,7 @@ def _trend(points: list[tuple[int, float]]) -> tuple[float, float, int]:
 def ruled(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
           planned_end: int | None) -> Decision | None:
     """CONTINUE when a phase cannot be judged yet or no longer needs judging (any stopper,
-    LLM or not); None when a judgement is due. `current_val` is the phase's validation
-    trajectory, from the point it started at (when measured) on."""
+    LLM or not); None when a judgement is due."""
     step = current_val[-1][0] if current_val else None
     if phase_step < MIN_STOP_STEP:
         return Decision("CONTINUE", f"only {phase_step} steps into the phase", step)
