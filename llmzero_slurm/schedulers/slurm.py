@@ -121,10 +121,12 @@ class SlurmScheduler(Scheduler):
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
                     return proc.stdout
-                unsure = proc.returncode < 0 or any(u in err.lower() for u in UNSURE)
                 if proc.returncode < 0:   # killed, e.g. by a scancel of the controller's job
                     err = f"{argv[0]} was ended by signal {-proc.returncode} before it answered"
-                elif not any(t in err.lower() for t in TRANSIENT):
+                    unsure = True
+                elif any(t in err.lower() for t in TRANSIENT):
+                    unsure = any(u in err.lower() for u in UNSURE)
+                else:
                     raise SchedulerError(f"{what}: {argv[0]} failed (exit {proc.returncode}): "
                                          f"{err or '(no message)'}",
                                          retryable=any(t in err.lower() for t in SUBMIT_LIMITS))
