@@ -17,11 +17,14 @@ validation so far against samples used, each method's mean over seeds.
 
     python benchmarks/search_quality.py [--tasks expand addition] [--seeds 0 1 2 3 4]
                                         [--methods llmzero grid random] [--dir DIR]
+                                        [--phase-steps 50] [--results FILE]
 
 Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
 ends; searches found there are not run again, and with --dir a search cut off midway resumes
 from its run directory. A whole table takes hours on two cores; it can be finished across
-several sittings.
+several sittings. `--phase-steps` sets the length of llmzero's phases (50 by default; grid and
+random trials stay at 100 steps); a results file holds one phase length, and its figures are
+named after it.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ EXAMPLE = ROOT / "examples" / "cpu-addition.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "search_quality.json"
 TRIAL_STEPS = 100                   # the grid: the CPU space (lr x LoRA rank), 100 steps a point
 GRID = {**GRID_SPACES["cpu"], "total_training_steps": TRIAL_STEPS}
-PHASE_STEPS = 50                    # llmzero's phases (evolve phases resume a checkpoint)
+PHASE_STEPS = 50                    # llmzero's phases by default (evolve phases resume one)
 
 
 def room(task: str) -> int:
@@ -65,7 +68,8 @@ def room(task: str) -> int:
                for split in generate_rows(get_task(task)).values() for r in split)
 
 
-def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, Any]:
+def search_config(task: str, method: str, seed: int, cache: Path,
+                  phase_steps: int = PHASE_STEPS) -> dict[str, Any]:
     """The example's experiment for one search, with room for every answer in every method's
     starting point: a response budget that cuts answers off would decide the comparison (and
     lower the base's measured score) instead of the strategy."""
@@ -76,7 +80,7 @@ def search_config(task: str, method: str, seed: int, cache: Path) -> dict[str, A
                   trainer={"cache_dir": str(cache)}, task={"builtin": task})
     given = hp.get("max_response_length") or get_backend("cpu").defaults()["max_response_length"]
     hp.update(seed=seed, test_freq=10, max_response_length=max(given, room(task)),
-              total_training_steps=PHASE_STEPS if method == "llmzero" else TRIAL_STEPS)
+              total_training_steps=phase_steps if method == "llmzero" else TRIAL_STEPS)
     config["search"].update(method=method, seed=seed, budget_iterations=64,
                             budget_samples=len(grid_points(GRID, "cpu")) * TRIAL_STEPS * per_step)
     if method == "grid":
@@ -114,17 +118,25 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
             "curve": curve}
 
 
-def run(task: str, method: str, seed: int, root: Path) -> dict[str, Any]:
+def phase_steps_of(row: dict[str, Any]) -> int | None:
+    """The length of llmzero's phases a results row was searched with (rows written before
+    the setting existed used the default); None for methods without phases."""
+    return row.get("phase_steps", PHASE_STEPS) if row["method"] == "llmzero" else None
+
+
+def run(task: str, method: str, seed: int, root: Path, phase_steps: int) -> dict[str, Any]:
     name = f"{task}-{method}-{seed}"
     path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(search_config(task, method, seed, root / "cache")))
+    path.write_text(yaml.safe_dump(search_config(task, method, seed, root / "cache",
+                                                 phase_steps)))
     started = time.time()
     with open(root / f"{name}.log", "a") as log:
         subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
                         str(root / name)], stdout=log, stderr=subprocess.STDOUT, check=True,
                        env={"LLMZERO_PYTHON": sys.executable, "PATH": os.environ["PATH"],
                             "HOME": os.environ.get("HOME", "/tmp"), "HF_HUB_OFFLINE": "1"})
-    result = {"task": task, "method": method, "seed": seed, **measure(root / name, task),
+    result = {"task": task, "method": method, "seed": seed,
+              **({"phase_steps": phase_steps} if method == "llmzero" else {}), **measure(root / name, task),
               "wall_s": round(time.time() - started)}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
@@ -132,7 +144,8 @@ def run(task: str, method: str, seed: int, root: Path) -> dict[str, Any]:
     return result
 
 
-def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str]) -> None:
+def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str],
+           figures: Path) -> None:
     for task in tasks:
         mine = [r for r in runs if r["task"] == task and r["method"] in methods]
         if not mine:
@@ -161,7 +174,7 @@ def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str]) -> 
             diff, se = mean_se(paired)
             print(f"llmzero - grid, paired over {len(paired)} seeds: {diff:+.3f} +- {se:.3f} "
                   f"({diff / se if se else math.inf:.1f} SE)")
-        figure(mine, methods, ROOT / "benchmarks" / "results" / f"search_quality_{task}.png", task)
+        figure(mine, methods, figures.with_name(f"{figures.stem}_{task}.png"), task)
 
 
 def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str) -> None:
@@ -190,7 +203,7 @@ def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    print(f"figure: {out.relative_to(ROOT)}")
+    print(f"figure: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
 def main() -> None:
@@ -200,10 +213,16 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["llmzero", "grid", "random"])
     parser.add_argument("--dir", type=Path, help="keep the searches here (resumable)")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--phase-steps", type=int, default=PHASE_STEPS,
+                        help="training steps of each llmzero phase (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="tabulate what is on file")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = json.loads(args.results.read_text()) \
         if args.results.exists() else []
+    other = {n for r in runs if (n := phase_steps_of(r))} - {args.phase_steps}
+    if other:
+        sys.exit(f"{args.results} holds llmzero searches with {sorted(other)}-step phases, not "
+                 f"{args.phase_steps}: give --phase-steps to match it, or another --results")
     have = {(r["task"], r["method"], r["seed"]) for r in runs}
     todo = [(t, m, s) for t in args.tasks for s in args.seeds for m in args.methods
             if (t, m, s) not in have]
@@ -213,9 +232,9 @@ def main() -> None:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         for task, method, seed in [] if args.report_only else todo:
-            runs.append(run(task, method, seed, root))
+            runs.append(run(task, method, seed, root, args.phase_steps))
             args.results.write_text(json.dumps(runs, indent=1) + "\n")
-    report(runs, args.tasks, args.methods)
+    report(runs, args.tasks, args.methods, args.results)
 
 
 if __name__ == "__main__":
