@@ -69,7 +69,7 @@ def room(task: str) -> int:
 
 
 def search_config(task: str, method: str, seed: int, cache: Path,
-                  phase_steps: int = PHASE_STEPS) -> dict[str, Any]:
+                  phase_steps: int) -> dict[str, Any]:
     """The example's experiment for one search, with room for every answer in every method's
     starting point: a response budget that cuts answers off would decide the comparison (and
     lower the base's measured score) instead of the strategy."""
@@ -135,8 +135,8 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int) -> dict
                         str(root / name)], stdout=log, stderr=subprocess.STDOUT, check=True,
                        env={"LLMZERO_PYTHON": sys.executable, "PATH": os.environ["PATH"],
                             "HOME": os.environ.get("HOME", "/tmp"), "HF_HUB_OFFLINE": "1"})
-    result = {"task": task, "method": method, "seed": seed,
-              **({"phase_steps": phase_steps} if method == "llmzero" else {}), **measure(root / name, task),
+    phases = {"phase_steps": phase_steps} if method == "llmzero" else {}
+    result = {"task": task, "method": method, "seed": seed, **phases, **measure(root / name, task),
               "wall_s": round(time.time() - started)}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
