@@ -145,7 +145,8 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int) -> dict
 
 
 def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str],
-           figures: Path) -> None:
+           results: Path) -> None:
+    """The tables, and a figure per task named after the results file."""
     for task in tasks:
         mine = [r for r in runs if r["task"] == task and r["method"] in methods]
         if not mine:
@@ -174,7 +175,7 @@ def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str],
             diff, se = mean_se(paired)
             print(f"llmzero - grid, paired over {len(paired)} seeds: {diff:+.3f} +- {se:.3f} "
                   f"({diff / se if se else math.inf:.1f} SE)")
-        figure(mine, methods, figures.with_name(f"{figures.stem}_{task}.png"), task)
+        figure(mine, methods, results.with_name(f"{results.stem}_{task}.png"), task)
 
 
 def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str) -> None:
