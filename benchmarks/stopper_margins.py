@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""What the early stopper's margin buys and costs, replayed on searches already run.
+
+`search_quality.py` keeps each llmzero search's run directory (with --dir). Every decision the
+monitor recorded there (early_stop.json: when, at which validation point) is judged again by
+the offline stopper's own rule at smaller margins, against the best score finished at that
+moment. For each margin, per task over the seeds on file:
+
+  saved        the share of planned training samples early stopping would have saved, with
+               every phase stopped at the first decision that margin says STOP (phases the
+               search actually stopped keep their stop: they never trained further);
+  best cut     the searches whose final best strategy runs through a phase the margin stops
+               before the checkpoint the strategy used (the best score it found is lost).
+
+The tree is held as it grew, so this is a first-order estimate: samples saved would have paid
+for further phases, stopped about as often. Replaying at the search's own margin must reproduce
+its stops; the script checks that and exits 1 when it does not.
+
+    python benchmarks/stopper_margins.py --dir DIR [--margins 0.02 0.01 0]
+                                         [--results FILE]
+    python benchmarks/stopper_margins.py [--results FILE]      # tabulate what is on file
+
+Per-phase rows go to benchmarks/results/stopper_margins.json (committed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmzero_slurm.agents.offline.stopper import decide
+from llmzero_slurm.backends import get_backend
+from llmzero_slurm.metrics import val_score_series
+from llmzero_slurm.paths import ROOT
+from llmzero_slurm.search.budget import node_samples, samples_per_step
+from llmzero_slurm.search.policy import best_path
+from llmzero_slurm.search.tree import Node, Status, Tree
+from llmzero_slurm.store.run_store import RunStore
+
+RESULTS = ROOT / "benchmarks" / "results" / "stopper_margins.json"
+MARGINS = [0.02, 0.015, 0.01, 0.005, 0.0]
+
+
+def best_then(tree: Tree, when: float) -> float | None:
+    """The best validation score among phases finished before `when` (the monitor's incumbent)."""
+    scores = [n.score for n in tree if n.status.finished and n.score is not None
+              and n.finished_at is not None and n.finished_at < when]
+    return max(scores) if scores else None
+
+
+def stop_step(store: RunStore, tree: Tree, node: Node, margin: float) -> int | None:
+    """The global step at which the stopper at `margin` would have stopped `node`, or None."""
+    log = store.node_dir(node.id).metrics_reader().read().after(node.start_step)
+    val = val_score_series(log.without_test())
+    steps = node.hparams.get("total_training_steps")
+    planned_end = node.start_step + steps if steps else None
+    for record in store.node_dir(node.id).stop_records():
+        result = record.get("result") or {}
+        if result.get("val_step") is None or result.get("step") is None:
+            continue
+        seen = [p for p in val if p[0] <= result["val_step"]]
+        decision = decide(seen, best_then(tree, record["created_at"]),
+                          result["step"] - node.start_step, planned_end, margin)
+        if decision.action == "STOP":
+            return int(result["step"]) + 1      # the cancel lands after the step in flight
+    return None
+
+
+def phases(run_dir: Path, task: str, seed: int, margins: list[float]) -> list[dict[str, Any]]:
+    """One row per phase: samples planned and used, and where each margin would stop it."""
+    store = RunStore.open(run_dir)
+    tree = store.load_tree()
+    defaults = get_backend("cpu").defaults()
+    # Which checkpoint of each phase the best strategy needs: a later phase's resume step, or
+    # the best phase's best-validation step.
+    needed: dict[int, int] = {}
+    path = best_path(tree)
+    for node, nxt in zip(path, path[1:] + [None]):
+        needed[node.id] = nxt.start_step if nxt else int(node.results.best_val_step or 0)
+    rows = []
+    for node in tree:
+        if not node.status.finished:
+            continue
+        per_step = samples_per_step({**defaults, **node.hparams})
+        stopped = node.status is Status.EARLY_STOPPED
+        stops = {}
+        for m in margins:
+            step = stop_step(store, tree, node, m)
+            stops[str(m)] = None if stopped or step is None else {
+                "used": (step - node.start_step) * per_step,
+                "cuts_best": node.id in needed and step < needed[node.id]}
+        own = stop_step(store, tree, node, store.config.agents.stop_margin)
+        rows.append({"task": task, "seed": seed, "node": node.id, "early_stopped": stopped,
+                     "replay_agrees": (own is not None) == stopped,
+                     "planned": node_samples(node, defaults, planned=True),
+                     "used": node_samples(node, defaults), "stops": stops})
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    margins = list(rows[0]["stops"]) if rows else []
+    print(f"{'task':<10}{'margin':>8}{'saved':>8}{'stopped':>10}{'best cut':>10}")
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        seeds = sorted({r["seed"] for r in mine})
+        planned = sum(r["planned"] for r in mine)
+        for m in margins:
+            used = stopped = 0
+            cut = set()
+            for r in mine:
+                stop = r["stops"][m]
+                used += stop["used"] if stop else r["used"]
+                stopped += bool(stop) or r["early_stopped"]
+                if stop and stop["cuts_best"]:
+                    cut.add(r["seed"])
+            print(f"{task:<10}{float(m):>8.3f}{1 - used / planned:>8.0%}{stopped:>5}/{len(mine):<4}"
+                  f"{len(cut):>5}/{len(seeds)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, help="search_quality.py's --dir with kept searches")
+    parser.add_argument("--margins", type=float, nargs="+", default=MARGINS)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.dir:
+        rows, problems = [], []
+        for run_dir in sorted(args.dir.glob("*-llmzero-*/")):
+            task, _, seed = run_dir.name.split("-")
+            own = RunStore.open(run_dir).config.agents.stop_margin
+            if max(args.margins) > own:
+                sys.exit(f"{run_dir.name} was searched at margin {own}: a larger margin would "
+                         "have let phases it stopped run on, which cannot be replayed")
+            found = phases(run_dir, task, int(seed), args.margins)
+            problems += [f"{run_dir.name}: phase {r['node']} was "
+                         f"{'stopped' if r['early_stopped'] else 'run to its end'}, but the "
+                         "replay at the search's own margin disagrees"
+                         for r in found if not r["replay_agrees"]]
+            rows += found
+        if problems:
+            sys.exit("\n".join(problems))
+        args.results.write_text(json.dumps(rows, indent=1) + "\n")
+    report(json.loads(args.results.read_text()))
+
+
+if __name__ == "__main__":
+    main()
