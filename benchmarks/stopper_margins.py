@@ -127,7 +127,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.dir:
         rows, problems = [], []
-        for run_dir in sorted(args.dir.glob("*-llmzero-*/")):
+        searches = sorted(args.dir.glob("*-llmzero-*/"))
+        if not searches:
+            sys.exit(f"{args.dir}: no llmzero searches (TASK-llmzero-SEED folders) to replay")
+        for run_dir in searches:
             task, _, seed = run_dir.name.split("-")
             own = RunStore.open(run_dir).config.agents.stop_margin
             if max(args.margins) > own:
@@ -142,6 +145,9 @@ def main() -> None:
         if problems:
             sys.exit("\n".join(problems))
         args.results.write_text(json.dumps(rows, indent=1) + "\n")
+    if not args.results.exists():
+        sys.exit(f"{args.results}: nothing on file; give --dir with search_quality.py's kept "
+                 "searches")
     report(json.loads(args.results.read_text()))
 
 
