@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from llmzero_slurm.agents.offline.stopper import decide
+from llmzero_slurm.agents.stopper import StopperInput
 from llmzero_slurm.backends import get_backend
-from llmzero_slurm.metrics import val_score_series
+from llmzero_slurm.metrics import Series, val_score_series
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.search.budget import node_samples, samples_per_step
 from llmzero_slurm.search.policy import best_path
@@ -50,53 +51,64 @@ def best_then(tree: Tree, when: float) -> float | None:
     return max(scores) if scores else None
 
 
-def stop_step(store: RunStore, tree: Tree, node: Node, margin: float) -> int | None:
-    """The global step at which the stopper at `margin` would have stopped `node`, or None."""
-    log = store.node_dir(node.id).metrics_reader().read().after(node.start_step)
-    val = val_score_series(log.without_test())
-    steps = node.hparams.get("total_training_steps")
-    planned_end = node.start_step + steps if steps else None
+def judgments(store: RunStore, tree: Tree, node: Node,
+              inp: StopperInput) -> list[tuple[int, Series, float | None]]:
+    """Each decision the monitor recorded for `node`, as the stopper saw it: the step, the
+    phase's validation points up to the one judged, and the best score finished by then."""
+    val = val_score_series(inp.current.after(inp.start_step).without_test())
+    seen = []
     for record in store.node_dir(node.id).stop_records():
         result = record.get("result") or {}
-        if result.get("val_step") is None or result.get("step") is None:
-            continue
-        seen = [p for p in val if p[0] <= result["val_step"]]
-        decision = decide(seen, best_then(tree, record["created_at"]),
-                          result["step"] - node.start_step, planned_end, margin)
-        if decision.action == "STOP":
-            return int(result["step"]) + 1      # the cancel lands after the step in flight
+        if result.get("val_step") is not None and result.get("step") is not None:
+            seen.append((int(result["step"]), [p for p in val if p[0] <= result["val_step"]],
+                         best_then(tree, record["created_at"])))
+    return seen
+
+
+def stop_step(judged: list[tuple[int, Series, float | None]], inp: StopperInput,
+              margin: float) -> int | None:
+    """The global step at which the stopper at `margin` would have stopped the phase, or None."""
+    for step, val, best in judged:
+        if decide(val, best, step - inp.start_step, inp.planned_end, margin).action == "STOP":
+            return step + 1      # the cancel lands after the step in flight
     return None
 
 
-def phases(run_dir: Path, task: str, seed: int, margins: list[float]) -> list[dict[str, Any]]:
-    """One row per phase: samples planned and used, and where each margin would stop it."""
-    store = RunStore.open(run_dir)
+def phases(store: RunStore, task: str, seed: int,
+           margins: list[float]) -> tuple[list[dict[str, Any]], list[int]]:
+    """One row per phase (samples planned and used, and where each margin would stop it), and
+    the phases where the replay at the search's own margin disagrees with what it did."""
     tree = store.load_tree()
     defaults = get_backend("cpu").defaults()
+    own = store.config.agents.stop_margin
     # Which checkpoint of each phase the best strategy needs: a later phase's resume step, or
     # the best phase's best-validation step.
     needed: dict[int, int] = {}
     path = best_path(tree)
     for node, nxt in zip(path, path[1:] + [None]):
         needed[node.id] = nxt.start_step if nxt else int(node.results.best_val_step or 0)
-    rows = []
+    rows, disagree = [], []
     for node in tree:
         if not node.status.finished:
             continue
+        # The phase as the monitor handed it to the stopper (the best strategy comes per
+        # decision, from judgments()).
+        inp = StopperInput.of(node, store.node_dir(node.id).metrics_reader().read(), None, None)
+        judged = judgments(store, tree, node, inp)
         per_step = samples_per_step({**defaults, **node.hparams})
         stopped = node.status is Status.EARLY_STOPPED
+        if (stop_step(judged, inp, own) is not None) != stopped:
+            disagree.append(node.id)
         stops = {}
         for m in margins:
-            step = stop_step(store, tree, node, m)
+            step = stop_step(judged, inp, m)
             stops[str(m)] = None if stopped or step is None else {
                 "used": (step - node.start_step) * per_step,
                 "cuts_best": node.id in needed and step < needed[node.id]}
-        own = stop_step(store, tree, node, store.config.agents.stop_margin)
         rows.append({"task": task, "seed": seed, "node": node.id, "early_stopped": stopped,
-                     "replay_agrees": (own is not None) == stopped,
                      "planned": node_samples(node, defaults, planned=True),
                      "used": node_samples(node, defaults), "stops": stops})
-    return rows
+    return rows, disagree
 
 
 def report(rows: list[dict[str, Any]]) -> None:
@@ -104,7 +116,7 @@ def report(rows: list[dict[str, Any]]) -> None:
     print(f"{'task':<10}{'margin':>8}{'saved':>8}{'stopped':>10}{'best cut':>10}")
     for task in dict.fromkeys(r["task"] for r in rows):
         mine = [r for r in rows if r["task"] == task]
-        seeds = sorted({r["seed"] for r in mine})
+        seeds = {r["seed"] for r in mine}
         planned = sum(r["planned"] for r in mine)
         for m in margins:
             used = stopped = 0
@@ -132,15 +144,14 @@ def main() -> None:
             sys.exit(f"{args.dir}: no llmzero searches (TASK-llmzero-SEED folders) to replay")
         for run_dir in searches:
             task, _, seed = run_dir.name.split("-")
-            own = RunStore.open(run_dir).config.agents.stop_margin
+            store = RunStore.open(run_dir)
+            own = store.config.agents.stop_margin
             if max(args.margins) > own:
                 sys.exit(f"{run_dir.name} was searched at margin {own}: a larger margin would "
                          "have let phases it stopped run on, which cannot be replayed")
-            found = phases(run_dir, task, int(seed), args.margins)
-            problems += [f"{run_dir.name}: phase {r['node']} was "
-                         f"{'stopped' if r['early_stopped'] else 'run to its end'}, but the "
-                         "replay at the search's own margin disagrees"
-                         for r in found if not r["replay_agrees"]]
+            found, disagree = phases(store, task, int(seed), args.margins)
+            problems += [f"{run_dir.name}: the replay at the search's own margin disagrees "
+                         f"with what the search did on phase {n}" for n in disagree]
             rows += found
         if problems:
             sys.exit("\n".join(problems))
