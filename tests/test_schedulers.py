@@ -344,18 +344,22 @@ def test_no_llm_key_of_any_name_reaches_a_phase_job(kind, tmp_path, monkeypatch)
 
 def test_a_slow_squeue_backs_the_polls_off(monkeypatch):
     """Issue 14: sites ask login-node tools to ask a busy slurmctld less often."""
-    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.SLOW_QUERY_S", 0.05)
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.SLOW_QUERY_S", 5.0)
+    # The scheduler's own clock, so a loaded host's real delays cannot move the window.
+    clock = [1000.0]
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time.monotonic", lambda: clock[0])
     calls: list[str] = []
     answer = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
 
     def slow(argv):
         calls.append(argv[0])
-        time.sleep(0.1)
+        clock[0] += 6.0                     # this squeue takes 6 s: poll at most every 60 s
         return answer(argv)
     sched = SlurmScheduler(runner=slow, min_poll_s=0)
     assert sched.states(["41"])["41"].raw == "RUNNING"
-    assert sched.states(["41"])["41"].raw == "RUNNING"     # within 10 x 0.1 s: the cached answer
+    clock[0] += 59.0
+    assert sched.states(["41"])["41"].raw == "RUNNING"     # the cached answer
     assert calls == ["squeue"]
-    time.sleep(1.1)
+    clock[0] += 2.0
     sched.states(["41"])
     assert calls == ["squeue", "squeue"]
