@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -345,9 +346,11 @@ def test_no_llm_key_of_any_name_reaches_a_phase_job(kind, tmp_path, monkeypatch)
 def test_a_slow_squeue_backs_the_polls_off(monkeypatch):
     """Issue 14: sites ask login-node tools to ask a busy slurmctld less often."""
     monkeypatch.setattr("llmzero_slurm.schedulers.slurm.SLOW_QUERY_S", 5.0)
-    # The scheduler's own clock, so a loaded host's real delays cannot move the window.
+    # The scheduler module's own clock (not the interpreter's), so a loaded host's real delays
+    # cannot move the window.
     clock = [1000.0]
-    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time",
+                        SimpleNamespace(monotonic=lambda: clock[0]))
     calls: list[str] = []
     answer = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
 
