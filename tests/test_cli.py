@@ -117,10 +117,19 @@ def test_check_refuses_prompts_and_answers_that_do_not_fit(tmp_path, hparams, me
     assert re.search(message, line) and "(the longest" in line
 
 
-def test_check_names_a_bad_reward_file(tmp_path):
+SCORE = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+
+
+@pytest.mark.parametrize("source, problem", [
+    (SCORE + "    return 'yes'\n", "got 'yes'"),
+    (SCORE + "    return float('nan')\n", "got nan"),
+    (SCORE + "    raise RuntimeError('boom')\n", "RuntimeError: boom"),
+    (SCORE + "    import sys\n    sys.exit(0)\n", "SystemExit: 0"),
+    ("import sys\nsys.exit(3)\n" + SCORE + "    return 1.0\n", "SystemExit: 3")],
+    ids=["a string", "nan", "raises", "exits when called", "exits when imported"])
+def test_check_names_a_bad_reward_file(tmp_path, source, problem):
     bad = tmp_path / "reward.py"
-    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                   "    return 'yes'\n")
+    bad.write_text(source)
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("addition", tmp_path / "data")
     path = tmp_path / "exp.yaml"
@@ -129,7 +138,8 @@ def test_check_names_a_bad_reward_file(tmp_path):
         "reward_path": str(bad)}}))
     done = cli("start", str(path), "--check")
     assert done.returncode == 2
-    assert "[FAIL] data and reward" in done.stdout and "returned 'yes'" in done.stdout
+    assert "[FAIL] data and reward" in done.stdout, done.stdout + done.stderr
+    assert f"{bad}: " in done.stdout and problem in done.stdout
 
 
 def test_a_bad_config_is_one_line_naming_the_key(tmp_path):

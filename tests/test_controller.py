@@ -95,6 +95,22 @@ def test_submits_watches_ingests_and_evolves_from_a_checkpoint(tmp_path):
     assert "node 0: submitted as job 100" in log and "node 1: completed" in log
 
 
+@pytest.mark.parametrize("error", [
+    IsADirectoryError(21, "Is a directory", "metrics.jsonl"),
+    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    KeyError(42)])
+def test_a_report_that_cannot_be_written_never_stops_the_search(tmp_path, error):
+    def broken(run_dir: Path) -> Path:
+        raise error
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.on_finish = broken
+    assert ctl.run() == 0
+    assert ctl.store.load_tree()[0].status is Status.COMPLETED
+    assert ctl.refresh_report() is None            # the last refresh, as llmzero-start asks
+    assert out.getvalue().count(f"report not updated: {type(error).__name__}") == 2
+
+
 def test_a_cancel_after_a_recorded_stop_is_an_early_stop(tmp_path):
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.2}), decided_stop, "CANCELLED"]])
     ctl, _ = controller(tmp_path, sched, [scratch])

@@ -181,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
     controller = build_controller(store, args.poll)
     code = controller.run(cancel_on_stop=args.cancel_on_stop)
-    report = write_report(store.root)
-    print(f"report: {report}")
+    report = controller.refresh_report()
+    if report is not None:
+        print(f"report: {report}")
     return code
 
 

@@ -210,16 +210,25 @@ class Controller:
                 states = {}
             ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
         tree = self._reparent_fixes()
-        if any(ended) and self.on_finish is not None:
-            try:   # once per poll, after the reparent: the report sees the tree as it stands
-                self.on_finish(self.store.root)
-            except LLMZeroError as exc:
-                self.progress.event(f"report not updated: {exc}")
+        if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
+            self.refresh_report()
         for node_id in set(self.store.corrupt) - self._quarantine_told:
             self.progress.event(f"node {node_id}: left out of the search (llmzero-repair "
                                 f"rebuilds it): {self.store.corrupt[node_id]}")
             self._quarantine_told.add(node_id)
         return tree
+
+    def refresh_report(self) -> object | None:
+        """Call `on_finish` and return what it returned (the report's path). The report is not
+        state: whatever it fails on (a damaged metrics file, an unreadable figure) is shown and
+        the search goes on, so any error is caught here, not only the project's own."""
+        if self.on_finish is None:
+            return None
+        try:
+            return self.on_finish(self.store.root)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self.progress.event(f"report not updated: {type(exc).__name__}: {exc}")
+            return None
 
     def _reparent_fixes(self) -> Tree:
         """Move every successful debug fix beside the failure it fixes. Run on each poll, not

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
-from ..errors import LLMZeroError
+from ..errors import DataError, LLMZeroError
 from ..methods import make_method
 from ..methods.base import MethodContext
 from ..backends import get_backend
@@ -52,31 +52,34 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks import get_task
     from ..tasks.dataset import read_examples
-    from ..tasks.reward_file import load_reward
+    from ..tasks.reward_file import judge, load_reward
 
     read = read or read_examples
     task = cfg.task
     if task.builtin:
         module = get_task(task.builtin)
-        reward, files = module.compute_score, []
+        reward, source, files = module.compute_score, f"builtin task {task.builtin}", []
     else:
         if not task.train_files or not task.val_files:
             raise LLMZeroError("task: give `builtin` or both train_files and val_files")
         if not task.reward_path:
             raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
-        reward, files = load_reward(task.reward_path, task.reward_name), \
-            [*task.train_files, *task.val_files, *task.test_files]
+        reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
+        files = [*task.train_files, *task.val_files, *task.test_files]
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
     for path in files:
         examples = read(path)
-        for ex in examples[:ROWS_CHECKED]:
-            score = reward(ex.data_source, ex.ground_truth, ex.ground_truth, ex.extra_info)
-            value = score.get("score") if isinstance(score, dict) else score
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise LLMZeroError(f"{path}: the reward returned {score!r} for a row's own ground "
-                                   "truth; it must return a number or a dict with 'score'")
+        for ex in examples[:ROWS_CHECKED]:   # each row's own ground truth must score
+            try:
+                judge(reward, source, ex.data_source, ex.ground_truth, ex.ground_truth,
+                      ex.extra_info)
+            except DataError:
+                raise
+            except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
+                raise DataError(source, f"{task.reward_name} failed on a row of {path}: "
+                                f"{type(exc).__name__}: {exc}") from None
         rows += len(examples)
     return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
 

@@ -24,7 +24,7 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: report any import failure by name
+    except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
         raise DataError(path, f"cannot import reward file: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
@@ -71,7 +71,7 @@ class Judgement:
 def _number(path: Any, data_source: str, what: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise DataError(path, f"reward for {data_source!r} must be a finite number or a dict "
-                        f"with a numeric 'score' (and optional 'acc'), got {what} {value!r:.80}")
+                        f"with a numeric 'score' (and optional 'acc'), got {what}{value!r:.80}")
     return float(value)
 
 
@@ -80,6 +80,6 @@ def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: st
     result = fn(data_source, text, ground_truth, extra_info)
     if isinstance(result, dict):
         acc = result.get("acc")
-        return Judgement(_number(path, data_source, "'score'", result.get("score")),
-                         None if acc is None else _number(path, data_source, "'acc'", acc))
+        return Judgement(_number(path, data_source, "'score' ", result.get("score")),
+                         None if acc is None else _number(path, data_source, "'acc' ", acc))
     return Judgement(_number(path, data_source, "", result))
