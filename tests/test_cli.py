@@ -29,6 +29,20 @@ def cli(name: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, env=env, timeout=300)
 
 
+def test_output_cut_short_by_a_pipe_ends_quietly():
+    """`llmzero-status RUN | head`: the reader leaves early; no traceback, exit 128 + SIGPIPE."""
+    program = ("from llmzero_slurm.cli.common import run_main\n"
+               "def main(argv):\n"
+               "    for i in range(200000):\n"
+               "        print(f'line {i}')\n"
+               "    return 0\n"
+               "run_main(main)\n")
+    done = subprocess.run(["bash", "-c", f'set -o pipefail; "{sys.executable}" -c "$0" | head -1',
+                           program], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "line 0\n"
+    assert done.stderr == "" and done.returncode == 141
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_has_help(name):
     done = cli(name, "--help")

@@ -2,11 +2,12 @@
 
 Exit codes: 0 done, 1 failure, 2 bad configuration or arguments, 3 corrupt or unwritable
 state (a full disk), 4 lock timeout, 5 batch-system error, 6 another controller holds the run,
-130/143 stopped by a signal.
+130/143 stopped by a signal, 141 the reader of the output left early (`| head`).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,10 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # Python's advice: point stdout at devnull so the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141
     sys.exit(code)
 
 
