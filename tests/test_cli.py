@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ from llmzero_slurm.config import SlurmConfig, parse_config
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler
-from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import TinyBackend, finish, wait_for
@@ -180,6 +181,28 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
     missing = cli("status", str(tmp_path / "nowhere"))
     assert missing.returncode == 3 and "is not a run directory" in missing.stderr
+
+
+def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, monkeypatch):
+    """slurmctld down: status used to retry for a minute, then exit 5 showing nothing."""
+    down = tmp_path / "bin"
+    down.mkdir()
+    for client in ("sbatch", "squeue", "sacct", "scancel"):
+        (down / client).write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact "
+                                   "slurm controller (connect failure)' >&2\nexit 1\n")
+        (down / client).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{down}:{os.environ['PATH']}")
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
+                                  submission=Submission(job_id="4242", scheduler_state="RUNNING")))
+    started = time.monotonic()
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"0000 scratch running .* 4242 +RUNNING", table.stdout)
+    assert "Slurm did not answer" in table.stdout and "as last recorded" in table.stdout
+    assert time.monotonic() - started < 30      # asked once, not retried for a minute
+    data = json.loads(cli("status", str(store.root), "--json").stdout)
+    assert data["slurm_states"] == {} and "Slurm did not answer" in data["live_states_note"]
 
 
 def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):

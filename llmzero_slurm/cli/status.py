@@ -8,7 +8,8 @@ import json
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
-from ..schedulers import JobState, make_scheduler, resolve_scheduler_kind
+from ..errors import SchedulerError
+from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Status, Tree
 from ..store.run_store import RunStore
@@ -41,14 +42,21 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> 
     return lines
 
 
-def live_states(store: RunStore, tree: Tree) -> dict[str, JobState]:
-    """Scheduler states of the pending jobs, in one scheduler call."""
+def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str | None]:
+    """Scheduler states of the pending jobs, in one scheduler call, or none and why not.
+    Status is for looking: when the batch system does not answer it shows the states on file
+    at once, rather than retrying for a minute as the controller does."""
     jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
-        return {}
-    scheduler = make_scheduler(resolve_scheduler_kind(store.config.scheduler), store.root)
-    return scheduler.states(list(jobs), jobs)
+        return {}, None
+    kind = resolve_scheduler_kind(store.config.scheduler)
+    if kind == "slurm" and not SlurmScheduler.reachable():
+        return {}, "Slurm did not answer (squeue failed); job states are shown as last recorded"
+    try:
+        return make_scheduler(kind, store.root).states(list(jobs), jobs), None
+    except SchedulerError as exc:
+        return {}, f"job states are shown as last recorded: {exc}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     tree = store.load_tree()
-    states = live_states(store, tree)
+    states, note = live_states(store, tree)
     live = {j: s.shown() for j, s in states.items()}
     leases = Lease(store)
     lease = leases.read()
@@ -72,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                           "slurm_states": {j: s.raw for j, s in states.items()},
                           "pending_reasons": {j: r for j, s in states.items()
                                               if (r := s.pending_reason)},
+                          "live_states_note": note,
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "monitor": monitor},
                          indent=2, sort_keys=True))
@@ -80,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"experiment {store.config.name} ({store.config.search.method}), controller {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
+    if note:
+        print(f"note: {note}")
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:
