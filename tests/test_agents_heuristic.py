@@ -263,3 +263,16 @@ def test_a_job_that_refused_its_input_ends_its_chain_with_the_error_line(tmp_pat
     fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("FAILED", 2, tail, BASE, tmp_path)
     assert (fix.failure, fix.action) == ("user_code", "give_up")
     assert "refused its input (exit 2): error: data/train.parquet: row 7" in fix.message
+
+
+@pytest.mark.parametrize("state, code, line", [
+    ("FAILED", 1, "safetensors._safetensors_rust.SafetensorError: Error while deserializing "
+                  "header: HeaderTooLarge"),
+    ("FAILED", 2, "cpu_grpo: error: the CPU trainer trains LoRA adapters only (lora_rank 0)")])
+def test_the_message_quotes_the_jobs_own_error_line(tmp_path, state, code, line):
+    """A dotted exception class and a program-named error line were "see the job log"."""
+    tail = (f"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n{line}\n"
+            "srun: error: vm: task 0: Exited with exit code 1\n")
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze(state, code, tail, BASE, tmp_path)
+    assert (fix.failure, fix.action) == ("user_code", "give_up")
+    assert line in fix.message and "start a new run" in fix.message

@@ -237,6 +237,15 @@ def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_p
     fault_outcome(ctl.store, sched.job_dirs())
 
 
+def test_a_search_with_nothing_completed_names_the_failure_not_the_plan(tmp_path):
+    """It printed the proposer's diagnosis of the plan ("root") as the last failure."""
+    sched = RefusingScheduler([SchedulerError("sbatch: error: invalid partition specified")], [])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == NOTHING_COMPLETED
+    assert ("the last failure: the scheduler refused it: sbatch: error: invalid partition "
+            "specified") in out.getvalue()
+
+
 @pytest.mark.fault("submit limit (QOSMaxSubmitJobPerUserLimit) twice")
 def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch, fault_outcome):
     monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.05)

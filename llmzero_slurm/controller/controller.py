@@ -131,7 +131,7 @@ class Controller:
             return 0
         failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
         last = failed[-1] if failed else None
-        why = last and ((last.diagnosis.splitlines() or [""])[-1] or last.submission.reason)
+        why = last and (_gave_up_because(last) or last.submission.reason)
         self.progress.event("no phase completed, so the search found nothing"
                             + (f"; the last failure: {why}" if why else ""))
         return NOTHING_COMPLETED
@@ -301,7 +301,16 @@ def _advance(n: Node, state: JobState) -> None:
         n.started_at = time.time()
 
 
+GAVE_UP = "debugging stopped: "
+
+
 def _give_up(n: Node, message: str) -> None:
     n.terminal = True
-    n.diagnosis = (n.diagnosis + "\n" if n.diagnosis else "") + f"debugging stopped: {message}"
+    n.diagnosis = (n.diagnosis + "\n" if n.diagnosis else "") + GAVE_UP + message
+
+
+def _gave_up_because(n: Node) -> str | None:
+    """Why debugging a failure stopped, from its diagnosis; the rest of the diagnosis is the
+    plan's reasoning, not the failure."""
+    return next((ln for ln in reversed(n.diagnosis.splitlines()) if ln.startswith(GAVE_UP)), None)
 

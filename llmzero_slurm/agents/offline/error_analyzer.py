@@ -30,11 +30,20 @@ def classify(state: str | None, log_tail: str) -> str:
     return "unknown"
 
 
+# An exception line, its class maybe dotted (safetensors._safetensors_rust.SafetensorError: ...),
+# or a program's own "error: " line, with or without its name before it (cpu_grpo: error: ...);
+# not Slurm's own epilogue ("srun: error: node: task 0: Exited with exit code 1"), which says
+# only that the program failed.
+_ERROR_LINE = re.compile(r"^(?!srun:|slurmstepd:)([\w.]*(Error|Exception)\b|([\w.-]+: )?error: )")
+
+
 def _last_error_line(log_tail: str) -> str:
-    lines = [ln.strip() for ln in log_tail.splitlines()
-             if re.match(r"^(\w*(Error|Exception)\b|error: )", ln.strip())]
+    lines = [ln.strip() for ln in log_tail.splitlines() if _ERROR_LINE.match(ln.strip())]
     return lines[-1][:300] if lines else "see the job log"
 
+
+# A resumed run does not retry a chain that gave up, so the advice must not promise it.
+NOT_RETRIED = "this chain is not retried: fix the cause, then start a new run"
 
 BAD_INPUT_EXIT = 2   # the trainers' exit code for input they refuse (config, data, reward)
 
@@ -56,7 +65,7 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
     data: dict[str, Any]
     if cannot_succeed_by_retrying(exit_code):
         data = {"action": "give_up", "message": f"the job refused its input (exit "
-                f"{exit_code}): {_last_error_line(log_tail)}; fix it and resume the search"}
+                f"{exit_code}): {_last_error_line(log_tail)}; {NOT_RETRIED}"}
         failure = "user_code"
     elif failure == "oom":
         changes = {**scale(hparams, "ppo_micro_batch_size_per_gpu", 0.5),
@@ -78,7 +87,7 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
         data = {"action": "retry"}
     elif failure == "user_code":
         data = {"action": "give_up", "message": "the job failed in task code (data or reward): "
-                f"{_last_error_line(log_tail)}; fix it and resume the search"}
+                f"{_last_error_line(log_tail)}; {NOT_RETRIED}"}
     else:
         data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
     return check_fix({"class": failure, **data}, hparams, backend, "heuristic")
