@@ -43,3 +43,12 @@ def test_without_a_sample_budget_phases_keep_their_length():
     assert budget.fit_steps(tree, {"total_training_steps": 500}) == 500
     assert budget.spent(tree) is None
     assert "2 of 2 phases" in (budget.spent(Tree([*tree, node(1, Status.QUEUED, None)])) or "")
+
+
+def test_cancelled_phases_do_not_use_up_the_phase_count():
+    """A person's cancel gives no verdict, so the search may create a phase in its place."""
+    budget = Budget(iterations=2, defaults=DEFAULTS)
+    tree = Tree([node(0, Status.COMPLETED, 20), node(1, Status.CANCELLED, 3, resume=Resume(0, 20))])
+    assert budget.spent(tree) is None
+    tree = Tree([*tree, node(2, Status.QUEUED, None, resume=Resume(0, 20))])
+    assert budget.spent(tree) == "2 of 2 phases created (1 cancelled, not counted)"

@@ -43,6 +43,21 @@ def test_injected_scratch_children_do_not_use_the_branching_limit():
     assert select(tree, SET) == Action(Kind.EVOLVE, 0)
 
 
+def test_a_cancelled_child_gives_its_branching_slot_back():
+    """A person's cancel says nothing about the configuration; a search resumed after
+    `llmzero-stop --cancel` ended with "no branch left to grow" at half its budget."""
+    tree = T(N(0, None, score=0.6), N(1, 0, score=0.2), N(2, 0, S.CANCELLED))
+    assert [k.id for k in Analysis.of(tree, SET).limit_children(tree[0])] == [1]
+    assert select(tree, SET) == Action(Kind.EVOLVE, 0)
+    failed = T(N(0, None, S.FAILED), N(1, 0, S.CANCELLED, kind=DBG, resume=Resume(0, 10),
+                                      debug_depth=1))
+    assert select(failed, SearchSettings(max_debug_children=1)) == Action(DBG, 0)
+
+
+def test_a_search_whose_every_root_was_cancelled_starts_a_root_again():
+    assert select(T(N(0, None, S.CANCELLED)), SET) == Action(Kind.SCRATCH, None)
+
+
 def test_failed_child_gets_a_debug_child():
     tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED), N(2, 0, S.FAILED))
     assert select(tree, SET) == Action(DBG, 1)

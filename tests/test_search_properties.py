@@ -43,6 +43,10 @@ def test_selection_never_picks_a_terminal_or_full_node(tree, k_evolve, k_debug):
     action = select(tree, s)
     if action is None:
         return
+    if action.parent is None:     # a new root: only when every root was cancelled by a person
+        assert action.kind is Kind.SCRATCH
+        assert all(r.status is Status.CANCELLED for r in tree.roots())
+        return
     parent = tree[action.parent]
     analysis = Analysis.of(tree, s)
     assert not analysis.terminal[parent.id]

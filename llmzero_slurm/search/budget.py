@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .tree import Node, Tree
+from .tree import Node, Status, Tree
 
 
 def samples_per_step(hparams: Mapping[str, Any]) -> int:
@@ -56,8 +56,10 @@ class Budget:
 
     def spent(self, tree: Tree) -> str | None:
         """Why the budget is spent, or None while phases may still be created."""
-        if len(tree) >= self.iterations:
-            return f"{len(tree)} of {self.iterations} phases created"
+        cancelled = sum(n.status is Status.CANCELLED for n in tree)   # a person's, no verdict
+        if len(tree) - cancelled >= self.iterations:
+            return (f"{len(tree) - cancelled} of {self.iterations} phases created"
+                    + (f" ({cancelled} cancelled, not counted)" if cancelled else ""))
         if self.samples is not None:
             committed = self.samples_committed(tree)
             if committed >= self.samples:

@@ -66,8 +66,9 @@ class Analysis:
         return a
 
     def limit_children(self, node: Node) -> list[Node]:
-        """Children charged to the node's branching limit (its kind decides which)."""
-        kids = self.tree.children(node.id)
+        """Children charged to the node's branching limit (its kind decides which). A child a
+        person cancelled is not: it gave no verdict, so its slot is free again."""
+        kids = [k for k in self.tree.children(node.id) if k.status is not Status.CANCELLED]
         if node.status is Status.FAILED:
             return [k for k in kids if k.kind is Kind.DEBUG and k.fixed_from is None]
         return [k for k in kids if not k.injected and k.fixed_from is None and k.kind is not Kind.DEBUG]
@@ -125,7 +126,7 @@ def best_node(tree: Tree) -> Node | None:
 
 def select(tree: Tree, settings: SearchSettings) -> Action | None:
     """The next phase to create, or None when every branch is terminal or waiting on a job."""
-    if not tree.roots():
+    if all(r.status is Status.CANCELLED for r in tree.roots()):
         return Action(Kind.SCRATCH, None)
     best = best_node(tree)
     if best is not None and scratch_ratio(tree) < settings.min_scratch_ratio:
