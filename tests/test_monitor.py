@@ -217,3 +217,16 @@ def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environmen
         wait_for(lambda: sched.call_state(str(job)) is None, 30, "the monitor to stop")
     records = store.node_dir(1).early_stop_file.read_text()
     assert canary not in records and "anthropic" in records
+
+
+@pytest.mark.parametrize("backend, left", [("heuristic", False), ("auto", True), ("anthropic", True)])
+def test_the_key_is_left_for_the_monitor_only_when_its_agents_may_use_it(
+        tmp_path, monkeypatch, backend, left):
+    """With offline agents the key sat in monitor/llm-key.json for nothing."""
+    from llmzero_slurm.config import AgentConfig
+    from llmzero_slurm.controller import monitor_key
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-5d2")
+    monitor_key.hand_over(tmp_path, AgentConfig(backend=backend))
+    assert (tmp_path / monitor_key.KEY_FILE).exists() == left
+    assert monitor_key.take(tmp_path, AgentConfig(backend=backend)) == \
+        ("sk-ant-canary-5d2" if left else None)

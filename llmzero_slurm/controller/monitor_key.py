@@ -19,10 +19,11 @@ KEY_FILE = "llm-key.json"
 
 
 def hand_over(folder: Path, agents: AgentConfig) -> None:
-    """Leave this process's key (if it has one) for the monitor job."""
+    """Leave this process's key (if it has one) for the monitor job, unless its agents are
+    the offline heuristics: a key on disk that nothing reads is only a risk."""
     key = os.environ.get(agents.api_key_env, "")
     path = folder / KEY_FILE
-    if not key:
+    if not key or agents.backend == "heuristic":
         path.unlink(missing_ok=True)
         return
     write_json(path, {"name": agents.api_key_env, "value": key})
