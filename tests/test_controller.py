@@ -310,6 +310,8 @@ def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path, fault_out
     assert tree[1].status is Status.COMPLETED
     assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
     assert out.getvalue().count("node 0: left out of the search (llmzero-repair rebuilds it)") == 1
+    assert (f"the search ended with node 0 left out: a job of its own that still runs was not "
+            f"watched; llmzero-repair {store.root}, then llmzero-start {store.root}") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
     assert store.rebuild_node(0).status is Status.COMPLETED      # from the copy beside it
     assert not store.load_tree()[0].pruned and not store.corrupt

@@ -127,6 +127,11 @@ class Controller:
 
     def _finished(self, tree: Tree, reason: str) -> int:
         self.progress.finished(tree, reason)
+        if self.store.corrupt:   # their jobs, if any, were never watched: say how to take them in
+            ids = ", ".join(str(i) for i in sorted(self.store.corrupt))
+            self.progress.event(f"the search ended with node {ids} left out: a job of its own that "
+                                f"still runs was not watched; llmzero-repair {self.store.root}, "
+                                f"then llmzero-start {self.store.root} takes it in")
         if any(n.status in (Status.COMPLETED, Status.EARLY_STOPPED) for n in tree if not n.pruned):
             return 0
         failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
