@@ -314,3 +314,23 @@ def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resub
                            capture_output=True, text=True).stdout.split()
     for node in nodes:
         assert sum(job.startswith(f"llmz-{name}-{node.id:04d}") for job in names) == 1
+
+
+@pytest.mark.parametrize("slurm, refusal", [
+    (SlurmConfig(partition="nosuch"), "invalid partition"),
+    (SlurmConfig(cpus_per_task=64), "node configuration is not available"),
+    (SlurmConfig(mem="500G"), "node configuration is not available"),
+    (SlurmConfig(), None)])
+def test_sbatch_judges_a_phase_job_without_submitting_it(tmp_path, tiny_program, slurm, refusal):
+    """An unknown partition, or more CPUs or memory than any node has, passed --check and then
+    failed the run's first phase; `sbatch --test-only` refuses them and registers no job."""
+    sched = SlurmScheduler()
+    script = phase(tmp_path, tiny_program, 1, {"total_training_steps": 1}, slurm)
+    before = run_command(["squeue", "-h", "-o", "%i"]).stdout.split()
+    if refusal is None:
+        assert "to start at" in sched.test_submit(script)
+    else:
+        with pytest.raises(SchedulerError, match=refusal):
+            sched.test_submit(script)
+    assert run_command(["squeue", "-h", "-o", "%i"]).stdout.split() == before
+    assert not list(tmp_path.glob("**/slurm-*.out"))

@@ -157,6 +157,19 @@ class SlurmScheduler(Scheduler):
         self._next_poll = 0.0
         return job_id
 
+    def test_submit(self, script: Path) -> str:
+        """What sbatch says of a job script without submitting it (`--test-only`): an unknown
+        partition, or more CPUs, memory or GPUs than any node has, is refused here rather than
+        by the run's first phase."""
+        try:
+            proc = self.run(["sbatch", "--test-only", str(Path(script).resolve())])
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SchedulerError(f"sbatch --test-only {script}: {exc}") from None
+        answer = (proc.stderr or "").strip()   # sbatch answers a test on stderr, either way
+        if proc.returncode:
+            raise SchedulerError(f"sbatch --test-only {script}: {answer or '(no message)'}")
+        return answer
+
     def cancel(self, job_id: str) -> None:
         self._call(["scancel", str(job_id)], f"cancelling job {job_id}")
         self._next_poll = 0.0
