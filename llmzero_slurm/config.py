@@ -217,12 +217,16 @@ def _check_names(cfg: ExperimentConfig) -> None:
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
-    """Read experiment.yaml; YAML syntax errors are reported with the file and line."""
+    """Read experiment.yaml; YAML syntax errors are reported with the file and line, a file in
+    another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<file>", f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                                    "save it as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -39,6 +39,18 @@ def test_yaml_errors_name_the_file(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize("data", [
+    b"name: caf\xe9\n",                                 # Latin-1
+    "name: demo\n".encode("utf-16"),                    # UTF-16 with its BOM
+    b"\x00\x01\x80\xffname",                            # binary
+], ids=["latin-1", "utf-16", "binary"])
+def test_a_config_that_is_not_utf8_names_the_file(tmp_path, data):
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match=r"exp\.yaml is not UTF-8 text"):
+        load_config(path)
+
+
 @pytest.mark.parametrize("values, key", [
     ({"rollout_n": 2.5}, "rollout_n"),
     ({"rollout_n": True}, "rollout_n"),
