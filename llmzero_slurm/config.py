@@ -6,6 +6,7 @@ are refused with the list of known ones, so a typo never silently falls back to 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from .errors import ConfigError
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .hparams import validate_hparams
-from .search.settings import SearchSettings
+from .search.settings import SearchSettings, check_ranges
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -81,6 +82,18 @@ class AgentConfig:
     price_cache_write_per_mtok: float = 6.0
     price_cache_read_per_mtok: float = 0.30
 
+    def check(self, where: str) -> None:
+        """A negative max_retries makes the SDK fail every call; zero tokens, timeouts or
+        image sizes can never answer; a negative price would make the cost figures lie."""
+        if self.backend not in ("auto", "anthropic", "openai", "heuristic"):
+            raise ConfigError(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
+        if self.cache_ttl not in ("5m", "1h"):
+            raise ConfigError(f"{where}.cache_ttl", "must be '5m' or '1h'")
+        check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
+                     non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
+                                   "price_output_per_mtok", "price_cache_write_per_mtok",
+                                   "price_cache_read_per_mtok"))
+
 
 @dataclass
 class StateConfig:
@@ -89,6 +102,12 @@ class StateConfig:
     lock: str = "flock"            # flock | soft
     lock_timeout_s: float = 120.0
     stale_after_s: float = 30.0
+
+    def check(self, where: str) -> None:
+        """A lock that is stale at once would be taken from a live holder."""
+        if self.lock not in ("flock", "soft"):
+            raise ConfigError(f"{where}.lock", "must be 'flock' or 'soft'")
+        check_ranges(where, self, positive=("stale_after_s",), non_negative=("lock_timeout_s",))
 
 
 @dataclass
@@ -156,11 +175,15 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, "must be a number")
         value = float(value)
+        if not math.isfinite(value):   # .nan passes every range check, .inf most
+            raise ConfigError(path, f"must be a finite number (got {value})")
     elif text.startswith("list[float]"):
         if not isinstance(value, list) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise ConfigError(path, "must be a list of numbers")
         value = [float(v) for v in value]
+        if not all(math.isfinite(v) for v in value):
+            raise ConfigError(path, f"must be a list of finite numbers (got {value})")
     elif text.startswith("list"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(path, "must be a list of strings")
@@ -181,14 +204,10 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     if not _NAME.match(cfg.name):
         raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job names)")
     _check_names(cfg)
-    if cfg.state.lock not in ("flock", "soft"):
-        raise ConfigError("state.lock", "must be 'flock' or 'soft'")
+    cfg.state.check("state")
     if cfg.slurm.gpu_directive not in ("gpus-per-node", "gres"):
         raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
-    if cfg.agents.backend not in ("auto", "anthropic", "openai", "heuristic"):
-        raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")
-    if cfg.agents.cache_ttl not in ("5m", "1h"):
-        raise ConfigError("agents.cache_ttl", "must be '5m' or '1h'")
+    cfg.agents.check("agents")
     try:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:

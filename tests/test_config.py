@@ -24,6 +24,21 @@ def test_defaults_are_the_papers():
     ({"name": "x", "hparams": {"learning_rate": 1e-5}}, "hparams.learning_rate"),
     ({"name": "bad name!"}, "name"),
     ({"name": "x", "search": {"method": "replay"}}, "search.strategy_file"),
+    ({"name": "x", "search": {"budget_gpu_hours": -1}}, "search.budget_gpu_hours"),
+    ({"name": "x", "search": {"budget_gpu_hours": 0}}, "search.budget_gpu_hours"),
+    ({"name": "x", "search": {"budget_wall_hours": 0}}, "search.budget_wall_hours"),
+    ({"name": "x", "search": {"temperature": float("nan")}}, "search.temperature"),
+    ({"name": "x", "agents": {"max_retries": -1}}, "agents.max_retries"),
+    ({"name": "x", "agents": {"timeout_s": -1}}, "agents.timeout_s"),
+    ({"name": "x", "agents": {"timeout_s": 0}}, "agents.timeout_s"),
+    ({"name": "x", "agents": {"max_tokens": 0}}, "agents.max_tokens"),
+    ({"name": "x", "agents": {"image_max_px": -5}}, "agents.image_max_px"),
+    ({"name": "x", "agents": {"stop_margin": -0.1}}, "agents.stop_margin"),
+    ({"name": "x", "agents": {"price_input_per_mtok": -3}}, "agents.price_input_per_mtok"),
+    ({"name": "x", "agents": {"price_cache_read_per_mtok": -0.3}},
+     "agents.price_cache_read_per_mtok"),
+    ({"name": "x", "state": {"lock_timeout_s": -1}}, "state.lock_timeout_s"),
+    ({"name": "x", "state": {"stale_after_s": 0}}, "state.stale_after_s"),
 ])
 def test_bad_config_names_the_key(data, key):
     with pytest.raises(ConfigError) as err:

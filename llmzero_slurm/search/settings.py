@@ -1,10 +1,23 @@
 """Search constants, with the paper's defaults (Appendix B.6)."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import ConfigError
+
+
+def check_ranges(section: str, settings: object, positive: Iterable[str] = (),
+                 non_negative: Iterable[str] = ()) -> None:
+    """Refuse a numeric setting of `section` out of its range, by key; unset (None) passes.
+    Every config section states its ranges through this, so each bound is written once."""
+    for names, within, bound in ((positive, operator.gt, "> 0"),
+                                 (non_negative, operator.ge, ">= 0")):
+        for name in names:
+            value = getattr(settings, name)
+            if value is not None and not within(value, 0):
+                raise ConfigError(f"{section}.{name}", f"must be {bound} (got {value!r})")
 
 
 @dataclass
@@ -36,21 +49,13 @@ class SearchSettings:
 
     def check(self) -> None:
         """Ranges; the method's name (and whether it reads `space`) is its registry's to check."""
-        positive = {"budget_iterations": self.budget_iterations, "concurrency": self.concurrency,
-                    "temperature": self.temperature, "early_stop_interval_s": self.early_stop_interval_s}
-        if self.poll_interval_s is not None:
-            positive["poll_interval_s"] = self.poll_interval_s
-        if self.budget_samples is not None:
-            positive["budget_samples"] = self.budget_samples
-        for key, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"search.{key}", "must be > 0")
-        for key in ("exploration_c", "fail_penalty", "early_penalty", "virtual_loss",
-                    "min_scratch_ratio"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"search.{key}", "must be >= 0")
-        for key in ("fail_forgiven", "max_evolve_children", "max_debug_children", "max_debug_depth"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"search.{key}", "must be >= 0")
+        check_ranges("search", self,
+                     positive=("budget_iterations", "budget_samples", "budget_gpu_hours",
+                               "budget_wall_hours", "concurrency", "temperature",
+                               "early_stop_interval_s", "poll_interval_s"),
+                     non_negative=("exploration_c", "fail_penalty", "early_penalty",
+                                   "virtual_loss", "min_scratch_ratio", "fail_forgiven",
+                                   "max_evolve_children", "max_debug_children",
+                                   "max_debug_depth"))
         if self.method == "replay" and not self.strategy_file:
             raise ConfigError("search.strategy_file", "is required when search.method is replay")
