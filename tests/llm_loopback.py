@@ -5,6 +5,7 @@ Each request takes the next scripted step; the last step repeats forever. Steps:
   {"text": "..."}                  a 200 answer
   {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
+  {"body": {...}}                  a 200 answer with exactly this JSON body (a malformed reply)
 Every request's path, headers and JSON body are kept in `requests`. Usage mimics prompt
 caching: a system block marked cache_control is a cache write the first time, a read after.
 """
@@ -107,6 +108,8 @@ class LoopbackLLM:
                 step = service._next(self.path, dict(self.headers), body)
                 time.sleep(step.get("delay", 0))
                 status, text = step.get("status", 200), step.get("text", "")
+                if "body" in step:
+                    return self._send(200, step["body"])
                 anthropic = self.path.endswith("/v1/messages")
                 if status != 200:
                     error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(

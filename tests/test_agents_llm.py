@@ -195,6 +195,29 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
     assert_no_secret_or_test_metric(service, tmp_path)
 
 
+@pytest.mark.parametrize("backend, settings, step, error", [
+    ("anthropic", {"max_retries": -1}, good(),
+     "LLM unavailable: Anthropic API: RuntimeError: could not resolve response"),
+    ("anthropic", {}, {"body": {"type": "message", "id": "msg_0"}},
+     "LLM unavailable: Anthropic API: TypeError"),
+    ("openai", {}, {"body": {"object": "chat.completion", "choices": [{"index": 0}]}},
+     "LLM unavailable: OpenAI-compatible API: AttributeError"),
+], ids=["anthropic-sdk-fails", "anthropic-reply-not-a-message", "openai-choice-without-message"])
+def test_a_client_failure_that_is_no_api_error_falls_back_and_is_recorded(
+        service, monkeypatch, run, tmp_path, backend, settings, step, error):
+    """The SDK raising something else than its APIError (a RuntimeError for a negative
+    max_retries, a reply that is no message) used to crash the controller."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend, **settings)
+    node, log = run
+    service.reply(step)
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic"
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"][0].startswith(error), record["fallbacks"]
+    assert record["fallbacks"][-1] == "used the heuristic agent instead"
+
+
 def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service, timeout_s=0.3, max_retries=1)

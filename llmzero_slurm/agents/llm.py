@@ -1,8 +1,9 @@
 """LLM backends behind one small interface: a prompt in, a reply with tokens and dollars out.
 
 `complete` either returns text or raises `LLMUnavailable` (after the SDK's own retries with
-back-off on 429, 5xx and timeouts); agents then fall back to the heuristics. The API key is
-read from the environment here and handed to the SDK; it is never stored anywhere else.
+back-off on 429, 5xx and timeouts, and for any other failure of the exchange); agents then fall
+back to the heuristics. The API key is read from the environment here and handed to the SDK;
+it is never stored anywhere else.
 """
 from __future__ import annotations
 
@@ -106,17 +107,37 @@ class _SDKBackend:
     (honouring retry-after), `max_retries` times."""
 
     sdk: type
+    vendor: str     # how a failure is named in the agent's record
 
     def __init__(self, cfg: AgentConfig, api_key: str):
         self.cfg = cfg
         self.client = self.sdk(api_key=api_key, base_url=cfg.base_url, timeout=cfg.timeout_s,
                                max_retries=cfg.max_retries)
 
+    def request(self, prompt: Prompt) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def send(self, body: dict[str, Any]) -> Reply:
+        raise NotImplementedError
+
+    def complete(self, prompt: Prompt) -> Reply:
+        """The reply, or LLMUnavailable with its reason. Not only the SDK's APIError: a client
+        that fails otherwise (a RuntimeError from inside the SDK) or a reply that is not what
+        the API promises must also end in the agents' fallback, never crash the controller."""
+        body = self.request(prompt)
+        try:
+            return self.send(body)
+        except LLMUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
+            raise LLMUnavailable(f"{self.vendor}: {type(exc).__name__}: {exc}") from None
+
 
 class AnthropicBackend(_SDKBackend):
     """Claude through the official SDK: cached system block, images as base64 PNG blocks."""
 
     name = "anthropic"
+    vendor = "Anthropic API"
     sdk = anthropic.Anthropic
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
@@ -132,11 +153,8 @@ class AnthropicBackend(_SDKBackend):
                 "system": [{"type": "text", "text": prompt.system, "cache_control": cache}],
                 "messages": messages}
 
-    def complete(self, prompt: Prompt) -> Reply:
-        try:
-            resp = self.client.messages.create(**self.request(prompt))
-        except anthropic.APIError as exc:
-            raise LLMUnavailable(f"Anthropic API: {type(exc).__name__}: {exc}") from None
+    def send(self, body: dict[str, Any]) -> Reply:
+        resp = self.client.messages.create(**body)
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
         u = resp.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens or 0,
@@ -149,6 +167,7 @@ class OpenAIBackend(_SDKBackend):
     """Any OpenAI-compatible chat-completions server (vLLM, SGLang on the cluster, ...)."""
 
     name = "openai"
+    vendor = "OpenAI-compatible API"
     sdk = openai.OpenAI
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
@@ -161,13 +180,10 @@ class OpenAIBackend(_SDKBackend):
         return {"model": self.cfg.model, "messages": messages,
                 "max_tokens": min(prompt.max_tokens, self.cfg.max_tokens)}
 
-    def complete(self, prompt: Prompt) -> Reply:
-        try:
-            resp = self.client.chat.completions.create(**self.request(prompt))
-        except openai.APIError as exc:
-            raise LLMUnavailable(f"OpenAI-compatible API: {type(exc).__name__}: {exc}") from None
+    def send(self, body: dict[str, Any]) -> Reply:
+        resp = self.client.chat.completions.create(**body)
         if not resp.choices:
-            raise LLMUnavailable("OpenAI-compatible API: the reply has no choices")
+            raise LLMUnavailable(f"{self.vendor}: the reply has no choices")
         u = resp.usage
         cached = 0
         if u is not None and u.prompt_tokens_details is not None:
