@@ -73,7 +73,7 @@ def test_check_passes_on_every_shipped_example_and_submits_nothing(tmp_path, nam
     path.write_text(yaml.safe_dump(example_config(name, tmp_path)))
     done = cli("start", str(path), "--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("[ok]") == 7 and "[FAIL]" not in done.stdout
+    assert done.stdout.count("[ok]") == 8 and "[FAIL]" not in done.stdout
     assert "[ok] phase scripts: scratch, evolve and debug" in done.stdout
     assert "[ok] scheduler: Slurm reachable" in done.stdout
     assert not (tmp_path / "runs").exists() and not list(tmp_path.glob("**/node.json"))
@@ -155,6 +155,42 @@ def test_check_names_a_bad_reward_file(tmp_path, source, problem):
     assert done.returncode == 2
     assert "[FAIL] data and reward" in done.stdout, done.stdout + done.stderr
     assert f"{bad}: " in done.stdout and problem in done.stdout
+
+
+@pytest.mark.parametrize("config, run_dir, args, key", [
+    ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
+    ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),
+    ({}, "sp ace", [], "'run_dir': must be an absolute path without spaces"),
+], ids=["controller-time", "slurm-time", "run-dir-with-a-space"])
+def test_what_only_a_rendered_script_refuses_is_refused_before_the_run_exists(
+        tmp_path, config, run_dir, args, key):
+    """A bad `controller:` or `slurm:` value, or a run directory that no #SBATCH --output line
+    can carry, was frozen into a new run directory before any script was rendered: the start
+    failed (exit 2, or 7 once every phase had failed at render) and every later start resumed
+    the bad frozen copy. --check passed the first and the last."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local",
+                                    "task": {"builtin": "addition"},
+                                    "search": {"budget_iterations": 1}, **config}))
+    run = tmp_path / run_dir
+    check = cli("start", str(path), "--run-dir", str(run), "--check")
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert any(line.startswith("[FAIL]") and key in line for line in check.stdout.splitlines())
+    done = cli("start", str(path), "--run-dir", str(run), *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: config key ") and key in done.stderr
+    assert "Traceback" not in done.stderr and not run.exists()
+
+
+@pytest.mark.parametrize("args", [[], ["--check"]], ids=["start", "check"])
+def test_a_missing_config_file_is_named_as_such(tmp_path, args):
+    """--check took a path that is no file for a run directory: 'cannot read
+    .../x.yaml/experiment.yaml'."""
+    path = tmp_path / "nowhere" / "x.yaml"
+    done = cli("start", str(path), *args)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: config key '<file>': cannot read {path}: " \
+                                  "No such file or directory"
 
 
 def test_a_bad_config_is_one_line_naming_the_key(tmp_path):

@@ -12,7 +12,7 @@ from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import CHECK_DIR, cluster_checks
 from ..controller.keeper import MonitorKeeper
-from ..controller.preflight import Check, preflight
+from ..controller.preflight import Check, preflight, script_checks
 from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
@@ -67,19 +67,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def config_of(args: argparse.Namespace) -> ExperimentConfig:
+    """CONFIG's configuration: a run directory's frozen copy, or the file's."""
+    if (args.config / "meta.json").exists():
+        return RunStore.config_of(args.config)
+    if args.config.is_dir():
+        raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
+    return load_config(args.config)
+
+
+def run_dir_of(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
+    """Where the run lives: CONFIG when it is a run directory, else --run-dir or runs/<name>."""
+    if (args.config / "meta.json").exists():
+        return Path(args.config)
+    return args.run_dir or Path("runs") / cfg.name
+
+
 def open_or_create(args: argparse.Namespace) -> RunStore:
     if (args.config / "meta.json").exists():
         return RunStore.open(args.config)
-    if args.config.is_dir():
-        raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
-    cfg = load_config(args.config)
-    run_dir = args.run_dir or Path("runs") / cfg.name
+    cfg = config_of(args)
+    run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = RunStore.open(run_dir)
         if store.config.to_dict() != cfg.to_dict():
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
                   f"(your {args.config} differs; use another --run-dir for a new run)")
         return store
+    # Frozen, a config that no script renders from would fail every later start of the run.
+    for _, check in script_checks(cfg, run_dir):
+        check()
     return RunStore.create(run_dir, cfg)
 
 
@@ -151,12 +168,8 @@ def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
                         f"runs its phases as local processes (scheduler: {cfg.scheduler}; no "
                         "slurmctld answered, or scheduler: local)")]
     else:
-        if (args.config / "meta.json").exists():
-            run_dir = args.config
-        else:
-            run_dir = args.run_dir or Path("runs") / cfg.name
-        checks = cluster_checks(cfg, run_dir.resolve() / CHECK_DIR, args.cluster_timeout,
-                                lambda line: print(line, flush=True))
+        checks = cluster_checks(cfg, run_dir_of(args, cfg).resolve() / CHECK_DIR,
+                                args.cluster_timeout, lambda line: print(line, flush=True))
     for check in checks:
         print(check.line(), flush=True)
     return checks
@@ -165,9 +178,9 @@ def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check:
-        cfg = load_config(args.config) if args.config.is_file() else RunStore.config_of(args.config)
+        cfg = config_of(args)
         kind = resolve_scheduler_kind(cfg.scheduler)
-        checks = preflight(cfg, kind)
+        checks = preflight(cfg, kind, run_dir_of(args, cfg))
         for check in checks:
             print(check.line(), flush=True)
         if args.on_cluster:

@@ -19,7 +19,7 @@ from ..methods import make_method
 from ..methods.base import MethodContext
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
-from ..render import write_phase_script
+from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
 from ..search.tree import Kind, Node, Resume
 from ..store.node_dir import NodeDir
 
@@ -133,15 +133,38 @@ def sample_specs(cfg: ExperimentConfig, root: Path) -> list[PhaseSpec]:
                                root / "0000" if node.resume else None) for node in nodes]
 
 
+def _parse(script: Path, what: str) -> None:
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    if done.returncode:
+        raise LLMZeroError(f"rendered {what} script does not parse: {done.stderr}")
+
+
 def check_scripts(cfg: ExperimentConfig) -> str:
     """Render a scratch, an evolve and a debug phase and let bash parse them."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         for spec in sample_specs(cfg, Path(tmp)):
-            script = write_phase_script(spec)
-            done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-            if done.returncode:
-                raise LLMZeroError(f"rendered {spec.kind} script does not parse: {done.stderr}")
+            _parse(write_phase_script(spec), spec.kind)
     return "scratch, evolve and debug phase scripts render and parse"
+
+
+def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
+    """Render the controller job's script (`--submit`) for the real run directory: it checks
+    the `controller:` section, and that the run directory can go into #SBATCH --output lines,
+    as every phase's node folder under it must."""
+    root = run_dir.resolve()
+    with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
+        script = Path(tmp) / CONTROLLER_SCRIPT
+        script.write_text(render_controller(cfg.name, root, cfg.controller,
+                                            ["llmzero-start", str(root)]))
+        _parse(script, "controller job")
+    return f"the controller job's script renders and parses; run directory {root}"
+
+
+def script_checks(cfg: ExperimentConfig, run_dir: Path) -> list[tuple[str, Callable[[], str]]]:
+    """What rendering refuses, by check name: llmzero-start runs these before it creates a run
+    directory too, so a config no script can be made from is never frozen into one."""
+    return [("phase scripts", lambda: check_scripts(cfg)),
+            ("run directory and controller job", lambda: check_controller(cfg, run_dir))]
 
 
 def check_scheduler(kind: str) -> str:
@@ -172,13 +195,14 @@ def check_method(cfg: ExperimentConfig) -> str:
            + f", concurrency {cfg.search.concurrency}"
 
 
-def preflight(cfg: ExperimentConfig, scheduler_kind: str) -> list[Check]:
+def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list[Check]:
+    """Every check of `--check` on this machine, for a run in `run_dir` (created or not)."""
     from ..tasks.dataset import read_examples
     read = functools.lru_cache(maxsize=None)(read_examples)   # each file read once per check
     return [Check("config", True, f"{cfg.source or 'config'} is valid"),
             _run("search method", lambda: check_method(cfg)),
             _run("data and reward", lambda: check_data(cfg, read)),
             _run("lengths", lambda: check_lengths(cfg, read)),
-            _run("phase scripts", lambda: check_scripts(cfg)),
+            *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
             _run("scheduler", lambda: check_scheduler(scheduler_kind)),
             _run("agents", lambda: check_llm(cfg))]
