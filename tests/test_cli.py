@@ -182,6 +182,21 @@ def test_what_only_a_rendered_script_refuses_is_refused_before_the_run_exists(
     assert "Traceback" not in done.stderr and not run.exists()
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--poll", "-1"), ("--poll", "0"), ("--poll", "nan"), ("--poll", "inf"), ("--poll", "soon"),
+    ("--cluster-timeout", "-5"), ("--cluster-timeout", "0"), ("--cluster-timeout", "nan"),
+])
+def test_seconds_options_must_be_positive_and_finite(capsys, option, value):
+    """--poll -1 or nan made the controller poll in a tight loop, --poll 0 silently fell back
+    to the config's interval, --cluster-timeout -5 was taken as given."""
+    from llmzero_slurm.cli.start import parse_args
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["exp.yaml", option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: must be a number of seconds > 0 (got '{value}')" \
+        in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args", [[], ["--check"]], ids=["start", "check"])
 def test_a_missing_config_file_is_named_as_such(tmp_path, args):
     """--check took a path that is no file for a run directory: 'cannot read

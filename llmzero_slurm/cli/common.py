@@ -7,6 +7,7 @@ state (a full disk), 4 lock timeout, 5 batch-system error, 6 another controller 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,18 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
     sys.exit(code)
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite duration > 0. A zero, negative or nan poll interval made
+    the controller poll in a tight loop; an infinite one never polls."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (got {text!r})")
+    return value
 
 
 def add_run_dir(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import make_scheduler, resolve_scheduler_kind
 from ..store.run_store import RunStore
-from .common import run_main
+from .common import run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "an evolve and a debug phase) and reads the model, data and reward "
                         "files. The other, where the monitor runs, asks the LLM endpoint for any "
                         "answer. Exit 0 all ok, 2 a check failed, 5 the batch system failed")
-    p.add_argument("--cluster-timeout", type=float, default=900.0, metavar="S",
+    p.add_argument("--cluster-timeout", type=seconds, default=900.0, metavar="S",
                    help="with --on-cluster: cancel the check jobs and fail after S seconds, "
                         "queue wait included (default 900)")
     p.add_argument("--detach", action="store_true",
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "time limit; its log is <run>/controller-<jobid>.out")
     p.add_argument("--cancel-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
-    p.add_argument("--poll", type=float, default=None,
+    p.add_argument("--poll", type=seconds, default=None, metavar="S",
                    help="seconds between scheduler polls (default: search.poll_interval_s)")
     args = p.parse_args(argv)
     if args.on_cluster and not args.check:
