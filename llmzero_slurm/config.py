@@ -198,9 +198,9 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
 
 def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     """Build and check a configuration from already-parsed YAML."""
-    cfg = _build(ExperimentConfig, data, "")
-    if "name" not in data:
+    if isinstance(data, Mapping) and "name" not in data:   # before the dataclass's TypeError
         raise ConfigError("name", "is required (a short experiment name used in job names)")
+    cfg = _build(ExperimentConfig, data, "")
     if not _NAME.match(cfg.name):
         raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job names)")
     _check_names(cfg)

@@ -47,6 +47,14 @@ def test_bad_config_names_the_key(data, key):
     assert f"'{key}'" in str(err.value)
 
 
+def test_a_missing_name_is_named():
+    """It was 'ExperimentConfig.__init__() missing 1 required positional argument'."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"backend": "cpu"})
+    assert str(err.value) == "config key 'name': is required (a short experiment name used in " \
+                             "job names)"
+
+
 def test_yaml_errors_name_the_file(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("name: [unclosed\n")
