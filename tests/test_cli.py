@@ -197,6 +197,17 @@ def test_seconds_options_must_be_positive_and_finite(capsys, option, value):
         in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("first, second", [
+    ("--detach", "--submit"), ("--check", "--detach"), ("--check", "--submit")])
+def test_ways_to_run_the_controller_exclude_each_other_and_check(capsys, first, second):
+    """--detach --submit detached and never submitted; --check ignored either silently."""
+    from llmzero_slurm.cli.start import parse_args
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["exp.yaml", first, second])
+    assert exit_.value.code == 2
+    assert f"argument {second}: not allowed with argument {first}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args", [[], ["--check"]], ids=["start", "check"])
 def test_a_missing_config_file_is_named_as_such(tmp_path, args):
     """--check took a path that is no file for a run directory: 'cannot read

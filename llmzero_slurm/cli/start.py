@@ -37,9 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", type=Path, help="experiment.yaml, or a run directory to resume")
     p.add_argument("--run-dir", type=Path, help="where the run lives (default: runs/<name>)")
-    p.add_argument("--check", action="store_true",
-                   help="validate config, data, reward, scripts, scheduler and agents on this machine; "
-                        "submit nothing (unless --on-cluster)")
+    # One way to run: check only, or the controller in the background, or as a Slurm job.
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--check", action="store_true",
+                     help="validate config, data, reward, scripts, scheduler and agents on this "
+                          "machine; submit nothing (unless --on-cluster)")
     p.add_argument("--on-cluster", action="store_true",
                    help="with --check, once its checks pass: check from the cluster too, "
                         "in two short jobs (files in <run>/preflight/). One, in the controller: "
@@ -51,12 +53,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster-timeout", type=seconds, default=900.0, metavar="S",
                    help="with --on-cluster: cancel the check jobs and fail after S seconds, "
                         "queue wait included (default 900)")
-    p.add_argument("--detach", action="store_true",
-                   help="run the controller in the background; its log is <run>/controller.log")
-    p.add_argument("--submit", action="store_true",
-                   help="run the controller as a Slurm job (the config's controller: section): "
-                        "it resumes the run whenever it starts and requeues itself near its "
-                        "time limit; its log is <run>/controller-<jobid>.out")
+    how.add_argument("--detach", action="store_true",
+                     help="run the controller in the background; its log is <run>/controller.log")
+    how.add_argument("--submit", action="store_true",
+                     help="run the controller as a Slurm job (the config's controller: section): "
+                          "it resumes the run whenever it starts and requeues itself near its "
+                          "time limit; its log is <run>/controller-<jobid>.out")
     p.add_argument("--cancel-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
     p.add_argument("--poll", type=seconds, default=None, metavar="S",
