@@ -235,6 +235,28 @@ def _check_names(cfg: ExperimentConfig) -> None:
     check_method(cfg.search.method, bool(cfg.search.space))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping: YAML keeps the last value
+    silently, so an edit lower in the file would quietly undo one above. A `<<` merge may
+    still be overridden; that is what it is for."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:       # an unhashable key: SafeLoader's own error names it
+                continue
+            if first is not None:
+                raise yaml.YAMLError(f"key {key!r} is given twice, on lines {first} and {line}")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read experiment.yaml; YAML syntax errors are reported with the file and line, a file in
     another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback."""
@@ -247,7 +269,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
         raise ConfigError("<file>", f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
                                     "save it as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from None
     if data is None:

@@ -62,6 +62,27 @@ def test_yaml_errors_name_the_file(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize("text, key, lines", [
+    ("name: demo\nbackend: cpu\nname: other\n", "name", (1, 3)),
+    ("name: demo\nsearch:\n  concurrency: 2\n  budget_iterations: 4\n  concurrency: 1\n",
+     "concurrency", (3, 5)),
+], ids=["top-level", "nested"])
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path, text, key, lines):
+    """YAML kept the last value silently."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"exp.yaml is not valid YAML: key '{key}' is given "
+                                          f"twice, on lines {lines[0]} and {lines[1]}"):
+        load_config(path)
+
+
+def test_a_merge_key_may_still_override_what_it_merges(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: demo\ncontroller:\n  <<: {time: '02:00:00', cpus: 1}\n  cpus: 2\n")
+    cfg = load_config(path)
+    assert (cfg.controller.time, cfg.controller.cpus) == ("02:00:00", 2)
+
+
 @pytest.mark.parametrize("data", [
     b"name: caf\xe9\n",                                 # Latin-1
     "name: demo\n".encode("utf-16"),                    # UTF-16 with its BOM
