@@ -51,7 +51,8 @@ def test_every_command_has_help(name):
 
 
 def example_config(name: str, tmp_path) -> dict:
-    """A shipped example as a user adapts it: the verl one gets small generated data files."""
+    """A shipped example as a user adapts it: the verl one gets small generated data files and
+    a slurm: section that fits the local cluster's one node (8 CPUs, 4 GPUs)."""
     from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize
     config = yaml.safe_load((ROOT / "examples" / name).read_text())
@@ -60,6 +61,8 @@ def example_config(name: str, tmp_path) -> dict:
         config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
                               test_files=[str(files["test"])],
                               reward_path=str(reward_path("addition")))
+        del config["slurm"]["partition"]
+        config["slurm"].update(gpus_per_node=4, cpus_per_task=8, mem="4G")
     return config
 
 
@@ -90,6 +93,20 @@ def char_tokenizer(folder, chat_template: str | None):
     tok.chat_template = chat_template
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("slurm, refusal", [({"partition": "nosuch"}, "invalid partition"),
+                                            ({"cpus_per_task": 64}, "not available")])
+def test_check_refuses_a_phase_job_the_cluster_cannot_run(tmp_path, slurm_env, slurm, refusal):
+    """An unknown partition passed --check; the run then failed its first phase, exit 7."""
+    config = example_config("cpu-addition-slurm.yaml", tmp_path)
+    config["slurm"].update(slurm)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 2
+    assert re.search(rf"\[FAIL\] scheduler: Slurm would refuse a phase job .*{refusal}", done.stdout)
 
 
 def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):

@@ -14,12 +14,13 @@ from typing import Any, Callable
 
 from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
-from ..errors import DataError, LLMZeroError
+from ..errors import DataError, LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.base import MethodContext
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
+from ..schedulers import SlurmScheduler
 from ..search.tree import Kind, Node, Resume
 from ..store.node_dir import NodeDir
 
@@ -167,14 +168,25 @@ def script_checks(cfg: ExperimentConfig, run_dir: Path) -> list[tuple[str, Calla
             ("run directory and controller job", lambda: check_controller(cfg, run_dir))]
 
 
-def check_scheduler(kind: str) -> str:
+def check_scheduler(cfg: ExperimentConfig, kind: str) -> str:
+    """Slurm answers, and would take a phase job as rendered (`sbatch --test-only`): an unknown
+    partition, or more CPUs, memory or GPUs than any node has, fails here instead of as the
+    run's first phase."""
     if kind == "local":
         return "no Slurm cluster: phases run as local processes"
     done = subprocess.run(["sinfo", "-h", "-o", "%P %a %D %G"], capture_output=True, text=True,
                           timeout=30)
     if done.returncode:
         raise LLMZeroError(f"sinfo failed: {done.stderr.strip()}")
-    return "Slurm reachable; partitions: " + "; ".join(done.stdout.split("\n")[:5]).strip()
+    partitions = "; ".join(done.stdout.split("\n")[:5]).strip()
+    with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
+        script = write_phase_script(sample_specs(cfg, Path(tmp))[0])
+        try:
+            answer = SlurmScheduler().test_submit(script)
+        except SchedulerError as exc:
+            raise LLMZeroError(f"Slurm would refuse a phase job (partitions: {partitions}): "
+                               f"{exc}") from None
+    return f"Slurm reachable; partitions: {partitions}; a phase job would run ({answer})"
 
 
 def check_llm(cfg: ExperimentConfig) -> str:
@@ -204,5 +216,5 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
             _run("data and reward", lambda: check_data(cfg, read)),
             _run("lengths", lambda: check_lengths(cfg, read)),
             *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
-            _run("scheduler", lambda: check_scheduler(scheduler_kind)),
+            _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind)),
             _run("agents", lambda: check_llm(cfg))]
