@@ -11,7 +11,9 @@ import time
 import pytest
 import yaml
 
+from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
 from llmzero_slurm.config import SlurmConfig, parse_config
+from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler
@@ -262,8 +264,9 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert missing.returncode == 3 and "is not a run directory" in missing.stderr
 
 
-def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, monkeypatch):
-    """slurmctld down: status used to retry for a minute, then exit 5 showing nothing."""
+@pytest.fixture
+def slurm_down(tmp_path, monkeypatch):
+    """Slurm's clients installed, its controller not answering."""
     down = tmp_path / "bin"
     down.mkdir()
     for client in ("sbatch", "squeue", "sacct", "scancel"):
@@ -271,6 +274,32 @@ def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, mon
                                    "slurm controller (connect failure)' >&2\nexit 1\n")
         (down / client).chmod(0o755)
     monkeypatch.setenv("PATH", f"{down}:{os.environ['PATH']}")
+
+
+def test_a_start_with_scheduler_slurm_and_no_slurmctld_is_a_batch_system_error(tmp_path, slurm_down):
+    """It failed the root phase for good at sbatch, then ended with exit 7."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
+    with pytest.raises(SchedulerError, match="no slurmctld answers") as caught:
+        build_controller(store)
+    assert caught.value.exit_code == 5 and len(store.load_tree()) == 0
+
+
+def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys):
+    """A run that auto-chose Slurm, resumed while slurmctld was briefly down, would have watched
+    its Slurm jobs through the local scheduler and started phases on the login node."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"}}))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    store = open_or_create(args)        # no cluster answers in this test: local
+    assert store.config.scheduler == "local"
+    assert RunStore.config_of(store.root).scheduler == "local"
+    assert open_or_create(args).root == store.root
+    assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
+
+
+def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slurm_down):
+    """slurmctld down: status used to retry for a minute, then exit 5 showing nothing."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
                                   submission=Submission(job_id="4242", scheduler_state="RUNNING")))

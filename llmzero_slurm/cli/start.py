@@ -5,6 +5,7 @@ import argparse
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..backends import get_backend
@@ -21,7 +22,7 @@ from ..render import write_controller_script
 from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
-from ..schedulers import make_scheduler, resolve_scheduler_kind
+from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..store.run_store import RunStore
 from .common import run_main, seconds
 
@@ -92,14 +93,23 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = RunStore.open(run_dir)
-        if store.config.to_dict() != cfg.to_dict():
+        if not _same_experiment(store.config, cfg):
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
                   f"(your {args.config} differs; use another --run-dir for a new run)")
         return store
     # Frozen, a config that no script renders from would fail every later start of the run.
     for _, check in script_checks(cfg, run_dir):
         check()
-    return RunStore.create(run_dir, cfg)
+    # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
+    # the run's Slurm jobs as local processes, nor start phases on the login node.
+    return RunStore.create(run_dir, replace(cfg, scheduler=resolve_scheduler_kind(cfg.scheduler)))
+
+
+def _same_experiment(frozen: ExperimentConfig, cfg: ExperimentConfig) -> bool:
+    """Whether `cfg` is the run's experiment; its `scheduler: auto` was frozen as its choice."""
+    if cfg.scheduler == "auto":
+        cfg = replace(cfg, scheduler=frozen.scheduler)
+    return frozen.to_dict() == cfg.to_dict()
 
 
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
@@ -107,6 +117,9 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     cfg = store.config
     backend = get_backend(cfg.backend)
     base = validate_hparams(backend.effective_hparams(cfg.hparams), backend.name)
+    if resolve_scheduler_kind(cfg.scheduler) == "slurm" and not SlurmScheduler.reachable():
+        raise SchedulerError("scheduler is slurm, but no slurmctld answers squeue (is SLURM_CONF "
+                             "set?); nothing was submitted: start again once it answers")
     scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.api_key_env])
     ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
     method = make_method(cfg.search.method, ctx)
