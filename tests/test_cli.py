@@ -298,6 +298,23 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys):
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_detach_reports_a_controller_that_could_not_start(tmp_path):
+    """It printed "controller started in the background" and exited 0 while the controller
+    it started had exited 6 at once: another one held the run."""
+    from llmzero_slurm.controller.lease import Lease
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "demo", "scheduler": "local", "task": {"builtin": "addition"}}))
+    holder = Lease(store)
+    holder.acquire()                      # a live controller: this test process
+    try:
+        done = cli("start", str(store.root), "--detach")
+    finally:
+        holder.release()
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "started in the background" not in done.stdout
+    assert "already" in done.stderr and "controller.log" in done.stderr
+
+
 def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slurm_down):
     """slurmctld down: status used to retry for a minute, then exit 5 showing nothing."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))

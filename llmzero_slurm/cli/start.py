@@ -5,6 +5,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import CHECK_DIR, cluster_checks
 from ..controller.keeper import MonitorKeeper
+from ..controller.lease import Lease
 from ..controller.preflight import Check, preflight, script_checks
 from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
@@ -136,11 +138,37 @@ def detach(store: RunStore, args: argparse.Namespace) -> int:
     log = store.root / "controller.log"
     cmd = controller_command(store, args)
     with open(log, "ab") as out:
+        start = out.tell()
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    code = _started(proc, Lease(store))
+    if code is not None:       # it ended before it held the run: say why, from its log
+        with open(log, "rb") as written:
+            written.seek(start)
+            said = written.read().decode(errors="replace").strip()
+        print(f"error: the controller exited at once (code {code}); {log}:\n{said}",
+              file=sys.stderr)
+        return code or 1
     print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
           f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
     return 0
+
+
+DETACH_WAIT_S = 60.0   # a controller holds its lease within seconds; imports take the most
+
+
+def _started(proc: subprocess.Popen, lease: Lease) -> int | None:
+    """Wait until the detached controller holds the run's lease (None) or has ended (its exit
+    code), so a start that fails at once is not reported as running."""
+    deadline = time.monotonic() + DETACH_WAIT_S
+    while time.monotonic() < deadline:
+        if (code := proc.poll()) is not None:
+            return code
+        held = lease.read()
+        if held and held.get("pid") == proc.pid:
+            return None
+        time.sleep(0.2)
+    return None
 
 
 def controller_command(store: RunStore, args: argparse.Namespace) -> list[str]:
