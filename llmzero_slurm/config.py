@@ -58,6 +58,15 @@ class TaskConfig:
     reward_name: str = "compute_score"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
+    def check(self, where: str) -> None:
+        """A builtin task brings its own data and reward: files given beside it would be
+        ignored without a word."""
+        if self.builtin:
+            for name in ("train_files", "val_files", "test_files", "reward_path"):
+                if getattr(self, name):
+                    raise ConfigError(f"{where}.{name}", f"is not used with {where}.builtin: "
+                                      "give a builtin task or your own files, not both")
+
 
 @dataclass
 class AgentConfig:
@@ -89,6 +98,9 @@ class AgentConfig:
             raise ConfigError(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
         if self.cache_ttl not in ("5m", "1h"):
             raise ConfigError(f"{where}.cache_ttl", "must be '5m' or '1h'")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            raise ConfigError(f"{where}.api_key_env", "must name an environment variable "
+                              "(letters, digits, '_'), e.g. ANTHROPIC_API_KEY")
         check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
                      non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
                                    "price_output_per_mtok", "price_cache_write_per_mtok",
@@ -212,6 +224,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
         cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
     except ConfigError as exc:
         raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
+    cfg.task.check("task")
     cfg.task.warm_start.check("task.warm_start")
     cfg.monitor.check("monitor")
     if cfg.backend != "cpu" and cfg.task.warm_start != WarmStartConfig():

@@ -39,6 +39,10 @@ def test_defaults_are_the_papers():
      "agents.price_cache_read_per_mtok"),
     ({"name": "x", "state": {"lock_timeout_s": -1}}, "state.lock_timeout_s"),
     ({"name": "x", "state": {"stale_after_s": 0}}, "state.stale_after_s"),
+    ({"name": "x", "task": {"builtin": "addition", "train_files": ["t.parquet"]}},
+     "task.train_files"),
+    ({"name": "x", "task": {"builtin": "addition", "reward_path": "r.py"}}, "task.reward_path"),
+    ({"name": "x", "agents": {"api_key_env": ""}}, "agents.api_key_env"),
 ])
 def test_bad_config_names_the_key(data, key):
     with pytest.raises(ConfigError) as err:
