@@ -62,9 +62,12 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
         return ConfigError(KEY, f"{path}: {key}: {problem}")
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(KEY, f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(KEY, f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                               "a strategy file is a strategy.yaml written by llmzero-report") from None
     except yaml.YAMLError as exc:
         raise ConfigError(KEY, f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):

@@ -298,6 +298,10 @@ def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
     (tmp_path / "bad.yaml").write_text("phases: [unclosed")
     with pytest.raises(ConfigError, match="bad.yaml is not valid YAML"):
         method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "bad.yaml")))
+    (tmp_path / "binary.yaml").write_bytes(b"format: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="binary.yaml is not UTF-8 text") as err:
+        method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "binary.yaml")))
+    assert err.value.exit_code == 2
 
 
 def test_unknown_method_is_refused(tmp_path):

@@ -230,3 +230,10 @@ def test_the_key_is_left_for_the_monitor_only_when_its_agents_may_use_it(
     assert (tmp_path / monitor_key.KEY_FILE).exists() == left
     assert monitor_key.take(tmp_path, AgentConfig(backend=backend)) == \
         ("sk-ant-canary-5d2" if left else None)
+
+
+def test_a_binary_heartbeat_reads_as_none_yet(tmp_path):
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "mon", "scheduler": "local"}))
+    (store.root / "monitor").mkdir()
+    (store.root / "monitor" / "heartbeat.json").write_bytes(b"\xff\xfe")
+    assert monitor_heartbeat(store) == {}

@@ -62,3 +62,11 @@ def test_checkpoints_are_global_steps(tmp_path):
         (files.ckpt / name).mkdir(parents=True)
     (files.ckpt / "global_step_20").write_text("not a folder")
     assert files.checkpoints() == [5, 10] and files.checkpoints(step_offset=30) == [35, 40]
+
+
+def test_binary_job_files_read_as_missing(tmp_path):
+    """Files a job or a person writes are tolerated when unreadable, binary ones too."""
+    files = NodeDir(tmp_path)
+    for path in (files.status_file, files.claim_file, files.early_stop_file):
+        path.write_bytes(b"\xff\xfe")
+    assert files.status() is None and files.claimed_by() is None and not files.stop_decided()

@@ -344,3 +344,13 @@ def test_an_empty_run_gets_a_page_and_no_strategy(tmp_path):
     assert "No phase has a validation score yet" in index.read_text()
     assert not (root / "report" / "strategy.yaml").exists()
     assert all((root / "report" / name).is_file() for name in FIGURES)
+
+
+def test_binary_agent_records_are_noted_not_fatal(tmp_path):
+    store = RunStore.create(tmp_path / "bin", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 10, 10, 0.4, None, [10], 0.1))
+    store.node_dir(0).proposal_file.write_bytes(b"\xff\xfe")
+    store.node_dir(0).early_stop_file.write_bytes(b"\xff\xfe")
+    notes = collect(store.root).notes
+    assert any("0000/proposal.json" in n and "not UTF-8" in n for n in notes)
+    assert any("0000/early_stop.json" in n and "not UTF-8" in n for n in notes)

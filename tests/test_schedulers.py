@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from llmzero_slurm.config import SlurmConfig, TaskConfig
-from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.errors import SchedulerError, StateError
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
 from llmzero_slurm.schedulers.base import CallJob
@@ -212,6 +212,13 @@ def test_directives_are_read_back_like_sbatch_does():
     text = ("#!/bin/bash\n#SBATCH --job-name=a\n# a comment\n#SBATCH --time 5:00 --exclusive\n"
             "\necho hi\n#SBATCH --output=ignored-after-the-first-command\n")
     assert read_directives(text) == {"job-name": "a", "time": "5:00", "exclusive": ""}
+
+
+def test_a_binary_local_job_table_is_named(tmp_path):
+    sched = LocalScheduler(tmp_path / "jobs")
+    (tmp_path / "jobs" / "jobs.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(StateError, match=r"jobs/jobs.json: corrupt JSON: not UTF-8 text"):
+        sched.find_by_token("tok")
 
 
 def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch):

@@ -147,6 +147,35 @@ def test_a_record_whose_copy_is_damaged_too_stays_quarantined(tmp_path):
     assert node.pruned and 0 in store.corrupt
 
 
+def test_a_record_that_is_not_utf8_is_quarantined_and_rebuilt(tmp_path):
+    """A binary or Latin-1 node.json is as damaged as a torn one: set aside, named, rebuilt."""
+    store = new_store(tmp_path)
+    add_root(store), add_root(store)
+    good = store.node_path(1).read_text()
+    store.node_path(0).write_bytes(b"\xff\xfe")
+    store.node_path(1).write_bytes(good.replace('"kind"', '"k\xe9nd"').encode("latin-1"))
+    with pytest.raises(StateError, match=r"0000/node.json: corrupt JSON: not UTF-8 text"):
+        store.read_node(0)
+    assert [n.pruned for n in store.load_tree()] == [True, True]
+    assert "not UTF-8" in store.corrupt[0] and "not UTF-8" in store.corrupt[1]
+    done = repair(store.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node 0: rebuilt" in done.stdout and "node 1: rebuilt" in done.stdout
+    assert not [n for n in store.load_tree() if n.pruned] and store.node_path(1).read_text() == good
+
+
+def test_a_meta_json_that_is_not_utf8_is_named(tmp_path):
+    store = new_store(tmp_path)
+    (store.root / "meta.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(StateError, match=r"meta.json: corrupt JSON: not UTF-8 text"):
+        RunStore.open(store.root)
+    status = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert status.returncode == 3 and "Traceback" not in status.stderr
+    assert "meta.json: corrupt JSON: not UTF-8 text" in status.stderr
+
+
 def test_unknown_schema_version_is_named(tmp_path):
     store = new_store(tmp_path)
     add_root(store)

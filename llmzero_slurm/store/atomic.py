@@ -64,14 +64,18 @@ def replace_with(path: str | Path, write: Callable[[Path], None]) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; a missing, unreadable or corrupt file raises StateError with its path."""
+    """Parse a JSON file; a missing, unreadable or corrupt file raises StateError with its path.
+    Bytes that are not UTF-8 (a binary file, another encoding) are corrupt JSON too: every
+    caller then treats them as it treats a torn file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StateError(path, "missing") from None
     except OSError as exc:
         raise StateError(path, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise StateError(path, f"corrupt JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

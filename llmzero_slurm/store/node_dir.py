@@ -163,8 +163,8 @@ class NodeDir:
     def claimed_by(self) -> str | None:
         """The job id that claimed the directory: the one scheduled job allowed to run here."""
         try:
-            owner = self.claim_file.read_text().strip()
-        except OSError:
+            owner = self.claim_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):    # unreadable or binary: no valid claim
             return None
         return owner if owner.isdigit() else None
 
