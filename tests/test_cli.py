@@ -330,6 +330,22 @@ def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slu
     assert data["slurm_states"] == {} and "Slurm did not answer" in data["live_states_note"]
 
 
+def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
+                                  results=Results(best_val=0.4, checkpoints=[10])))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
+                                  status=Status.COMPLETED, results=Results(best_val=0.5)))
+    record = json.loads(store.node_path(1).read_text())
+    store.node_path(1).write_text(json.dumps({**record, "parent": 42}))
+    report = cli("report", str(store.root))
+    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+    status = cli("status", str(store.root))
+    assert status.returncode == 0 and "best val 0.400 (node 0: 0)" in status.stdout
+    assert re.search(r"node 1 is left out of the search: .*0001/node.json: not a valid node "
+                     r"record: parent 42 is no such node in this run", status.stdout)
+
+
 def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):
     """Issue 14.8: it used to cancel nothing and exit 0."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))

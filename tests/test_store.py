@@ -15,7 +15,7 @@ import pytest
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.errors import LockTimeout, StateError, StorageError
-from llmzero_slurm.search.policy import Action, make_child
+from llmzero_slurm.search.policy import Action, best_node, make_child
 from llmzero_slurm.search.tree import Kind, Status, Tree
 from llmzero_slurm.store.atomic import read_json, write_json
 from llmzero_slurm.store.locks import SoftLock
@@ -174,6 +174,39 @@ def test_a_meta_json_that_is_not_utf8_is_named(tmp_path):
                             env={**os.environ, "LLMZERO_PYTHON": sys.executable})
     assert status.returncode == 3 and "Traceback" not in status.stderr
     assert "meta.json: corrupt JSON: not UTF-8 text" in status.stderr
+
+
+@pytest.mark.parametrize("node_id, change, why", [
+    (1, {"parent": 42}, "parent 42 is no such node in this run"),
+    (1, {"parent": 1}, "parent 1 is the node itself"),
+    (0, {"parent": 1}, "parent 1 is a later node (a cycle)"),       # 0 <-> 1
+    (1, {"resume": {"node": 7, "step": 10}}, "resume.node 7 is no such node"),
+    (1, {"results": {"best_val": "high"}}, "results.best_val: expected a finite number, got 'high'"),
+    (1, {"results": {"checkpoints": [10, None]}}, "results.checkpoints[1]: expected an integer"),
+    (1, {"hparams": [1]}, "hparams: expected an object, got [1]"),
+    (1, {"id": "1"}, "id: expected an integer, got '1'"),
+    (1, {"status": None}, "status: None is not one of proposed"),
+    (1, {"submission": "x"}, "submission: expected an object"),
+])
+def test_a_record_with_wrong_values_is_quarantined_and_rebuilt(tmp_path, node_id, change, why):
+    """JSON that parses but names a node that is not there, or holds a value of the wrong
+    type, used to crash status, report and the search; repair said every record read fine."""
+    store = new_store(tmp_path)
+    add_root(store)
+    store.update_node(0, lambda n: (setattr(n, "status", Status.COMPLETED),
+                                    setattr(n.results, "best_val", 0.5), n.results.checkpoints.append(10)))
+    store.add_node(lambda i: make_child(store.load_tree(), Action(Kind.EVOLVE, 0), i, {"lr": 1e-3}, 10))
+    store.update_node(1, lambda n: (setattr(n, "status", Status.COMPLETED),
+                                    setattr(n.results, "best_val", 0.6)))
+    path = store.node_path(node_id)
+    good = path.read_text()
+    path.write_text(json.dumps({**json.loads(good), **change}))
+    tree = store.load_tree()
+    assert list(store.corrupt) == [node_id] and why in store.corrupt[node_id]
+    assert tree[node_id].pruned and best_node(tree).id == 1 - node_id   # the rest searches on
+    done = repair(store.root)
+    assert done.returncode == 0 and f"node {node_id}: rebuilt" in done.stdout, done.stdout
+    assert path.read_text() == good and best_node(store.load_tree()).id == 1 and not store.corrupt
 
 
 def test_unknown_schema_version_is_named(tmp_path):

@@ -7,9 +7,10 @@ counter can drift from the records it summarises.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, get_args, get_origin, get_type_hints
 
 
 class Kind(str, Enum):
@@ -109,15 +110,74 @@ class Node:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Node":
-        """Build from a node.json mapping; raises KeyError/TypeError/ValueError when malformed."""
-        data = dict(data)
-        data["kind"] = Kind(data["kind"])
-        data["status"] = Status(data["status"])
-        resume = data.get("resume")
-        data["resume"] = Resume(**resume) if resume else None
-        data["results"] = Results(**data.get("results", {}))
-        data["submission"] = Submission(**data.get("submission", {}))
-        return cls(**data)
+        """Build from a node.json mapping, every field checked against its type: a record that
+        parses but holds a wrong value (an editor, a bad copy) must be refused here, by field,
+        not crash the search or the report later. Raises ValueError naming the field."""
+        return _record(cls, data, "")
+
+    def references(self) -> dict[str, int]:
+        """The other nodes this record names: its parent, the node it resumes from, the one
+        it fixes."""
+        refs = {"parent": self.parent, "resume.node": self.resume.node if self.resume else None,
+                "fixed_from": self.fixed_from}
+        return {name: ref for name, ref in refs.items() if ref is not None}
+
+
+def _record(cls: Any, data: Any, where: str) -> Any:
+    """The dataclass `cls` (a node record or one of its parts) from parsed JSON."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where or 'the record'}: expected an object, got {data!r:.60}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown field {prefix}{unknown[0]}")
+    hints = get_type_hints(cls)
+    values = {}
+    for name, spec in fields.items():
+        if name in data:
+            values[name] = _value(hints[name], data[name], prefix + name)
+        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            raise ValueError(f"missing field {prefix}{name}")
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    """`value` as a field typed `hint` holds it (an enum member, a nested record), or
+    ValueError naming the field. The record's unions are all `X | None`."""
+    options = [a for a in get_args(hint) if a is not type(None)]
+    if len(options) < len(get_args(hint)):
+        if value is None:
+            return None
+        hint = options[0]
+    if dataclasses.is_dataclass(hint):
+        return _record(hint, value, where)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise ValueError(f"{where}: {value!r:.60} is not one of "
+                             f"{', '.join(m.value for m in hint)}") from None
+    kind = get_origin(hint) or hint          # list[int] -> list, dict[str, Any] -> dict
+    if kind is list and isinstance(value, list):
+        return [_value(get_args(hint)[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if _fits(kind, value):
+        return value
+    raise ValueError(f"{where}: expected {_NAMES.get(kind, kind)}, got {value!r:.60}")
+
+
+_NAMES = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false",
+          dict: "an object", list: "a list"}
+
+
+def _fits(kind: Any, value: Any) -> bool:
+    if kind is Any:
+        return True
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def quarantined(node_id: int, why: str) -> Node:

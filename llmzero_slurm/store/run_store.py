@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import yaml
 
@@ -98,8 +98,12 @@ class RunStore:
     def node_path(self, node_id: int) -> Path:
         return self.node_dir(node_id).record
 
-    def read_node(self, node_id: int, path: Path | None = None) -> Node:
-        """Node `node_id` from its record (or from `path`, a copy of it)."""
+    def read_node(self, node_id: int, path: Path | None = None,
+                  known: Collection[int] | None = None) -> Node:
+        """Node `node_id` from its record (or from `path`, a copy of it). With `known`, the
+        ids that have a record, the nodes it names must be among them and older than it: ids
+        are handed out in order and a record only names nodes that existed when it was
+        written, so a parent that is missing, itself or later (a cycle) means damage."""
         path = path or self.node_path(node_id)
         data = _versioned(path)
         data.pop("schema_version")
@@ -109,6 +113,12 @@ class RunStore:
             raise StateError(path, f"not a valid node record: {exc}") from None
         if node.id != node_id:
             raise StateError(path, f"holds node {node.id}, not node {node_id}")
+        for name, ref in node.references().items():
+            if known is None or (ref in known and ref < node_id):
+                continue
+            which = ("the node itself" if ref == node_id else
+                     "a later node (a cycle)" if ref in known else "no such node in this run")
+            raise StateError(path, f"not a valid node record: {name} {ref} is {which}")
         return node
 
     def write_node(self, node: Node) -> None:
@@ -125,13 +135,14 @@ class RunStore:
         reads fine; StateError when the copy cannot be read either."""
         files = self.node_dir(node_id)
         with self.lock.hold():
+            known = set(self.node_ids())
             try:
-                self.read_node(node_id)
+                self.read_node(node_id, known=known)
                 return None
             except StateError as exc:
                 damage = exc
             try:
-                node = self.read_node(node_id, files.record_copy)
+                node = self.read_node(node_id, files.record_copy, known)
             except StateError as exc:
                 raise StateError(files.record, f"{damage.problem}; and its copy: {exc}") from None
             if files.record.exists():
@@ -188,9 +199,11 @@ class RunStore:
         quarantined placeholder (see `quarantined`) and is listed in `self.corrupt`: one bad
         file must not hide or stop the rest of the run."""
         nodes, self.corrupt = [], {}
-        for node_id in self.node_ids():
+        ids = self.node_ids()
+        known = set(ids)
+        for node_id in ids:
             try:
-                nodes.append(self.read_node(node_id))
+                nodes.append(self.read_node(node_id, known=known))
             except StateError as exc:
                 self.corrupt[node_id] = str(exc)
                 nodes.append(quarantined(node_id, str(exc)))
