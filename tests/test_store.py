@@ -4,6 +4,7 @@ import json
 import re
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,6 +226,32 @@ def test_malformed_record_is_named(tmp_path):
     store.node_path(0).write_text(json.dumps({"schema_version": 1, "id": 0, "kind": "weird"}))
     with pytest.raises(StateError, match="not a valid node record"):
         store.read_node(0)
+
+
+@pytest.mark.parametrize("damage", ["missing", "a file"])
+def test_a_missing_or_replaced_nodes_folder_is_named(tmp_path, damage):
+    store = new_store(tmp_path)
+    add_root(store)
+    shutil.rmtree(store.nodes_dir)
+    if damage == "a file":
+        store.nodes_dir.write_text("x")
+    for call in (store.load_tree, lambda: add_root(store)):
+        with pytest.raises(StateError, match=r"run/nodes: the run's folder of nodes cannot be listed"):
+            call()
+    done = repair(store.root)
+    assert done.returncode == 3 and "run/nodes: the run's folder" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("lock", ["flock", "soft"])
+def test_a_lock_file_replaced_by_a_folder_is_named_at_once(tmp_path, lock):
+    store = new_store(tmp_path, lock)
+    (store.root / "tree.lock").unlink(missing_ok=True)
+    (store.root / "tree.lock").mkdir()
+    started = time.monotonic()
+    with pytest.raises(StateError, match=r"tree.lock: cannot be locked \(Is a directory\)"):
+        add_root(store)
+    assert time.monotonic() - started < 5     # not the 120 s lock timeout
 
 
 def test_write_json_leaves_no_temp_file_and_refuses_nan(tmp_path):

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence, Union
 
 import filelock
 
-from ..errors import LockTimeout
+from ..errors import LockTimeout, StateError
 from ..processes import alive
 
 
@@ -72,6 +72,8 @@ class FlockLock:
         except filelock.Timeout:
             raise LockTimeout(f"{self.path}: still held by another process after "
                               f"{self.timeout:.0f} s") from None
+        except OSError as exc:
+            raise unusable(self.path, exc) from None
         try:
             yield
         finally:
@@ -101,6 +103,8 @@ class SoftLock:
         try:
             holder = json.loads(self.path.read_text() or "{}")
             age = server_age(self.path)
+        except IsADirectoryError as exc:   # no holder will ever remove it
+            raise unusable(self.path, exc) from None
         except (OSError, ValueError):
             return None
         if not isinstance(holder, dict) or age is None:
@@ -178,6 +182,13 @@ class SoftLock:
 
 
 RunLock = Union[FlockLock, SoftLock]
+
+
+def unusable(path: Path, exc: OSError) -> StateError:
+    """A lock file that cannot be taken at all (a folder in its place, no permission):
+    waiting would not help, so it is named as damaged state."""
+    hint = "; it must be a plain file, not a folder" if isinstance(exc, IsADirectoryError) else ""
+    return StateError(path, f"cannot be locked ({exc.strerror}){hint}")
 
 
 def make_lock(kind: str, path: Path, timeout: float = 120.0, stale_after: float = 30.0) -> RunLock:

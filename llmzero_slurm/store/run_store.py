@@ -159,7 +159,7 @@ class RunStore:
         with self.lock.hold():
             meta_path = self.root / "meta.json"
             meta = _versioned(meta_path)
-            used = [int(p.name) for p in self.nodes_dir.iterdir() if p.name.isdigit()]
+            used = [int(p.name) for p in self._node_folders()]
             node_id = max([meta["next_id"], *(i + 1 for i in used)])
             node = build(node_id)
             if node.id != node_id:
@@ -187,12 +187,17 @@ class RunStore:
             for node in nodes:
                 self.write_node(node)
 
+    def _node_folders(self) -> list[Path]:
+        """The numbered folders under nodes/; StateError naming nodes/ when it is gone or
+        not a folder (a damaged run must not look like an empty one)."""
+        try:
+            return [p for p in self.nodes_dir.iterdir() if p.name.isdigit()]
+        except OSError as exc:
+            raise StateError(self.nodes_dir, f"the run's folder of nodes cannot be listed "
+                                             f"({exc.strerror})") from None
+
     def node_ids(self) -> list[int]:
-        ids = []
-        for entry in self.nodes_dir.iterdir():
-            if entry.name.isdigit() and (entry / "node.json").exists():
-                ids.append(int(entry.name))
-        return sorted(ids)
+        return sorted(int(p.name) for p in self._node_folders() if (p / "node.json").exists())
 
     def load_tree(self) -> Tree:
         """A snapshot of every node. A record that cannot be read stands in the tree as a
