@@ -247,6 +247,17 @@ def test_a_bad_config_is_one_line_naming_the_key(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text("name: x\nscheduler: local\n")
+    (tmp_path / "afile").write_text("mine")
+    for run_dir, code, message in ((tmp_path / "afile", 2, "afile is a file, not a folder"),
+                                   (tmp_path / "afile" / "run", 3, "cannot be created as a run directory")):
+        done = cli("start", str(config), "--run-dir", str(run_dir))
+        assert done.returncode == code and message in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,

@@ -15,7 +15,7 @@ import pytest
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.paths import ROOT
-from llmzero_slurm.errors import LockTimeout, StateError, StorageError
+from llmzero_slurm.errors import ConfigError, LockTimeout, StateError, StorageError
 from llmzero_slurm.search.policy import Action, best_node, make_child
 from llmzero_slurm.search.tree import Kind, Status, Tree
 from llmzero_slurm.store.atomic import read_json, write_json
@@ -51,6 +51,16 @@ def test_creating_over_an_existing_run_is_refused(tmp_path):
     store = new_store(tmp_path)
     with pytest.raises(StateError, match="already holds a run"):
         RunStore.create(store.root, store.config)
+
+
+def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_named(tmp_path):
+    cfg = parse_config({"name": "t"})
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(ConfigError, match=r"'--run-dir': .*afile is a file, not a folder"):
+        RunStore.create(tmp_path / "afile", cfg)
+    with pytest.raises(StateError, match=r"afile/run: cannot be created as a run directory \(Not a directory\)"):
+        RunStore.create(tmp_path / "afile" / "run", cfg)
+    assert (tmp_path / "afile").read_text() == "mine"
 
 
 def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):

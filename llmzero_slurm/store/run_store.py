@@ -14,7 +14,7 @@ import yaml
 
 from .. import faults
 from ..config import ExperimentConfig, load_config
-from ..errors import StateError
+from ..errors import ConfigError, StateError
 from ..search.tree import Node, Tree, quarantined
 from .atomic import read_json, write_json, write_text
 from .locks import RunLock, make_lock
@@ -52,11 +52,19 @@ class RunStore:
 
     @classmethod
     def create(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
-        """Make a new run directory with a frozen copy of the config."""
+        """Make a new run directory with a frozen copy of the config. A path that is a file is
+        the wrong argument (ConfigError); a folder the filesystem will not make is unwritable
+        state (StateError): both named, neither a traceback."""
         root = Path(root)
         if (root / "meta.json").exists():
             raise StateError(root, "already holds a run; open it instead of creating it")
-        (root / "nodes").mkdir(parents=True, exist_ok=True)
+        if root.exists() and not root.is_dir():
+            raise ConfigError("--run-dir", f"{root} is a file, not a folder; choose a new folder "
+                                           "for the run")
+        try:
+            (root / "nodes").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(root, f"cannot be created as a run directory ({exc.strerror})") from None
         store = cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
         with store.lock.hold():
             write_text(root / "experiment.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
