@@ -258,6 +258,17 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "experiment.yaml").write_text("name: x\nscheduler: local\n# my notes\n")
+    done = cli("start", str(mine / "experiment.yaml"), "--run-dir", str(mine))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{mine} is not a run directory and not empty (it holds experiment.yaml)" in done.stderr
+    assert [p.name for p in mine.iterdir()] == ["experiment.yaml"]
+    assert (mine / "experiment.yaml").read_text().endswith("# my notes\n")
+
+
 def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,

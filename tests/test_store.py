@@ -63,6 +63,37 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_named(tmp_path):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_creating_in_a_folder_that_is_not_a_run_is_refused_and_touches_nothing(tmp_path):
+    """The frozen config used to overwrite the user's own experiment.yaml in that folder."""
+    cfg = parse_config({"name": "t"})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "experiment.yaml").write_text("name: t  # my comments\n")
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"mine is not a run directory and not empty "
+                                          r"\(it holds experiment.yaml, notes.txt\)"):
+        RunStore.create(mine, cfg)
+    assert sorted(p.name for p in mine.iterdir()) == ["experiment.yaml", "notes.txt"]
+    assert (mine / "experiment.yaml").read_text() == "name: t  # my comments\n"
+
+
+def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
+    """An empty folder, the cluster checks' folder, and a create stopped before meta.json."""
+    from llmzero_slurm.controller.cluster_check import CHECK_DIR
+    cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}})
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "checked" / CHECK_DIR).mkdir(parents=True)
+    half = tmp_path / "half"
+    (half / "nodes").mkdir(parents=True)
+    (half / "tree.lock").touch()
+    (half / "experiment.yaml").write_text("name: t\n")
+    (half / ".meta.json.x1.tmp").write_text("{")
+    for root in ("empty", "checked", "half"):
+        RunStore.create(tmp_path / root, cfg)
+        assert RunStore.open(tmp_path / root).config.hparams == {"lr": 1e-3}
+    assert (tmp_path / "checked" / CHECK_DIR).is_dir()
+
+
 def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):
     store = new_store(tmp_path)
     ids = [add_root(store).id for _ in range(3)]

@@ -34,6 +34,26 @@ def _versioned(path: Path) -> dict[str, Any]:
     return data
 
 
+# What may be in a run directory before its meta.json: the cluster checks' folder
+# (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
+# an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.
+BEFORE_RUN = ("preflight",)
+BEING_MADE = ("nodes", "tree.lock", "experiment.yaml")
+
+
+def _foreign_files(root: Path) -> list[str]:
+    """The names in `root` that llmzero did not write there before a run: a half-made run may
+    be made again, anyone else's folder must be left alone (its experiment.yaml overwritten)."""
+    nodes = root / "nodes"
+    try:
+        names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+        begun = nodes.is_dir() and not any(nodes.iterdir())
+    except OSError as exc:
+        raise StateError(root, f"cannot be read ({exc.strerror})") from None
+    return [n for n in names if n not in BEFORE_RUN
+            and not (begun and (n in BEING_MADE or n.startswith(".")))]
+
+
 class RunStore:
     """All state of one experiment, under `root` on the shared filesystem."""
 
@@ -52,15 +72,21 @@ class RunStore:
 
     @classmethod
     def create(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
-        """Make a new run directory with a frozen copy of the config. A path that is a file is
-        the wrong argument (ConfigError); a folder the filesystem will not make is unwritable
-        state (StateError): both named, neither a traceback."""
+        """Make a new run directory with a frozen copy of the config. A path that is a file, or
+        a folder holding anything but what an interrupted create leaves (its experiment.yaml
+        would be overwritten), is the wrong argument (ConfigError); a folder the filesystem
+        will not make is unwritable state (StateError): all named, none a traceback."""
         root = Path(root)
         if (root / "meta.json").exists():
             raise StateError(root, "already holds a run; open it instead of creating it")
         if root.exists() and not root.is_dir():
             raise ConfigError("--run-dir", f"{root} is a file, not a folder; choose a new folder "
                                            "for the run")
+        foreign = _foreign_files(root)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise ConfigError("--run-dir", f"{root} is not a run directory and not empty (it holds "
+                                           f"{shown}); choose a new or empty folder for the run")
         try:
             (root / "nodes").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
