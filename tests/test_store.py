@@ -251,6 +251,34 @@ def test_a_record_with_wrong_values_is_quarantined_and_rebuilt(tmp_path, node_id
     assert path.read_text() == good and best_node(store.load_tree()).id == 1 and not store.corrupt
 
 
+@pytest.mark.parametrize("change, why", [
+    ({"next_id": None}, "next_id must be a non-negative integer (got None)"),
+    ({"next_id": "two"}, "next_id must be a non-negative integer (got 'two')"),
+    ({"next_id": -1}, "next_id must be a non-negative integer (got -1)"),
+    ({"created_at": "yesterday"}, "created_at must be a time in seconds since 1970 (got 'yesterday')"),
+])
+def test_wrong_values_in_meta_json_are_named(tmp_path, change, why):
+    """They used to surface as KeyError/TypeError when the next node was added, or ValueError
+    when a resumed run read its start time."""
+    store = new_store(tmp_path)
+    meta = store.root / "meta.json"
+    write_json(meta, {**read_json(meta), **change})
+    for call in (lambda: RunStore.open(store.root), lambda: add_root(store), lambda: store.created_at):
+        with pytest.raises(StateError, match=re.escape(f"meta.json: {why}")):
+            call()
+    done = repair(store.root)
+    assert done.returncode == 3 and f"meta.json: {why}" in done.stderr and "Traceback" not in done.stderr
+    assert store.node_ids() == []
+
+
+def test_a_meta_json_without_next_id_is_named(tmp_path):
+    store = new_store(tmp_path)
+    meta = store.root / "meta.json"
+    write_json(meta, {k: v for k, v in read_json(meta).items() if k != "next_id"})
+    with pytest.raises(StateError, match=r"meta.json: next_id must be a non-negative integer \(got nothing\)"):
+        add_root(store)
+
+
 def test_unknown_schema_version_is_named(tmp_path):
     store = new_store(tmp_path)
     add_root(store)

@@ -6,6 +6,7 @@ on that snapshot.
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Collection
@@ -32,6 +33,21 @@ def _versioned(path: Path) -> dict[str, Any]:
         raise StateError(path, f"schema_version {version!r} is not supported by this llmzero-slurm "
                                f"(it reads version {SCHEMA_VERSION}); use the matching release")
     return data
+
+
+def _meta(root: Path) -> dict[str, Any]:
+    """meta.json, its fields checked: a wrong next_id would crash (or misnumber) the next
+    node, a wrong created_at every wall-clock budget, so either stops here naming the field."""
+    path = root / "meta.json"
+    meta = _versioned(path)
+    next_id = meta.get("next_id")
+    if isinstance(next_id, bool) or not isinstance(next_id, int) or next_id < 0:
+        got = f"{next_id!r:.60}" if "next_id" in meta else "nothing"
+        raise StateError(path, f"next_id must be a non-negative integer (got {got})")
+    created = meta.get("created_at", 0.0)     # older runs may lack it
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
+        raise StateError(path, f"created_at must be a time in seconds since 1970 (got {created!r:.60})")
+    return meta
 
 
 # What may be in a run directory before its meta.json: the cluster checks' folder
@@ -102,7 +118,7 @@ class RunStore:
     def open(cls, root: str | Path) -> "RunStore":
         """Open an existing run, with the lock kind its frozen config asks for."""
         root = Path(root)
-        _versioned(root / "meta.json")
+        _meta(root)
         config = cls.config_of(root)
         return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s,
                    config)
@@ -121,7 +137,7 @@ class RunStore:
     @property
     def created_at(self) -> float:
         """When the run was created (wall-clock budgets count from here, across restarts)."""
-        return float(_versioned(self.root / "meta.json").get("created_at", time.time()))
+        return float(_meta(self.root).get("created_at", time.time()))
 
     # -- nodes ----------------------------------------------------------------------------
 
@@ -192,7 +208,7 @@ class RunStore:
         leaves a gap in the numbering, never two jobs in one node folder."""
         with self.lock.hold():
             meta_path = self.root / "meta.json"
-            meta = _versioned(meta_path)
+            meta = _meta(self.root)
             used = [int(p.name) for p in self._node_folders()]
             node_id = max([meta["next_id"], *(i + 1 for i in used)])
             node = build(node_id)
