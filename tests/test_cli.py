@@ -269,12 +269,18 @@ def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     assert (mine / "experiment.yaml").read_text().endswith("# my notes\n")
 
 
-def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
+def two_phase_run(tmp_path) -> RunStore:
+    """A run without a controller: scratch node 0 (val 0.4), evolve node 1 (val 0.5) from it."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
                                   results=Results(best_val=0.4, checkpoints=[10])))
     store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
                                   status=Status.COMPLETED, results=Results(best_val=0.5)))
+    return store
+
+
+def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
+    store = two_phase_run(tmp_path)
     table = cli("status", str(store.root))
     assert table.returncode == 0
     assert "0001 evolve  completed" in table.stdout and "best val 0.500 (node 1: 0 -> 1)" in table.stdout
@@ -353,11 +359,7 @@ def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slu
 
 
 def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
-    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
-    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
-                                  results=Results(best_val=0.4, checkpoints=[10])))
-    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
-                                  status=Status.COMPLETED, results=Results(best_val=0.5)))
+    store = two_phase_run(tmp_path)
     record = json.loads(store.node_path(1).read_text())
     store.node_path(1).write_text(json.dumps({**record, "parent": 42}))
     report = cli("report", str(store.root))
