@@ -131,12 +131,16 @@ class MetricsReader:
             points.setdefault(str(name), {})[step] = float(value)  # a requeue re-logs: last wins
 
     def read(self) -> MetricsLog:
-        """Everything the file holds now; a missing file is an empty log."""
+        """Everything the file holds now; a missing file is an empty log, and so is one that
+        cannot be opened (a folder in its place, no permission), flagged in `problems`."""
         try:
             fh = self.path.open("rb")
         except FileNotFoundError:
             self._reset()
             return MetricsLog()
+        except OSError as exc:
+            self._reset()
+            return MetricsLog(problems=[f"{self.path.name}: cannot be read ({exc.strerror})"])
         with fh:
             if os.fstat(fh.fileno()).st_size < self._pos or not self._unchanged(fh):
                 self._reset()

@@ -70,3 +70,11 @@ def test_binary_job_files_read_as_missing(tmp_path):
     for path in (files.status_file, files.claim_file, files.early_stop_file):
         path.write_bytes(b"\xff\xfe")
     assert files.status() is None and files.claimed_by() is None and not files.stop_decided()
+
+
+def test_a_metrics_file_that_cannot_be_opened_is_an_empty_log_that_says_so(tmp_path):
+    """A folder in place of metrics.jsonl crashed the report and the controller."""
+    files = NodeDir(tmp_path)
+    files.metrics_file.mkdir()
+    log = files.metrics()
+    assert log.series == {} and log.problems == ["metrics.jsonl: cannot be read (Is a directory)"]
