@@ -2,6 +2,9 @@
 
 Each section is a dataclass whose field defaults are the documented defaults; unknown keys
 are refused with the list of known ones, so a typo never silently falls back to a default.
+
+Long: the sections and their checks are one file format; split up, a reader would have to visit
+several files to learn what one experiment.yaml may say.
 """
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ file), then in its own status.json, and a final answer is cached for good. No an
 as a failure: a job no source knows stays unknown across polls and is declared lost only after
 `lost_after_s`. Transient client errors (controller restarting, socket timeouts) are retried
 with back-off, never read as a job failure.
+
+Long: these are the project's only calls to Slurm's clients, and the etiquette sites ask for
+(one squeue per poll, back-off, sacct only for jobs that left the queue) needs them together.
 """
 from __future__ import annotations
 
