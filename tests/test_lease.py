@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -92,6 +94,43 @@ def test_a_paused_controller_taken_over_writes_nothing_when_it_resumes(tmp_path)
             Lease(RunStore.open(store.root)).acquire()
     finally:
         second.release()
+
+
+def test_a_controller_taken_over_never_rewrites_or_removes_the_new_holders_lease(tmp_path):
+    """Audit D1: release() cleared its held flag before stopping the heartbeat, so a beat
+    waiting for the lock during the takeover passed its check, wrote the old token back, and
+    release() then saw that token and removed the new holder's lease. Here the first
+    controller's heartbeat waits at the run lock while the second holds it to take over, and
+    gets it only once the first has learnt of the loss and begun to release."""
+    store = new_run(tmp_path)
+    first = Lease(store, expire_s=3.0)      # beats every 0.5 s
+    real_lock, beating = store.lock, threading.Event()
+
+    class Watched:
+        """The run lock; a hold from the heartbeat thread says so before it waits."""
+        @contextmanager
+        def hold(self):
+            if threading.current_thread() is not threading.main_thread():
+                beating.set()
+            with real_lock.hold():
+                yield
+
+    store.lock = Watched()
+    first.acquire()
+    second = RunStore.open(store.root)      # another controller, with its own lock handle
+    with second.lock.hold():
+        (store.root / Lease.FILE).write_text(json.dumps({**elsewhere(first), "token": "second"}))
+        assert beating.wait(60), "the first controller's heartbeat never came to the lock"
+        with pytest.raises(LeaseLost, match="taken over"):
+            first.verify()                  # the first controller's next write learns it...
+        releasing = threading.Thread(target=first.release)
+        releasing.start()                   # ...and leaves, while its beat waits for the lock
+        assert first._stop.wait(60)
+    releasing.join(60)
+    assert not releasing.is_alive()
+    assert json.loads((store.root / Lease.FILE).read_text())["token"] == "second"
+    with pytest.raises(LeaseLost):
+        first.heartbeat()
 
 
 @pytest.mark.fault("the lease taken over while the controller runs")

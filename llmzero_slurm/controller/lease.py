@@ -5,7 +5,8 @@ report rebuild never make a live controller look dead. Whether a holder is alive
 without comparing two hosts' clocks: on its own host by its pid, elsewhere by the lease file's
 age on the file server's clock (`server_age`). A holder that lost its lease (paused past the
 expiry and taken over) learns it under the run lock before its next state write or sbatch
-(`verify`, which the run store calls as its fence) and stops instead of writing.
+(`verify`, which the run store calls as its fence) and stops instead of writing; from then on
+it never writes or removes the lease file again, which is the new holder's.
 """
 from __future__ import annotations
 
@@ -80,6 +81,8 @@ class Lease:
         self._thread.start()
 
     def _write(self, **extra: Any) -> None:
+        if self._lost is not None:      # the file is the new holder's: never write it again
+            raise LeaseLost(self._lost)
         info = self.read() or {}
         info.update({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                      "heartbeat_at": time.time(), "beat": int(info.get("beat", 0)) + 1,
@@ -96,16 +99,17 @@ class Lease:
                 continue      # a busy lock or a filesystem hiccup: the next beat tries again
 
     def heartbeat(self, **extra: Any) -> None:
-        """Refresh the lease under the run lock; raise LeaseLost if it was taken over."""
+        """Refresh the lease under the run lock; raise LeaseLost if it was taken over. A lease
+        not held (released) has nothing to refresh."""
         with self.store.lock.hold():
             self.verify()
-            self._write(**extra)
+            if self._held:
+                self._write(**extra)
 
     def verify(self) -> None:
-        """Raise LeaseLost if this lease was taken and is no longer ours (call under the lock)."""
-        if not self._held:
-            return
-        if self._lost is None:
+        """Raise LeaseLost if this lease was taken and is no longer ours (call under the lock).
+        Once lost it stays lost, released or not: nothing may pass this fence again."""
+        if self._held and self._lost is None:
             info = self.read()
             if info is None or info.get("token") != self.token:
                 holder = f"host {info.get('host')} pid {info.get('pid')}" if info else "nobody"
@@ -114,11 +118,16 @@ class Lease:
             raise LeaseLost(self._lost)
 
     def release(self) -> None:
-        self._held = False
+        """Stop the heartbeat first (a beat must never run after the lease stops checking that
+        it is still ours), then remove the lease file under the run lock if it still holds
+        this lease's token: compare-and-delete, so a new holder's lease is never removed."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            self._thread = None
         with self.store.lock.hold():
-            info = self.read()
-            if info and info.get("token") == self.token:
-                Path(self.path).unlink(missing_ok=True)
+            if self._held and self._lost is None:
+                info = self.read()
+                if info and info.get("token") == self.token:
+                    Path(self.path).unlink(missing_ok=True)
+            self._held = False
