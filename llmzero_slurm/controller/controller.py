@@ -28,7 +28,7 @@ from .ingest import collect_results
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper
 from .progress import Progress
-from .stop_request import cancel_phases, clear_stop_request, read_stop_request
+from .stop_request import read_stop_request, stop_phases
 from .submission import Submitter, submitted
 
 
@@ -100,7 +100,7 @@ class Controller:
             request = read_stop_request(self.store)
             if self._stop_signal is not None or request is not None:
                 cancel = cancel_on_stop or bool(request and request.get("cancel"))
-                self._stop(tree, cancel)
+                stop_phases(self.store, tree, self.scheduler, cancel, self.progress.event)
                 return 128 + self._stop_signal if self._stop_signal else 0
             pending = [n for n in tree if n.status.pending]
             spent = self.budget.spent(tree)
@@ -287,16 +287,6 @@ class Controller:
         self.progress.event(f"node {node.id}: {status.value} ({state.raw}"
                             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}")
         return True
-
-    def _stop(self, tree: Tree, cancel: bool) -> None:
-        if cancel:
-            cancelled = cancel_phases(tree, self.scheduler)
-            self.progress.event(f"stopped; cancelled {len(cancelled)} running phase(s)")
-        else:
-            pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
-            self.progress.event(f"stopped; {len(pending)} phase(s) keep running "
-                                "(llmzero-start resumes watching them)")
-        clear_stop_request(self.store)
 
 
 def _advance(n: Node, state: JobState) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
@@ -38,3 +38,16 @@ def cancel_phases(tree: Tree, scheduler: Scheduler) -> list[str]:
     for job_id in jobs:
         scheduler.cancel(job_id)
     return jobs
+
+
+def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
+                event: Callable[[str], object]) -> None:
+    """The controller's side of a stop: cancel its phases when asked (else say they keep
+    running, for the next controller to watch) and clear the request it acted on."""
+    if cancel:
+        cancelled = cancel_phases(tree, scheduler)
+        event(f"stopped; cancelled {len(cancelled)} running phase(s)")
+    else:
+        pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
+        event(f"stopped; {len(pending)} phase(s) keep running (llmzero-start resumes watching them)")
+    clear_stop_request(store)
