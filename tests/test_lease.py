@@ -159,6 +159,33 @@ def test_a_controller_that_loses_its_lease_stops_and_its_successor_finishes(tmp_
     fault_outcome(successor, sched.job_dirs())
 
 
+def test_a_takeover_after_the_last_write_is_found_before_the_controller_leaves(tmp_path):
+    """A controller taken over after its last fenced write (here while it rebuilds the report)
+    returned 0 and, on its way out, cancelled the monitor job, which is the new holder's."""
+    store = new_run(tmp_path)
+
+    def taken_over(run_dir) -> None:
+        record = json.loads((store.root / Lease.FILE).read_text())
+        (store.root / Lease.FILE).write_text(json.dumps({**record, "token": "someone-else"}))
+
+    class Monitor:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {"lr": 1e-3})  # noqa: E731
+    monitor = Monitor()
+    ctl = Controller(RunStore.open(store.root), ScriptedScheduler([["RUNNING", done, "COMPLETED"]]),
+                     ScriptedMethod(ctx, [plan]), poll_s=0.001, on_finish=taken_over,
+                     monitor=monitor)
+    with pytest.raises(LeaseLost, match="taken over"):
+        ctl.run()
+    assert not monitor.stopped
+    assert json.loads((store.root / Lease.FILE).read_text())["token"] == "someone-else"
+
+
 def done(files: NodeDir) -> None:
     """A phase's validation point and checkpoint."""
     files.metrics_file.write_text('{"step": 10, "data": {"val-core/addition/acc/mean@1": 0.4}}\n')

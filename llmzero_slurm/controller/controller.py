@@ -64,13 +64,15 @@ class Controller:
 
     def run(self, cancel_on_stop: bool = False) -> int:
         """Run the search to its end; return 0 when finished, NOTHING_COMPLETED when it ended
-        without a single completed phase, 130/143 when stopped by a signal."""
+        without a completed phase, 130/143 when stopped by a signal; LeaseLost if taken over."""
         self.lease.acquire()
         self.store.fence = self.lease.verify
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         lost = False
         try:
-            return self._loop(cancel_on_stop)
+            code = self._loop(cancel_on_stop)
+            self.lease.heartbeat()   # taken over since its last write? then its monitor is not ours
+            return code
         except LeaseLost:
             lost = True      # the run is another controller's now, its monitor included
             raise
