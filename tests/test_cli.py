@@ -288,6 +288,7 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert data["best_path"] == [0, 1] and not data["controller_running"]
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
+    assert not (store.root / "stop.json").exists()    # no request left for a later controller
     missing = cli("status", str(tmp_path / "nowhere"))
     assert missing.returncode == 3 and "is not a run directory" in missing.stderr
 

@@ -13,6 +13,7 @@ from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError
 from llmzero_slurm.controller.controller import NOTHING_COMPLETED, Controller
+from llmzero_slurm.controller.lease import Lease
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
 from llmzero_slurm.search.policy import Action
@@ -127,6 +128,22 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert sorted(sched.cancelled) == ["100", "101"]
     assert read_stop_request(store) is None
     assert "cancelled 2 running phase(s)" in out.getvalue()
+
+
+def test_a_stop_request_its_controller_never_read_does_not_stop_the_next_one(tmp_path):
+    """Audit D3: a request left by a controller that was paused, then killed before it read
+    it, stopped the next controller started on the run and cancelled its phases."""
+    store = new_run(tmp_path, budget_iterations=1)
+    gone = Lease(store)
+    gone.acquire()
+    request_stop(store, cancel=True)     # aimed at a paused controller, which never reads it
+    gone.release()                       # and is gone (its lease expired)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch], store=store)
+    assert ctl.run() == 0
+    assert sched.cancelled == [] and ctl.store.load_tree()[0].status is Status.COMPLETED
+    assert "an earlier stop request for a controller that is gone was cleared" in out.getvalue()
+    assert read_stop_request(store) is None
 
 
 def test_a_successful_fix_moves_beside_the_failure_it_fixes(tmp_path):

@@ -230,27 +230,35 @@ def test_status_says_why_a_phase_is_waiting(tmp_path, tiny_program):
 
 def test_the_controller_runs_as_a_slurm_job(tmp_path):
     """Issue 16: llmzero-start --submit puts the controller in its own Slurm job, which resumes
-    the run from its directory (here it finds a stop request and ends at once)."""
+    the run from its directory (here it is asked to stop as soon as it holds the run)."""
     import yaml
     from llmzero_slurm.config import load_config
     from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
     from llmzero_slurm.paths import ROOT
     from llmzero_slurm.store.run_store import RunStore
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({"name": "ctljob", "scheduler": "slurm",
-                                      "controller": {"time": "00:10:00", "mem": "1G"}}))
+    config.write_text(yaml.safe_dump({      # phases are submitted held: none ever runs
+        "name": "ctljob", "scheduler": "slurm", "task": {"builtin": "addition"},
+        "search": {"poll_interval_s": 1}, "agents": {"backend": "heuristic"},
+        "slurm": {"extra_directives": ["--hold"]},
+        "controller": {"time": "00:10:00", "mem": "1G"}}))
     run_dir = tmp_path / "run"
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
     store = RunStore.create(run_dir, load_config(config))
-    request_stop(store, cancel=False)
     submitted = subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(run_dir), "--submit"],
                                capture_output=True, text=True, env=env, timeout=120)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job = submitted.stdout.split("controller submitted as job ")[1].split()[0]
+    # A request is aimed at a live controller: made once the job's controller holds the run,
+    # with --cancel for the phases it submitted by then.
+    wait_for(lambda: request_stop(store, cancel=True), 120, "the controller job to hold the run")
     state = finish(SlurmScheduler(min_poll_s=0), job, timeout=120)
     output = (run_dir / f"controller-{job}.out").read_text()
     assert state.raw == "COMPLETED", output
-    assert f"controller job {job}" in output and "stopped" in output
+    assert f"controller job {job}" in output and "stopped; cancelled" in output
+    for node in store.load_tree():       # no held phase is left in the queue
+        if node.submission.job_id:
+            assert finish(SlurmScheduler(min_poll_s=0), node.submission.job_id).raw == "CANCELLED"
     assert read_stop_request(store) is None and not (run_dir / "controller.json").exists()
 
 

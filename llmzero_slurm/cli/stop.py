@@ -1,8 +1,10 @@
 """llmzero-stop: ask a run's controller to stop, optionally cancelling its running phases.
 
-The request is a file in the run directory, so it reaches a controller on any login node.
-Without --cancel, running phases continue and a later llmzero-start re-attaches to them. With
---cancel and no controller alive, the phases are cancelled from here."""
+The request is a file in the run directory, so it reaches a controller on any login node. It
+names that controller: if it dies before acting on it, a controller started later ignores it
+(and clears it). Without --cancel, running phases continue and a later llmzero-start
+re-attaches to them. With --cancel and no controller alive, the phases are cancelled from
+here."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     lease = Lease(store)
-    info = lease.read()
-    if not info or not lease.holder_alive(info):
+    info = request_stop(store, args.cancel)
+    if info is None:
         print("no controller is running for this run")
         if args.cancel:
             jobs = cancel_phases(store.load_tree(),
@@ -32,17 +34,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cancelled {len(jobs)} queued or running phase(s)"
                   + (f": jobs {', '.join(jobs)}" if jobs else ""))
         return 0
-    request_stop(store, args.cancel)
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
-        if lease.read() is None:
+        if (lease.read() or {}).get("token") != info.get("token"):
             print("controller stopped")
             return 0
         time.sleep(1.0)
     if args.wait:
-        print(f"controller still running after {args.wait:.0f} s (it acts at its next poll)")
+        print(f"controller still running after {args.wait:.0f} s (it acts at its next poll; "
+              "a controller started later ignores the request)")
         return 1
     return 0
 

@@ -28,7 +28,7 @@ from .ingest import collect_results
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper
 from .progress import Progress
-from .stop_request import read_stop_request, stop_phases
+from .stop_request import stop_phases, stop_request_for
 from .submission import Submitter, submitted
 
 
@@ -99,10 +99,10 @@ class Controller:
         while True:
             self.lease.heartbeat()
             tree = self.reconcile()
-            request = read_stop_request(self.store)
+            request = stop_request_for(self.store, self.lease.token, self.progress.event)
             if self._stop_signal is not None or request is not None:
                 cancel = cancel_on_stop or bool(request and request.get("cancel"))
-                stop_phases(self.store, tree, self.scheduler, cancel, self.progress.event)
+                stop_phases(self.store, tree, self.scheduler, cancel, self.lease.token, self.progress.event)
                 return 128 + self._stop_signal if self._stop_signal else 0
             pending = [n for n in tree if n.status.pending]
             spent = self.budget.spent(tree)

@@ -1,8 +1,14 @@
 """`llmzero-stop` asks a controller on any host to stop through a file in the run directory;
-with no controller alive, it cancels the phases itself."""
+with no controller alive, it cancels the phases itself.
+
+A request names the lease (its token) of the controller it is aimed at: that controller may
+die before it reads it (paused, then killed), and a request nobody acted on must not stop the
+next controller started on the run. That one clears it instead.
+"""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any, Callable
 
@@ -10,13 +16,25 @@ from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
+from .lease import Lease
 
 STOP_FILE = "stop.json"
 
 
-def request_stop(store: RunStore, cancel: bool) -> None:
-    write_json(store.root / STOP_FILE, {"cancel": cancel, "requested_at": time.time(),
-                                        "by_pid": os.getpid()})
+def request_stop(store: RunStore, cancel: bool) -> dict[str, Any] | None:
+    """Ask the live controller to stop; return its lease record, or None when no controller
+    holds the run (then nothing is written). Under the run lock, so no controller can take
+    the run between the look at its lease and the request."""
+    lease = Lease(store)
+    with store.lock.hold():
+        holder = lease.read()
+        if not holder or not lease.holder_alive(holder):
+            return None
+        write_json(store.root / STOP_FILE, {
+            "cancel": cancel, "requested_at": time.time(), "by_host": socket.gethostname(),
+            "by_pid": os.getpid(), "token": holder.get("token"), "host": holder.get("host"),
+            "pid": holder.get("pid"), "started_at": holder.get("started_at")})
+    return holder
 
 
 def read_stop_request(store: RunStore) -> dict[str, Any] | None:
@@ -27,8 +45,29 @@ def read_stop_request(store: RunStore) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {}
 
 
-def clear_stop_request(store: RunStore) -> None:
-    (store.root / STOP_FILE).unlink(missing_ok=True)
+def stop_request_for(store: RunStore, token: str,
+                     event: Callable[[str], object]) -> dict[str, Any] | None:
+    """The stop request aimed at the controller holding the lease `token`. One aimed at
+    another, which must be gone (this one holds the lease), is cleared, saying so."""
+    request = read_stop_request(store)
+    if request is None or request.get("token") == token:
+        return request
+    if clear_stop_request(store, request.get("token")):
+        event("an earlier stop request for a controller that is gone was cleared")
+    return None     # a request for this controller, written meanwhile, is read at its next poll
+
+
+def clear_stop_request(store: RunStore, token: str | None) -> bool:
+    """Remove the request if it is still the one aimed at the lease `token` (a newer one,
+    written meanwhile for a live controller, stays); True when removed. Under the run lock and
+    its fence: a controller that lost its run clears nothing."""
+    with store.lock.hold():
+        store.fence()
+        request = read_stop_request(store)
+        if request is None or request.get("token") != token:
+            return False
+        (store.root / STOP_FILE).unlink(missing_ok=True)
+    return True
 
 
 def cancel_phases(tree: Tree, scheduler: Scheduler) -> list[str]:
@@ -40,14 +79,15 @@ def cancel_phases(tree: Tree, scheduler: Scheduler) -> list[str]:
     return jobs
 
 
-def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
+def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool, token: str,
                 event: Callable[[str], object]) -> None:
     """The controller's side of a stop: cancel its phases when asked (else say they keep
-    running, for the next controller to watch) and clear the request it acted on."""
+    running, for the next controller to watch) and clear the request it acted on, its own
+    lease `token`'s."""
     if cancel:
         cancelled = cancel_phases(tree, scheduler)
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
     else:
         pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
         event(f"stopped; {len(pending)} phase(s) keep running (llmzero-start resumes watching them)")
-    clear_stop_request(store)
+    clear_stop_request(store, token)
