@@ -372,18 +372,39 @@ def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
 
 
 def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):
-    """Issue 14.8: it used to cancel nothing and exit 0."""
+    """Issue 14.8: it used to cancel nothing and exit 0. Audit D4: after a controller killed
+    between an sbatch and recording its job id, it missed that phase (status `submitting`),
+    left the monitor job running and the LLM key file on disk."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
-    node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 200}))
-    script = write_phase_script(PhaseSpec(
-        "demo", 0, "scratch", store.node_dir(0).path, "tok-0", node.hparams,
-        slurm=SlurmConfig(time="00:05:00"), trainer={"program": tiny_program, "step_s": 0.5}),
-        TinyBackend())
     sched = LocalScheduler(store.root / "local-jobs")
-    job = sched.submit(script, "tok-0")
-    store.update_node(0, lambda n: (setattr(n, "status", Status.RUNNING),
-                                    setattr(n.submission, "job_id", job)))
-    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
-    stop = cli("stop", str(store.root), "--cancel")
-    assert stop.returncode == 0 and f"cancelled 1 queued or running phase(s): jobs {job}" in stop.stdout
-    assert finish(sched, job).status is Status.CANCELLED
+    jobs = []
+    for status in (Status.RUNNING, Status.SUBMITTING):
+        node = store.add_node(lambda i, status=status: Node(
+            i, None, Kind.SCRATCH, {"total_training_steps": 200}, status=status,
+            submission=Submission(f"tok-{i}")))
+        script = write_phase_script(PhaseSpec(
+            "demo", node.id, "scratch", store.node_dir(node.id).path, f"tok-{node.id}",
+            node.hparams, slurm=SlurmConfig(time="00:05:00"),
+            trainer={"program": tiny_program, "step_s": 0.5}), TinyBackend())
+        jobs.append(sched.submit(script, f"tok-{node.id}"))
+        wait_for((script.parent / "metrics.jsonl").exists, 30, "the first step")
+    store.update_node(0, lambda n: setattr(n.submission, "job_id", jobs[0]))   # 1: never recorded
+    # The monitor job (a process standing for it: its command line names submitit) and the key
+    # handed over to it, as a controller killed -9 leaves them.
+    (store.root / "monitor").mkdir()
+    key = store.root / "monitor" / "llm-key.json"
+    key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "submitit"])
+    try:
+        (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": monitor.pid}))
+        stop = cli("stop", str(store.root))      # the monitor and the key go with the controller
+        assert stop.returncode == 0 and f"cancelled the monitor job {monitor.pid}" in stop.stdout
+        assert monitor.wait(30) is not None and not key.exists()
+        assert all(sched.states([j])[j].status is Status.RUNNING for j in jobs)
+        stop = cli("stop", str(store.root), "--cancel")
+        assert stop.returncode == 0
+        assert f"cancelled 2 queued or running phase(s): jobs {jobs[0]}, {jobs[1]}" in stop.stdout
+        assert all(finish(sched, j).status is Status.CANCELLED for j in jobs)
+    finally:
+        monitor.kill()
+        monitor.wait()

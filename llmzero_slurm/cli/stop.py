@@ -3,13 +3,15 @@
 The request is a file in the run directory, so it reaches a controller on any login node. It
 names that controller: if it dies before acting on it, a controller started later ignores it
 (and clears it). Without --cancel, running phases continue and a later llmzero-start
-re-attaches to them. With --cancel and no controller alive, the phases are cancelled from
-here."""
+re-attaches to them. With no controller alive, this does what a stopping controller does:
+cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
+was handed to it."""
 from __future__ import annotations
 
 import argparse
 import time
 
+from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
 from ..schedulers import make_scheduler
@@ -27,12 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     lease = Lease(store)
     info = request_stop(store, args.cancel)
     if info is None:
-        print("no controller is running for this run")
+        print("no controller is running for this run", flush=True)
+        scheduler = make_scheduler(store.config.scheduler, store.root)
         if args.cancel:
-            jobs = cancel_phases(store.load_tree(),
-                                 make_scheduler(store.config.scheduler, store.root))
+            jobs = cancel_phases(store, store.load_tree(), scheduler)
             print(f"cancelled {len(jobs)} queued or running phase(s)"
-                  + (f": jobs {', '.join(jobs)}" if jobs else ""))
+                  + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
+        monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
+        if monitor is not None:
+            print(f"cancelled the monitor job {monitor}")
         return 0
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)

@@ -77,9 +77,13 @@ class MonitorKeeper:
         write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,
                                                "submitted_at": time.time()})
 
-    def stop(self) -> None:
-        """Cancel the monitor job (the controller is leaving) and take the key back."""
+    def stop(self) -> str | None:
+        """Cancel the monitor job (the controller is leaving, or llmzero-stop found it gone)
+        and take the key back; the id of the monitor job cancelled, None when none was alive."""
         monitor_key.withdraw(self.dir)
         record = self._record()
-        if self._state(record) is not None:
-            self.scheduler.cancel_call(str(record.get("job_id")))
+        if self._state(record) is None:
+            return None
+        job_id = str(record.get("job_id"))
+        self.scheduler.cancel_call(job_id)
+        return job_id

@@ -17,6 +17,7 @@ from ..search.tree import Status, Tree
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from .lease import Lease
+from .submission import find_job
 
 STOP_FILE = "stop.json"
 
@@ -70,13 +71,21 @@ def clear_stop_request(store: RunStore, token: str | None) -> bool:
     return True
 
 
-def cancel_phases(tree: Tree, scheduler: Scheduler) -> list[str]:
-    """scancel every queued or running phase's job; the job ids cancelled."""
-    jobs = [n.submission.job_id for n in tree
-            if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id]
+def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler) -> list[str]:
+    """scancel every queued or running phase's job, and that of a phase whose sbatch answer
+    was never recorded (`submitting`: a controller killed in between), found as a restarted
+    controller finds it; the job ids cancelled."""
+    jobs: dict[str, None] = {}
+    for node in tree:
+        if node.status in (Status.QUEUED, Status.RUNNING) and node.submission.job_id:
+            jobs[node.submission.job_id] = None
+        elif node.status is Status.SUBMITTING:
+            job = find_job(scheduler, store.node_dir(node.id), node.submission.token)
+            if job is not None:
+                jobs[job] = None
     for job_id in jobs:
         scheduler.cancel(job_id)
-    return jobs
+    return list(jobs)
 
 
 def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool, token: str,
@@ -85,7 +94,7 @@ def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
     running, for the next controller to watch) and clear the request it acted on, its own
     lease `token`'s."""
     if cancel:
-        cancelled = cancel_phases(tree, scheduler)
+        cancelled = cancel_phases(store, tree, scheduler)
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
     else:
         pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]

@@ -87,10 +87,8 @@ class Submitter:
 
     def confirm(self, node: Node) -> None:
         """A `submitting` node: adopt the job found for it, or send it again once settled."""
-        files = self.store.node_dir(node.id)
         try:
-            job_id = self.scheduler.find_by_token(node.submission.token or "") \
-                or files.claimed_by() or job_in_status_file(files)
+            job_id = find_job(self.scheduler, self.store.node_dir(node.id), node.submission.token)
         except SchedulerError as exc:
             self.progress.event(f"node {node.id}: cannot look its job up yet: {exc}")
             return
@@ -108,6 +106,13 @@ class Submitter:
             n.finished_at = time.time()
         self.store.update_node(node_id, failed)
         self.progress.event(f"node {node_id}: failed before submission: {reason}")
+
+
+def find_job(scheduler: Scheduler, files: NodeDir, token: str | None) -> str | None:
+    """The job of a `submitting` node, whose sbatch answer was never recorded: found by its
+    token, by the job's claim or by its status.json (None: not found, maybe not registered
+    yet). SchedulerError when the scheduler cannot be asked."""
+    return scheduler.find_by_token(token or "") or files.claimed_by() or job_in_status_file(files)
 
 
 def job_in_status_file(files: NodeDir) -> str | None:
