@@ -392,9 +392,11 @@ def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_pat
     fault_outcome(ctl.store, [])      # nothing is submitted: the nodes ran before the crash
 
 
-def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path):
+def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path, monkeypatch):
     """Issue 14: sites ask login-node tools not to poll slurmctld more often."""
     from llmzero_slurm.cli.start import build_controller
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "reachable", staticmethod(lambda timeout_s=15.0: True))
 
     def poll_s(name: str, **search) -> float:
         store = RunStore.create(tmp_path / name, parse_config({

@@ -138,7 +138,7 @@ class Controller:
             return 0
         failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
         last = failed[-1] if failed else None
-        why = last and (_gave_up_because(last) or last.submission.reason)
+        why = last and (last.gave_up_because or last.submission.reason)
         self.progress.event("no phase completed, so the search found nothing"
                             + (f"; the last failure: {why}" if why else ""))
         return NOTHING_COMPLETED
@@ -159,7 +159,7 @@ class Controller:
                 if plan is None:
                     break
             if isinstance(plan, GiveUp):
-                self.store.update_node(plan.node, partial(_give_up, message=plan.message))
+                self.store.update_node(plan.node, partial(Node.give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
             elif self.submitter.backing_off:
                 break   # the scheduler asked to wait: create nothing it cannot take
@@ -296,18 +296,3 @@ def _advance(n: Node, state: JobState) -> None:
     n.submission.scheduler_state = state.raw
     if state.status is Status.RUNNING and n.started_at is None:
         n.started_at = time.time()
-
-
-GAVE_UP = "debugging stopped: "
-
-
-def _give_up(n: Node, message: str) -> None:
-    n.terminal = True
-    n.diagnosis = (n.diagnosis + "\n" if n.diagnosis else "") + GAVE_UP + message
-
-
-def _gave_up_because(n: Node) -> str | None:
-    """Why debugging a failure stopped, from its diagnosis; the rest of the diagnosis is the
-    plan's reasoning, not the failure."""
-    return next((ln for ln in reversed(n.diagnosis.splitlines()) if ln.startswith(GAVE_UP)), None)
-

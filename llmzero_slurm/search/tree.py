@@ -72,6 +72,9 @@ class Submission:
     attempts: int = 0
 
 
+GAVE_UP = "debugging stopped: "   # how a node's diagnosis says its debug chain ended
+
+
 @dataclass
 class Node:
     id: int
@@ -101,6 +104,17 @@ class Node:
     @property
     def score(self) -> float | None:
         return self.results.best_val
+
+    def give_up(self, message: str) -> None:
+        """End the node's debug chain, saying why under the plan's own diagnosis."""
+        self.terminal = True
+        self.diagnosis = (self.diagnosis + "\n" if self.diagnosis else "") + GAVE_UP + message
+
+    @property
+    def gave_up_because(self) -> str | None:
+        """Why debugging the node's failure stopped; the rest of its diagnosis is the plan's."""
+        return next((ln for ln in reversed(self.diagnosis.splitlines()) if ln.startswith(GAVE_UP)),
+                    None)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
