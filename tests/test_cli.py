@@ -249,7 +249,7 @@ def test_a_bad_config_is_one_line_naming_the_key(tmp_path):
 
 def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     config = tmp_path / "exp.yaml"
-    config.write_text("name: x\nscheduler: local\n")
+    config.write_text("name: x\nscheduler: local\ntask:\n  builtin: addition\n")
     (tmp_path / "afile").write_text("mine")
     for run_dir, code, message in ((tmp_path / "afile", 2, "afile is a file, not a folder"),
                                    (tmp_path / "afile" / "run", 3, "cannot be created as a run directory")):
@@ -261,7 +261,8 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
-    (mine / "experiment.yaml").write_text("name: x\nscheduler: local\n# my notes\n")
+    (mine / "experiment.yaml").write_text("name: x\nscheduler: local\ntask:\n  builtin: addition\n"
+                                          "# my notes\n")
     done = cli("start", str(mine / "experiment.yaml"), "--run-dir", str(mine))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"{mine} is not a run directory and not empty (it holds experiment.yaml)" in done.stderr
