@@ -324,7 +324,9 @@ def test_bad_controller_job_settings_are_refused_naming_the_key(tmp_path, change
 def test_the_controller_job_requeues_itself_near_its_limit_and_passes_on_term(tmp_path):
     shims = tmp_path / "bin"
     shims.mkdir()
-    (shims / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >>{tmp_path}/scontrol.log\n")
+    # A slow scontrol: Slurm's TERM lands while the USR1 trap still runs, as on a loaded host,
+    # where the script once exited with USR1's status (138) instead of the controller's.
+    (shims / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >>{tmp_path}/scontrol.log\nsleep 1\n")
     (shims / "scontrol").chmod(0o755)
     script = controller_job(tmp_path)
     job = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env={
