@@ -273,21 +273,28 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def read_yaml(path: Path, key: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> Any:
+    """What a YAML file a user gives holds. A file that cannot be read, is not UTF-8 (Latin-1,
+    UTF-16, binary) or is not YAML is a ConfigError under `key` naming the file, never a
+    traceback."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(key, f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                               "save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(key, f"{path} is not valid YAML: {exc}") from None
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read experiment.yaml; YAML syntax errors are reported with the file and line, a file in
     another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError("<file>", f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                                    "save it as UTF-8") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from None
+    data = read_yaml(path, "<file>", _UniqueKeyLoader)
     if data is None:
         raise ConfigError("<file>", f"{path} is empty")
     cfg = parse_config(data, str(path))

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from .config import read_yaml
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .store.atomic import write_text
@@ -61,15 +62,7 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     def bad(key: str, problem: str) -> ConfigError:
         return ConfigError(KEY, f"{path}: {key}: {problem}")
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(KEY, f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(KEY, f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                               "a strategy file is a strategy.yaml written by llmzero-report") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(KEY, f"{path} is not valid YAML: {exc}") from None
+    data = read_yaml(path, KEY)
     if not isinstance(data, dict):
         raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")
     if data.get("format") != FORMAT:
