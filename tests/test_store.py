@@ -79,7 +79,7 @@ def test_creating_in_a_folder_that_is_not_a_run_is_refused_and_touches_nothing(t
 
 def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
     """An empty folder, the cluster checks' folder, and a create stopped before meta.json."""
-    from llmzero_slurm.controller.cluster_check import CHECK_DIR
+    from llmzero_slurm.store.run_store import CHECK_DIR
     cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}})
     (tmp_path / "empty").mkdir()
     (tmp_path / "checked" / CHECK_DIR).mkdir(parents=True)

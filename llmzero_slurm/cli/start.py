@@ -12,7 +12,7 @@ from pathlib import Path
 from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
-from ..controller.cluster_check import CHECK_DIR, cluster_checks
+from ..controller.cluster_check import cluster_checks
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, preflight, script_checks
@@ -25,7 +25,7 @@ from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
-from ..store.run_store import RunStore
+from ..store.run_store import CHECK_DIR, RunStore
 from .common import run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.

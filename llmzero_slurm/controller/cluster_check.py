@@ -38,7 +38,6 @@ from ..schedulers.slurm import SlurmScheduler
 from ..store.atomic import write_json
 from .preflight import Check, sample_specs
 
-CHECK_DIR = "preflight"          # in the run directory
 ENVIRONMENT_TIME = "00:10:00"    # the jobs' time limits: imports on a slow filesystem included
 ENDPOINT_TIME = "00:05:00"
 ENDPOINT_TIMEOUT_S = 5.0         # as long as the monitor itself gives the endpoint

@@ -50,10 +50,11 @@ def _meta(root: Path) -> dict[str, Any]:
     return meta
 
 
+CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory
 # What may be in a run directory before its meta.json: the cluster checks' folder
 # (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
 # an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.
-BEFORE_RUN = ("preflight",)
+BEFORE_RUN = (CHECK_DIR,)
 BEING_MADE = ("nodes", "tree.lock", "experiment.yaml")
 
 
