@@ -21,6 +21,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import TinyBackend, finish, wait_for
+from slurm_shims import CLIENTS, Shims
 
 COMMANDS = ("start", "status", "stop", "report", "repair")
 
@@ -297,13 +298,11 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
 @pytest.fixture
 def slurm_down(tmp_path, monkeypatch):
     """Slurm's clients installed, its controller not answering."""
-    down = tmp_path / "bin"
-    down.mkdir()
-    for client in ("sbatch", "squeue", "sacct", "scancel"):
-        (down / client).write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact "
-                                   "slurm controller (connect failure)' >&2\nexit 1\n")
-        (down / client).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{down}:{os.environ['PATH']}")
+    down = Shims(tmp_path / "bin")
+    for client in CLIENTS:
+        down.fail(client, (1, 9999), "slurm_load_jobs error: Unable to contact slurm controller "
+                                     "(connect failure)")
+    monkeypatch.setenv("PATH", f"{down.dir}:{os.environ['PATH']}")
 
 
 def test_a_start_with_scheduler_slurm_and_no_slurmctld_is_a_batch_system_error(tmp_path, slurm_down):
