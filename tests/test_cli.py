@@ -408,3 +408,26 @@ def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny
     finally:
         monitor.kill()
         monitor.wait()
+
+
+def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
+    """Audit: a torn stop.json. Status and stop carry on; a stop for a live controller keeps
+    the damaged file (moved aside, said in one line) instead of writing over it."""
+    from llmzero_slurm.controller.lease import Lease
+    store = two_phase_run(tmp_path)
+    (store.root / "stop.json").write_bytes(b'{"cancel": tr')
+    assert cli("status", str(store.root)).returncode == 0
+    done = cli("stop", str(store.root))
+    assert done.returncode == 0 and "no controller is running" in done.stdout, done.stderr
+    holder = Lease(store)
+    holder.acquire()                      # a live controller: this test process
+    try:
+        done = cli("stop", str(store.root), "--wait", "0")
+    finally:
+        holder.release()
+    assert done.returncode == 0, done.stderr
+    [kept] = store.root.glob("stop.json.damaged-*")
+    assert kept.read_bytes() == b'{"cancel": tr'
+    assert "stop.json cannot be read (corrupt JSON (line 1, column 12)" in done.stdout
+    assert f"moved to {kept}" in done.stdout
+    assert json.loads((store.root / "stop.json").read_text())["token"] == holder.token

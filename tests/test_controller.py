@@ -453,3 +453,20 @@ def test_a_failed_monitor_submission_is_retried_and_the_search_goes_on(tmp_path,
     assert sched.monitor_calls == 2 and "monitor job not submitted" in out.getvalue()
     assert sched.cancelled == ["900"]          # the controller's monitor leaves with it
     fault_outcome(ctl.store, sched.job_dirs())
+
+
+@pytest.mark.parametrize("damage", [b'{"cancel": true, "tok', b"\xff\xfe\x00garbage"],
+                         ids=["truncated", "not-utf8"])
+def test_a_damaged_stop_request_is_set_aside_and_the_run_goes_on(tmp_path, damage):
+    """Audit: a torn or non-UTF-8 stop.json made every later start exit 3 until a person
+    removed it. A request names the controller it is for; a damaged one names nobody."""
+    store = new_run(tmp_path, budget_iterations=1)
+    (store.root / "stop.json").write_bytes(damage)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch], store=store)
+    assert ctl.run() == 0, out.getvalue()
+    assert ctl.store.load_tree()[0].status is Status.COMPLETED and sched.cancelled == []
+    [kept] = store.root.glob("stop.json.damaged-*")
+    assert kept.read_bytes() == damage and not (store.root / "stop.json").exists()
+    [line] = [ln for ln in out.getvalue().splitlines() if "stop.json" in ln]
+    assert "cannot be read" in line and f"moved to {kept}" in line

@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
-from ..store.atomic import read_json, write_json
+from ..errors import StateError
+from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import RunStore
 from .lease import Lease
 from .submission import find_job
@@ -22,7 +24,8 @@ from .submission import find_job
 STOP_FILE = "stop.json"
 
 
-def request_stop(store: RunStore, cancel: bool) -> dict[str, Any] | None:
+def request_stop(store: RunStore, cancel: bool,
+                 event: Callable[[str], object] = print) -> dict[str, Any] | None:
     """Ask the live controller to stop; return its lease record, or None when no controller
     holds the run (then nothing is written). Under the run lock, so no controller can take
     the run between the look at its lease and the request."""
@@ -31,6 +34,7 @@ def request_stop(store: RunStore, cancel: bool) -> dict[str, Any] | None:
         holder = lease.read()
         if not holder or not lease.holder_alive(holder):
             return None
+        read_stop_request(store, event)     # a damaged one is kept, not overwritten
         write_json(store.root / STOP_FILE, {
             "cancel": cancel, "requested_at": time.time(), "by_host": socket.gethostname(),
             "by_pid": os.getpid(), "token": holder.get("token"), "host": holder.get("host"),
@@ -38,19 +42,43 @@ def request_stop(store: RunStore, cancel: bool) -> dict[str, Any] | None:
     return holder
 
 
-def read_stop_request(store: RunStore) -> dict[str, Any] | None:
-    path = store.root / STOP_FILE
+def _read(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     data = read_json(path)
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise StateError(path, "not a stop request (expected a JSON object)")
+    return data
+
+
+def read_stop_request(store: RunStore,
+                      event: Callable[[str], object] = lambda line: None) -> dict[str, Any] | None:
+    """The stop request on file, or None. A damaged one (torn, not UTF-8) names no controller,
+    so it stops none: it is set aside as stop.json.damaged-<time>, said through `event`, and
+    reads as none. Moved under the run lock and its fence, after a second look: llmzero-stop
+    may have written a good one meanwhile."""
+    path = store.root / STOP_FILE
+    try:
+        return _read(path)
+    except StateError:
+        pass
+    with store.lock.hold():
+        store.fence()
+        try:
+            return _read(path)
+        except StateError as exc:
+            kept = set_aside(path)
+            problem = exc.problem
+    event(f"{path.name} cannot be read ({problem}); moved to {kept}: a stop request names the "
+          f"controller it is for, and this one names none")
+    return None
 
 
 def stop_request_for(store: RunStore, token: str,
                      event: Callable[[str], object]) -> dict[str, Any] | None:
     """The stop request aimed at the controller holding the lease `token`. One aimed at
     another, which must be gone (this one holds the lease), is cleared, saying so."""
-    request = read_stop_request(store)
+    request = read_stop_request(store, event)
     if request is None or request.get("token") == token:
         return request
     if clear_stop_request(store, request.get("token")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,6 +62,24 @@ def replace_with(path: str | Path, write: Callable[[Path], None]) -> None:
                                      "holds what it held before") from exc
         raise
     fsync_dir(path.parent)
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged state file out of its readers' way, kept beside it as
+    <name>.damaged-<time> for a person to look at (never over an earlier one); its new path.
+    The one way a damaged file is quarantined, so every one is found the same way."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    kept, n = path.with_name(f"{path.name}.damaged-{stamp}"), 1
+    while kept.exists():
+        n += 1
+        kept = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    try:
+        os.rename(path, kept)
+    except OSError as exc:
+        raise StorageError(path, f"is damaged and could not be moved aside to {kept.name} "
+                                 f"({exc.strerror})") from None
+    fsync_dir(path.parent)
+    return kept
 
 
 def read_json(path: str | Path) -> Any:

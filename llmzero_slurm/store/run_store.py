@@ -17,7 +17,7 @@ from .. import faults
 from ..config import ExperimentConfig, load_config
 from ..errors import ConfigError, StateError
 from ..search.tree import Node, Tree, quarantined
-from .atomic import read_json, write_json, write_text
+from .atomic import read_json, set_aside, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
 
@@ -197,7 +197,7 @@ class RunStore:
             except StateError as exc:
                 raise StateError(files.record, f"{damage.problem}; and its copy: {exc}") from None
             if files.record.exists():
-                files.record.rename(files.path / f"node.json.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+                set_aside(files.record)
             self.write_node(node)
         return node
 
