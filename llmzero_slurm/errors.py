@@ -31,6 +31,13 @@ class HyperparameterError(ConfigError):
         self.value = value
 
 
+class UsageError(LLMZeroError):
+    """A command-line argument that names nothing there is (a run directory, a node): the
+    user's typing, not damaged state."""
+
+    exit_code = 2
+
+
 class StateError(LLMZeroError):
     """A state file on shared storage is corrupt, torn, or of an unknown schema version."""
 

@@ -291,8 +291,18 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
     assert not (store.root / "stop.json").exists()    # no request left for a later controller
-    missing = cli("status", str(tmp_path / "nowhere"))
-    assert missing.returncode == 3 and "is not a run directory" in missing.stderr
+
+
+@pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
+def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
+    """Audit: a path the user typed that names nothing exited 3 (damaged state). A folder
+    that exists but holds no run is still named as such, exit 3."""
+    missing = cli(name, str(tmp_path / "nowhere"))
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr == f"error: no run directory at {tmp_path / 'nowhere'}\n"
+    (tmp_path / "empty").mkdir()
+    empty = cli(name, str(tmp_path / "empty"))
+    assert empty.returncode == 3 and "is not a run directory (no meta.json)" in empty.stderr
 
 
 @pytest.fixture
@@ -431,3 +441,15 @@ def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
     assert "stop.json cannot be read (corrupt JSON (line 1, column 12)" in done.stdout
     assert f"moved to {kept}" in done.stdout
     assert json.loads((store.root / "stop.json").read_text())["token"] == holder.token
+
+
+def test_repair_of_a_node_that_does_not_exist_says_so(tmp_path):
+    """Audit: `llmzero-repair RUN 99` said node 99 "cannot be rebuilt" (exit 3)."""
+    store = two_phase_run(tmp_path)
+    done = cli("repair", str(store.root), "0", "99", "-1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == f"error: no node 99 or -1 in {store.root} (its nodes: 0-1)\n"
+    assert done.stdout == ""                       # nothing done before the arguments are right
+    empty = RunStore.create(tmp_path / "empty", parse_config({"name": "e", "scheduler": "local"}))
+    done = cli("repair", str(empty.root), "3")
+    assert done.returncode == 2 and f"no node 3 in {empty.root} (it has no nodes yet)" in done.stderr

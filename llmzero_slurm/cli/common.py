@@ -1,8 +1,9 @@
 """Shared CLI plumbing: errors become one clear line and a meaningful exit code.
 
-Exit codes: 0 done, 1 failure, 2 bad configuration or arguments, 3 corrupt or unwritable
-state (a full disk), 4 lock timeout, 5 batch-system error, 6 another controller holds the run,
-130/143 stopped by a signal, 141 the reader of the output left early (`| head`).
+Exit codes: 0 done, 1 failure, 2 bad configuration or arguments (a run directory or node
+that is not there), 3 corrupt or unwritable state (a full disk), 4 lock timeout, 5 batch-system
+error, 6 another controller holds the run, 130/143 stopped by a signal, 141 the reader of the
+output left early (`| head`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..errors import LLMZeroError, StateError
+from ..errors import LLMZeroError, StateError, UsageError
 from ..store.run_store import RunStore
 
 
@@ -49,6 +50,10 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def open_run(path: Path) -> RunStore:
+    """The run at `path`: a path that is not there is the user's typing (exit 2), a folder
+    without a run is named as damaged state (exit 3)."""
+    if not path.exists():
+        raise UsageError(f"no run directory at {path}")
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
     return RunStore.open(path)

@@ -10,8 +10,21 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import StateError
+from ..errors import StateError, UsageError
 from .common import add_run_dir, open_run, run_main
+
+
+def _listed(ids: list[int]) -> str:
+    """The run's node ids as ranges ("its nodes: 0-4, 7"), for a user who named another."""
+    if not ids:
+        return "it has no nodes yet"
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return "its nodes: " + ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="node ids to rebuild (default: every node whose record cannot be read)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
+    known = store.folder_ids()
+    unknown = [str(i) for i in dict.fromkeys(args.nodes) if i not in known]
+    if unknown:
+        raise UsageError(f"no node {' or '.join(unknown)} in {store.root} ({_listed(known)})")
     store.load_tree()
     targets = args.nodes or sorted(store.corrupt)
     if not targets:

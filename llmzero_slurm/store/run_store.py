@@ -247,6 +247,10 @@ class RunStore:
             raise StateError(self.nodes_dir, f"the run's folder of nodes cannot be listed "
                                              f"({exc.strerror})") from None
 
+    def folder_ids(self) -> list[int]:
+        """The ids with a node folder, its record readable or not (llmzero-repair's choice)."""
+        return sorted(int(p.name) for p in self._node_folders())
+
     def node_ids(self) -> list[int]:
         return sorted(int(p.name) for p in self._node_folders() if (p / "node.json").exists())
 
