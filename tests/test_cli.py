@@ -177,6 +177,21 @@ def test_check_names_a_bad_reward_file(tmp_path, source, problem):
     assert f"{bad}: " in done.stdout and problem in done.stdout
 
 
+def test_check_names_a_dataset_file_that_does_not_exist(tmp_path):
+    """Audit: it said "cannot read as parquet" of a path that names no file."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": {
+        "train_files": [str(files["train"])], "val_files": ["data/nope.parquet"],
+        "test_files": [str(files["test"])], "reward_path": str(reward_path("addition"))}}))
+    done = cli("start", str(path), "--check")
+    assert done.returncode == 2
+    assert f"[FAIL] data and reward: {tmp_path}/data/nope.parquet: does not exist (config key " \
+           "'task.val_files')\n" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("config, run_dir, args, key", [
     ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
     ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),

@@ -118,6 +118,24 @@ def test_bad_rows_are_reported_by_file_and_row(tmp_path):
         read_examples(tmp_path / "junk.parquet")
 
 
+def test_a_dataset_file_that_does_not_exist_is_named_with_its_key(tmp_path):
+    """Audit: a path that names no file was reported as "cannot read as parquet"."""
+    from llmzero_slurm.backends.verl.data import held_out_sources
+    from llmzero_slurm.backends.verl.settings import VerlSettings
+    from llmzero_slurm.config import TaskConfig
+    missing = tmp_path / "nope.parquet"
+    with pytest.raises(DataError) as caught:
+        read_examples(missing, "task.val_files")
+    assert str(caught.value) == f"{missing}: does not exist (config key 'task.val_files')"
+    with pytest.raises(DataError, match=r"nope\.parquet: does not exist$"):
+        read_examples(missing)
+    val = materialize("addition", tmp_path / "data")["val"]
+    with pytest.raises(DataError) as caught:      # verl reads the test files' data sources
+        held_out_sources(TaskConfig(val_files=[str(val)], test_files=[str(missing)]),
+                         VerlSettings())
+    assert str(caught.value) == f"{missing}: does not exist (config key 'task.test_files')"
+
+
 def test_a_reward_column_stored_as_json_text_says_so(tmp_path):
     """Issue 15.3: a JSON-string reward_model got "needs a 'ground_truth'"."""
     rows = generate_rows(get_task("addition"), SMALL)["val"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.llm import choose_backend
-from ..config import ExperimentConfig
+from ..config import ExperimentConfig, TaskConfig
 from ..errors import DataError, LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -46,7 +46,13 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 
-Reader = Callable[[str], list[Any]]
+Reader = Callable[[str, str], list[Any]]     # (path, the config key naming it) -> rows
+
+
+def dataset_files(task: TaskConfig) -> list[tuple[str, str]]:
+    """(config key, path) of each dataset file the task names, so a message names both."""
+    return [(f"task.{key}", path) for key in ("train_files", "val_files", "test_files")
+            for path in getattr(task, key)]
 
 
 def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
@@ -66,12 +72,12 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         if not task.reward_path:
             raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
         reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
-        files = [*task.train_files, *task.val_files, *task.test_files]
+        files = dataset_files(task)
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
-    for path in files:
-        examples = read(path)
+    for key, path in files:
+        examples = read(path, key)
         for ex in examples[:ROWS_CHECKED]:   # each row's own ground truth must score
             try:
                 judge(reward, source, ex.data_source, ex.ground_truth, ex.ground_truth,
@@ -104,8 +110,8 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     except LLMZeroError as exc:
         return f"not checked: {exc}"
     longest = {"max_prompt_length": 0, "max_response_length": 0}
-    for path in [*task.train_files, *task.val_files, *task.test_files]:
-        examples = read(path)
+    for key, path in dataset_files(task):
+        examples = read(path, key)
         sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
                  "max_response_length": [count.answer(ex.ground_truth) for ex in examples]}
         for key, values in sizes.items():

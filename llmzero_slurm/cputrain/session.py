@@ -47,10 +47,13 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
     else:
         files = {"train": args.train_files, "val": args.val_files, "test": args.test_files}
         reward_file = args.reward_path
+
+    def split(name: str) -> list[dataset.Example]:
+        """A split's rows; a file the user named is named with its config key when missing."""
+        return dataset.read_examples(files[name], None if args.task else f"task.{name}_files")
+
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    phase = Phase(train=dataset.read_examples(files["train"]),
-                  val=dataset.read_examples(files["val"]),
-                  test=dataset.read_examples(files["test"]),
+    phase = Phase(train=split("train"), val=split("val"), test=split("test"),
                   reward=load_reward(reward_file), reward_path=Path(reward_file),
                   hparams=args.hparams, output_dir=args.output_dir,
                   cache_dir=Path(args.cache_dir), device=device,

@@ -94,9 +94,18 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def read_examples(path: str | Path) -> list[Example]:
-    """Load and check one verl-format parquet file."""
+def require_file(path: str | Path, key: str | None = None) -> Path:
+    """`path`, or DataError when it names nothing, with the config `key` that gave it: parquet's
+    own error ("cannot read") hides that the name is what is wrong."""
     path = Path(path)
+    if not path.exists():
+        raise DataError(path, "does not exist" + (f" (config key '{key}')" if key else ""))
+    return path
+
+
+def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
+    """Load and check one verl-format parquet file; `key`: the config key that names it."""
+    path = require_file(path, key)
     try:
         rows = pq.read_table(path).to_pylist()
     except (OSError, pa.ArrowException) as exc:

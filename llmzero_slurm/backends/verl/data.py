@@ -8,10 +8,14 @@ from ...errors import ConfigError
 from .settings import VerlSettings
 
 
-def data_sources(path: str) -> set[str]:
-    """The data_source values of a verl parquet file (the names its validation scores get)."""
+def data_sources(path: str, key: str) -> set[str]:
+    """The data_source values of a verl parquet file (the names its validation scores get);
+    `key`: the config key that names the file."""
     import pyarrow.parquet as pq
 
+    from ...tasks.dataset import require_file
+
+    require_file(path, key)
     try:
         column = pq.read_table(path, columns=["data_source"]).column("data_source")
     except (OSError, KeyError, ValueError) as exc:
@@ -30,8 +34,9 @@ def held_out_sources(task: TaskConfig, settings: VerlSettings) -> list[str]:
         return []
     sources = set(settings.test_data_sources)
     if not sources:
-        sources = set().union(*(data_sources(f) for f in task.test_files))
-        shared = sources & set().union(*(data_sources(f) for f in task.val_files))
+        sources = set().union(*(data_sources(f, "task.test_files") for f in task.test_files))
+        shared = sources & set().union(*(data_sources(f, "task.val_files")
+                                         for f in task.val_files))
         if shared:
             raise ConfigError("task.test_files", f"share data_source {sorted(shared)} with "
                               "task.val_files; verl would log both as one val-core/ score, so "
