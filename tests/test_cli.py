@@ -468,3 +468,17 @@ def test_repair_of_a_node_that_does_not_exist_says_so(tmp_path):
     empty = RunStore.create(tmp_path / "empty", parse_config({"name": "e", "scheduler": "local"}))
     done = cli("repair", str(empty.root), "3")
     assert done.returncode == 2 and f"no node 3 in {empty.root} (it has no nodes yet)" in done.stderr
+
+
+@pytest.mark.parametrize("port", ["abc", "80", "1023", "65535", "99999", "6817x", "08000", "-1"])
+def test_the_local_cluster_script_refuses_a_bad_port(tmp_path, port):
+    """Audit: LLMZERO_SLURM_PORT=abc failed with bash's "abc: unbound variable"."""
+    script = str(ROOT / "bin" / "llmzero-local-slurm")
+    env = {**os.environ, "LLMZERO_SLURM_PORT": port, "LLMZERO_SLURM_DIR": str(tmp_path)}
+    done = subprocess.run([script, "env"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("llmzero-local-slurm: LLMZERO_SLURM_PORT must be a whole number from "
+                           f"1024 to 65534 (slurmd takes the port after it), got '{port}'\n")
+    good = subprocess.run([script, "env"], capture_output=True, text=True, timeout=60,
+                          env={**env, "LLMZERO_SLURM_PORT": "6900"})
+    assert good.returncode == 0 and good.stdout == f"export SLURM_CONF={tmp_path}/slurm.conf\n"
