@@ -482,3 +482,17 @@ def test_the_local_cluster_script_refuses_a_bad_port(tmp_path, port):
     good = subprocess.run([script, "env"], capture_output=True, text=True, timeout=60,
                           env={**env, "LLMZERO_SLURM_PORT": "6900"})
     assert good.returncode == 0 and good.stdout == f"export SLURM_CONF={tmp_path}/slurm.conf\n"
+
+
+def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_path, slurm_down):
+    """With no controller holding the run and Slurm not answering, whether a submitted
+    controller job still waits is unknown: both say so rather than "not running" alone."""
+    store = two_phase_run(tmp_path)
+    (store.root / "controller-jobs.json").write_text(json.dumps({"jobs": [
+        {"job_id": "4241", "submitted_at": 1.0}, {"job_id": "4242", "submitted_at": 2.0}]}))
+    said = "Slurm did not answer: controller job 4242, the last submitted, may still wait in its queue"
+    status = cli("status", str(store.root))
+    assert status.returncode == 0 and "controller not running" in status.stdout, status.stderr
+    assert f"note: {said}\n" in status.stdout
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr

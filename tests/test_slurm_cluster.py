@@ -262,6 +262,53 @@ def test_the_controller_runs_as_a_slurm_job(tmp_path):
     assert read_stop_request(store) is None and not (run_dir / "controller.json").exists()
 
 
+def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(tmp_path):
+    """Audit: a controller job waiting in the queue holds no lease, so llmzero-status did not
+    show it and llmzero-stop said "no controller is running" and left it to start later."""
+    import yaml
+    from llmzero_slurm.config import load_config
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.store.run_store import RunStore
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({      # the controller job is submitted held: it waits
+        "name": "ctlq", "scheduler": "slurm", "task": {"builtin": "addition"},
+        "controller": {"time": "00:10:00", "mem": "1G", "extra_directives": ["--hold"]}}))
+    run_dir = tmp_path / "run"
+    RunStore.create(run_dir, load_config(config))
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    record = run_dir / "controller-jobs.json"
+    record.write_text('{"jobs": [{"job_id": "41"')       # damaged: kept aside, not lost
+
+    def tool(name: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), str(run_dir), *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    submitted = tool("start", "--submit")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job = submitted.stdout.split("controller submitted as job ")[1].split()[0]
+    try:
+        [kept] = run_dir.glob("controller-jobs.json.damaged-*")
+        assert kept.read_text() == '{"jobs": [{"job_id": "41"'
+        assert "controller-jobs.json cannot be read (corrupt JSON" in submitted.stdout
+        assert f"moved to {kept}, a new one begun" in submitted.stdout
+        assert [j["job_id"] for j in json.loads(record.read_text())["jobs"]] == [job]
+        status = tool("status")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith(f"experiment ctlq (llmzero), controller job {job} "
+                                        f"PENDING (JobHeldUser), not started yet\n"), status.stdout
+        data = json.loads(tool("status", "--json").stdout)
+        assert data["controller_running"] is False and data["waiting_controller_jobs"] == {job: "PENDING"}
+        stop = tool("stop")
+        assert stop.returncode == 0, stop.stderr
+        assert f"cancelled controller job {job} PENDING (JobHeldUser), not started yet\n" \
+            in stop.stdout
+        assert finish(SlurmScheduler(min_poll_s=0), job).raw == "CANCELLED"
+        after = tool("status")
+        assert "controller not running" in after.stdout and f"job {job}" not in after.stdout
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
 def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resubmitted(
         tmp_path, base_cache):
     """Issue 16: the controller as a Slurm job, requeued (`scontrol requeue`) once phases run

@@ -13,6 +13,7 @@ from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import cluster_checks
+from ..controller.controller_job import submit_controller
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, preflight, script_checks
@@ -20,7 +21,6 @@ from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
-from ..render import write_controller_script
 from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
@@ -182,21 +182,9 @@ def controller_command(store: RunStore, args: argparse.Namespace) -> list[str]:
 
 
 def submit(store: RunStore, args: argparse.Namespace) -> int:
-    """sbatch the controller's own job script. It keeps this environment (the LLM key
-    included, which the controller needs; phase jobs never get it)."""
-    script = write_controller_script(store.config.name, store.root, store.config.controller,
-                                     controller_command(store, args))
-    try:
-        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                              text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SchedulerError(f"submitting {script}: {exc}") from None
-    if done.returncode != 0:
-        raise SchedulerError(f"submitting {script}: sbatch failed (exit {done.returncode}): "
-                             f"{done.stderr.strip() or '(no message)'}")
-    job = done.stdout.strip().split(";")[0]
-    print(f"controller submitted as job {job} (script {script})\n"
-          f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
+    """sbatch the controller's own job script (recorded, so status and stop see it queued)."""
+    submit_controller(store, controller_command(store, args))
+    print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
     return 0
 
 

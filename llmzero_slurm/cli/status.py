@@ -1,10 +1,12 @@
 """llmzero-status: the tree with statuses and scores, running jobs with their Slurm state,
-and the best strategy so far. --json prints the same as one JSON document."""
+and the best strategy so far; with no controller holding the run, a controller job still
+queued (llmzero-start --submit). --json prints the same as one JSON document."""
 from __future__ import annotations
 
 import argparse
 import json
 
+from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
@@ -71,11 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     leases = Lease(store)
     lease = leases.read()
     running = bool(lease and leases.holder_alive(lease))
+    waiting, job_note = ([], None) if running else waiting_jobs(store)
     path = [n.id for n in best_path(tree)]
     monitor = monitor_heartbeat(store)
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "controller": lease, "best_path": path,
+                          "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
+                          "controller_jobs_note": job_note,
                           "nodes": [n.to_dict() for n in tree],
                           "slurm_states": {j: s.raw for j, s in states.items()},
                           "pending_reasons": {j: r for j, s in states.items()
@@ -85,12 +90,14 @@ def main(argv: list[str] | None = None) -> int:
                           "monitor": monitor},
                          indent=2, sort_keys=True))
         return 0
-    holder = f"running on {lease['host']} pid {lease['pid']}" if lease and running else "not running"
-    print(f"experiment {store.config.name} ({store.config.search.method}), controller {holder}")
+    holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
+              else "; ".join(map(waiting_line, waiting)) or "controller not running")
+    print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
-    if note:
-        print(f"note: {note}")
+    for said in (note, job_note):
+        if said:
+            print(f"note: {said}")
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:

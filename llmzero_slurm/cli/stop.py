@@ -5,12 +5,14 @@ names that controller: if it dies before acting on it, a controller started late
 (and clears it). Without --cancel, running phases continue and a later llmzero-start
 re-attaches to them. With no controller alive, this does what a stopping controller does:
 cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
-was handed to it."""
+was handed to it; and it cancels a controller job (llmzero-start --submit) that has not
+started yet."""
 from __future__ import annotations
 
 import argparse
 import time
 
+from ..controller.controller_job import cancel_waiting, waiting_line
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
@@ -30,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     info = request_stop(store, args.cancel)
     if info is None:
         print("no controller is running for this run", flush=True)
+        waiting, note = cancel_waiting(store)      # a controller job that has not started yet
+        for state in waiting:
+            print(f"cancelled {waiting_line(state)}", flush=True)
+        if note:
+            print(f"note: {note}", flush=True)
         scheduler = make_scheduler(store.config.scheduler, store.root)
         if args.cancel:
             jobs = cancel_phases(store, store.load_tree(), scheduler)

@@ -51,6 +51,7 @@ def _meta(root: Path) -> dict[str, Any]:
 
 
 CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory
+CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start --submit submitted
 # What may be in a run directory before its meta.json: the cluster checks' folder
 # (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
 # an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.

@@ -1,0 +1,104 @@
+"""The controller as a Slurm job (`llmzero-start --submit`) before it holds the run.
+
+While it waits in the queue such a job holds no lease, so the lease can neither show nor stop
+it. Every submission is therefore recorded in the run directory (only ever appended to), and
+while no controller holds the run, llmzero-status shows and llmzero-stop cancels the recorded
+jobs Slurm has not ended. Once one holds the lease, the lease is what both go by, as before.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any, Callable
+
+from ..errors import SchedulerError, StateError
+from ..render import write_controller_script
+from ..schedulers import JobState, SlurmScheduler
+from ..search.tree import Status
+from ..store.atomic import read_json, set_aside, write_json
+from ..store.run_store import CONTROLLER_JOBS, RunStore
+
+
+def submitted_jobs(store: RunStore) -> list[dict[str, Any]]:
+    """The recorded submissions ({"job_id", "submitted_at"}), oldest first; StateError naming
+    the file when it is damaged."""
+    path = store.root / CONTROLLER_JOBS
+    if not path.exists():
+        return []
+    data = read_json(path)
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, list) or not all(
+            isinstance(j, dict) and str(j.get("job_id")).isdigit() for j in jobs):
+        raise StateError(path, 'expected {"jobs": [{"job_id": "<digits>", "submitted_at": ...}]}')
+    return jobs
+
+
+def _record(store: RunStore, job_id: str, event: Callable[[str], object]) -> None:
+    """Append a submission, under the run lock. A damaged record is set aside, said through
+    `event`, and a new one begun: the job just submitted must be on file."""
+    path = store.root / CONTROLLER_JOBS
+    with store.lock.hold():
+        try:
+            jobs = submitted_jobs(store)
+        except StateError as exc:
+            kept = set_aside(path)
+            event(f"{path.name} cannot be read ({exc.problem}); moved to {kept}, a new one begun")
+            jobs = []
+        write_json(path, {"jobs": [*jobs, {"job_id": job_id, "submitted_at": time.time()}]})
+
+
+def submit_controller(store: RunStore, command: list[str],
+                      event: Callable[[str], object] = print) -> str:
+    """sbatch the controller's own job script and record the job; its id. The job keeps this
+    environment (the LLM key included, which the controller needs; phase jobs never get it)."""
+    script = write_controller_script(store.config.name, store.root, store.config.controller,
+                                     command)
+    try:
+        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SchedulerError(f"submitting {script}: {exc}") from None
+    job = done.stdout.strip().split(";")[0]
+    if done.returncode != 0 or not job.isdigit():
+        raise SchedulerError(f"submitting {script}: sbatch failed (exit {done.returncode}): "
+                             f"{done.stderr.strip() or done.stdout.strip() or '(no message)'}")
+    event(f"controller submitted as job {job} (script {script})")
+    _record(store, job, event)
+    return job
+
+
+def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:
+    """The recorded controller jobs Slurm has not ended (queued, or started but not yet
+    holding the run), and a note when that cannot be told. For when no controller holds the
+    lease; a run never submitted asks Slurm nothing."""
+    try:
+        jobs = [str(j["job_id"]) for j in submitted_jobs(store)]
+    except StateError as exc:
+        return [], f"the submitted controller jobs are not known: {exc}"
+    if not jobs:
+        return [], None
+    if not (SlurmScheduler.available() and SlurmScheduler.reachable()):
+        return [], (f"Slurm did not answer: controller job {jobs[-1]}, the last submitted, "
+                    f"may still wait in its queue")
+    try:
+        states = SlurmScheduler().states(jobs)
+    except SchedulerError as exc:
+        return [], f"the controller jobs' states are not known: {exc}"
+    return [states[j] for j in jobs if j in states and not states[j].final], None
+
+
+def waiting_line(state: JobState) -> str:
+    """A waiting controller job as status shows it."""
+    how = "not started yet" if state.status is Status.QUEUED else "started, not holding the run yet"
+    return f"controller job {state.job_id} {state.shown()}, {how}"
+
+
+def cancel_waiting(store: RunStore) -> tuple[list[JobState], str | None]:
+    """scancel the recorded controller jobs Slurm has not ended (call when no controller holds
+    the lease): what a stop means for a controller that has not started. Those cancelled, and
+    a note when they cannot be known."""
+    jobs, note = waiting_jobs(store)
+    scheduler = SlurmScheduler()
+    for state in jobs:
+        scheduler.cancel(state.job_id)
+    return jobs, note
