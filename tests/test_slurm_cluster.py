@@ -309,6 +309,53 @@ def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(
         subprocess.run(["scancel", job], check=False)
 
 
+def test_stopping_a_controller_cancels_a_second_controller_job_still_queued(tmp_path):
+    """A controller job submitted while another controller ran would start once llmzero-stop
+    had stopped that one, and resume the run the user had stopped."""
+    import yaml
+    from llmzero_slurm.config import load_config
+    from llmzero_slurm.controller.lease import Lease
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.store.run_store import RunStore
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({      # phases are submitted held: none ever runs
+        "name": "ctl2", "scheduler": "slurm", "task": {"builtin": "addition"},
+        "search": {"poll_interval_s": 1}, "agents": {"backend": "heuristic"},
+        "slurm": {"extra_directives": ["--hold"]},
+        "controller": {"time": "00:10:00", "mem": "1G"}}))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    store = RunStore.create(run_dir, load_config(config))
+
+    def tool(name: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), str(run_dir), *args],
+                              capture_output=True, text=True, env=env, timeout=180)
+
+    submitted = tool("start", "--submit")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    running = submitted.stdout.split("controller submitted as job ")[1].split()[0]
+    script = submitted.stdout.split("(script ")[1].split(")")[0]
+    jobs = [running]
+    try:
+        wait_for(lambda: Lease(store).read(), 120, "the controller job to hold the run")
+        # A second submission, held so that it waits in the queue whatever the cluster's load,
+        # recorded as llmzero-start --submit records it.
+        second = subprocess.run(["sbatch", "--parsable", "--hold", script], capture_output=True,
+                                text=True, check=True).stdout.strip().split(";")[0]
+        jobs.append(second)
+        record = run_dir / "controller-jobs.json"
+        listed = json.loads(record.read_text())
+        record.write_text(json.dumps({"jobs": [*listed["jobs"], {"job_id": second}]}))
+        stop = tool("stop", "--cancel")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert "controller stopped\n" in stop.stdout, stop.stdout
+        assert f"cancelled controller job {second} PENDING" in stop.stdout, stop.stdout
+        assert finish(SlurmScheduler(min_poll_s=0), second).raw == "CANCELLED"
+        assert finish(SlurmScheduler(min_poll_s=0), running, timeout=120).raw == "COMPLETED"
+    finally:
+        subprocess.run(["scancel", *jobs], check=False)
+
+
 def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resubmitted(
         tmp_path, base_cache):
     """Issue 16: the controller as a Slurm job, requeued (`scontrol requeue`) once phases run

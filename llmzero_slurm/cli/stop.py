@@ -5,8 +5,8 @@ names that controller: if it dies before acting on it, a controller started late
 (and clears it). Without --cancel, running phases continue and a later llmzero-start
 re-attaches to them. With no controller alive, this does what a stopping controller does:
 cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
-was handed to it; and it cancels a controller job (llmzero-start --submit) that has not
-started yet."""
+was handed to it. Either way a controller job (llmzero-start --submit) still queued is
+cancelled: it would start later and resume the run."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +17,7 @@ from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
 from ..schedulers import make_scheduler
+from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main
 
 
@@ -32,11 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     info = request_stop(store, args.cancel)
     if info is None:
         print("no controller is running for this run", flush=True)
-        waiting, note = cancel_waiting(store)      # a controller job that has not started yet
-        for state in waiting:
-            print(f"cancelled {waiting_line(state)}", flush=True)
-        if note:
-            print(f"note: {note}", flush=True)
+        cancel_controller_jobs(store)      # a controller job that has not started yet
         scheduler = make_scheduler(store.config.scheduler, store.root)
         if args.cancel:
             jobs = cancel_phases(store, store.load_tree(), scheduler)
@@ -51,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         if (lease.read() or {}).get("token") != info.get("token"):
-            print("controller stopped")
+            print("controller stopped", flush=True)
+            cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
             return 0
         time.sleep(1.0)
     if args.wait:
@@ -59,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
               "a controller started later ignores the request)")
         return 1
     return 0
+
+
+def cancel_controller_jobs(store: RunStore, queued_only: bool = False) -> None:
+    waiting, note = cancel_waiting(store, queued_only)
+    for state in waiting:
+        print(f"cancelled {waiting_line(state)}", flush=True)
+    if note:
+        print(f"note: {note}", flush=True)
 
 
 if __name__ == "__main__":

@@ -93,11 +93,15 @@ def waiting_line(state: JobState) -> str:
     return f"controller job {state.job_id} {state.shown()}, {how}"
 
 
-def cancel_waiting(store: RunStore) -> tuple[list[JobState], str | None]:
+def cancel_waiting(store: RunStore, queued_only: bool = False) -> tuple[list[JobState], str | None]:
     """scancel the recorded controller jobs Slurm has not ended (call when no controller holds
-    the lease): what a stop means for a controller that has not started. Those cancelled, and
+    the lease): what a stop means for a controller that has not started. Right after a
+    controller stopped, `queued_only` spares the started one (the stopped controller's own job
+    finishing), while a queued one would start later and resume the run. Those cancelled, and
     a note when they cannot be known."""
     jobs, note = waiting_jobs(store)
+    if queued_only:
+        jobs = [state for state in jobs if state.status is Status.QUEUED]
     scheduler = SlurmScheduler()
     for state in jobs:
         scheduler.cancel(state.job_id)
