@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 
@@ -228,25 +228,36 @@ def test_status_says_why_a_phase_is_waiting(tmp_path, tiny_program):
         subprocess.run(["scancel", job], check=False)
 
 
-def test_the_controller_runs_as_a_slurm_job(tmp_path):
-    """Issue 16: llmzero-start --submit puts the controller in its own Slurm job, which resumes
-    the run from its directory (here it is asked to stop as soon as it holds the run)."""
+def controller_job_run(tmp_path: Path, name: str, **controller: Any) -> tuple[Any, Callable]:
+    """A Slurm run for the controller-job tests (`llmzero-start --submit`), and a function
+    running bin/llmzero-<command> on it as a user does. Its phases are submitted held: none
+    ever runs."""
     import yaml
     from llmzero_slurm.config import load_config
-    from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
     from llmzero_slurm.paths import ROOT
     from llmzero_slurm.store.run_store import RunStore
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({      # phases are submitted held: none ever runs
-        "name": "ctljob", "scheduler": "slurm", "task": {"builtin": "addition"},
+    config.write_text(yaml.safe_dump({
+        "name": name, "scheduler": "slurm", "task": {"builtin": "addition"},
         "search": {"poll_interval_s": 1}, "agents": {"backend": "heuristic"},
         "slurm": {"extra_directives": ["--hold"]},
-        "controller": {"time": "00:10:00", "mem": "1G"}}))
-    run_dir = tmp_path / "run"
+        "controller": {"time": "00:10:00", "mem": "1G", **controller}}))
+    store = RunStore.create(tmp_path / "run", load_config(config))
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
-    store = RunStore.create(run_dir, load_config(config))
-    submitted = subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(run_dir), "--submit"],
-                               capture_output=True, text=True, env=env, timeout=120)
+
+    def tool(command: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "bin" / f"llmzero-{command}"), str(store.root), *args],
+                              capture_output=True, text=True, env=env, timeout=180)
+    return store, tool
+
+
+def test_the_controller_runs_as_a_slurm_job(tmp_path):
+    """Issue 16: llmzero-start --submit puts the controller in its own Slurm job, which resumes
+    the run from its directory (here it is asked to stop as soon as it holds the run)."""
+    from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
+    store, tool = controller_job_run(tmp_path, "ctljob")
+    run_dir = store.root
+    submitted = tool("start", "--submit")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job = submitted.stdout.split("controller submitted as job ")[1].split()[0]
     # A request is aimed at a live controller: made once the job's controller holds the run,
@@ -265,23 +276,10 @@ def test_the_controller_runs_as_a_slurm_job(tmp_path):
 def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(tmp_path):
     """Audit: a controller job waiting in the queue holds no lease, so llmzero-status did not
     show it and llmzero-stop said "no controller is running" and left it to start later."""
-    import yaml
-    from llmzero_slurm.config import load_config
-    from llmzero_slurm.paths import ROOT
-    from llmzero_slurm.store.run_store import RunStore
-    config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({      # the controller job is submitted held: it waits
-        "name": "ctlq", "scheduler": "slurm", "task": {"builtin": "addition"},
-        "controller": {"time": "00:10:00", "mem": "1G", "extra_directives": ["--hold"]}}))
-    run_dir = tmp_path / "run"
-    RunStore.create(run_dir, load_config(config))
-    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    store, tool = controller_job_run(tmp_path, "ctlq", extra_directives=["--hold"])  # it waits
+    run_dir = store.root
     record = run_dir / "controller-jobs.json"
     record.write_text('{"jobs": [{"job_id": "41"')       # damaged: kept aside, not lost
-
-    def tool(name: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), str(run_dir), *args],
-                              capture_output=True, text=True, env=env, timeout=120)
 
     submitted = tool("start", "--submit")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
@@ -312,24 +310,9 @@ def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(
 def test_stopping_a_controller_cancels_a_second_controller_job_still_queued(tmp_path):
     """A controller job submitted while another controller ran would start once llmzero-stop
     had stopped that one, and resume the run the user had stopped."""
-    import yaml
-    from llmzero_slurm.config import load_config
     from llmzero_slurm.controller.lease import Lease
-    from llmzero_slurm.paths import ROOT
-    from llmzero_slurm.store.run_store import RunStore
-    config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({      # phases are submitted held: none ever runs
-        "name": "ctl2", "scheduler": "slurm", "task": {"builtin": "addition"},
-        "search": {"poll_interval_s": 1}, "agents": {"backend": "heuristic"},
-        "slurm": {"extra_directives": ["--hold"]},
-        "controller": {"time": "00:10:00", "mem": "1G"}}))
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
-    store = RunStore.create(run_dir, load_config(config))
-
-    def tool(name: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), str(run_dir), *args],
-                              capture_output=True, text=True, env=env, timeout=180)
+    store, tool = controller_job_run(tmp_path, "ctl2")
+    run_dir = store.root
 
     submitted = tool("start", "--submit")
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
