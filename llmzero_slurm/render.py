@@ -164,6 +164,21 @@ def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
     return replace(spec, hparams=hparams, trainer=trainer)
 
 
+# The phase's own outputs follow $LLMZ_NODE_DIR in its script, so that a rerun by hand can send
+# them to another folder (LLMZ_RERUN_DIR): the backend builds its argv and environment for this
+# stand-in node directory, and each occurrence is written as the variable.
+NODE_DIR_STANDIN = "/@LLMZ_NODE_DIR@"
+_DOUBLE_QUOTED = re.compile(r'([\\"$`])')     # what a backslash keeps literal in "..."
+
+
+def shell_word(arg: str) -> str:
+    """`arg` quoted for the shell, any stand-in node directory in it read from $LLMZ_NODE_DIR."""
+    pieces = arg.split(NODE_DIR_STANDIN)
+    if len(pieces) == 1:
+        return shlex.quote(arg)
+    return '"' + "${LLMZ_NODE_DIR}".join(_DOUBLE_QUOTED.sub(r"\\\1", p) for p in pieces) + '"'
+
+
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
@@ -173,18 +188,19 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
     backend = backend or get_backend(spec.backend)
     spec = _check(spec, backend)
     directives = _directives(spec)
-    argv = backend.command(spec)
+    outputs = replace(spec, node_dir=Path(NODE_DIR_STANDIN))
+    argv = backend.command(outputs)
     for i, arg in enumerate(argv):
         _text(f"command[{i}]", arg)
-    env = backend.env(spec)
+    env = backend.env(outputs)
     for name, value in env.items():
         _text(f"env.{name}", name, re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "must be a variable name")
         _text(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
         spec=spec, directives=directives, setup=list(spec.slurm.setup),
         node_dir=shlex.quote(str(spec.node_dir)),
-        env=[(name, shlex.quote(value)) for name, value in env.items()],
-        command=" ".join(shlex.quote(a) for a in argv))
+        env=[(name, shell_word(value)) for name, value in env.items()],
+        command=" ".join(shell_word(a) for a in argv))
 
 
 def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -> Path:

@@ -101,10 +101,12 @@ def test_only_complete_verl_checkpoints_are_offered_as_parents(tmp_path):
     assert VerlBackend().checkpoint_steps(files) == []
 
 
-def main_ppo_overrides(script: str, nnodes: int) -> list[str]:
-    """The override list the script passes to main_ppo, with $SLURM_NNODES as the job sets it."""
+def main_ppo_overrides(script: str, nnodes: int, node_dir: Path) -> list[str]:
+    """The override list the script passes to main_ppo, with $SLURM_NNODES and $LLMZ_NODE_DIR
+    (the node's folder, or a rerun's) as the job sets them."""
     line = next(s for s in script.splitlines() if "-m verl.trainer.main_ppo" in s)
-    words = shlex.split(line.replace('"${SLURM_NNODES:-1}"', str(nnodes)).rstrip(" &"))
+    line = line.replace('"${SLURM_NNODES:-1}"', str(nnodes))
+    words = shlex.split(line.replace("${LLMZ_NODE_DIR}", str(node_dir)).rstrip(" &"))
     return words[words.index("verl.trainer.main_ppo") + 1:]
 
 
@@ -131,7 +133,7 @@ def test_rendered_phases_compose_with_verl_and_pass_shellcheck(tmp_path, case):
     path = tmp_path / "phase.sbatch"
     path.write_text(script)
     shell_checks(path)
-    cfg = compose(main_ppo_overrides(script, phase.slurm.nodes))
+    cfg = compose(main_ppo_overrides(script, phase.slurm.nodes, phase.node_dir))
     assert cfg.trainer.nnodes == phase.slurm.nodes
     assert cfg.trainer.default_local_dir == f"{phase.node_dir}/ckpt"
     assert ("ray start --head" in script) == (phase.slurm.nodes > 1)
@@ -240,7 +242,7 @@ def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
     output = (node_dir / f"slurm-{job}.out").read_text()
     assert json.loads(status.read_text())["state"] == "completed", output
     args = (log / "main_ppo.args").read_text().splitlines()
-    assert args == main_ppo_overrides(script.read_text(), 1)
+    assert args == main_ppo_overrides(script.read_text(), 1, node_dir)
     port = 20000 + (int(job) % 9000) * 5
     assert (log / "main_ppo.env").read_text().strip().endswith(f":{port}")
     [head] = (log / "ray.log").read_text().splitlines()
@@ -267,7 +269,7 @@ def test_example_config_renders_a_phase_verl_accepts(tmp_path):
                       cfg.backend, cfg.slurm, cfg.task, cfg.trainer, cfg.model_path)
     script = render(phase)
     assert "#SBATCH --gpus-per-node=8" in script
-    cfg_verl = compose(main_ppo_overrides(script, 1))
+    cfg_verl = compose(main_ppo_overrides(script, 1, phase.node_dir))
     actor = cfg_verl.actor_rollout_ref.actor
     assert (actor.optim.lr, actor.kl_loss_coef, actor.clip_ratio_high) == (5e-5, 0.001, 0.28)
     assert cfg_verl.actor_rollout_ref.model.lora_rank == 64
