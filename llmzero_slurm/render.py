@@ -1,11 +1,12 @@
 """A training phase, described as data, rendered into the sbatch script that runs it.
 
 The script is the single source of truth for a phase: the controller submits it, a person can
-rerun it by hand (`sbatch phase.sbatch`, or `bash phase.sbatch` without a cluster). Every value
-that reaches it is checked here first: hyperparameters by `validate_hparams`, directives
-against Slurm's syntax, paths and names against what a script can carry. Words on the shell's
-side are quoted with shlex.quote; #SBATCH lines cannot be quoted, so their values are only
-accepted from a safe character set. Errors name the offending key. The controller's own
+rerun it by hand (`sbatch phase.sbatch`, or `bash phase.sbatch` without a cluster), in place or
+from its start into another folder (LLMZ_RERUN_DIR, see templates/phase/base.sbatch.j2).
+Every value that reaches it is checked here first: hyperparameters by `validate_hparams`,
+directives against Slurm's syntax, paths and names against what a script can carry. Words on
+the shell's side are quoted with shlex.quote; #SBATCH lines cannot be quoted, so their values
+are only accepted from a safe character set. Errors name the offending key. The controller's own
 batch script (`llmzero-start --submit`) and the cluster-side preflight's short jobs
 (`llmzero-start --check --on-cluster`) are rendered here too, under the same checks.
 """

@@ -146,6 +146,13 @@ def tiny_program(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
+def files_of(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every entry under `folder` with its bytes (files) and mtime: what "untouched" means."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"",
+                                         p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
     """Poll until `predicate()` is truthy; fail the test naming what never happened."""
     deadline = time.monotonic() + timeout

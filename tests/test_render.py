@@ -22,6 +22,8 @@ from llmzero_slurm.schedulers.base import parse_time
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Kind, Node, Resume
 
+from conftest import files_of
+
 # A stand-in interpreter that records the argv it was given, to see exactly what ran.
 ARGV_DUMP = f"""#!{sys.executable}
 import json, os, sys
@@ -205,11 +207,15 @@ HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a b; touch PWNED", "x' ; touch PW
            '"$HOME" && touch PWNED', "!!", "*", "~", "a\\tb", "-n", "--task=$(id)"]
 
 
-def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
+def argv_dump(tmp_path: Path) -> str:
     dump = tmp_path / "argv-dump"
     dump.write_text(ARGV_DUMP)
     dump.chmod(0o755)
-    s = replace(s, trainer={**s.trainer, "python": str(dump)})
+    return str(dump)
+
+
+def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
+    s = replace(s, trainer={**s.trainer, "python": argv_dump(tmp_path)})
     path = write_phase_script(s)
     proc = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, env={"PATH": "/usr/bin:/bin", "ANTHROPIC_API_KEY": "sk-x"})
@@ -240,10 +246,7 @@ os.symlink("/dev/full", os.path.join(node, f"status.json.tmp.{{os.getppid()}}"))
 
 def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
     """Issue 14.3: a resubmitted node ran two jobs, the second overwriting status.json."""
-    dump = tmp_path / "argv-dump"
-    dump.write_text(ARGV_DUMP)
-    dump.chmod(0o755)
-    s = spec(tmp_path, trainer={"python": str(dump)})
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
     script = write_phase_script(s)
 
     def job(job_id: str, scheduled: bool = True) -> subprocess.CompletedProcess:
@@ -261,6 +264,44 @@ def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
     assert job("41").returncode == 0                 # a requeue keeps its job id
     assert job("43", scheduled=False).returncode == 0   # a rerun by hand is the user's call
     assert json.loads((s.node_dir / "status.json").read_text())["job_id"] == "43"
+
+
+def test_a_rerun_elsewhere_starts_the_phase_over_there_and_leaves_the_node_alone(tmp_path):
+    """LLMZ_RERUN_DIR: the trainer writes to the new folder, which the same command resumes;
+    a folder that would mix with the node's files or another run's is refused (exit 2)."""
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
+    script = write_phase_script(s)
+
+    def job(rerun: str | None, **env: str) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/bin:/bin", **env, **({"LLMZ_RERUN_DIR": rerun} if rerun else {})}
+        return subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env=env)
+    scheduled = job("ignored", LLMZ_SCHEDULED="1", SLURM_JOB_ID="41")   # leaked into a job
+    assert scheduled.returncode == 0 and "LLMZ_RERUN_DIR is ignored" in scheduled.stderr
+    assert not (tmp_path / "ignored").exists() and (s.node_dir / "job.claim").exists()
+    before = files_of(s.node_dir)
+    rerun = tmp_path / "rerun"
+    for _ in range(2):      # relative to where it starts; the second run resumes the first
+        assert job("rerun").returncode == 0
+        assert f"--output-dir={rerun}" in json.loads((rerun / "argv.json").read_text())
+        assert json.loads((rerun / "status.json").read_text())["state"] == "completed"
+    assert not (rerun / "job.claim").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    (tmp_path / "another" / "rerun_of").parent.mkdir()
+    (tmp_path / "another" / "rerun_of").write_text("/runs/x/nodes/0002 token tok-2\n")
+    for folder, why in [(str(s.node_dir), "is the node's folder, inside it or around it"),
+                        (f"{s.node_dir}/again", "is the node's folder, inside it or around it"),
+                        (str(tmp_path / "nodes"), "is the node's folder, inside it or around it"),
+                        (str(other), "already holds files"),
+                        (str(tmp_path / "another"), "holds a rerun of another phase"),
+                        (str(tmp_path / 'say "hi"'), "a quote, backslash")]:
+        refused = job(folder)
+        assert (refused.returncode, why in refused.stderr) == (2, True), (folder, refused.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "another", "argv-dump", "nodes", "other", "rerun"]
+    assert files_of(s.node_dir) == before
 
 
 def test_shell_metacharacters_in_values_never_execute(tmp_path):

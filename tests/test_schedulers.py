@@ -25,7 +25,7 @@ from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
 
-from conftest import TinyBackend, finish, status_json, wait_for
+from conftest import TinyBackend, files_of, finish, status_json, wait_for
 
 BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
 
@@ -168,7 +168,7 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path, base_cache
     out = (script.parent / f"slurm-{job}.out").read_text()
     assert state.status == Status.COMPLETED, out[-2000:]
     assert status_json(script)["state"] == "completed"
-    first = [json.loads(line) for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    first = rows(script.parent / "metrics.jsonl")
     assert [row["step"] for row in first] == [0, 1, 2]     # step 0: validation before training
     assert (script.parent / "ckpt" / "global_step_2" / "adapter_config.json").exists()
     assert "val-core/addition/acc/mean@1" in first[-1]["data"]
@@ -182,13 +182,62 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path, base_cache
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240,
                           env=shell)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    again = [json.loads(line) for line in (script.parent / "metrics.jsonl").read_text().splitlines()]
+    again = rows(script.parent / "metrics.jsonl")
     # The same metrics at every step; only wall-clock and memory figures may differ.
-    def learning(rows: list[dict]) -> list[dict]:
-        return [{k: v for k, v in r["data"].items() if not k.startswith(("timing", "perf"))}
-                for r in rows]
     assert [r["step"] for r in again] == [0, 1, 2]
     assert learning(again) == learning(first)
+
+
+def learning(rows: list[dict]) -> list[dict]:
+    """Metrics rows without wall-clock and memory figures: what a rerun must reproduce."""
+    return [{k: v for k, v in r["data"].items() if not k.startswith(("timing", "perf"))}
+            for r in rows]
+
+
+def rows(metrics: Path) -> list[dict]:
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def test_a_finished_cpu_phase_reruns_from_its_start_into_another_folder(sched, tmp_path,
+                                                                       base_cache):
+    """LLMZ_RERUN_DIR: a finished evolve phase trains again from its parent's checkpoint into a
+    folder of its own, step for step as scheduled, leaving its node folder and the parent's
+    as they were (under Slurm without --output too: the job's log moves to the new folder)."""
+    def scheduled(node_id: int, parent: Path | None = None) -> Path:
+        spec = PhaseSpec("real", node_id, "evolve" if parent else "scratch",
+                         tmp_path / "nodes" / f"{node_id:04d}", f"tok-{node_id}",
+                         {"total_training_steps": 2, "save_freq": 1, "test_freq": 1, "seed": 3},
+                         slurm=SlurmConfig(cpus_per_task=1), task=TaskConfig(builtin="addition"),
+                         trainer={"cache_dir": str(base_cache)}, resume_dir=parent,
+                         resume_step=1 if parent else 0)
+        script = write_phase_script(spec)
+        job = sched.submit(script, spec.token)
+        out = script.parent / f"slurm-{job}.out"
+        assert finish(sched, job, timeout=240).status == Status.COMPLETED, out.read_text()[-2000:]
+        return script.parent
+    parent = scheduled(0)
+    node = scheduled(1, parent)
+    first = rows(node / "metrics.jsonl")
+    assert [r["step"] for r in first] == [1, 2, 3]          # from the parent's step 1
+    before = {folder: files_of(folder) for folder in (parent, node)}
+    rerun = tmp_path / "scratch" / "rerun-0001"             # not there yet: the job makes it
+    if isinstance(sched, SlurmScheduler):      # as the README says, without --output
+        job = subprocess.run(["sbatch", "--parsable", "--wait",
+                              f"--export=ALL,LLMZ_RERUN_DIR={rerun}", str(node / "phase.sbatch")],
+                             capture_output=True, text=True, timeout=300,
+                             check=True).stdout.strip().split(";")[0]
+        assert "llmzero: job" in (rerun / f"slurm-{job}.out").read_text()
+    else:
+        proc = subprocess.run(["bash", str(node / "phase.sbatch")], capture_output=True,
+                              env={**os.environ, "LLMZ_RERUN_DIR": str(rerun)}, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((rerun / "status.json").read_text())["state"] == "completed"
+    again = rows(rerun / "metrics.jsonl")
+    assert [r["step"] for r in again] == [1, 2, 3]
+    assert learning(again) == learning(first)
+    assert (rerun / "ckpt" / "global_step_3" / "adapter_config.json").exists()
+    assert {folder: files_of(folder) for folder in (parent, node)} == before
 
 
 @pytest.mark.parametrize("raw, status", [

@@ -20,6 +20,7 @@ from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
 from llmzero_slurm.store.node_dir import NodeDir
+from conftest import files_of
 from verl_stubs import stub_merger, verl_checkpoint
 
 HP = {"lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "clip_ratio_high": 0.28,
@@ -210,6 +211,63 @@ esac
 """
 
 
+def stub_programs(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """An environment whose python3 (main_ppo), ray and verl's merger are the stand-ins; the
+    folder where the first two record their calls, and the merger's call log."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir()
+    log.mkdir()
+    (bin_dir / "python3").write_text(STUB_PYTHON.replace("REAL_PYTHON", sys.executable))
+    (bin_dir / "ray").write_text(STUB_RAY)
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    env, merger_log = stub_merger(tmp_path, dict(os.environ))
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", STUB_LOG=str(log))
+    return env, log, merger_log
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
+def test_a_rerun_elsewhere_takes_every_output_of_a_verl_phase_along(tmp_path):
+    """LLMZ_RERUN_DIR: main_ppo's checkpoints and file logger, the metrics copy, the carried
+    parent scores, the step offset and status.json all go to the rerun's folder, which starts
+    from the parent's adapter again; the node's folder and the parent's stay as they were."""
+    parent = parent_checkpoint(tmp_path)
+    (parent / "metrics.jsonl").write_text(
+        '{"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35, "actor/entropy": 0.5}}\n')
+    phase = spec(tmp_path, kind="evolve", resume=True)
+    node_dir, rerun = Path(phase.node_dir), tmp_path / "rerun-0007"
+    text = render(phase)
+    # Only the #SBATCH output and the variable itself name the node's folder.
+    assert [line for line in text.splitlines() if str(node_dir) in line] == [
+        f"#SBATCH --output={node_dir}/slurm-%j.out", f"export LLMZ_NODE_DIR={node_dir}"]
+    assert 'export LLMZ_VERL_METRICS="${LLMZ_NODE_DIR}/verl_metrics.jsonl"' in text
+    cfg = compose(main_ppo_overrides(text, 1, rerun))
+    assert cfg.trainer.default_local_dir == f"{rerun}/ckpt"
+    assert cfg.trainer.resume_mode == "auto"        # an empty ckpt/: from the parent's adapter
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == \
+        f"{rerun}/verl_metrics.jsonl"
+    assert cfg.actor_rollout_ref.model.lora_adapter_path == \
+        f"{parent}/export/global_step_30/lora_adapter"
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(text)
+    env, log, _ = stub_programs(tmp_path)
+
+    def job(**extra: str) -> None:
+        proc = subprocess.run(["bash", str(script)], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    job(LLMZ_SCHEDULED="1", SLURM_JOB_ID="41")
+    before = {folder: files_of(folder) for folder in (node_dir, parent)}
+    job(LLMZ_RERUN_DIR=str(rerun))
+    assert (log / "main_ppo.args").read_text().splitlines() == main_ppo_overrides(text, 1, rerun)
+    assert json.loads((rerun / "status.json").read_text())["state"] == "completed"
+    assert (rerun / "metrics.jsonl").read_text() == (node_dir / "metrics.jsonl").read_text()
+    assert (rerun / "verl_step_offset").read_text().strip() == "30"
+    assert (rerun / "verl_metrics.jsonl").exists() and not (rerun / "job.claim").exists()
+    assert {folder: files_of(folder) for folder in (node_dir, parent)} == before
+
+
 @pytest.mark.slurm
 def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
     parent = parent_checkpoint(tmp_path)
@@ -221,15 +279,7 @@ def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
     node_dir.mkdir(parents=True)
     script = node_dir / "phase.sbatch"
     script.write_text(render(phase))
-    bin_dir, log = tmp_path / "bin", tmp_path / "log"
-    bin_dir.mkdir()
-    log.mkdir()
-    (bin_dir / "python3").write_text(STUB_PYTHON.replace("REAL_PYTHON", sys.executable))
-    (bin_dir / "ray").write_text(STUB_RAY)
-    for stub in bin_dir.iterdir():
-        stub.chmod(0o755)
-    env, merger_log = stub_merger(tmp_path, dict(os.environ))
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", STUB_LOG=str(log))
+    env, log, merger_log = stub_programs(tmp_path)
     # The local cluster has one node: the 2-node script runs its Ray choreography on it.
     job = subprocess.run(["sbatch", "--parsable", "--nodes=1", str(script)], env=env,
                          capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
