@@ -101,10 +101,7 @@ def parse_hparams(pairs: list[str]) -> dict:
         except yaml.YAMLError:
             raise ConfigError(key, f"value {text[:80]!r} is not valid YAML") from None
         given[key] = _as_number(value)
-    hparams = validate_hparams(with_defaults(given), "cpu")
-    if hparams["lora_rank"] == 0:
-        raise ConfigError("lora_rank", "the CPU trainer trains LoRA adapters only; use >= 1")
-    return hparams
+    return validate_hparams(with_defaults(given), "cpu")
 
 
 def _as_number(value):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import HyperparameterError
@@ -36,8 +36,10 @@ class Param:
     choices: tuple[Any, ...] | None = None
     backends: tuple[str, ...] = ("cpu", "verl")
     nullable: bool = False
+    # A trainer that needs more than `low`: {backend: (its low, why)}.
+    low_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
-    def check(self, value: Any) -> Any:
+    def check(self, value: Any, backend: str | None = None) -> Any:
         """Return the value coerced to the declared type, or raise naming the key."""
         if value is None:
             if self.nullable:
@@ -69,6 +71,10 @@ class Param:
             raise HyperparameterError(self.name, value, f"must be >= {self.low}")
         if self.high is not None and value > self.high:
             raise HyperparameterError(self.name, value, f"must be <= {self.high}")
+        low, why = self.low_for.get(backend or "", (None, ""))
+        if low is not None and value < low:
+            raise HyperparameterError(self.name, value, f"must be >= {low:g} with the {backend} "
+                                                        f"backend: {why}")
         return value
 
 
@@ -135,7 +141,8 @@ PARAMS: dict[str, Param] = dict([
     _p("log_prob_micro_batch_size_per_gpu", int, BATCH,
        "Sequences per pass when recomputing log-probabilities.", 1, 4096),
     # LoRA: fixed along a strategy (a child loads its parent's adapter).
-    _p("lora_rank", int, MODEL, "LoRA rank; fixed for every phase of a strategy.", 0, 1024),
+    _p("lora_rank", int, MODEL, "LoRA rank; fixed for every phase of a strategy.", 0, 1024,
+       low_for={"cpu": (1, "it trains LoRA adapters only")}),
     _p("lora_alpha", float, MODEL, "LoRA scaling numerator.", 0.0, 4096.0),
     _p("target_modules", str, MODEL, "Modules that get LoRA adapters (e.g. all-linear)."),
     # Rollout engine memory (verl only).
@@ -166,7 +173,7 @@ def validate_hparams(values: Mapping[str, Any], backend: str | None = None) -> d
                                       f"(known: {', '.join(sorted(PARAMS))})")
         if backend is not None and backend not in param.backends:
             raise HyperparameterError(key, value, f"is not used by the {backend} backend")
-        out[key] = param.check(value)
+        out[key] = param.check(value, backend)
     _check_batches(out)
     return out
 

@@ -4,6 +4,7 @@ import pytest
 from llmzero_slurm.config import load_config, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.hparams import merge, validate_hparams
+from llmzero_slurm.methods.space import grid_points
 
 
 def test_defaults_are_the_papers():
@@ -122,3 +123,15 @@ def test_backend_specific_keys_and_merge():
         validate_hparams({"max_num_seqs": 8}, "cpu")
     assert merge({"lr": 1e-3, "rollout_n": 8}, {"lr": 5e-4}) == {"lr": 5e-4, "rollout_n": 8}
     assert validate_hparams({"total_epochs": 3.0}) == {"total_epochs": 3}
+
+
+def test_the_cpu_trainer_refuses_lora_rank_0_when_the_config_is_read():
+    """lora_rank: 0 passed --check with the cpu backend; every phase job then exited 2. verl
+    takes 0 (full fine-tuning)."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "hparams": {"lora_rank": 0}})
+    assert str(err.value) == "config key 'hparams.lora_rank': must be >= 1 with the cpu " \
+                             "backend: it trains LoRA adapters only (got 0)"
+    with pytest.raises(ConfigError, match="search.space.lora_rank"):
+        grid_points({"lora_rank": [0, 8]}, "cpu")
+    assert validate_hparams({"lora_rank": 0}, "verl") == {"lora_rank": 0}
