@@ -230,12 +230,23 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     cfg.task.check("task")
     cfg.task.warm_start.check("task.warm_start")
     cfg.monitor.check("monitor")
-    if cfg.backend != "cpu" and cfg.task.warm_start != WarmStartConfig():
-        raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
-                                             "verl trains the model at model_path")
+    _check_for_backend(cfg)
     cfg.search.check()
     cfg.source = source
     return cfg
+
+
+def _check_for_backend(cfg: ExperimentConfig) -> None:
+    """Settings one trainer ignores or cannot run with: refused as the file is read, not by
+    every phase job after its queue wait."""
+    if cfg.backend == "cpu":
+        return
+    if cfg.task.warm_start != WarmStartConfig():
+        raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
+                                             "verl trains the model at model_path")
+    if cfg.slurm.gpus_per_node < 1:
+        raise ConfigError("slurm.gpus_per_node", f"the {cfg.backend} backend trains on GPUs: "
+                          "give each phase node's GPU count (e.g. 8), not 0")
 
 
 def _check_names(cfg: ExperimentConfig) -> None:

@@ -135,3 +135,14 @@ def test_the_cpu_trainer_refuses_lora_rank_0_when_the_config_is_read():
     with pytest.raises(ConfigError, match="search.space.lora_rank"):
         grid_points({"lora_rank": [0, 8]}, "cpu")
     assert validate_hparams({"lora_rank": 0}, "verl") == {"lora_rank": 0}
+
+
+def test_verl_needs_gpus_per_node():
+    """backend: verl with slurm.gpus_per_node left at 0 passed --check; verl was then asked
+    for trainer.n_gpus_per_node=0 in every phase."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "backend": "verl", "model_path": "m"})
+    assert str(err.value) == "config key 'slurm.gpus_per_node': the verl backend trains on " \
+                             "GPUs: give each phase node's GPU count (e.g. 8), not 0"
+    assert parse_config({"name": "x", "backend": "verl", "model_path": "m",
+                         "slurm": {"gpus_per_node": 1}}).slurm.gpus_per_node == 1

@@ -26,7 +26,8 @@ RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "temperature": 1.0, "rollout_n": 8,
 
 def config(backend: str = "cpu", hparams: dict | None = None, **search) -> ExperimentConfig:
     return parse_config({"name": "t", "backend": backend,
-                         "hparams": RECIPE if hparams is None else hparams, "search": search})
+                         "hparams": RECIPE if hparams is None else hparams, "search": search,
+                         "slurm": {"gpus_per_node": 8 if backend == "verl" else 0}})
 
 
 def method(tmp_path: Path, cfg: ExperimentConfig) -> SearchMethod:
