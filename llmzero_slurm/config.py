@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, get_args, get_type_hints
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -101,6 +102,9 @@ class AgentConfig:
             raise ConfigError(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
         if self.cache_ttl not in ("5m", "1h"):
             raise ConfigError(f"{where}.cache_ttl", "must be '5m' or '1h'")
+        if self.base_url is not None and not _http_url(self.base_url):
+            raise ConfigError(f"{where}.base_url", "must be an http:// or https:// URL with a "
+                              f"host, e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
             raise ConfigError(f"{where}.api_key_env", "must name an environment variable "
                               "(letters, digits, '_'), e.g. ANTHROPIC_API_KEY")
@@ -108,6 +112,16 @@ class AgentConfig:
                      non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
                                    "price_output_per_mtok", "price_cache_write_per_mtok",
                                    "price_cache_read_per_mtok"))
+
+
+def _http_url(url: str) -> bool:
+    """What the SDKs can send to: 'localhost:8000' parses as a URL of scheme 'localhost'."""
+    parts = urlsplit(url)
+    try:
+        parts.port   # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not re.search(r"\s", url)
 
 
 @dataclass

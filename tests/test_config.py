@@ -146,3 +146,21 @@ def test_verl_needs_gpus_per_node():
                              "GPUs: give each phase node's GPU count (e.g. 8), not 0"
     assert parse_config({"name": "x", "backend": "verl", "model_path": "m",
                          "slurm": {"gpus_per_node": 1}}).slurm.gpus_per_node == 1
+
+
+@pytest.mark.parametrize("url", ["localhost:8000", "api.example.com/v1", "ftp://host/v1",
+                                 "http://", "https:///v1", "http://host name/v1"])
+def test_base_url_must_be_an_http_url_with_a_host(url):
+    """agents.base_url was taken as any string; the agents then failed every call and fell
+    back to the heuristics."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "agents": {"base_url": url}})
+    assert str(err.value) == f"config key 'agents.base_url': must be an http:// or https:// " \
+                             f"URL with a host, e.g. http://127.0.0.1:8000/v1 (got {url!r})"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.anthropic.com",
+                                 "https://[::1]:8443"])
+def test_base_url_takes_http_urls(url):
+    assert parse_config({"name": "x", "agents": {"base_url": url}}).agents.base_url == url
+
