@@ -238,7 +238,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
         raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
     cfg.agents.check("agents")
     try:
-        cfg.hparams = validate_hparams(cfg.hparams, cfg.backend)
+        cfg.hparams = validate_hparams(cfg.hparams, cfg.backend, written=True)
     except ConfigError as exc:
         raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
     cfg.task.check("task")

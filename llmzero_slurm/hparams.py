@@ -39,8 +39,9 @@ class Param:
     # A trainer that needs more than `low`: {backend: (its low, why)}.
     low_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
-    def check(self, value: Any, backend: str | None = None) -> Any:
-        """Return the value coerced to the declared type, or raise naming the key."""
+    def check(self, value: Any, backend: str | None = None, written: bool = False) -> Any:
+        """Return the value coerced to the declared type, or raise naming the key. `written`:
+        see validate_hparams."""
         if value is None:
             if self.nullable:
                 return None
@@ -52,6 +53,9 @@ class Param:
         if self.type is int:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise HyperparameterError(self.name, value, "must be an integer")
+            if isinstance(value, float) and written:
+                raise HyperparameterError(self.name, value, "must be an integer, without a "
+                                                            "decimal point")
             if isinstance(value, float) and not value.is_integer():
                 raise HyperparameterError(self.name, value, "must be an integer")
             value = int(value)
@@ -157,11 +161,15 @@ PARAMS: dict[str, Param] = dict([
 CAPACITY_PARAMS = tuple(n for n, p in PARAMS.items() if p.category == CAPACITY)
 
 
-def validate_hparams(values: Mapping[str, Any], backend: str | None = None) -> dict[str, Any]:
+def validate_hparams(values: Mapping[str, Any], backend: str | None = None,
+                     written: bool = False) -> dict[str, Any]:
     """Check a full or partial configuration; return a typed copy.
 
     Unknown keys, wrong types, out-of-range values and broken batch arithmetic are refused
-    with an error naming the key, so nothing unchecked can reach a rendered script.
+    with an error naming the key, so nothing unchecked can reach a rendered script. An
+    integer knob given as 8.0 is taken as 8 (an LLM's JSON may spell any number so), unless
+    the values are `written` by a person in experiment.yaml, whose other integer settings
+    refuse a float too.
     """
     if not isinstance(values, Mapping):
         raise HyperparameterError("<hparams>", values, "must be a mapping of name: value")
@@ -173,7 +181,7 @@ def validate_hparams(values: Mapping[str, Any], backend: str | None = None) -> d
                                       f"(known: {', '.join(sorted(PARAMS))})")
         if backend is not None and backend not in param.backends:
             raise HyperparameterError(key, value, f"is not used by the {backend} backend")
-        out[key] = param.check(value, backend)
+        out[key] = param.check(value, backend, written)
     _check_batches(out)
     return out
 

@@ -164,3 +164,16 @@ def test_base_url_must_be_an_http_url_with_a_host(url):
 def test_base_url_takes_http_urls(url):
     assert parse_config({"name": "x", "agents": {"base_url": url}}).agents.base_url == url
 
+
+def test_an_integer_hyperparameter_written_with_a_point_is_refused():
+    """rollout_n: 8.0 was silently taken as 8, though every other integer setting of the file
+    refuses a float. A float knob given as an integer is fine."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "hparams": {"rollout_n": 8.0}})
+    assert str(err.value) == "config key 'hparams.rollout_n': must be an integer, " \
+                             "without a decimal point (got 8.0)"
+    with pytest.raises(ConfigError, match="search.space.rollout_n"):
+        grid_points({"rollout_n": [8.0, 12]}, "cpu")
+    assert parse_config({"name": "x", "hparams": {"grad_clip": 1}}).hparams == {"grad_clip": 1.0}
+    assert validate_hparams({"rollout_n": 8.0}) == {"rollout_n": 8}   # an LLM's JSON number
+

@@ -71,7 +71,7 @@ def _where(key: str) -> str:
 def _check_value(key: str, value: Any, backend: str) -> Any:
     """One hyperparameter value, re-keyed so the error names its place in the config."""
     try:
-        return validate_hparams({key: value}, backend)[key]
+        return validate_hparams({key: value}, backend, written=True)[key]
     except ConfigError as exc:
         raise ConfigError(_where(key), exc.problem) from None
 
