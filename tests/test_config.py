@@ -7,6 +7,13 @@ from llmzero_slurm.hparams import merge, validate_hparams
 from llmzero_slurm.methods.space import grid_points
 
 
+def refused(data: dict) -> str:
+    """What parse_config says when it refuses `data`."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    return str(err.value)
+
+
 def test_defaults_are_the_papers():
     cfg = parse_config({"name": "demo"})
     s = cfg.search
@@ -128,10 +135,9 @@ def test_backend_specific_keys_and_merge():
 def test_the_cpu_trainer_refuses_lora_rank_0_when_the_config_is_read():
     """lora_rank: 0 passed --check with the cpu backend; every phase job then exited 2. verl
     takes 0 (full fine-tuning)."""
-    with pytest.raises(ConfigError) as err:
-        parse_config({"name": "x", "hparams": {"lora_rank": 0}})
-    assert str(err.value) == "config key 'hparams.lora_rank': must be >= 1 with the cpu " \
-                             "backend: it trains LoRA adapters only (got 0)"
+    assert refused({"name": "x", "hparams": {"lora_rank": 0}}) == \
+        "config key 'hparams.lora_rank': must be >= 1 with the cpu backend: it trains LoRA " \
+        "adapters only (got 0)"
     with pytest.raises(ConfigError, match="search.space.lora_rank"):
         grid_points({"lora_rank": [0, 8]}, "cpu")
     assert validate_hparams({"lora_rank": 0}, "verl") == {"lora_rank": 0}
@@ -140,10 +146,9 @@ def test_the_cpu_trainer_refuses_lora_rank_0_when_the_config_is_read():
 def test_verl_needs_gpus_per_node():
     """backend: verl with slurm.gpus_per_node left at 0 passed --check; verl was then asked
     for trainer.n_gpus_per_node=0 in every phase."""
-    with pytest.raises(ConfigError) as err:
-        parse_config({"name": "x", "backend": "verl", "model_path": "m"})
-    assert str(err.value) == "config key 'slurm.gpus_per_node': the verl backend trains on " \
-                             "GPUs: give each phase node's GPU count (e.g. 8), not 0"
+    assert refused({"name": "x", "backend": "verl", "model_path": "m"}) == \
+        "config key 'slurm.gpus_per_node': the verl backend trains on GPUs: give each phase " \
+        "node's GPU count (e.g. 8), not 0"
     assert parse_config({"name": "x", "backend": "verl", "model_path": "m",
                          "slurm": {"gpus_per_node": 1}}).slurm.gpus_per_node == 1
 
@@ -153,10 +158,9 @@ def test_verl_needs_gpus_per_node():
 def test_base_url_must_be_an_http_url_with_a_host(url):
     """agents.base_url was taken as any string; the agents then failed every call and fell
     back to the heuristics."""
-    with pytest.raises(ConfigError) as err:
-        parse_config({"name": "x", "agents": {"base_url": url}})
-    assert str(err.value) == f"config key 'agents.base_url': must be an http:// or https:// " \
-                             f"URL with a host, e.g. http://127.0.0.1:8000/v1 (got {url!r})"
+    assert refused({"name": "x", "agents": {"base_url": url}}) == \
+        f"config key 'agents.base_url': must be an http:// or https:// URL with a host, e.g. " \
+        f"http://127.0.0.1:8000/v1 (got {url!r})"
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "https://api.anthropic.com",
@@ -168,10 +172,8 @@ def test_base_url_takes_http_urls(url):
 def test_an_integer_hyperparameter_written_with_a_point_is_refused():
     """rollout_n: 8.0 was silently taken as 8, though every other integer setting of the file
     refuses a float. A float knob given as an integer is fine."""
-    with pytest.raises(ConfigError) as err:
-        parse_config({"name": "x", "hparams": {"rollout_n": 8.0}})
-    assert str(err.value) == "config key 'hparams.rollout_n': must be an integer, " \
-                             "without a decimal point (got 8.0)"
+    assert refused({"name": "x", "hparams": {"rollout_n": 8.0}}) == \
+        "config key 'hparams.rollout_n': must be an integer, without a decimal point (got 8.0)"
     with pytest.raises(ConfigError, match="search.space.rollout_n"):
         grid_points({"rollout_n": [8.0, 12]}, "cpu")
     assert parse_config({"name": "x", "hparams": {"grad_clip": 1}}).hparams == {"grad_clip": 1.0}
