@@ -254,6 +254,10 @@ def _check_for_backend(cfg: ExperimentConfig) -> None:
     """Settings one trainer ignores or cannot run with: refused as the file is read, not by
     every phase job after its queue wait."""
     if cfg.backend == "cpu":
+        if cfg.model_path is not None:
+            raise ConfigError("model_path", "is read by the verl backend only; the cpu backend "
+                              "builds its own base model (task.warm_start): remove it, or set "
+                              "backend: verl")
         return
     if cfg.task.warm_start != WarmStartConfig():
         raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "

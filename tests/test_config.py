@@ -179,3 +179,10 @@ def test_an_integer_hyperparameter_written_with_a_point_is_refused():
     assert parse_config({"name": "x", "hparams": {"grad_clip": 1}}).hparams == {"grad_clip": 1.0}
     assert validate_hparams({"rollout_n": 8.0}) == {"rollout_n": 8}   # an LLM's JSON number
 
+
+
+def test_model_path_is_refused_with_the_cpu_backend():
+    """It was silently ignored: the cpu trainer builds its own base model."""
+    assert refused({"name": "x", "model_path": "Qwen/Qwen3-4B"}) == \
+        "config key 'model_path': is read by the verl backend only; the cpu backend builds its " \
+        "own base model (task.warm_start): remove it, or set backend: verl"
