@@ -192,6 +192,45 @@ def test_check_names_a_dataset_file_that_does_not_exist(tmp_path):
            "'task.val_files')\n" in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize("body, when", [
+    ("    import time\n    while True:\n        try:\n            time.sleep(60)\n"
+     "        except Exception:\n            pass\n", "row 1 of {train}"),
+    ("    if ground_truth == {third!r}:\n        while True:\n            pass\n"
+     "    return 1.0\n", "row 3 of {train}")],
+    ids=["sleeps, swallowing exceptions", "spins on one row"])
+def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, body, when):
+    """A reward that never returned made --check hang forever. It is interrupted, not left
+    running: nothing of it outlives the check."""
+    import signal
+    import threading
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.errors import DataError
+    from llmzero_slurm.tasks.dataset import materialize, read_examples
+    files = materialize("addition", tmp_path / "data")
+    third = read_examples(str(files["train"]))[2].ground_truth
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + body.format(third=third))
+    monkeypatch.setattr(preflight, "REWARD_TIMEOUT_S", 0.5)
+    cfg = parse_config({"name": "x", "task": {
+        "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "reward_path": str(reward)}})
+    started, threads = time.monotonic(), threading.active_count()
+    with pytest.raises(DataError) as err:
+        preflight.check_data(cfg)
+    assert time.monotonic() - started < 5
+    assert str(err.value) == f"{reward}: compute_score did not return within 0.5 s on " \
+        f"{when.format(train=files['train'])}, scoring its own ground truth; a reward must " \
+        "answer in well under a second"
+    assert threading.active_count() == threads
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+    reward.write_text("while True:\n    pass\n" + SCORE + "    return 1.0\n")
+    monkeypatch.setattr(preflight, "IMPORT_TIMEOUT_S", 0.5)
+    with pytest.raises(DataError, match=f"^{re.escape(str(reward))}: importing the reward file "
+                                        r"did not finish within 0\.5 s$"):
+        preflight.check_data(cfg)
+
+
 @pytest.mark.parametrize("config, run_dir, args, key", [
     ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
     ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),

@@ -25,6 +25,10 @@ from ..search.tree import Kind, Node, Resume
 from ..store.node_dir import NodeDir
 
 ROWS_CHECKED = 3
+# Per reward call: a string comparison takes microseconds, a symbolic math verifier (verl's
+# math_verify) a few seconds at worst; a call past this would stall every training step.
+REWARD_TIMEOUT_S = 10.0
+IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
 
 
 @dataclass
@@ -59,7 +63,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks import get_task
     from ..tasks.dataset import read_examples
-    from ..tasks.reward_file import judge, load_reward
+    from ..tasks.reward_file import RewardTimeout, judge, load_reward, time_limit
 
     read = read or read_examples
     task = cfg.task
@@ -71,19 +75,29 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             raise LLMZeroError("task: give `builtin` or both train_files and val_files")
         if not task.reward_path:
             raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
-        reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
+        try:
+            with time_limit(IMPORT_TIMEOUT_S):
+                reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
+        except RewardTimeout:
+            raise DataError(task.reward_path, f"importing the reward file did not finish within "
+                            f"{IMPORT_TIMEOUT_S:g} s") from None
         files = dataset_files(task)
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
     for key, path in files:
         examples = read(path, key)
-        for ex in examples[:ROWS_CHECKED]:   # each row's own ground truth must score
+        for row, ex in enumerate(examples[:ROWS_CHECKED], 1):   # its own ground truth scores
             try:
-                judge(reward, source, ex.data_source, ex.ground_truth, ex.ground_truth,
-                      ex.extra_info)
+                with time_limit(REWARD_TIMEOUT_S):
+                    judge(reward, source, ex.data_source, ex.ground_truth, ex.ground_truth,
+                          ex.extra_info)
             except DataError:
                 raise
+            except RewardTimeout:
+                raise DataError(source, f"{task.reward_name} did not return within "
+                                f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring its own "
+                                "ground truth; a reward must answer in well under a second") from None
             except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
                 raise DataError(source, f"{task.reward_name} failed on a row of {path}: "
                                 f"{type(exc).__name__}: {exc}") from None

@@ -4,9 +4,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import DataError
 
@@ -83,3 +86,30 @@ def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: st
         return Judgement(_number(path, data_source, "'score' ", result.get("score")),
                          None if acc is None else _number(path, data_source, "'acc' ", acc))
     return Judgement(_number(path, data_source, "", result))
+
+
+class RewardTimeout(BaseException):
+    """A reward call ran past its time limit; a BaseException, so that the reward's own
+    `except Exception` cannot swallow it."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise RewardTimeout inside the block once it has run `seconds`, and again every second
+    until it unwinds (a reward that catches one is interrupted again). A signal interrupts the
+    call itself, so nothing of it runs on after the block, as a thread left behind would;
+    signals need the main thread, and elsewhere the block runs without a limit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise RewardTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
