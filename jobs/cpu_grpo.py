@@ -28,6 +28,7 @@ import yaml  # noqa: E402
 
 from llmzero_slurm.cputrain.defaults import DEFAULTS, with_defaults  # noqa: E402
 from llmzero_slurm.errors import ConfigError, LLMZeroError  # noqa: E402
+from llmzero_slurm.paths import CACHE_ENV, DEFAULT_CACHE, check_cache_dir  # noqa: E402
 from llmzero_slurm.hparams import validate_hparams  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OOM, EXIT_TERMINATED = 0, 1, 2, 3, 143
@@ -52,10 +53,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--step-offset", type=int, default=0,
                         help="global step of the parent checkpoint; steps log as K+1, K+2, ...")
     parser.add_argument("--cache-dir", type=Path,
-                        default=Path(os.environ.get("LLMZERO_CACHE",
-                                                    Path.home() / ".cache" / "llmzero")),
                         help="where base models and task data are cached "
-                             "(default: $LLMZERO_CACHE or ~/.cache/llmzero)")
+                             f"(default: ${CACHE_ENV} or {DEFAULT_CACHE})")
     parser.add_argument("--max-memory-mb", type=int,
                         help="memory limit; beyond it allocations fail (exit 3)")
     warm = parser.add_argument_group(
@@ -78,6 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.step_offset < 0:
         parser.error("--step-offset must be >= 0")
     args.hparams = parse_hparams(args.hparams)
+    args.cache_dir = check_cache_dir(args.cache_dir, "--cache-dir")
     return args
 
 

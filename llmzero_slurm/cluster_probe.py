@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from .agents.route import address, proxy_for   # standard library only, like this module
 from .errors import LLMZeroError
+from .paths import cache_dir as cache_folder   # standard library only, like this module
 
 PREFIX = "LLMZ-CHECK "
 END = "LLMZ-CHECK-END"
@@ -177,7 +178,7 @@ def model(path: str | None) -> str:
 
 def cache_dir(path: str | None) -> str:
     """The cpu trainer keeps its base models here; the phases must be able to write it."""
-    folder = Path(path or os.environ.get("LLMZERO_CACHE") or "~/.cache/llmzero").expanduser()
+    folder = cache_folder(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".llmz-check-"):

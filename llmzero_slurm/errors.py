@@ -38,6 +38,15 @@ class UsageError(LLMZeroError):
     exit_code = 2
 
 
+class EnvironmentVariableError(LLMZeroError):
+    """An environment variable this package reads names something unusable."""
+
+    exit_code = 2
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"environment variable {name}: {problem}")
+
+
 class StateError(LLMZeroError):
     """A state file on shared storage is corrupt, torn, or of an unknown schema version."""
 

@@ -1,8 +1,37 @@
-"""Where the project's templates and job programs live (beside the package in a checkout)."""
+"""Where the project's templates and job programs live (beside the package in a checkout), and
+where the cpu trainer caches its base models and task data."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from .errors import ConfigError, EnvironmentVariableError
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 JOBS = ROOT / "jobs"
+CACHE_ENV = "LLMZERO_CACHE"
+DEFAULT_CACHE = "~/.cache/llmzero"
+
+
+def cache_dir(given: str | Path | None = None) -> Path:
+    """The cpu trainer's cache folder: `given` (trainer.cache_dir), else $LLMZERO_CACHE, else
+    ~/.cache/llmzero. The one reader of the variable."""
+    return Path(given or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
+
+
+def check_cache_dir(given: str | Path | None, given_as: str) -> Path:
+    """cache_dir(given), refused when a file stands where it or a parent must be a folder (it
+    failed every phase at run time); the error names what set it, `given_as` for `given`."""
+    folder = cache_dir(given)
+    there = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if there is None or there.is_dir():
+        return folder
+    problem = (f"{there} is a file, but the cpu trainer keeps its base models and task data in "
+               f"the folder {folder}")
+    if given:
+        raise ConfigError(given_as, f"{problem}: give a folder")
+    if os.environ.get(CACHE_ENV):
+        raise EnvironmentVariableError(CACHE_ENV, f"{problem}: point {CACHE_ENV} at a folder, "
+                                                  "or unset it")
+    raise EnvironmentVariableError(CACHE_ENV, f"is unset, and {problem}: set it to a folder")

@@ -13,7 +13,7 @@ import yaml
 
 from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
 from llmzero_slurm.config import SlurmConfig, parse_config
-from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler
@@ -229,6 +229,31 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
     with pytest.raises(DataError, match=f"^{re.escape(str(reward))}: importing the reward file "
                                         r"did not finish within 0\.5 s$"):
         preflight.check_data(cfg)
+
+
+@pytest.mark.parametrize("cache", ["afile", "afile/cache"])
+def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path, monkeypatch,
+                                                                        cache):
+    """LLMZERO_CACHE naming a file passed --check; every cpu phase then failed at run time."""
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.setenv("LLMZERO_CACHE", str(tmp_path / cache))
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    problem = (f"environment variable LLMZERO_CACHE: {tmp_path / 'afile'} is a file, but the cpu "
+               "trainer keeps its base models and task data in the folder "
+               f"{tmp_path / cache}: point LLMZERO_CACHE at a folder, or unset it")
+    check = cli("start", str(path), "--run-dir", str(tmp_path / "run"), "--check")
+    assert check.returncode == 2 and f"[FAIL] phase scripts: {problem}\n" in check.stdout
+    done = cli("start", str(path), "--run-dir", str(tmp_path / "run"))
+    assert (done.returncode, done.stderr) == (2, f"error: {problem}\n")
+    assert not (tmp_path / "run").exists()
+    from llmzero_slurm.controller.preflight import check_scripts
+    with pytest.raises(ConfigError, match=f"^config key 'trainer.cache_dir': "
+                                          f"{re.escape(str(tmp_path))}/afile is a file, .*: "
+                                          "give a folder$"):
+        check_scripts(parse_config({"name": "x", "task": {"builtin": "addition"},
+                                    "trainer": {"cache_dir": str(tmp_path / cache)}}))
 
 
 @pytest.mark.parametrize("config, run_dir, args, key", [

@@ -235,6 +235,17 @@ def test_bad_hyperparameters_exit_2_naming_the_key(bad, named, tmp_path, capsys)
     assert named in capsys.readouterr().err
 
 
+def test_a_cache_folder_that_is_a_file_exits_2_naming_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("mine")
+    monkeypatch.setenv("LLMZERO_CACHE", str(tmp_path / "afile"))
+    assert CLI.main(["--task", "addition", "--output-dir", str(tmp_path / "out")]) == 2
+    assert f"environment variable LLMZERO_CACHE: {tmp_path / 'afile'} is a file" \
+        in capsys.readouterr().err
+    assert CLI.main(["--task", "addition", "--output-dir", str(tmp_path / "out"),
+                     f"--cache-dir={tmp_path / 'afile'}"]) == 2
+    assert f"config key '--cache-dir': {tmp_path / 'afile'} is a file" in capsys.readouterr().err
+
+
 def test_bad_data_arguments_are_refused(tmp_path, cache_dir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         CLI.main(["--task", "addition", "--train-files", "x.parquet", "--output-dir", "o"])

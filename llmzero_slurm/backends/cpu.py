@@ -5,7 +5,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..paths import JOBS
+from ..paths import JOBS, check_cache_dir
 from .base import TokenCounter, TrainerBackend
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class CpuBackend(TrainerBackend):
         if spec.resume_dir is not None:
             adapter = spec.resume_dir / "ckpt" / f"global_step_{spec.resume_step}"
             argv += [f"--init-adapter={adapter}", f"--step-offset={spec.resume_step}"]
+        check_cache_dir(spec.trainer.get("cache_dir"), "trainer.cache_dir")
         if "cache_dir" in spec.trainer:
             argv.append(f"--cache-dir={spec.trainer['cache_dir']}")
         if "max_memory_mb" in spec.trainer:
