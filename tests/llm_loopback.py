@@ -18,7 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-_ANTHROPIC_ERRORS = {429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_ANTHROPIC_ERRORS = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error",
+                     500: "api_error", 529: "overloaded_error"}
 
 
 def _tokens(value: Any) -> int:

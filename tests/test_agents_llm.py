@@ -413,3 +413,31 @@ def test_a_job_that_refused_its_input_is_not_sent_to_the_llm(service, monkeypatc
         "FAILED", 2, "error: config key 'lr': must be > 0", HP, tmp_path)
     assert fix.action == "give_up" and service.requests == []
     assert json.loads((tmp_path / "error_analysis.json").read_text())["backend"] == "rule"
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_check_tries_the_key_and_model_with_one_token(service, monkeypatch, backend):
+    """--check reported a garbage API key as [ok] without trying it; every agent call then
+    fell back to the heuristics. A refusal names the key to fix; a failure that waiting may
+    cure (a 5xx, the network) is said but does not fail the check."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    monkeypatch.setenv(KEY_ENV, "sk-garbage-0123456789")
+    cfg = ExperimentConfig("x", agents=config(service, backend, max_retries=4))
+    service.reply({"status": 401})
+    with pytest.raises(ConfigError, match=rf"^config key 'agents.api_key_env': the .* API "
+                                          rf"refused the key in \${KEY_ENV}: "
+                                          "AuthenticationError: Error code: 401 "):
+        check_llm(cfg)
+    [request] = service.requests                        # once: no retries
+    assert request["body"]["max_tokens"] == 1
+    service.reply({"status": 404})
+    with pytest.raises(ConfigError, match=r"^config key 'agents.model': the .* API at "
+                                          rf"{service.url}.* has no model 'claude-sonnet-4-6'"):
+        check_llm(cfg)
+    service.reply("Ready")
+    assert check_llm(cfg) == f"{backend} backend, model claude-sonnet-4-6: a one-token " \
+                             "request was answered"
+    service.reply({"status": 500})
+    assert check_llm(cfg).startswith(f"{backend} backend, model claude-sonnet-4-6: not "
+                                     "verified from here: InternalServerError")

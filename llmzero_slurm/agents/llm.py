@@ -73,6 +73,8 @@ class Backend(Protocol):
 
     def complete(self, prompt: Prompt) -> Reply: ...
 
+    def probe(self) -> str: ...
+
 
 def encode_png(path: Path, max_px: int) -> tuple[str, int, int]:
     """Base64 PNG no larger than max_px on its longer side (image tokens grow with area)."""
@@ -131,6 +133,27 @@ class _SDKBackend:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
             raise LLMUnavailable(f"{self.vendor}: {type(exc).__name__}: {exc}") from None
+
+    def probe(self) -> str:
+        """--check's trial of the key and the model: one request for one token. A refusal that
+        no waiting cures (401/403 the key, 400/404 the model or the URL's path) is a
+        ConfigError naming the key, since every agent call would fall back to the heuristics;
+        any other failure (the network, 429, 5xx) is said only, as the agents retry those."""
+        try:
+            self.send(self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)))
+        except (anthropic.APIStatusError, openai.APIStatusError) as exc:
+            said = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if exc.status_code in (401, 403):
+                raise ConfigError("agents.api_key_env", f"the {self.vendor} refused the key in "
+                                  f"${self.cfg.api_key_env}: {said}") from None
+            if exc.status_code in (400, 404):
+                raise ConfigError("agents.model", f"the {self.vendor} at {self.client.base_url} "
+                                  f"has no model {self.cfg.model!r}, or refused a one-token "
+                                  f"request to it: {said}") from None
+            return f"not verified from here: {said}"
+        except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
+            return f"not verified from here: {type(exc).__name__}: {str(exc)[:300]}"
+        return "a one-token request was answered"
 
 
 class AnthropicBackend(_SDKBackend):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +29,7 @@ ROWS_CHECKED = 3
 # math_verify) a few seconds at worst; a call past this would stall every training step.
 REWARD_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
+LLM_TRIAL_TIMEOUT_S = 15.0
 
 
 @dataclass
@@ -210,10 +211,14 @@ def check_scheduler(cfg: ExperimentConfig, kind: str) -> str:
 
 
 def check_llm(cfg: ExperimentConfig) -> str:
-    llm = choose_backend(cfg.agents)
+    """The agents' backend, and for an LLM one request for one token (a fraction of a cent),
+    once and briefly: a key or model the service refuses would send every agent call to the
+    heuristics."""
+    agents = replace(cfg.agents, max_retries=0, timeout_s=min(cfg.agents.timeout_s, LLM_TRIAL_TIMEOUT_S))
+    llm = choose_backend(agents)
     if llm is None:
         return "offline heuristic agents (no API key configured)"
-    return f"{llm.name} backend, model {cfg.agents.model}"
+    return f"{llm.name} backend, model {cfg.agents.model}: {llm.probe()}"
 
 
 def check_method(cfg: ExperimentConfig) -> str:
