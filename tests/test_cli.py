@@ -402,14 +402,14 @@ def test_a_start_with_scheduler_slurm_and_no_slurmctld_is_a_batch_system_error(t
     assert caught.value.exit_code == 5 and len(store.load_tree()) == 0
 
 
-def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys):
+def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):
     """A run that auto-chose Slurm, resumed while slurmctld was briefly down, would have watched
     its Slurm jobs through the local scheduler and started phases on the login node."""
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
                                     "task": {"builtin": "addition"}}))
     args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
-    store = open_or_create(args)        # no cluster answers in this test: local
+    store = open_or_create(args)        # no cluster answers (slurm_down): local
     assert store.config.scheduler == "local"
     assert RunStore.config_of(store.root).scheduler == "local"
     assert open_or_create(args).root == store.root
