@@ -382,10 +382,11 @@ def test_the_controller_job_requeues_itself_near_its_limit_and_passes_on_term(tm
         time.sleep(0.1)
     job.send_signal(signal.SIGUSR1)                  # Slurm: the time limit is near
     deadline = time.monotonic() + 10
-    while not (tmp_path / "scontrol.log").exists():
+    log = tmp_path / "scontrol.log"       # the shell creates it, then writes: wait for a line
+    while not (log.exists() and log.read_text().endswith("\n")):
         assert time.monotonic() < deadline, "the job did not requeue itself"
         time.sleep(0.1)
-    assert (tmp_path / "scontrol.log").read_text() == "requeue 77\n"
+    assert log.read_text() == "requeue 77\n"
     assert job.poll() is None                        # still running until Slurm's TERM
     job.terminate()
     _, err = job.communicate(timeout=20)
