@@ -146,6 +146,42 @@ def test_a_stop_request_its_controller_never_read_does_not_stop_the_next_one(tmp
     assert read_stop_request(store) is None
 
 
+def test_an_analysis_that_ends_a_debug_chain_is_filed_with_the_failed_node(tmp_path):
+    """When the error analyzer gave up, its record (what it saw and answered, its cost) stayed
+    in proposals/<id>/, beside no node, and the report counted none of it."""
+    from llmzero_slurm.methods.base import GiveUp
+    from llmzero_slurm.report import write_report
+    from llmzero_slurm.report.collect import collect
+    record = {"agent": "error_analyzer", "backend": "heuristic", "usage": {"input_tokens": 7},
+              "result": {"failure": "user_code", "action": "give_up", "message": "a person"}}
+
+    def give_up_then_scratch(tree: Tree) -> PhasePlan | GiveUp | None:
+        if tree[0].status.pending:
+            return None
+        if tree[0].terminal:
+            return scratch(tree)
+        records = ctl.store.root / "proposals" / "a1b2"
+        records.mkdir(parents=True)
+        (records / "error_analysis.json").write_text(json.dumps(record))
+        return GiveUp(0, "a person must fix the reward", records)
+
+    sched = ScriptedScheduler([["RUNNING", "FAILED"],
+                               ["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, give_up_then_scratch])
+    assert ctl.run() == 0
+    failed = ctl.store.load_tree()[0]
+    assert failed.terminal and failed.gave_up_because is not None
+    filed = ctl.store.node_dir(0).give_up / "error_analysis.json"
+    assert json.loads(filed.read_text()) == record
+    assert list((ctl.store.root / "proposals").iterdir()) == []
+    view = collect(ctl.store.root)
+    assert view.nodes[0].give_up_analysis == record and view.nodes[0].error_analysis is None
+    assert view.agent_costs["error_analyzer"].tokens["input_tokens"] == 7
+    page = write_report(ctl.store.root).read_text()
+    assert "<b>Error analyzer, ending its debug chain</b> (heuristic): user_code, give_up: " \
+        "a person</p>" in page
+
+
 def test_a_successful_fix_moves_beside_the_failure_it_fixes(tmp_path):
     sched = ScriptedScheduler([
         ["RUNNING", trained({10: 0.3, 20: 0.4}), "COMPLETED"],

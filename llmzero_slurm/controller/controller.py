@@ -6,7 +6,6 @@ restarted: a node's status says how far its phase got. Submission is exactly-onc
 """
 from __future__ import annotations
 
-import shutil
 import signal
 import sys
 import time
@@ -159,6 +158,7 @@ class Controller:
                 if plan is None:
                     break
             if isinstance(plan, GiveUp):
+                self.store.file_records(plan.records_dir, self.store.node_dir(plan.node).give_up)
                 self.store.update_node(plan.node, partial(Node.give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
             elif self.submitter.backing_off:
@@ -185,10 +185,7 @@ class Controller:
     def _create(self, tree: Tree, plan: PhasePlan) -> Node:
         node = self.store.add_node(lambda i: make_child(
             tree, plan.action, i, plan.hparams, plan.resume_step, plan.diagnosis, time.time()))
-        if plan.records_dir is not None and plan.records_dir.is_dir():
-            for entry in plan.records_dir.iterdir():
-                shutil.move(str(entry), str(self.store.node_dir(node.id).path / entry.name))
-            plan.records_dir.rmdir()
+        self.store.file_records(plan.records_dir, self.store.node_dir(node.id).path)
         where = f"from node {node.resume.node} step {node.resume.step}" if node.resume else "from the base model"
         self.progress.event(f"node {node.id}: new {node.kind.value} phase {where}"
                             + (f" -- {node.diagnosis}" if node.diagnosis else ""))

@@ -36,6 +36,8 @@ class GiveUp:
 
     node: int
     message: str
+    # The analyzer's records that ended the chain, to move into the node's give_up/ folder.
+    records_dir: Path | None = None
 
 
 @dataclass

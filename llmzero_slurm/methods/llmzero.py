@@ -68,7 +68,7 @@ class LLMZeroMethod(SearchMethod):
         fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams,
                                     records, done)
         if fix.action == "give_up":
-            return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix")
+            return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix", records)
         hparams = fix.hparams or dict(failed.hparams)
         diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
                                           or "retry unchanged")

@@ -32,6 +32,7 @@ class NodeView:
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # against its parent
     proposal: dict[str, Any] | None = None
     error_analysis: dict[str, Any] | None = None
+    give_up_analysis: dict[str, Any] | None = None     # the answer that ended its debug chain
     stops: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -136,8 +137,10 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     view = NodeView(node, files, log, _changes(parent.hparams, node.hparams) if parent else {})
     proposal = _read(files.proposal_file, notes)
     analysis = _read(files.error_analysis_file, notes)
+    gave_up = _read(NodeDir(files.give_up).error_analysis_file, notes)
     view.proposal = proposal if isinstance(proposal, dict) else None
     view.error_analysis = analysis if isinstance(analysis, dict) else None
+    view.give_up_analysis = gave_up if isinstance(gave_up, dict) else None
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
     return view
@@ -156,7 +159,7 @@ def _agent_costs(views: dict[int, NodeView]) -> dict[str, AgentCost]:
     costs: dict[str, AgentCost] = {}
     for view in views.values():
         for fallback, records in (("proposer", [view.proposal]),
-                                  ("error_analyzer", [view.error_analysis]),
+                                  ("error_analyzer", [view.error_analysis, view.give_up_analysis]),
                                   ("stopper", view.stops)):
             for record in records:
                 if record:

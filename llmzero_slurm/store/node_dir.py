@@ -11,7 +11,7 @@ node file's path or parses one itself. Who writes what (each file has one writer
     ckpt/global_step_N the job (trainer)                  checkpoints children resume from
     early_stop.json    the monitor (stopper)              its decisions, one entry each
     proposal.json,     the controller (agents)            what an agent saw and answered
-    error_analysis.json, plots/
+    error_analysis.json, plots/, give_up/
 
 Readers here never load an unbounded file whole: metrics are read incrementally through a
 `MetricsReader`, and the log only as a bounded tail.
@@ -138,6 +138,12 @@ class NodeDir:
     @property
     def error_analysis_file(self) -> Path:
         return self.path / "error_analysis.json"
+
+    @property
+    def give_up(self) -> Path:
+        """The error analyzer's records (error_analysis.json) when it ended this failed node's
+        debug chain; its own error_analysis.json, if any, is the one that made the node."""
+        return self.path / "give_up"
 
     @property
     def plots(self) -> Path:

@@ -7,6 +7,8 @@ on that snapshot.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Collection
@@ -146,6 +148,21 @@ class RunStore:
     def node_dir(self, node_id: int) -> NodeDir:
         """The node's directory and its files (the one owner of their layout)."""
         return NodeDir(self.nodes_dir / f"{node_id:04d}")
+
+    @staticmethod
+    def file_records(records: Path | None, into: Path) -> None:
+        """Move the agents' records, written before their node was known (proposals/<id>/),
+        into the node's folder `into`; a record filed there before (a restarted controller
+        asking again) is replaced."""
+        if records is None or not records.is_dir():
+            return
+        into.mkdir(parents=True, exist_ok=True)
+        for entry in records.iterdir():
+            target = into / entry.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+        records.rmdir()
 
     def node_path(self, node_id: int) -> Path:
         return self.node_dir(node_id).record
