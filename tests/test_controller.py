@@ -68,7 +68,7 @@ def new_run(tmp_path: Path, **search) -> RunStore:
 def controller(tmp_path: Path, scheduler: ScriptedScheduler, plans, store: RunStore | None = None
                ) -> tuple[Controller, io.StringIO]:
     store = store or new_run(tmp_path, budget_iterations=len(plans))
-    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
     out = io.StringIO()
     return Controller(store, scheduler, ScriptedMethod(ctx, plans), poll_s=0.001, out=out), out
 
@@ -160,7 +160,7 @@ def test_an_analysis_that_ends_a_debug_chain_is_filed_with_the_failed_node(tmp_p
             return None
         if tree[0].terminal:
             return scratch(tree)
-        records = ctl.store.root / "proposals" / "a1b2"
+        records = ctl.store.proposals_dir / "a1b2"
         records.mkdir(parents=True)
         (records / "error_analysis.json").write_text(json.dumps(record))
         return GiveUp(0, "a person must fix the reward", records)
@@ -173,7 +173,7 @@ def test_an_analysis_that_ends_a_debug_chain_is_filed_with_the_failed_node(tmp_p
     assert failed.terminal and failed.gave_up_because is not None
     filed = ctl.store.node_dir(0).give_up / "error_analysis.json"
     assert json.loads(filed.read_text()) == record
-    assert list((ctl.store.root / "proposals").iterdir()) == []
+    assert list((ctl.store.proposals_dir).iterdir()) == []
     view = collect(ctl.store.root)
     assert view.nodes[0].give_up_analysis == record and view.nodes[0].error_analysis is None
     assert view.agent_costs["error_analyzer"].tokens["input_tokens"] == 7

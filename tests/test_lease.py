@@ -144,7 +144,7 @@ def test_a_controller_that_loses_its_lease_stops_and_its_successor_finishes(tmp_
 
     sched = ScriptedScheduler([["RUNNING", taken_over, "RUNNING", done, "COMPLETED"],
                                ["RUNNING", done, "COMPLETED"], ["RUNNING", done, "COMPLETED"]])
-    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
     plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {"lr": 1e-3})  # noqa: E731
     with pytest.raises(LeaseLost):
         Controller(store, sched, ScriptedMethod(ctx, [plan] * 3), poll_s=0.001).run()
@@ -174,7 +174,7 @@ def test_a_takeover_after_the_last_write_is_found_before_the_controller_leaves(t
         def stop(self) -> None:
             self.stopped = True
 
-    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
     plan = lambda tree: PhasePlan(Action(Kind.SCRATCH, None), {"lr": 1e-3})  # noqa: E731
     monitor = Monitor()
     ctl = Controller(RunStore.open(store.root), ScriptedScheduler([["RUNNING", done, "COMPLETED"]]),

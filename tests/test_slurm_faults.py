@@ -94,7 +94,7 @@ def controller(store: RunStore, sched: SlurmScheduler, steps: int = 3
                ) -> tuple[Controller, io.StringIO]:
     """The real controller on `store`; its method offers one phase of `steps` steps per node
     the run's budget allows."""
-    ctx = MethodContext(store.config, store.node_dir, store.root / "proposals")
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
     plans = [scratch(steps)] * store.config.search.budget_iterations
     out = io.StringIO()
     return Controller(store, sched, ScriptedMethod(ctx, plans), poll_s=POLL_S, out=out), out

@@ -123,7 +123,7 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
         raise SchedulerError("scheduler is slurm, but no slurmctld answers squeue (is SLURM_CONF "
                              "set?); nothing was submitted: start again once it answers")
     scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.api_key_env])
-    ctx = MethodContext(cfg, store.node_dir, store.root / "proposals", base_hparams=base)
+    ctx = MethodContext(cfg, store.node_dir, store.proposals_dir, base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     def curves(tree: Tree) -> None:

@@ -81,6 +81,7 @@ class RunStore:
                  stale_after: float = 30.0, config: ExperimentConfig | None = None):
         self.root = Path(root).resolve()   # node dirs go into #SBATCH lines: absolute
         self.nodes_dir = self.root / "nodes"
+        self.proposals_dir = self.root / "proposals"   # agents' records before their node exists
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
         self._config = config
         self.corrupt: dict[int, str] = {}   # node id -> why, from the last load_tree
@@ -151,8 +152,8 @@ class RunStore:
 
     @staticmethod
     def file_records(records: Path | None, into: Path) -> None:
-        """Move the agents' records, written before their node was known (proposals/<id>/),
-        into the node's folder `into`; a record filed there before (a restarted controller
+        """Move the agents' records, written before their node was known (a folder in
+        proposals_dir), into the node's folder `into`; a record filed there before (a restarted controller
         asking again) is replaced."""
         if records is None or not records.is_dir():
             return
