@@ -304,6 +304,44 @@ def test_a_rerun_elsewhere_starts_the_phase_over_there_and_leaves_the_node_alone
     assert files_of(s.node_dir) == before
 
 
+def test_a_second_rerun_into_a_folder_in_use_is_refused_until_the_first_ends(tmp_path):
+    """Two reruns into one folder would write one status.json and one checkpoint folder
+    each: the second waits for nothing and exits 2 while the first runs, then resumes."""
+    waiting = tmp_path / "waiting-trainer"
+    waiting.write_text(f"""#!{sys.executable}
+import os, pathlib, time
+node = pathlib.Path(os.environ["LLMZ_NODE_DIR"])
+(node / "started").touch()
+while not (node / "release").exists():
+    time.sleep(0.05)
+""")
+    waiting.chmod(0o755)
+    script = write_phase_script(spec(tmp_path, trainer={"python": str(waiting)}))
+    rerun = tmp_path / "rerun"
+    cmd = ["bash", str(script)]
+    env = {"PATH": "/usr/bin:/bin", "LLMZ_RERUN_DIR": str(rerun)}
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (rerun / "started").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        (rerun / "started").unlink()
+        second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert "another rerun is running in it" in second.stderr
+        assert not (rerun / "started").exists()
+        assert json.loads((rerun / "status.json").read_text())["state"] == "running"
+    finally:
+        (rerun / "release").touch()
+        first.wait(timeout=60)
+    assert first.returncode == 0
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+
+
 def test_shell_metacharacters_in_values_never_execute(tmp_path):
     for hostile in HOSTILE:
         s = spec(tmp_path, task=files_task(train_files=[hostile], val_files=[f"/v/{hostile}"],
