@@ -234,6 +234,38 @@ def test_a_sample_budget_cuts_the_last_phase_to_what_is_left_and_ends_the_search
     assert "training samples used or committed" in out.getvalue()
 
 
+def test_a_proposal_the_sample_budget_has_no_room_for_is_asked_for_once(tmp_path):
+    """With samples left but less than a step's worth, the controller asked the method (an
+    LLM call) again at every poll while a phase ran, and left each answer in proposals/,
+    where the report counted none of its cost."""
+    from llmzero_slurm.report import write_report
+    from llmzero_slurm.report.collect import collect
+    per_phase = HP["total_training_steps"] * 32 * 8     # the CPU trainer's batch shape
+    store = new_run(tmp_path, budget_iterations=10, budget_samples=per_phase + 100,
+                    concurrency=2)
+    asked: list[int] = []
+
+    def proposal(tree: Tree) -> PhasePlan:
+        asked.append(len(tree))
+        records = store.proposals_dir / f"p{len(asked)}"
+        records.mkdir(parents=True)
+        (records / "proposal.json").write_text(json.dumps(
+            {"agent": "proposer", "backend": "heuristic", "usage": {"input_tokens": 5}}))
+        return PhasePlan(Action(Kind.EVOLVE, 0), dict(HP), 10, "evolve", records)
+
+    sched = ScriptedScheduler([["RUNNING"] * 30 + [trained({10: 0.3, 20: 0.5}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, proposal, proposal], store)
+    assert ctl.run() == 0
+    assert len(ctl.store.load_tree()) == 1 and asked == [1]
+    said = out.getvalue()
+    assert "needs 256 training samples a step and the budget has 100 left" in said
+    assert "less than a step of training samples is left" in said
+    view = collect(store.root)
+    assert view.agent_costs["proposer"].tokens["input_tokens"] == 5
+    assert any("1 agent answer made no phase" in note for note in view.notes)
+    assert "made no phase" in write_report(store.root).read_text()
+
+
 def finished_cleanly(files: NodeDir) -> None:
     """The job's own end record: every step done, exit 0 (job ids start at 100)."""
     files.status_file.write_text(json.dumps({"state": "completed", "job_id": "100",

@@ -10,7 +10,6 @@ import signal
 import sys
 import time
 from functools import partial
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -24,6 +23,7 @@ from ..search.tree import Node, Status, Tree
 from ..store.run_store import RunStore
 from .. import faults
 from .ingest import collect_results
+from .admission import Admission
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper
 from .progress import Progress
@@ -53,9 +53,10 @@ class Controller:
         self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s)
         self.backend = get_backend(self.config.backend)
         s = self.config.search
-        self.budget = Budget(s.budget_iterations, s.budget_samples, s.budget_gpu_hours,
-                             s.budget_wall_hours, self.backend.defaults(),
-                             started_at=store.created_at)
+        self.admission = Admission(Budget(s.budget_iterations, s.budget_samples,
+                                          s.budget_gpu_hours, s.budget_wall_hours,
+                                          self.backend.defaults(), started_at=store.created_at),
+                                   self.progress)
         self._stop_signal: int | None = None
         self._quarantine_told: set[int] = set()
 
@@ -104,12 +105,13 @@ class Controller:
                 stop_phases(self.store, tree, self.scheduler, cancel, self.lease.token, self.progress.event)
                 return 128 + self._stop_signal if self._stop_signal else 0
             pending = [n for n in tree if n.status.pending]
-            spent = self.budget.spent(tree)
+            spent = self.admission.closed(tree)
             if spent is None and not self.method.exhausted(tree):
                 tree = self._start_phases(tree, len(pending))
                 pending = [n for n in tree if n.status.pending]
                 if not pending:   # nothing running and nothing the method can start
-                    return self._finished(tree, f"{self.method.name} has nothing left to run")
+                    return self._finished(tree, self.admission.closed(tree)
+                                          or f"{self.method.name} has nothing left to run")
             elif not pending:
                 return self._finished(tree, spent or "the search has no branch left to grow")
             if self.monitor is not None and self.method.early_stopping:
@@ -149,12 +151,12 @@ class Controller:
 
     def _start_phases(self, tree: Tree, running: int) -> Tree:
         """Create and submit phases until `concurrency` are pending or the method must wait."""
-        while running < self.config.search.concurrency and self.budget.spent(tree) is None:
+        while running < self.config.search.concurrency and self.admission.closed(tree) is None:
             plan = self.method.next_phase(tree)
             if plan is None:
                 break
             if isinstance(plan, PhasePlan):
-                plan = self._within_budget(tree, plan)
+                plan = self.admission.admit(tree, plan)
                 if plan is None:
                     break
             if isinstance(plan, GiveUp):
@@ -168,17 +170,6 @@ class Controller:
                 running += self.submitter.submit(node)
             tree = self.store.load_tree()
         return tree
-
-    def _within_budget(self, tree: Tree, plan: PhasePlan) -> PhasePlan | None:
-        """The plan, its steps cut to what the sample budget has left; None when nothing is."""
-        steps = self.budget.fit_steps(tree, plan.hparams)
-        if steps == 0:
-            return None
-        if steps is None or steps == plan.hparams.get("total_training_steps"):
-            return plan
-        return replace(plan, hparams={**plan.hparams, "total_training_steps": steps},
-                       diagnosis=f"{plan.diagnosis} [cut to {steps} steps: what is left of "
-                       "the sample budget]".lstrip())
 
     # -- creating and submitting --------------------------------------------------------------
 

@@ -155,15 +155,33 @@ def _phases(tree: Tree, views: dict[int, NodeView]) -> list[Phase]:
     return phases
 
 
-def _agent_costs(views: dict[int, NodeView]) -> dict[str, AgentCost]:
+def _unused_records(folder: Path, notes: list[str]) -> list[tuple[str, dict]]:
+    """Agents' answers that made no phase (the sample budget had no room for the plan, or the
+    controller stopped between asking and creating it): no node shows them, yet they were paid."""
+    found = []
+    for records in sorted(p for p in folder.glob("*") if p.is_dir()):
+        files = NodeDir(records)
+        for fallback, path in (("proposer", files.proposal_file),
+                               ("error_analyzer", files.error_analysis_file)):
+            if isinstance(record := _read(path, notes), dict):
+                found.append((fallback, record))
+    if found:
+        notes.append(f"{len(found)} agent answer{'s' if len(found) > 1 else ''} made no phase "
+                     f"(kept in {folder.name}/); counted in the agents' costs")
+    return found
+
+
+def _agent_costs(views: dict[int, NodeView],
+                 unused: list[tuple[str, dict]]) -> dict[str, AgentCost]:
     costs: dict[str, AgentCost] = {}
+    records: list[tuple[str, dict | None]] = list(unused)
     for view in views.values():
-        for fallback, records in (("proposer", [view.proposal]),
-                                  ("error_analyzer", [view.error_analysis, view.give_up_analysis]),
-                                  ("stopper", view.stops)):
-            for record in records:
-                if record:
-                    costs.setdefault(str(record.get("agent") or fallback), AgentCost()).add(record)
+        records += [("proposer", view.proposal), ("error_analyzer", view.error_analysis),
+                    ("error_analyzer", view.give_up_analysis)]
+        records += [("stopper", stop) for stop in view.stops]
+    for fallback, record in records:
+        if record:
+            costs.setdefault(str(record.get("agent") or fallback), AgentCost()).add(record)
     return costs
 
 
@@ -175,4 +193,5 @@ def collect(root: str | Path) -> RunView:
              for n in sorted(tree, key=lambda n: n.id)}
     phases = _phases(tree, views)
     best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
-    return RunView(store.root, store.config, tree, views, phases, best, _agent_costs(views), notes)
+    costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
+    return RunView(store.root, store.config, tree, views, phases, best, costs, notes)

@@ -75,10 +75,16 @@ class Budget:
         """The training steps a new phase with `hparams` may take: its planned steps, cut to
         what is left of the sample budget; 0 when not even one step is left; None when the
         phase's length is not set in steps (it is then charged as it trains)."""
-        hp = {**self.defaults, **hparams}
-        steps = planned_steps(hp)
-        if self.samples is None or steps is None:
+        steps = planned_steps({**self.defaults, **hparams})
+        left = self.samples_left(tree)
+        if left is None or steps is None:
             return steps
-        per_step = samples_per_step(hp)
-        left = self.samples - self.samples_committed(tree)
+        per_step = self.step_samples(hparams)
         return max(0, min(steps, left // per_step if per_step else steps))
+
+    def samples_left(self, tree: Tree) -> int | None:
+        return None if self.samples is None else self.samples - self.samples_committed(tree)
+
+    def step_samples(self, hparams: Mapping[str, Any]) -> int:
+        """Samples one step of a phase with `hparams` takes (the trainer's batch shape)."""
+        return samples_per_step({**self.defaults, **hparams})
