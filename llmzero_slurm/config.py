@@ -2,6 +2,7 @@
 
 Each section is a dataclass whose field defaults are the documented defaults; unknown keys
 are refused with the list of known ones, so a typo never silently falls back to a default.
+Every problem of a file is reported at once, so a user fixes them all in one round.
 
 Long: the sections and their checks are one file format; split up, a reader would have to visit
 several files to learn what one experiment.yaml may say.
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .hparams import validate_hparams
 from .search.settings import SearchSettings, check_ranges
@@ -141,7 +142,7 @@ class StateConfig:
 
 @dataclass
 class ExperimentConfig:
-    name: str
+    name: str = ""                 # required: parse_config refuses a file without one
     backend: str = "cpu"           # cpu | verl
     scheduler: str = "auto"        # auto | slurm | local
     model_path: str | None = None  # verl: HF model directory or hub id cached on the cluster
@@ -162,8 +163,9 @@ class ExperimentConfig:
         return data
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    """Instantiate a config dataclass from a mapping, naming the path of any bad key."""
+def _build(cls: type, data: Any, where: str, problems: ConfigProblems) -> Any:
+    """Instantiate a config dataclass from a mapping, naming the path of any bad key; a bad
+    key is kept in `problems` and left at its default, so the other keys are still checked."""
     if not isinstance(data, Mapping):
         raise ConfigError(where or "<top>", f"must be a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -171,13 +173,14 @@ def _build(cls: type, data: Any, where: str) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            raise ConfigError(path, f"unknown key (known: {', '.join(sorted(names))})")
-        hint = hints[key]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value, path)
-        else:
-            kwargs[key] = _coerce(hint, value, path)
+        with problems.collect():
+            if key not in names:
+                raise ConfigError(path, f"unknown key (known: {', '.join(sorted(names))})")
+            hint = hints[key]
+            if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+                kwargs[key] = _build(hint, value, path, problems)
+            else:
+                kwargs[key] = _coerce(hint, value, path)
     try:
         return cls(**kwargs)
     except TypeError as exc:
@@ -226,28 +229,41 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
 
 
 def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
-    """Build and check a configuration from already-parsed YAML."""
-    if isinstance(data, Mapping) and "name" not in data:   # before the dataclass's TypeError
-        raise ConfigError("name", "is required (a short experiment name used in job names)")
-    cfg = _build(ExperimentConfig, data, "")
-    if not _NAME.match(cfg.name):
-        raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job names)")
-    _check_names(cfg)
-    cfg.state.check("state")
-    if cfg.slurm.gpu_directive not in ("gpus-per-node", "gres"):
-        raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
-    cfg.agents.check("agents")
-    try:
-        cfg.hparams = validate_hparams(cfg.hparams, cfg.backend, written=True)
-    except ConfigError as exc:
-        raise ConfigError(f"hparams.{exc.key}", exc.problem) from None
-    cfg.task.check("task")
-    cfg.task.warm_start.check("task.warm_start")
-    cfg.monitor.check("monitor")
-    _check_for_backend(cfg)
-    cfg.search.check()
+    """Build and check a configuration from already-parsed YAML. Every problem is raised at
+    once, in the file's order of sections; a check is left out when a key it reads was
+    refused (it would see that key's default, and could report a problem that is none)."""
+    problems = ConfigProblems()
+    if isinstance(data, Mapping) and "name" not in data:
+        problems.errors.append(ConfigError("name", "is required (a short experiment name used "
+                                                   "in job names)"))
+    cfg = _build(ExperimentConfig, data, "", problems)
+    check = problems.check
+    _check_names(cfg, problems)
+    check(lambda: cfg.state.check("state"))
+    check(lambda: cfg.slurm.check("slurm"))
+    check(lambda: cfg.agents.check("agents"))
+    _check_hparams(cfg, problems)
+    check(lambda: cfg.task.check("task"))
+    check(lambda: cfg.task.warm_start.check("task.warm_start"))
+    check(lambda: cfg.monitor.check("monitor"))
+    check(lambda: _check_for_backend(cfg), "backend", "slurm.gpus_per_node")
+    check(cfg.search.check, "search.method", "search.strategy_file")
+    problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
+
+
+def _check_hparams(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
+    """Each key alone, so that every bad one is named, then all together for their batch
+    arithmetic; which keys are valid depends on the backend, so not with a refused one."""
+    if problems.refused("backend", "hparams"):
+        return
+    for key, value in cfg.hparams.items():
+        with problems.collect("hparams."):
+            validate_hparams({key: value}, cfg.backend, written=True)
+    if not problems.refused("hparams"):
+        with problems.collect("hparams."):
+            cfg.hparams = validate_hparams(cfg.hparams, cfg.backend, written=True)
 
 
 def _check_for_backend(cfg: ExperimentConfig) -> None:
@@ -267,17 +283,27 @@ def _check_for_backend(cfg: ExperimentConfig) -> None:
                           "give each phase node's GPU count (e.g. 8), not 0")
 
 
-def _check_names(cfg: ExperimentConfig) -> None:
-    """Names are their registries' to check. Imported here: the backends' and the methods'
-    packages import this module, so importing them at the top would tie the two together."""
+def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
+    """The experiment's name, and names that are their registries' to check. Imported here:
+    the backends' and the methods' packages import this module, so importing them at the top
+    would tie the two together."""
     from .backends.registry import BACKENDS
     from .methods.registry import check_method
     from .schedulers import check_scheduler_kind
 
-    if cfg.backend not in BACKENDS:
-        raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)}")
-    check_scheduler_kind(cfg.scheduler)
-    check_method(cfg.search.method, bool(cfg.search.space))
+    def name() -> None:
+        if not _NAME.match(cfg.name):
+            raise ConfigError("name", "use 1-40 letters, digits, '-' or '_' (it appears in job "
+                                      "names)")
+
+    def backend() -> None:
+        if cfg.backend not in BACKENDS:
+            raise ConfigError("backend", f"must be one of {', '.join(BACKENDS)}")
+    problems.check(name, "name")
+    problems.check(backend, "backend")
+    problems.check(lambda: check_scheduler_kind(cfg.scheduler), "scheduler")
+    problems.check(lambda: check_method(cfg.search.method, bool(cfg.search.space)),
+                   "search.method", "search.space")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -1,7 +1,8 @@
 """Errors a user can act on. Each names the thing that is wrong (a key, a file, a job)."""
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 
 class LLMZeroError(Exception):
@@ -18,6 +19,67 @@ class ConfigError(LLMZeroError):
     def __init__(self, key: str, problem: str):
         super().__init__(f"config key '{key}': {problem}")
         self.key, self.problem = key, problem
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        """Each problem this error reports: itself alone, unless it is a ConfigErrors."""
+        return [self]
+
+
+class ConfigErrors(ConfigError):
+    """Every problem found in one configuration, each on a line of its own, so a user fixes
+    them in one round. `key` and `problem` are the first's, for callers that name one."""
+
+    def __init__(self, errors: Sequence[ConfigError], source: str = "the configuration"):
+        super().__init__(errors[0].key, errors[0].problem)
+        self._errors = list(errors)
+        self.args = ("\n  ".join([f"{len(errors)} problems found in {source}:", *map(str, errors)]),)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self._errors
+
+
+class ConfigProblems:
+    """The problems of one configuration's independent keys and checks, collected so that
+    all of them are raised together instead of one per round of fixing."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextmanager
+    def collect(self, prefix: str = "") -> Iterator[None]:
+        """Run the block, keeping what it refuses (its keys under `prefix`) instead of raising."""
+        try:
+            yield
+        except ConfigError as exc:
+            self.errors += [ConfigError(prefix + e.key, e.problem) if prefix else e
+                            for e in exc.errors]
+
+    def refused(self, *keys: str) -> bool:
+        """Whether a problem was found at, under or above one of `keys`: a check reading such
+        a key would see its default instead, and could report a problem that is none."""
+        return any(e.key == k or e.key.startswith(k + ".") or k.startswith(e.key + ".")
+                   for e in self.errors for k in keys)
+
+    def check(self, check: Callable[[], object], *reads: str) -> None:
+        """Run `check`, keeping its problems, unless a key it `reads` was refused already."""
+        if not self.refused(*reads):
+            with self.collect():
+                check()
+
+    def raise_all(self, source: str = "the configuration", order: Sequence[str] = ()) -> None:
+        """Raise what was found, if anything: one problem as itself (its message as ever),
+        more as ConfigErrors, by their top-level keys' places in `order` (the file's), those
+        of sections the file leaves out last."""
+        def place(error: ConfigError) -> int:
+            top = error.key.split(".")[0]
+            return order.index(top) if top in order else len(order)
+        found = sorted(self.errors, key=place)
+        if len(found) > 1:
+            raise ConfigErrors(found, source)
+        if found:
+            raise found[0]
 
 
 class HyperparameterError(ConfigError):

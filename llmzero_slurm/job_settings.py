@@ -29,6 +29,10 @@ class SlurmConfig:
     setup: list[str] = field(default_factory=list)
     requeue: bool = True
 
+    def check(self, where: str) -> None:
+        if self.gpu_directive not in ("gpus-per-node", "gres"):
+            raise ConfigError(f"{where}.gpu_directive", "must be 'gpus-per-node' or 'gres'")
+
 
 @dataclass
 class MonitorConfig:

@@ -65,6 +65,56 @@ def test_a_missing_name_is_named():
         parse_config({"backend": "cpu"})
     assert str(err.value) == "config key 'name': is required (a short experiment name used in " \
                              "job names)"
+    assert refused({"name": "x", "search": {"concurrency": 0}}) == \
+        "config key 'search.concurrency': must be > 0 (got 0)"
+
+
+def test_every_problem_of_a_config_is_named_at_once(tmp_path):
+    """Only the first problem was named: a file with three typos took three rounds of --check.
+    They come in the file's order, counted; the error is still a ConfigError (exit 2) whose
+    key and problem are the first's."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: x\nsearch:\n  concurrency: 0\nslurm:\n  nodse: 1\n"
+                    "agents:\n  backend: claude\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).splitlines() == [
+        f"3 problems found in {path}:",
+        "  config key 'search.concurrency': must be > 0 (got 0)",
+        "  config key 'slurm.nodse': unknown key (known: account, constraint, cpus_per_task, "
+        "exclusive, extra_directives, gpu_directive, gpu_type, gpus_per_node, mem, nodes, "
+        "partition, qos, requeue, setup, time)",
+        "  config key 'agents.backend': must be auto, anthropic, openai or heuristic"]
+    assert (err.value.exit_code, err.value.key, err.value.problem) == \
+        (2, "search.concurrency", "must be > 0 (got 0)")
+
+
+@pytest.mark.parametrize("data, keys", [
+    ({"hparams": {"lr": "fast", "rollout_n": 1}, "agents": {"max_tokens": 0, "timeout_s": 0}},
+     ["hparams.lr", "hparams.rollout_n", "agents.max_tokens", "agents.timeout_s", "name"]),
+    ({"name": 5, "task": {"warm_start": {"band": [0.5, 0.2], "stepz": 1}}},
+     ["name", "task.warm_start.stepz", "task.warm_start.band"]),
+    ({"name": "x", "state": 3, "slurm": {"gpu_directive": "gpu"}, "monitor": {"qos": "a b"}},
+     ["state", "slurm.gpu_directive", "monitor.qos"]),
+    ({"name": "x", "backend": "vrel", "scheduler": "pbs", "hparams": {"max_num_seqs": 4}},
+     ["backend", "scheduler"]),
+    ({"name": "x", "backend": 1, "model_path": "m", "slurm": {"gpus_per_node": "eight"}},
+     ["backend", "slurm.gpus_per_node"]),
+    ({"name": "x", "search": {"method": "replay", "strategy_file": 3}},
+     ["search.strategy_file"]),
+    ({"name": "x", "hparams": {"train_batch_size": "8", "ppo_mini_batch_size": 3}},
+     ["hparams.train_batch_size"]),
+], ids=["hparams-and-agents", "name-and-warm-start", "sections", "names", "backend",
+        "replay", "batch-arithmetic"])
+def test_independent_problems_come_together_and_dependent_ones_not_at_all(data, keys):
+    """Each key's problem is named; a check that reads a refused key is left out, as it would
+    see that key's default: `backend: 1` is not also 'model_path is read by verl only', a
+    refused batch size is not also a batch that does not divide."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert [e.key for e in err.value.errors] == keys
+    assert str(err.value).splitlines()[0] == \
+        (f"{len(keys)} problems found in <memory>:" if len(keys) > 1 else str(err.value))
 
 
 def test_yaml_errors_name_the_file(tmp_path):

@@ -5,19 +5,23 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ConfigProblems
 
 
 def check_ranges(section: str, settings: object, positive: Iterable[str] = (),
                  non_negative: Iterable[str] = ()) -> None:
     """Refuse a numeric setting of `section` out of its range, by key; unset (None) passes.
-    Every config section states its ranges through this, so each bound is written once."""
+    Every config section states its ranges through this, so each bound is written once; every
+    value out of range is named at once."""
+    problems = ConfigProblems()
     for names, within, bound in ((positive, operator.gt, "> 0"),
                                  (non_negative, operator.ge, ">= 0")):
         for name in names:
             value = getattr(settings, name)
             if value is not None and not within(value, 0):
-                raise ConfigError(f"{section}.{name}", f"must be {bound} (got {value!r})")
+                problems.errors.append(ConfigError(f"{section}.{name}",
+                                                   f"must be {bound} (got {value!r})"))
+    problems.raise_all()
 
 
 @dataclass
