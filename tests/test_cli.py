@@ -327,6 +327,29 @@ def test_a_bad_config_is_one_line_naming_the_key(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_every_problem_of_a_config_is_printed_at_once_by_start_and_check(tmp_path):
+    """A start or --check named only the first problem, so three typos took three rounds:
+    a start prints them all under their count, --check each as a FAIL line, and says the
+    checks that read the config did not run. Both exit 2 and create nothing."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: x\nscheduler: local\ntask: {builtin: addition}\nslurm: {nodse: 1}\n"
+                    "agents: {backend: claude}\nsearch: {concurrency: 0}\n")
+    keys = ["'slurm.nodse': unknown key", "'agents.backend': must be auto",
+            "'search.concurrency': must be > 0"]
+    done = cli("start", str(path), "--run-dir", str(tmp_path / "run"))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and lines[0] == f"error: 3 problems found in {path}:"
+    assert [line.startswith(f"  config key {key}") for line, key in zip(lines[1:], keys)] == \
+        [True] * 3 and len(lines) == 4
+    check = cli("start", str(path), "--run-dir", str(tmp_path / "run"), "--check")
+    lines = check.stdout.splitlines()
+    assert check.returncode == 2 and check.stderr == "", check.stderr
+    assert [line.startswith(f"[FAIL] config: config key {key}")
+            for line, key in zip(lines, keys)] == [True] * 3
+    assert lines[3:] == ["[FAIL] other checks: not run: fix the config first"]
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     config = tmp_path / "exp.yaml"
     config.write_text("name: x\nscheduler: local\ntask:\n  builtin: addition\n")

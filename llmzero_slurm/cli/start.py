@@ -81,6 +81,18 @@ def config_of(args: argparse.Namespace) -> ExperimentConfig:
     return load_config(args.config)
 
 
+def checked_config(args: argparse.Namespace) -> tuple[ExperimentConfig | None, list[Check]]:
+    """--check's config; or, when it has problems, a FAIL line for each and one saying that
+    the checks which read it did not run. A file that cannot be read is an error, as ever."""
+    try:
+        return config_of(args), []
+    except ConfigError as exc:
+        if exc.key == "<file>":
+            raise
+        return None, [*(Check("config", False, str(error)) for error in exc.errors),
+                      Check("other checks", False, "not run: fix the config first")]
+
+
 def run_dir_of(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
     """Where the run lives: CONFIG when it is a run directory, else --run-dir or runs/<name>."""
     if (args.config / "meta.json").exists():
@@ -209,7 +221,10 @@ def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check:
-        cfg = config_of(args)
+        cfg, checks = checked_config(args)
+        if cfg is None:
+            print("\n".join(check.line() for check in checks))
+            return 2
         kind = resolve_scheduler_kind(cfg.scheduler)
         checks = preflight(cfg, kind, run_dir_of(args, cfg))
         for check in checks:
