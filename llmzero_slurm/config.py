@@ -247,7 +247,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     check(lambda: cfg.task.warm_start.check("task.warm_start"))
     check(lambda: cfg.monitor.check("monitor"))
     check(lambda: _check_for_backend(cfg), "backend", "slurm.gpus_per_node")
-    check(cfg.search.check, "search.method", "search.strategy_file")
+    check(cfg.search.check, "search.strategy_file")
     problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
@@ -303,7 +303,7 @@ def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
     problems.check(backend, "backend")
     problems.check(lambda: check_scheduler_kind(cfg.scheduler), "scheduler")
     problems.check(lambda: check_method(cfg.search.method, bool(cfg.search.space)),
-                   "search.method", "search.space")
+                   "search.method")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -102,10 +102,12 @@ def test_every_problem_of_a_config_is_named_at_once(tmp_path):
      ["backend", "slurm.gpus_per_node"]),
     ({"name": "x", "search": {"method": "replay", "strategy_file": 3}},
      ["search.strategy_file"]),
+    ({"name": "x", "search": {"method": 5, "space": 3, "concurrency": 0}},
+     ["search.method", "search.space", "search.concurrency"]),
     ({"name": "x", "hparams": {"train_batch_size": "8", "ppo_mini_batch_size": 3}},
      ["hparams.train_batch_size"]),
 ], ids=["hparams-and-agents", "name-and-warm-start", "sections", "names", "backend",
-        "replay", "batch-arithmetic"])
+        "replay", "search", "batch-arithmetic"])
 def test_independent_problems_come_together_and_dependent_ones_not_at_all(data, keys):
     """Each key's problem is named; a check that reads a refused key is left out, as it would
     see that key's default: `backend: 1` is not also 'model_path is read by verl only', a
