@@ -1,8 +1,14 @@
 """The search budget in training samples: what a finished, an early-stopped and a pending phase
-are charged, and how much of a new phase still fits."""
+are charged, how much of a new phase still fits, and when the controller may ask for one."""
 from __future__ import annotations
 
+import io
+
+from llmzero_slurm.controller.admission import Admission
+from llmzero_slurm.controller.progress import Progress
+from llmzero_slurm.methods.base import PhasePlan
 from llmzero_slurm.search.budget import Budget, node_samples
+from llmzero_slurm.search.policy import Action
 from llmzero_slurm.search.tree import Kind, Node, Resume, Results, Status, Tree
 
 DEFAULTS = {"train_batch_size": 32, "rollout_n": 8}
@@ -52,3 +58,20 @@ def test_cancelled_phases_do_not_use_up_the_phase_count():
     assert budget.spent(tree) is None
     tree = Tree([*tree, node(2, Status.QUEUED, None, resume=Resume(0, 20))])
     assert budget.spent(tree) == "2 of 2 phases created (1 cancelled, not counted)"
+
+
+def test_no_room_for_a_step_closes_the_budget_until_an_early_stop_gives_samples_back():
+    """Asking the method again (an LLM call) with the same samples left would only repeat it."""
+    out = io.StringIO()
+    admission = Admission(Budget(iterations=100, samples=20 * 256 + 100, defaults=DEFAULTS),
+                          Progress(out))
+    running = Tree([node(0, Status.RUNNING, 2)])
+    plan = PhasePlan(Action(Kind.EVOLVE, 0), {"total_training_steps": 20}, 10)
+    assert admission.closed(running) is None
+    assert admission.admit(running, plan) is None
+    assert "needs 256 training samples a step and the budget has 100 left" in out.getvalue()
+    assert admission.closed(running) == "less than a step of training samples is left (100)"
+    stopped = Tree([node(0, Status.EARLY_STOPPED, 15)])      # 5 of its 20 steps given back
+    assert admission.closed(stopped) is None
+    admitted = admission.admit(stopped, plan)
+    assert admitted is not None and admitted.hparams["total_training_steps"] == 5
