@@ -61,10 +61,17 @@ def test_truncating_run_raises_max_response_length(tmp_path):
     assert p.hparams["max_response_length"] > node.hparams["max_response_length"]
 
 
-def test_healthy_run_continues_and_capacity_never_shrinks(tmp_path):
+def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_path):
+    """Rule 7 said 'continue unchanged', an answer the answer check refuses: every healthy
+    phase silently took the first alternative under the healthy diagnosis."""
     node, _, p = propose("healthy", tmp_path)
-    assert not p.diagnosis.startswith(("collapse", "truncation"))
+    assert p.diagnosis == "healthy: validation is still improving at the end of the phase."
+    assert p.changes == {"lr": node.hparams["lr"] * 0.5,
+                         "kl_loss_coef": node.hparams["kl_loss_coef"] * 1.5}
     assert p.checkpoint == max(node.results.checkpoints)
+    _, _, second = propose("healthy", tmp_path / "b", taken=[p.hparams])
+    assert "taken or invalid: a bolder variant" in second.diagnosis
+    assert second.hparams["lr"] > node.hparams["lr"]
     for key in ("rollout_n", "max_response_length"):
         assert p.hparams[key] >= node.hparams[key]
 

@@ -16,7 +16,8 @@ last fifth of the logged points):
 5. vanishing     validation flat and grad_norm halved: lr x2 with KL coef x1.5 (escape the
                  plateau without diverging), rollouts x2.
 6. noisy         grad_norm varies more than its mean: lr x0.7, grad_clip x0.5, rollouts x2.
-7. healthy       validation still rising: continue unchanged from the last checkpoint.
+7. healthy       validation still rising: go on from the last checkpoint with smaller,
+                 more anchored steps (lr x0.5, KL coef x1.5).
 8. plateau       otherwise, sharpen: temperature -0.3 (not below 0.3), so a policy that has
                  learnt what exploration found trains on its own sharper samples (on the
                  reverse task a fixed 0.3 with the KL anchor is erratic from the base,
