@@ -86,12 +86,39 @@ def test_a_dict_reward_trains_on_its_score_and_validates_on_its_acc(tmp_path):
     assert (plain.score, plain.acc, plain.accuracy) == (1.0, None, 1.0)
 
 
+@pytest.mark.parametrize("result, score, acc", [
+    ("answer == truth", 1.0, None),                               # a bool, as verl takes it
+    ("numpy.float32(0.5)", 0.5, None),                            # numpy's scalars
+    ("numpy.int64(1)", 1.0, None),
+    ("numpy.bool_(True)", 1.0, None),
+    ("{'score': 1.0, 'acc': answer == truth}", 1.0, 1.0),         # verl's math_dapo shape
+    ("{'score': numpy.float32(-1.0), 'acc': numpy.bool_(False)}", -1.0, 0.0),
+])
+def test_rewards_verl_accepts_are_judged_as_numbers(tmp_path, result, score, acc):
+    """verl writes whatever compute_score returns into its reward tensor, so a bool or a numpy
+    scalar is a valid reward there; refusing it failed every phase of a working reward file."""
+    path = tmp_path / "verl_style.py"
+    path.write_text("import numpy\n"
+                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    answer, truth = solution_str, ground_truth\n"
+                    f"    return {result}\n")
+    judged = judge(load_reward(path), path, "s", "x", "x", {})
+    assert (judged.score, judged.acc) == (score, acc)
+    assert type(judged.score) is float and (acc is None or type(judged.acc) is float)
+
+
 def test_reward_results_must_be_numbers(tmp_path):
     bad = tmp_path / "bad_reward.py"
     bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                    "    return 'yes'\n")
     with pytest.raises(DataError, match="bad_reward.py.*finite number"):
         judge(load_reward(bad), bad, "s", "x", "x", {})
+    for wrong in ("None", "float('nan')", "[1.0]", "numpy.array([1.0, 0.0])", "numpy.float64('inf')"):
+        bad.write_text("import numpy\n"
+                       "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       f"    return {wrong}\n")
+        with pytest.raises(DataError, match="finite number"):
+            judge(load_reward(bad), bad, "s", "x", "x", {})
     (tmp_path / "none.py").write_text("x = 1\n")
     with pytest.raises(DataError, match="defines no function compute_score"):
         load_reward(tmp_path / "none.py")

@@ -71,8 +71,22 @@ class Judgement:
         return self.score if self.acc is None else self.acc
 
 
+def _scalar(value: Any) -> Any:
+    """A numpy or torch scalar (np.float32, np.bool_, a 0-d tensor) as the Python number it
+    holds: verl writes what compute_score returns into its reward tensor, so these, and bools,
+    are rewards there. Anything else, arrays included, is returned as it is."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        try:
+            return item()
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
 def _number(path: Any, data_source: str, what: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    value = _scalar(value)
+    if not isinstance(value, (bool, int, float)) or not math.isfinite(value):
         raise DataError(path, f"reward for {data_source!r} must be a finite number or a dict "
                         f"with a numeric 'score' (and optional 'acc'), got {what}{value!r:.80}")
     return float(value)
