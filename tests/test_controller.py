@@ -16,8 +16,10 @@ from llmzero_slurm.controller.controller import NOTHING_COMPLETED, Controller
 from llmzero_slurm.controller.lease import Lease
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
+from llmzero_slurm.report.tensorboard import export_tensorboard
 from llmzero_slurm.search.policy import Action
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission, Tree
+from llmzero_slurm.store.atomic import read_json
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
 from metrics_files import val_rows, write_metrics
@@ -94,6 +96,26 @@ def test_submits_watches_ingests_and_evolves_from_a_checkpoint(tmp_path):
     assert ctl.store.node_dir(0).script.is_file()
     log = out.getvalue()
     assert "node 0: submitted as job 100" in log and "node 1: completed" in log
+
+
+def test_the_curves_show_the_final_tree_when_the_last_phase_ends_the_search(tmp_path):
+    """The poll that ingests the last phase also ends the search: TensorBoard must get that
+    phase's last points and the best strategy it makes, not the tree of the poll before."""
+    from test_tensorboard import TB_VAL, scalars
+    sched = ScriptedScheduler([
+        ["RUNNING", trained({10: 0.3, 20: 0.5}), "COMPLETED"],
+        ["RUNNING", trained({30: 0.6}, (30,)), "RUNNING", trained({40: 0.7}, (40,)),
+         "COMPLETED"]])
+    ctl, _ = controller(tmp_path, sched, [scratch, evolve(0, 20)])
+    store = ctl.store
+    ctl.on_poll = lambda tree: export_tensorboard(store.root, tree,
+                                                  lambda i: store.node_dir(i).metrics())
+    assert ctl.run() == 0
+    assert read_json(store.root / "tensorboard" / "exported.json") == \
+        {"nodes": {"0": 20, "1": 40}, "best": [[0, 20], [1, 40]]}
+    best = [(step, value) for step, tag, value in scalars(store.root / "tensorboard" /
+                                                          "best-strategy") if tag == TB_VAL]
+    assert best == [(10, 0.3), (20, 0.5), (30, 0.6), (40, 0.7)]
 
 
 @pytest.mark.parametrize("error", [

@@ -121,14 +121,19 @@ class Controller:
                     self.progress.event(f"monitor job not submitted, tried again at the next "
                                         f"poll: {exc}")
             self.progress.show(tree)
-            if self.on_poll is not None:
-                try:
-                    self.on_poll(tree)
-                except (LLMZeroError, OSError) as exc:
-                    self.progress.event(f"curves not exported: {exc}")
+            self._export_curves(tree)
             self._sleep()
 
+    def _export_curves(self, tree: Tree) -> None:
+        """After each poll, and at the end: the poll that ingests the last phase ends there."""
+        if self.on_poll is not None:
+            try:
+                self.on_poll(tree)
+            except (LLMZeroError, OSError) as exc:
+                self.progress.event(f"curves not exported: {exc}")
+
     def _finished(self, tree: Tree, reason: str) -> int:
+        self._export_curves(tree)
         self.progress.finished(tree, reason)
         if self.store.corrupt:   # their jobs, if any, were never watched: say how to take them in
             ids = ", ".join(str(i) for i in sorted(self.store.corrupt))
