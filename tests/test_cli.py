@@ -231,6 +231,31 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
         preflight.check_data(cfg)
 
 
+@pytest.mark.parametrize("body, problem", [
+    ("    if solution_str == ground_truth:\n        return 1.0\n",
+     "must be a finite number or a dict with a numeric 'score' (and optional 'acc'), got None"),
+    ("    return float(int(solution_str) == int(ground_truth))\n",
+     "ValueError: invalid literal for int() with base 10: ''")],
+    ids=["no score for a wrong answer", "parses the response without a guard"])
+def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
+    """Only ground truths were scored, so a reward that returns None or raises on any other
+    answer passed --check and failed the first phase, after its queue wait and warm start."""
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.errors import DataError
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + body)
+    cfg = parse_config({"name": "x", "task": {
+        "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "reward_path": str(reward)}})
+    with pytest.raises(DataError) as err:
+        preflight.check_data(cfg)
+    assert str(err.value).startswith(f"{reward}: ")
+    assert "scoring an empty response (a model may answer with nothing)" in str(err.value)
+    assert str(err.value).endswith(problem)
+
+
 @pytest.mark.parametrize("cache", ["afile", "afile/cache"])
 def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path, monkeypatch,
                                                                         cache):

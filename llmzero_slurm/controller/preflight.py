@@ -30,6 +30,7 @@ ROWS_CHECKED = 3
 REWARD_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
 LLM_TRIAL_TIMEOUT_S = 15.0
+EMPTY_RESPONSE = "an empty response (a model may answer with nothing)"
 
 
 @dataclass
@@ -88,20 +89,25 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     rows = 0
     for key, path in files:
         examples = read(path, key)
-        for row, ex in enumerate(examples[:ROWS_CHECKED], 1):   # its own ground truth scores
+        # Its own ground truth, and an answer that is wrong (a model's first answers mostly
+        # are): a reward that returns None or raises on those would fail every phase.
+        checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
+                  for answer, scoring in ((ex.ground_truth, "its own ground truth"),
+                                          ("", EMPTY_RESPONSE))]
+        for row, ex, answer, scoring in checks:
             try:
                 with time_limit(REWARD_TIMEOUT_S):
-                    judge(reward, source, ex.data_source, ex.ground_truth, ex.ground_truth,
-                          ex.extra_info)
-            except DataError:
-                raise
+                    judge(reward, source, ex.data_source, answer, ex.ground_truth, ex.extra_info)
+            except DataError as exc:
+                raise DataError(source, f"row {row} of {path}, scoring {scoring}: "
+                                f"{exc.problem}") from None
             except RewardTimeout:
                 raise DataError(source, f"{task.reward_name} did not return within "
-                                f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring its own "
-                                "ground truth; a reward must answer in well under a second") from None
+                                f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring {scoring}"
+                                "; a reward must answer in well under a second") from None
             except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
-                raise DataError(source, f"{task.reward_name} failed on a row of {path}: "
-                                f"{type(exc).__name__}: {exc}") from None
+                raise DataError(source, f"{task.reward_name} failed on row {row} of {path}, "
+                                f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
         rows += len(examples)
     return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
 
