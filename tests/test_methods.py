@@ -138,6 +138,17 @@ def test_random_space_from_the_config_replaces_the_default(tmp_path):
         assert p.hparams["lora_rank"] == 8              # not in the space: the recipe's value
 
 
+def test_random_draws_stay_inside_bounds_given_to_more_digits_than_it_keeps(tmp_path):
+    """Draws are kept to three significant digits; rounded after the draw, 0.12345 in
+    [0.1234, 0.1236] became 0.123, outside the range the user declared."""
+    space = {"temperature": {"uniform": [0.1234, 0.1236]},
+             "lr": {"loguniform": [1.2345e-3, 1.2349e-3]}}
+    plans = drain(method(tmp_path, config(method="random", budget_iterations=8, space=space)))[1]
+    for p in plans:
+        assert 0.1234 <= p.hparams["temperature"] <= 0.1236
+        assert 1.2345e-3 <= p.hparams["lr"] <= 1.2349e-3
+
+
 @pytest.mark.parametrize("space, key", [
     ({"lrr": {"uniform": [0.1, 0.2]}}, "search.space.lrr"),
     ({"lr": {"uniform": [0.002, 0.001]}}, "search.space.lr.uniform"),

@@ -103,7 +103,9 @@ class Distribution:
             value = rng.uniform(low, high)
         else:
             value = math.exp(rng.uniform(math.log(low), math.log(high)))
-        return round(value) if param_type is int else _round(value)
+        if param_type is int:
+            return round(value)
+        return min(max(_round(value), low), high)   # rounding must not leave [low, high]
 
 
 def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Distribution]:
