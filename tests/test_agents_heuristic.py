@@ -275,7 +275,13 @@ def test_a_job_that_refused_its_input_ends_its_chain_with_the_error_line(tmp_pat
 @pytest.mark.parametrize("state, code, line", [
     ("FAILED", 1, "safetensors._safetensors_rust.SafetensorError: Error while deserializing "
                   "header: HeaderTooLarge"),
-    ("FAILED", 2, "cpu_grpo: error: the CPU trainer trains LoRA adapters only (lora_rank 0)")])
+    ("FAILED", 2, "cpu_grpo: error: the CPU trainer trains LoRA adapters only (lora_rank 0)"),
+    # The warm start's advice (374 characters) was cut at 300, mid-sentence: "... 0 for ; ..."
+    ("FAILED", 2, "cpu_grpo: error: warm start: held-out training accuracy reached only 0.658 "
+                  "in 200 supervised steps, below the target band's low end 0.95: raise "
+                  "task.warm_start.max_steps (--warm-start-max-steps), lower task.warm_start.band "
+                  "(--warm-start-band), or set task.warm_start.steps (--warm-start-steps; 0 for "
+                  "none)")])
 def test_the_message_quotes_the_jobs_own_error_line(tmp_path, state, code, line):
     """A dotted exception class and a program-named error line were "see the job log"."""
     tail = (f"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n{line}\n"
@@ -283,3 +289,10 @@ def test_the_message_quotes_the_jobs_own_error_line(tmp_path, state, code, line)
     fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze(state, code, tail, BASE, tmp_path)
     assert (fix.failure, fix.action) == ("user_code", "give_up")
     assert line in fix.message and "start a new run" in fix.message
+
+
+def test_an_error_line_too_long_to_quote_says_it_was_cut(tmp_path):
+    line = "cpu_grpo: error: " + "x" * 3000
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("FAILED", 2, line + "\n", BASE, tmp_path)
+    assert line[:900] in fix.message and "x\u2026 (cut; the whole line is in the job log); " \
+        "this chain is not retried" in fix.message

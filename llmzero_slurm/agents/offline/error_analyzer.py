@@ -37,9 +37,16 @@ def classify(state: str | None, log_tail: str) -> str:
 _ERROR_LINE = re.compile(r"^(?!srun:|slurmstepd:)([\w.]*(Error|Exception)\b|([\w.-]+: )?error: )")
 
 
+QUOTED_CHARS = 1000   # of the error line: whole for the trainers' own advice (~400 characters)
+
+
 def _last_error_line(log_tail: str) -> str:
     lines = [ln.strip() for ln in log_tail.splitlines() if _ERROR_LINE.match(ln.strip())]
-    return lines[-1][:300] if lines else "see the job log"
+    if not lines:
+        return "see the job log"
+    line = lines[-1]
+    return line if len(line) <= QUOTED_CHARS else \
+        f"{line[:QUOTED_CHARS]}\u2026 (cut; the whole line is in the job log)"
 
 
 # A resumed run does not retry a chain that gave up, so the advice must not promise it.
