@@ -21,7 +21,7 @@ import yaml
 
 from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
-from .hparams import validate_hparams
+from .hparams import not_a_number, validate_hparams
 from .search.settings import SearchSettings, check_ranges
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -205,7 +205,7 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, "must be an integer")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, "must be a number")
+            raise ConfigError(path, not_a_number(value))
         value = float(value)
         if not math.isfinite(value):   # .nan passes every range check, .inf most
             raise ConfigError(path, f"must be a finite number (got {value})")

@@ -61,7 +61,7 @@ class Param:
             value = int(value)
         elif self.type is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise HyperparameterError(self.name, value, "must be a number")
+                raise HyperparameterError(self.name, value, not_a_number(value))
             value = float(value)
             if not math.isfinite(value):
                 raise HyperparameterError(self.name, value, "must be finite")
@@ -80,6 +80,19 @@ class Param:
             raise HyperparameterError(self.name, value, f"must be >= {low:g} with the {backend} "
                                                         f"backend: {why}")
         return value
+
+
+def not_a_number(value: Any) -> str:
+    """Why a value is no number, naming YAML 1.1's trap: PyYAML reads 1e-3 (no decimal point,
+    or no sign after the e) as the text '1e-3', the way learning rates are usually written."""
+    match = re.fullmatch(r"([-+]?[0-9]+)(\.[0-9]*)?[eE]([-+]?)([0-9]+)", str(value))
+    if not isinstance(value, str) or match is None:
+        return "must be a number"
+    whole, point, sign, exponent = match.groups()
+    written = f"{whole}{point or '.0'}e{sign or '+'}{exponent}"
+    if written == value:   # a float to YAML too, so it was quoted
+        return "must be a number, not quoted text"
+    return f"must be a number; YAML reads {value} as text: write it as {written}"
 
 
 def _p(*args: Any, **kwargs: Any) -> tuple[str, Param]:

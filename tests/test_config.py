@@ -238,3 +238,17 @@ def test_model_path_is_refused_with_the_cpu_backend():
     assert refused({"name": "x", "model_path": "Qwen/Qwen3-4B"}) == \
         "config key 'model_path': is read by the verl backend only; the cpu backend builds its " \
         "own base model (task.warm_start): remove it, or set backend: verl"
+
+
+@pytest.mark.parametrize("line, key", [
+    ("hparams: {lr: 1e-3}", "hparams.lr"),
+    ("agents: {stop_margin: 2e-2}", "agents.stop_margin")])
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, line, key):
+    """YAML 1.1 reads 1e-3 (no decimal point) as the string '1e-3'; "must be a number" left
+    an ML user, who writes learning rates so, to guess why."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"name: x\ntask: {{builtin: addition}}\n{line}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert err.value.key == key
+    assert "YAML reads" in err.value.problem and "write it as " in err.value.problem
