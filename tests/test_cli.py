@@ -464,6 +464,24 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down)
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_resuming_with_a_changed_config_names_what_it_ignores(tmp_path, capsys):
+    """A finished run started again with a larger budget said only that the config "differs",
+    then "search finished" with nothing run: which change was ignored was left to guess."""
+    path = tmp_path / "exp.yaml"
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "search": {"budget_iterations": 4}, "hparams": {"lr": 1.0e-3}}
+    path.write_text(yaml.safe_dump(exp))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    open_or_create(args)
+    exp["search"]["budget_iterations"], exp["hparams"]["lr"] = 6, 5.0e-4
+    path.write_text(yaml.safe_dump(exp))
+    capsys.readouterr()
+    open_or_create(args)
+    out = capsys.readouterr().out
+    assert "resuming it with its frozen experiment.yaml" in out
+    assert "hparams.lr: 0.001 -> 0.0005" in out and "search.budget_iterations: 4 -> 6" in out
+
+
 def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     """It printed "controller started in the background" and exited 0 while the controller
     it started had exited 6 at once: another one held the run."""

@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
@@ -107,9 +108,11 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = RunStore.open(run_dir)
-        if not _same_experiment(store.config, cfg):
+        changed = _differences(store.config, cfg)
+        if changed:
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
-                  f"(your {args.config} differs; use another --run-dir for a new run)")
+                  f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
+                  "for a new run)")
         return store
     # Frozen, a config that no script renders from would fail every later start of the run.
     for _, check in script_checks(cfg, run_dir):
@@ -119,11 +122,21 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     return RunStore.create(run_dir, replace(cfg, scheduler=resolve_scheduler_kind(cfg.scheduler)))
 
 
-def _same_experiment(frozen: ExperimentConfig, cfg: ExperimentConfig) -> bool:
-    """Whether `cfg` is the run's experiment; its `scheduler: auto` was frozen as its choice."""
+def _differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
+    """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
+    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
     if cfg.scheduler == "auto":
         cfg = replace(cfg, scheduler=frozen.scheduler)
-    return frozen.to_dict() == cfg.to_dict()
+
+    def flat(data: Any, where: str = "") -> dict[str, Any]:
+        if not isinstance(data, dict) or not data:
+            return {where: data}
+        return {k: v for key, value in data.items()
+                for k, v in flat(value, f"{where}.{key}" if where else str(key)).items()}
+    old, new = flat(frozen.to_dict()), flat(cfg.to_dict())
+    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
+    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
