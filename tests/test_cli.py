@@ -129,6 +129,30 @@ def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
                     check_lengths(parse_config(config)))
 
 
+def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
+    """The CPU trainer writes printable ASCII only: an answer holding 'ä' or a newline can
+    never be produced, so those rows score 0 for good; --check said [ok]."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.errors import LLMZeroError
+    from llmzero_slurm.tasks.dataset import write_parquet
+
+    def row(question: str, answer: str) -> dict:
+        return {"data_source": "s", "prompt": [{"role": "user", "content": question}],
+                "reward_model": {"style": "rule", "ground_truth": answer}}
+    files = {split: tmp_path / f"{split}.parquet" for split in ("train", "val")}
+    write_parquet([row("abc=", "cba"), row("ab=", "ba")], files["train"])
+    write_parquet([row("ab\u00e4=", "\u00e4ba"), row("a b=", "b\na"), row("ab=", "ba")],
+                  files["val"])
+    config = parse_config({"name": "x", "task": {"train_files": [str(files["train"])],
+                                                 "val_files": [str(files["val"])]}})
+    with pytest.raises(LLMZeroError, match=re.escape(
+            f"{files['val']}: 2 of 3 ground-truth answers hold characters that are not among "
+            "the CPU trainer's characters ('\\n', '\u00e4'): it can never write them, so these "
+            "answers never score")):
+        check_lengths(config)
+
+
 @pytest.mark.parametrize("hparams, message", [
     ({}, r"train\.parquet: [\d,]+ of [\d,]+ ground-truth answers need more than "
          r"max_response_length=8 tokens"),

@@ -29,6 +29,8 @@ class TokenCounter:
     prompt: Callable[[Sequence[Mapping[str, str]]], int]
     answer: Callable[[str], int]
     name: str
+    # The characters of a text the trainer can never generate (a tokenizer without them).
+    unwritable: Callable[[str], set[str]] = lambda text: set()
 
 
 class TrainerBackend(ABC):

@@ -135,6 +135,13 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         examples = read(path, key)
         sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
                  "max_response_length": [count.answer(ex.ground_truth) for ex in examples]}
+        unwritable = [count.unwritable(ex.ground_truth) for ex in examples]
+        if any(unwritable):
+            chars = ", ".join(repr(c) for c in sorted(set().union(*unwritable))[:5])
+            raise LLMZeroError(f"{path}: {sum(map(bool, unwritable))} of {len(examples)} "
+                               f"ground-truth answers hold characters that are not among "
+                               f"{count.name} ({chars}): it can never write them, so these "
+                               "answers never score")
         for key, values in sizes.items():
             longest[key] = max(longest[key], *values)
             limit = limits[key]

@@ -20,6 +20,10 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self._ids.get(ch, UNK) for ch in text]
 
+    def unknown(self, text: str) -> set[str]:
+        """The characters of `text` this vocabulary lacks: read as UNK, never generated."""
+        return {ch for ch in text if ch not in self._ids}
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text up to the first EOS; padding and other special tokens are dropped."""
         out = []
