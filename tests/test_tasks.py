@@ -172,6 +172,27 @@ def test_a_reward_column_stored_as_json_text_says_so(tmp_path):
         read_examples(tmp_path / "v.parquet")
 
 
+def test_a_file_in_another_schema_names_the_missing_columns(tmp_path):
+    """A file with question/answer columns was reported as "row 0: column 'prompt' must be a
+    chat list", of a column it does not have; a plain-text prompt got the same words without
+    saying how verl wants it."""
+    rows = generate_rows(get_task("addition"), SMALL)["val"]
+    write_parquet([{"data_source": r["data_source"], "question": r["prompt"][0]["content"],
+                    "answer": r["reward_model"]["ground_truth"]} for r in rows],
+                  tmp_path / "qa.parquet")
+    with pytest.raises(DataError) as caught:
+        read_examples(tmp_path / "qa.parquet")
+    assert str(caught.value).startswith(
+        f"{tmp_path / 'qa.parquet'}: has no column 'prompt', 'reward_model' (its columns: "
+        "data_source, question, answer); ")
+    write_parquet([{**r, "prompt": r["prompt"][0]["content"]} for r in rows],
+                  tmp_path / "text.parquet")
+    with pytest.raises(DataError, match=r"text\.parquet: row 0: column 'prompt' holds text; "
+                                        r"verl's schema wants a chat list: "
+                                        r"\[\{'role': 'user', 'content': '"):
+        read_examples(tmp_path / "text.parquet")
+
+
 @pytest.mark.parametrize("signature", ["(solution, answer)",
                                        "(data_source, solution_str, ground_truth, extra_info, x)",
                                        "(src, text, truth, extra=None)"])

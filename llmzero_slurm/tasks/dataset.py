@@ -107,12 +107,22 @@ def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
     """Load and check one verl-format parquet file; `key`: the config key that names it."""
     path = require_file(path, key)
     try:
-        rows = pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(path, f"cannot read as parquet: {exc}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise DataError(path, f"has no column {', '.join(map(repr, missing))} (its columns: "
+                        f"{', '.join(table.column_names)}); {SCHEMA}")
+    rows = table.to_pylist()
     if not rows:
         raise DataError(path, "has no rows")
     return [_example(path, i, row) for i, row in enumerate(rows)]
+
+
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
+SCHEMA = ("verl's schema: data_source (text), prompt (a chat list of {role, content}), "
+          "reward_model {style, ground_truth}, extra_info (optional)")
 
 
 def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
@@ -123,6 +133,9 @@ def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
     if not isinstance(source, str) or not source:
         raise bad("column 'data_source' must be a non-empty string")
     prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        raise bad("column 'prompt' holds text; verl's schema wants a chat list: "
+                  f"{[{'role': 'user', 'content': prompt[:40]}]}")
     if not isinstance(prompt, list) or not prompt or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
         raise bad("column 'prompt' must be a chat list of {role, content} messages")
