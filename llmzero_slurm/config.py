@@ -30,7 +30,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 @dataclass
 class WarmStartConfig:
     """How the cpu backend makes its base model from the training split (verl starts from
-    `model_path`). Unset: the built-in task's band, or 0.20-0.35 for files."""
+    `model_path`). Unset: the built-in task's band, or 0.55-0.70 for files."""
 
     band: list[float] | None = None   # [low, high]: train until held-out accuracy is in it
     max_steps: int | None = None      # give up (a data error) when the band is not reached
