@@ -282,6 +282,14 @@ def test_the_best_strategy_table_follows_the_best_path(run):
     assert "0.6543" in table                        # test score at the best validation
 
 
+def test_the_best_strategy_says_which_weights_were_saved(run):
+    """The headline score is at step 130, where node 5 saved nothing (save_freq 25): the page
+    named no checkpoint, so a user took the headline for weights they could load."""
+    head = html(run).split("<h2>Best strategy</h2>")[1].split("<table>")[0]
+    assert "Checkpoints of node 5: global steps 125, 150 (none at step 130, so no saved " \
+           "weights score exactly this; checkpoints are saved every save_freq steps)." in head
+
+
 def test_every_node_and_its_story_is_listed(run):
     page = html(run)
     nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]
