@@ -280,6 +280,30 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
     assert str(err.value).endswith(problem)
 
 
+def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path):
+    """A validation split that repeats training prompts passed --check: the search then
+    selects on answers the policy was trained on, and the report's test score means little."""
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.errors import LLMZeroError
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize, read_examples, write_parquet
+    import pyarrow.parquet as pq
+    files = materialize("addition", tmp_path / "data")
+    train = pq.read_table(files["train"]).to_pylist()
+    leaky = tmp_path / "val.parquet"
+    write_parquet(pq.read_table(files["val"]).to_pylist()[:100] + train[:7], leaky)
+    task = {"train_files": [str(files["train"])], "val_files": [str(leaky)],
+            "test_files": [str(files["test"])], "reward_path": str(reward_path("addition"))}
+    with pytest.raises(LLMZeroError, match=re.escape(
+            f"{leaky}: 7 of 107 prompts are also in the training split (e.g. "
+            f"{read_examples(files['train'])[0].messages[0]['content']!r}); held-out scores "
+            "must come from prompts the policy never trained on")):
+        preflight.check_data(parse_config({"name": "x", "task": task}))
+    task["val_files"] = [str(files["val"])]
+    assert preflight.check_data(parse_config({"name": "x", "task": task})) == \
+        "3 files, 5536 rows"
+
+
 @pytest.mark.parametrize("cache", ["afile", "afile/cache"])
 def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path, monkeypatch,
                                                                         cache):

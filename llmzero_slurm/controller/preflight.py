@@ -87,8 +87,10 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
-    for key, path in files:
+    trained: set[Any] = set()
+    for key, path in files:   # the training files first (dataset_files' order)
         examples = read(path, key)
+        _check_held_out(key, path, examples, trained)
         # Its own ground truth, and an answer that is wrong (a model's first answers mostly
         # are): a reward that returns None or raises on those would fail every phase.
         checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
@@ -110,6 +112,21 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
                                 f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
         rows += len(examples)
     return f"builtin task {task.builtin}" if task.builtin else f"{len(files)} files, {rows} rows"
+
+
+def _check_held_out(key: str, path: str, examples: list[Any], trained: set[Any]) -> None:
+    """Validation and test prompts must be new to the policy: a search that selects on
+    memorised answers, or a test score over them, measures nothing."""
+    def prompt(ex: Any) -> tuple[tuple[str, str], ...]:
+        return tuple((m["role"], m["content"]) for m in ex.messages)
+    if key == "task.train_files":
+        trained.update(map(prompt, examples))
+        return
+    seen = [ex for ex in examples if prompt(ex) in trained]
+    if seen:
+        raise LLMZeroError(f"{path}: {len(seen)} of {len(examples)} prompts are also in the "
+                           f"training split (e.g. {seen[0].messages[-1]['content']!r:.80}); "
+                           "held-out scores must come from prompts the policy never trained on")
 
 
 def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
