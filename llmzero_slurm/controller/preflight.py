@@ -17,6 +17,7 @@ from ..config import ExperimentConfig, TaskConfig
 from ..errors import DataError, LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.base import MethodContext
+from ..methods.space import length_limit
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
@@ -154,6 +155,11 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     hp = backend.effective_hparams(cfg.hparams)
     limits = {"max_prompt_length": hp.get("max_prompt_length"),
               "max_response_length": hp.get("max_response_length")}
+    given: dict[str, str] = {}    # a limit the method's space sets in place of hparams'
+    for key in limits:
+        bound = length_limit(cfg.search.method, cfg.search.space, cfg.backend, key)
+        if bound is not None:
+            limits[key], given[key] = bound
     try:
         count = backend.token_counter(cfg.model_path)
     except LLMZeroError as exc:
@@ -176,13 +182,14 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             over = sum(v > limit for v in values) if limit else 0
             if over:
                 what = "prompts" if key == "max_prompt_length" else "ground-truth answers"
+                fix = (f"{given[key]}: raise it" if key in given else f"raise hparams.{key}")
                 raise LLMZeroError(f"{path}: {over} of {len(values)} {what} need more than "
                                    f"{key}={limit} tokens (the longest {max(values)}, counted "
-                                   f"with {count.name}); raise hparams.{key} or shorten them")
-    given = ", ".join(f"{k}={v}" for k, v in limits.items() if v)
+                                   f"with {count.name}); {fix} or shorten them")
+    within = ", ".join(f"{k}={v}" for k, v in limits.items() if v)
     return (f"longest prompt {longest['max_prompt_length']} and answer "
             f"{longest['max_response_length']} tokens ({count.name}): "
-            + (f"within {given}" if given else "no length setting to check them against"))
+            + (f"within {within}" if within else "no length setting to check them against"))
 
 
 def sample_specs(cfg: ExperimentConfig, root: Path) -> list[PhaseSpec]:

@@ -64,6 +64,30 @@ GUIDEBOOK_SCHEDULES: dict[str, dict[str, Any]] = {
 }
 
 
+def length_limit(method: str, space: Mapping[str, Any], backend: str,
+                 key: str) -> tuple[Any, str] | None:
+    """The value of a length `key` that binds some phase of `method`, and a phrase saying
+    where it comes from; None when its phases keep hparams' value. A grid or random trial runs
+    its value throughout, so the smallest binds; a guidebook's shorter phases are a curriculum
+    its longest ends, so the largest does."""
+    defaults = {"random": RANDOM_SPACES, "grid": GRID_SPACES,
+                "guidebook": GUIDEBOOK_SCHEDULES}.get(method)
+    if defaults is None:
+        return None
+    spec = (space or defaults[backend]).get(key)
+    if isinstance(spec, Mapping):        # {choice: [...]} or {uniform: [low, high]}
+        spec = next(iter(spec.values()), None)
+    values = [v for v in (spec if isinstance(spec, list) else [spec])
+              if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not values:
+        return None
+    where = "search.space" if space else f"the {method} method's default space (search.space " \
+                                         "replaces it)"
+    if method == "guidebook":
+        return max(values), f"{where} gives no phase more than {key}={max(values)}"
+    return min(values), f"{where} gives {key}={min(values)} to some phases"
+
+
 def _where(key: str) -> str:
     return f"search.space.{key}"
 
