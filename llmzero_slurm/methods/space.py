@@ -66,10 +66,10 @@ GUIDEBOOK_SCHEDULES: dict[str, dict[str, Any]] = {
 
 def length_limit(method: str, space: Mapping[str, Any], backend: str,
                  key: str) -> tuple[Any, str] | None:
-    """The value of a length `key` that binds some phase of `method`, and a phrase saying
-    where it comes from; None when its phases keep hparams' value. A grid or random trial runs
-    its value throughout, so the smallest binds; a guidebook's shorter phases are a curriculum
-    its longest ends, so the largest does."""
+    """The largest value of a length `key` any phase of `method` runs, and a phrase saying
+    where it comes from; None when its phases keep hparams' value. Answers longer than that
+    can never be written; a smaller value that cuts some off is a deliberate trade (a grid's
+    cheap trials, a guidebook's curriculum), so it is not what binds."""
     defaults = {"random": RANDOM_SPACES, "grid": GRID_SPACES,
                 "guidebook": GUIDEBOOK_SCHEDULES}.get(method)
     if defaults is None:
@@ -83,9 +83,7 @@ def length_limit(method: str, space: Mapping[str, Any], backend: str,
         return None
     where = "search.space" if space else f"the {method} method's default space (search.space " \
                                          "replaces it)"
-    if method == "guidebook":
-        return max(values), f"{where} gives no phase more than {key}={max(values)}"
-    return min(values), f"{where} gives {key}={min(values)} to some phases"
+    return max(values), f"{where} gives no phase more than {key}={max(values)}"
 
 
 def _where(key: str) -> str:
