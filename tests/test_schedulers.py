@@ -422,3 +422,28 @@ def test_a_slow_squeue_backs_the_polls_off(monkeypatch):
     clock[0] += 2.0
     sched.states(["41"])
     assert calls == ["squeue", "squeue"]
+
+
+def test_polls_resume_soon_after_slurmctld_comes_back(monkeypatch):
+    """An outage is no slow squeue: the retries' failed attempts and waits (90 s here) were
+    counted as one squeue's duration, and the next poll came ten times that later (15 min on
+    a real cluster), so phases that ended meanwhile were not seen."""
+    clock = [1000.0]
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time", SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
+    calls: list[str] = []
+    answer = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
+
+    def outage_then_quick(argv):
+        calls.append(argv[0])
+        if len(calls) <= 3:                 # slurmctld down: each attempt waits for its connect
+            clock[0] += 20.0
+            return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Unable to "
+                                               "contact slurm controller (connect failure)")
+        return answer(argv)                 # back: it answers at once
+    sched = SlurmScheduler(runner=outage_then_quick, min_poll_s=0, retry_wait_s=10.0)
+    assert sched.states(["41"])["41"].raw == "RUNNING"
+    assert len(calls) == 4
+    clock[0] += sched.max_poll_s + 1
+    sched.states(["41"])
+    assert len(calls) == 5

@@ -85,6 +85,7 @@ class SlurmScheduler(Scheduler):
         self._dirs: dict[str, Path] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
+        self._answer_s = 0.0    # how long the last client call that answered took, retries aside
 
     @staticmethod
     def available() -> bool:
@@ -114,6 +115,7 @@ class SlurmScheduler(Scheduler):
         for attempt in range(self.retries + 1):
             if attempt and recover is not None and (answer := recover()) is not None:
                 return answer
+            asked = time.monotonic()
             try:
                 proc = self.run(argv)
             except subprocess.TimeoutExpired:
@@ -123,6 +125,7 @@ class SlurmScheduler(Scheduler):
             else:
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
+                    self._answer_s = time.monotonic() - asked
                     return proc.stdout
                 if proc.returncode < 0:   # killed, e.g. by a scancel of the controller's job
                     err = f"{argv[0]} was ended by signal {-proc.returncode} before it answered"
@@ -210,9 +213,10 @@ class SlurmScheduler(Scheduler):
             return out
         if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
             return out | {j: self._live[j] for j in todo}
-        asked = time.monotonic()
         found = {s.job_id: s for s in self._poll(todo)}
-        took = time.monotonic() - asked
+        # How long squeue took to answer: an outage's failed attempts and waits are no sign of
+        # a busy slurmctld, and counting them kept the next poll 10x the outage away.
+        took = self._answer_s
         missing = [j for j in todo if j not in found]
         if missing:
             found.update(self._forgotten(missing))
