@@ -447,3 +447,25 @@ def test_polls_resume_soon_after_slurmctld_comes_back(monkeypatch):
     clock[0] += sched.max_poll_s + 1
     sched.states(["41"])
     assert len(calls) == 5
+
+
+@pytest.mark.slurm
+def test_a_phase_submitted_from_inside_a_job_sees_only_its_own_job(tmp_path, monkeypatch):
+    """A controller job (llmzero-start --submit) requeued once passed SLURM_RESTART_COUNT=1 to
+    every phase it submitted ("restart 1" in status.json), and its SLURM_MEM_PER_NODE to a
+    phase that sets no mem, where srun would take it as the steps' memory request."""
+    enclosing = {"SLURM_JOB_ID": "999999", "SLURM_RESTART_COUNT": "1",
+                 "SLURM_MEM_PER_NODE": "4321", "SLURMD_NODENAME": "login-job-node"}
+    for name, value in enclosing.items():
+        monkeypatch.setenv(name, value)
+    program = tmp_path / "env_dump.py"
+    program.write_text(ENV_DUMP)
+    script = phase(tmp_path, str(program))
+    sched = SlurmScheduler(min_poll_s=0, retry_wait_s=0.5)
+    job = sched.submit(script, "tok-1")
+    assert finish(sched, job).status is Status.COMPLETED
+    dumped = (script.parent / "environs").read_bytes()
+    assert f"SLURM_JOB_ID={job}".encode() in dumped
+    for name, value in enclosing.items():
+        assert f"{name}={value}".encode() not in dumped
+    assert status_json(script)["restart_count"] == 0

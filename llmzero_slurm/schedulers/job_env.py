@@ -1,4 +1,5 @@
-"""The environment a job inherits from the process that submits it, less every credential.
+"""The environment a job inherits from the process that submits it, less every credential
+and less the Slurm variables of a job that process itself runs in.
 
 Training never calls an LLM, and user reward code runs inside the phase job, so no LLM key of
 any name may reach it: not as a variable the script unsets later (it would still sit in
@@ -6,6 +7,12 @@ any name may reach it: not as a variable the script unsets later (it would still
 name. Both schedulers submit with this environment, so their jobs never see the key; the
 monitor job, started through submitit (which takes no environment of its own), is submitted
 while the credentials are withheld from this process's environment.
+
+A controller running as a Slurm job (`llmzero-start --submit`, or started inside an salloc)
+has its own job's variables, and sbatch exports them: Slurm sets a new job's own values only
+for what that job has, so SLURM_RESTART_COUNT of a requeued controller job, or its
+SLURM_MEM_PER_NODE when the phase sets no `mem` (srun reads it as its memory request), would
+reach the phase. Only the client's own settings (SLURM_CONF) pass on.
 """
 from __future__ import annotations
 
@@ -18,6 +25,9 @@ from typing import Iterable, Iterator, Mapping
 # a gateway's ACCESS_TOKEN. HF_TOKEN is not among them: a job may download its model with it.
 CREDENTIAL = re.compile(r"API_?KEY|AUTH_?TOKEN|ACCESS_?TOKEN|SECRET", re.I)
 MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies would drop noise
+# A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
+JOB_VARIABLE = re.compile(r"SLURMD?_")
+CLIENT_SETTINGS = frozenset({"SLURM_CONF"})
 
 
 def without_credentials(env: Mapping[str, str] | None = None,
@@ -30,11 +40,22 @@ def without_credentials(env: Mapping[str, str] | None = None,
     return {k: v for k, v in env.items() if k not in secret and v not in values}
 
 
+def new_job_environment(env: Mapping[str, str] | None = None,
+                        names: Iterable[str] = ()) -> dict[str, str]:
+    """What a job submitted from `env` (default: this process's) may inherit: no credential,
+    and, when `env` is itself a Slurm job's, none of that job's Slurm variables."""
+    kept = without_credentials(env, names)
+    if "SLURM_JOB_ID" not in kept:
+        return kept
+    return {k: v for k, v in kept.items() if not JOB_VARIABLE.match(k) or k in CLIENT_SETTINGS}
+
+
 @contextmanager
 def credentials_withheld(names: Iterable[str] = ()) -> Iterator[None]:
-    """This process's environment without credentials for the duration: for a library that
-    starts jobs from os.environ and takes no environment of its own (submitit)."""
-    kept = without_credentials(names=names)
+    """This process's environment as a new job may inherit it (`new_job_environment`) for the
+    duration: for a library that starts jobs from os.environ and takes no environment of its
+    own (submitit)."""
+    kept = new_job_environment(names=names)
     withheld = {k: v for k, v in os.environ.items() if k not in kept}
     for name in withheld:
         del os.environ[name]

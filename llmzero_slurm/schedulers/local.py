@@ -27,7 +27,7 @@ from ..store.locks import FlockLock
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
                    state_from_status_file)
 from .directives import expand_output
-from .job_env import credentials_withheld, without_credentials
+from .job_env import credentials_withheld, new_job_environment
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 _SUPERVISOR = "llmzero_slurm.schedulers.local"
@@ -92,7 +92,7 @@ class LocalScheduler(Scheduler):
             proc = subprocess.Popen(
                 [sys.executable, "-m", _SUPERVISOR, str(self.dir), job_id],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env=without_credentials(names=self.secret_names))
+                env=new_job_environment(names=self.secret_names))
             log.close()
             self._children.append(proc)
             table["jobs"][job_id]["supervisor_pid"] = proc.pid

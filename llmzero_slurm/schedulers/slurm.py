@@ -23,7 +23,7 @@ from ..errors import SchedulerError
 from ..search.tree import Status
 from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
-from .job_env import credentials_withheld, without_credentials
+from .job_env import credentials_withheld, new_job_environment
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -44,7 +44,7 @@ _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 def run_command(argv: Sequence[str], secret_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
     """A Slurm client call; sbatch exports this environment to the job, so no credential."""
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
-                          env=without_credentials(names=secret_names))
+                          env=new_job_environment(names=secret_names))
 
 
 def _exit_status(wait_status: str) -> tuple[int | None, str | None]:
