@@ -245,6 +245,12 @@ def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
                   f"--output={run}/controller-%j.out", "--open-mode=append",
                   *_cpu_job("controller", job, "controller.time",
                             ["--requeue", f"--signal=B:USR1@{CONTROLLER_WARN_S}"])]
+    # Within the warning of its limit at its start, the job would requeue itself at once, again
+    # and again, and never search.
+    if parse_time(job.time) < 2 * CONTROLLER_WARN_S:
+        raise ConfigError("controller.time", f"must be at least {2 * CONTROLLER_WARN_S // 60} "
+                          f"minutes (got {job.time!r}): the job requeues itself "
+                          f"{CONTROLLER_WARN_S // 60} minutes before its limit")
     return _ENV.get_template("controller/controller.sbatch.j2").render(
         directives=directives, experiment=experiment, run_dir=shlex.quote(run),
         script=shlex.quote(f"{run}/{CONTROLLER_SCRIPT}"),

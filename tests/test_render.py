@@ -402,6 +402,15 @@ def test_bad_controller_job_settings_are_refused_naming_the_key(tmp_path, change
     assert f"'{key}" in str(err.value)
 
 
+@pytest.mark.parametrize("limit", ["5", "00:04:00", "0:09:59"])
+def test_a_controller_job_too_short_for_its_requeue_warning_is_refused(tmp_path, limit):
+    """With time 00:04:00 Slurm sent the 5-minute USR1 at once: the job requeued itself every
+    30 s for ever, never searching. Ten minutes leave it five to run."""
+    with pytest.raises(ConfigError, match="controller.time.*at least 10 minutes.*requeues itself"):
+        controller_job(tmp_path, time=limit)
+    assert directives(controller_job(tmp_path, time="00:10:00").read_text())["time"] == "00:10:00"
+
+
 def test_the_controller_job_requeues_itself_near_its_limit_and_passes_on_term(tmp_path):
     shims = tmp_path / "bin"
     shims.mkdir()
