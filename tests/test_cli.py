@@ -480,9 +480,10 @@ def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     assert (mine / "experiment.yaml").read_text().endswith("# my notes\n")
 
 
-def two_phase_run(tmp_path) -> RunStore:
+def two_phase_run(tmp_path, **config) -> RunStore:
     """A run without a controller: scratch node 0 (val 0.4), evolve node 1 (val 0.5) from it."""
-    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local",
+                                                            **config}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
                                   results=Results(best_val=0.4, checkpoints=[10])))
     store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
@@ -579,6 +580,16 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     assert done.returncode == 6, done.stdout + done.stderr
     assert "started in the background" not in done.stdout
     assert "already" in done.stderr and "controller.log" in done.stderr
+
+
+def test_detach_on_a_finished_run_says_so_and_exits_0(tmp_path):
+    """It printed "error: the controller exited at once (code 0)" and exited 1: a finished
+    run's controller ends at once, with success."""
+    store = two_phase_run(tmp_path, search={"budget_iterations": 2})
+    done = cli("start", str(store.root), "--detach")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "error" not in done.stderr and "search finished" in done.stdout
+    assert "started in the background" not in done.stdout
 
 
 def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slurm_down):

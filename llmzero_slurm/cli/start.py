@@ -171,9 +171,12 @@ def detach(store: RunStore, args: argparse.Namespace) -> int:
         with open(log, "rb") as written:
             written.seek(start)
             said = written.read().decode(errors="replace").strip()
+        if code == 0:    # a finished run: its controller has nothing left to do
+            print(f"the controller ended at once, with success; {log}:\n{said}")
+            return 0
         print(f"error: the controller exited at once (code {code}); {log}:\n{said}",
               file=sys.stderr)
-        return code or 1
+        return code if code > 0 else 1     # negative: ended by a signal
     print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
           f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
     return 0
