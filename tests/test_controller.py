@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -495,6 +496,34 @@ def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path, mo
         return build_controller(store).poll_s
     assert poll_s("default") == 30.0
     assert poll_s("configured", poll_interval_s=5) == 5.0
+
+
+def test_a_configured_poll_interval_is_how_often_slurm_is_asked(tmp_path, monkeypatch):
+    """poll_interval_s: 2 (the Slurm example) paced the loop only: the scheduler kept serving
+    its cached squeue answer while backing off to 60 s, so a phase's end was seen up to a
+    minute late and the next phase started that much later."""
+    from types import SimpleNamespace
+
+    from llmzero_slurm.cli.start import build_controller
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "reachable", staticmethod(lambda timeout_s=15.0: True))
+    clock = [1000.0]
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time",
+                        SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: None))
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "p", "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"},
+        "search": {"method": "practitioner", "poll_interval_s": 2}}))
+    sched = build_controller(store).scheduler
+    calls: list[str] = []
+
+    def squeue(argv):
+        calls.append(argv[0])
+        return subprocess.CompletedProcess(argv, 0, "41|RUNNING|None|0|llmz:node=0,token=t\n", "")
+    sched.run = squeue
+    for _ in range(8):                      # the job runs on unchanged: no back-off past 2 s
+        sched.states(["41"])
+        clock[0] += 2.0
+    assert len(calls) == 8
 
 
 def test_agent_text_cannot_drive_the_terminal(tmp_path):

@@ -147,14 +147,15 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     if resolve_scheduler_kind(cfg.scheduler) == "slurm" and not SlurmScheduler.reachable():
         raise SchedulerError("scheduler is slurm, but no slurmctld answers squeue (is SLURM_CONF "
                              "set?); nothing was submitted: start again once it answers")
-    scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.api_key_env])
+    configured = poll_s or cfg.search.poll_interval_s
+    scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.api_key_env], configured)
     ctx = MethodContext(cfg, store.node_dir, store.proposals_dir, base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     def curves(tree: Tree) -> None:
         export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics())
     return Controller(store, scheduler, method,
-                      poll_s or cfg.search.poll_interval_s or scheduler.default_poll_s,
+                      configured or scheduler.default_poll_s,
                       on_finish=write_report, monitor=monitor, on_poll=curves)
 
 

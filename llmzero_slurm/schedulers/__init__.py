@@ -33,9 +33,14 @@ def resolve_scheduler_kind(kind: str) -> str:
     return kind
 
 
-def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = ()) -> Scheduler:
+def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = (),
+                   poll_s: float | None = None) -> Scheduler:
     """The scheduler of a run; the local one keeps its job table in <run_dir>/local-jobs.
-    `secret_names`: credential variables (beyond the usual names) its jobs must not inherit."""
+    `secret_names`: credential variables (beyond the usual names) its jobs must not inherit.
+    `poll_s`: a poll period the user set, which Slurm's answers are then kept for, no back-off
+    (the default backs off while nothing changes)."""
     if resolve_scheduler_kind(kind) == "slurm":
+        if poll_s is not None:
+            return SlurmScheduler(secret_names=secret_names, min_poll_s=poll_s, max_poll_s=poll_s)
         return SlurmScheduler(secret_names=secret_names)
     return LocalScheduler(Path(run_dir) / "local-jobs", secret_names)
