@@ -575,11 +575,17 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     holder.acquire()                      # a live controller: this test process
     try:
         done = cli("start", str(store.root), "--detach")
+        # Audit F6/F7: --submit queued a job that could only exit 6, and a refused --detach
+        # wrote its start and refusal into the running controller's log.
+        submitted = cli("start", str(store.root), "--submit")
     finally:
         holder.release()
-    assert done.returncode == 6, done.stdout + done.stderr
+    for refused in (done, submitted):
+        assert refused.returncode == 6, refused.stdout + refused.stderr
+        assert "already running" in refused.stderr and "submitted" not in refused.stdout
     assert "started in the background" not in done.stdout
-    assert "already" in done.stderr and "controller.log" in done.stderr
+    assert not (store.root / "controller.log").exists()
+    assert not (store.root / "controller.sbatch").exists()
 
 
 def test_detach_on_a_finished_run_says_so_and_exits_0(tmp_path):

@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
     store = open_or_create(args)
+    if args.detach or args.submit:   # refused now, not by the background process or the job
+        Lease(store).refuse_if_held()
     if args.detach:
         return detach(store, args)
     if args.submit:

@@ -66,14 +66,19 @@ class Lease:
         silent = self.silent_for()
         return silent is not None and silent <= self.expire_s
 
+    def refuse_if_held(self) -> None:
+        """LeaseHeld while a live controller other than this one holds the run: also asked
+        before starting one in the background or as a job, which would only exit 6."""
+        info = self.read()
+        if info and info.get("token") != self.token and self.holder_alive(info):
+            raise LeaseHeld(f"{self.store.root}: a controller is already running "
+                            f"(host {info.get('host')}, pid {info.get('pid')}); stop it with "
+                            f"llmzero-stop or wait {self.expire_s:.0f} s after it died")
+
     def acquire(self) -> None:
         """Take the lease (refused while a live holder has it) and start beating."""
         with self.store.lock.hold():
-            info = self.read()
-            if info and info.get("token") != self.token and self.holder_alive(info):
-                raise LeaseHeld(f"{self.store.root}: a controller is already running "
-                                f"(host {info.get('host')}, pid {info.get('pid')}); stop it with "
-                                f"llmzero-stop or wait {self.expire_s:.0f} s after it died")
+            self.refuse_if_held()
             self._write(started_at=time.time(), beat=0)
             self._held = True
         self._stop.clear()
