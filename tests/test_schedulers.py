@@ -283,6 +283,23 @@ def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch)
     assert err.value.retryable and err.value.exit_code == 5
 
 
+def test_the_monitor_job_carries_no_wckey_of_its_own(tmp_path, monkeypatch):
+    """submitit adds `--wckey=submitit` unless told not to: where a site enforces workload
+    characterization keys (AccountingStorageEnforce=wckeys) that unknown key is refused, and
+    every poll's monitor submission failed; elsewhere it lands in the site's accounting."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/submitted.sh\n"
+                                  "echo 'Submitted batch job 4242'\n")
+    (shims / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    job = SlurmScheduler().submit_call(print, (), tmp_path / "monitor",
+                                       CallJob("mon", 5, comment="llmz:monitor,run=r"))
+    script = (tmp_path / "submitted.sh").read_text()
+    assert job == "4242" and "--job-name=mon" in script
+    assert "wckey" not in script
+
+
 def killing(killed: tuple[str, ...], squeue: str = ""):
     """Slurm clients of which those named end by a real SIGTERM, as a scancel of the
     controller's job ends its children; squeue lists `squeue`."""

@@ -187,7 +187,8 @@ class SlurmScheduler(Scheduler):
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
-                             mem=job.mem, setup=list(job.setup), comment=job.comment)
+                             mem=job.mem, setup=list(job.setup), comment=job.comment,
+                             wckey=None)   # not submitit's own "submitit" key: sites may enforce them
         try:
             with credentials_withheld(self.secret_names):
                 return str(ex.submit(fn, *args).job_id)
