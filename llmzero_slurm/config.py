@@ -369,3 +369,9 @@ def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
         t.reward_path = fix(t.reward_path)
     if cfg.search.strategy_file:
         cfg.search.strategy_file = fix(cfg.search.strategy_file)
+    # A hub id (Qwen/Qwen3-4B) reads like a relative path: only an explicit ./ or ../, or a
+    # folder that is there beside the config, is one.
+    model = cfg.model_path
+    if model and not Path(model).is_absolute() and (
+            model.startswith(("./", "../")) or (base / model).is_dir()):
+        cfg.model_path = str((base / model).resolve())

@@ -252,3 +252,19 @@ def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, line, key):
         load_config(path)
     assert err.value.key == key
     assert "YAML reads" in err.value.problem and "write it as " in err.value.problem
+
+
+@pytest.mark.parametrize("given", ["./models/qwen3", "models/qwen3"])
+def test_a_model_folder_relative_to_the_config_is_made_absolute(tmp_path, monkeypatch, given):
+    """Data and reward paths were anchored at the config's folder, model_path was not: --check
+    found the model from the shell's folder, the phase job (in its node folder) did not, and
+    verl took it for a hub id. A hub id that is no such folder stays as it is."""
+    (tmp_path / "exp" / "models" / "qwen3").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for model, expected in ((given, str(tmp_path / "exp" / "models" / "qwen3")),
+                            ("Qwen/Qwen3-4B", "Qwen/Qwen3-4B")):
+        path = tmp_path / "exp" / "experiment.yaml"
+        path.write_text(f"name: demo\nbackend: verl\nmodel_path: {model}\nslurm: {{gpus_per_node: 1}}\n")
+        assert load_config(path).model_path == expected
