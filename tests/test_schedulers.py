@@ -486,3 +486,21 @@ def test_a_phase_submitted_from_inside_a_job_sees_only_its_own_job(tmp_path, mon
     for name, value in enclosing.items():
         assert f"{name}={value}".encode() not in dumped
     assert status_json(script)["restart_count"] == 0
+
+
+def test_a_rerun_by_hand_waits_its_turn_while_the_nodes_job_trains(sched, tmp_path, tiny_program):
+    """Audit F13: `sbatch phase.sbatch` while the scheduled job still ran trained the whole
+    phase a second time into the same checkpoints and metrics.jsonl, and left status.json
+    naming the by-hand job."""
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 40, "seed": 5},
+                   step_s=0.1)
+    job = sched.submit(script, "tok-1")
+    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the scheduled job's training")
+    by_hand = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert by_hand.returncode == 3, by_hand.stdout + by_hand.stderr
+    assert f"another job is training in {script.parent} (status.json: job {job})" in by_hand.stderr
+    assert finish(sched, job).status is Status.COMPLETED
+    assert status_json(script)["job_id"] == job
+    assert steps(script) == list(range(1, 41))
+    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr      # its turn now
