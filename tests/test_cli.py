@@ -725,3 +725,31 @@ def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_pat
     assert f"note: {said}\n" in status.stdout
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr
+
+
+def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, monkeypatch):
+    """Audit F3: `--submit` sent the controller job the whole environment, the key included,
+    which slurmctld kept with the job (StateSaveLocation/hash.N/job.N/environment) and slurmdbd
+    keeps where a site stores job environments. The job takes the key from a file only the user
+    can read, on every start, until the search ends."""
+    from llmzero_slurm.controller import controller_job
+    key = "sk-ant-test-5556667778"
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "sbatch").write_text(f"#!/bin/sh\nenv >{tmp_path}/sbatch-env\necho 4242\n")
+    (shims / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    store = two_phase_run(tmp_path, search={"budget_iterations": 2},
+                          agents={"backend": "anthropic"})
+    assert controller_job.submit_controller(store, ["true"], event=lambda line: None) == "4242"
+    assert key not in (tmp_path / "sbatch-env").read_text()
+    kept = store.root / controller_job.KEY_DIR / "llm-key.json"
+    assert kept.stat().st_mode & 0o777 == 0o600 and key in kept.read_text()
+    monkeypatch.delenv("ANTHROPIC_API_KEY")        # the job's start: no key in its environment
+    controller_job.take_key(store)
+    assert os.environ["ANTHROPIC_API_KEY"] == key
+    monkeypatch.delenv("ANTHROPIC_API_KEY")        # the test process's own, restored after
+    done = cli("start", str(store.root))             # the search is over: the key goes
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not kept.exists()

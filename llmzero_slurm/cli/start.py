@@ -14,7 +14,7 @@ from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import cluster_checks
-from ..controller.controller_job import submit_controller
+from ..controller.controller_job import submit_controller, take_key, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, preflight, script_checks
@@ -257,8 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.submit:
         return submit(store, args)
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
+    take_key(store)
     controller = build_controller(store, args.poll)
     code = controller.run(cancel_on_stop=args.cancel_on_stop)
+    if code not in (130, 143):   # ended or stopped, not ended by a signal (a requeue, a preemption)
+        withdraw_key(store)
     report = controller.refresh_report()
     if report is not None:
         print(f"report: {report}")

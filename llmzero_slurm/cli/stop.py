@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..controller.controller_job import cancel_waiting, waiting_line
+from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if info is None:
         print("no controller is running for this run", flush=True)
         cancel_controller_jobs(store)      # a controller job that has not started yet
+        withdraw_key(store)                # which no longer needs the key it was left
         scheduler = make_scheduler(store.config.scheduler, store.root)
         if args.cancel:
             jobs = cancel_phases(store, store.load_tree(), scheduler)

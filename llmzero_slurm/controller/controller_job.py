@@ -4,9 +4,15 @@ While it waits in the queue such a job holds no lease, so the lease can neither 
 it. Every submission is therefore recorded in the run directory (only ever appended to), and
 while no controller holds the run, llmzero-status shows and llmzero-stop cancels the recorded
 jobs Slurm has not ended. Once one holds the lease, the lease is what both go by, as before.
+
+The job needs the LLM key, but sbatch would keep the submitting environment with the job in
+slurmctld's state (and in slurmdbd where a site stores job environments), so the key travels
+as it does to the monitor: a file only the user can read (controller-key/, mode 0600), taken by
+every start of the job, requeues included, and removed when the search ends or is stopped.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from typing import Any, Callable
@@ -14,9 +20,13 @@ from typing import Any, Callable
 from ..errors import SchedulerError, StateError
 from ..render import write_controller_script
 from ..schedulers import JobState, SlurmScheduler
+from ..schedulers.job_env import new_job_environment
 from ..search.tree import Status
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
+from . import monitor_key
+
+KEY_DIR = "controller-key"   # the LLM key for the controller job, while one may start
 
 
 def submitted_jobs(store: RunStore) -> list[dict[str, Any]]:
@@ -50,12 +60,17 @@ def _record(store: RunStore, job_id: str, event: Callable[[str], object]) -> Non
 def submit_controller(store: RunStore, command: list[str],
                       event: Callable[[str], object] = print) -> str:
     """sbatch the controller's own job script and record the job; its id. The job keeps this
-    environment (the LLM key included, which the controller needs; phase jobs never get it)."""
+    environment less the credentials: the LLM key is left in a private file (see above)."""
     script = write_controller_script(store.config.name, store.root, store.config.controller,
                                      command)
+    agents = store.config.agents
+    folder = store.root / KEY_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    monitor_key.hand_over(folder, agents)
     try:
         done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120,
+                              env=new_job_environment(names=[agents.api_key_env]))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SchedulerError(f"submitting {script}: {exc}") from None
     job = done.stdout.strip().split(";")[0]
@@ -65,6 +80,21 @@ def submit_controller(store: RunStore, command: list[str],
     event(f"controller submitted as job {job} (script {script})")
     _record(store, job, event)
     return job
+
+
+def take_key(store: RunStore) -> None:
+    """A controller without the LLM key in its environment (the controller job) takes the one
+    `llmzero-start --submit` left."""
+    agents = store.config.agents
+    if not os.environ.get(agents.api_key_env):
+        key = monitor_key.take(store.root / KEY_DIR, agents)
+        if key:
+            os.environ[agents.api_key_env] = key
+
+
+def withdraw_key(store: RunStore) -> None:
+    """The search ended or was stopped: no controller job will need the key again."""
+    monitor_key.withdraw(store.root / KEY_DIR)
 
 
 def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:
