@@ -504,3 +504,20 @@ def test_a_rerun_by_hand_waits_its_turn_while_the_nodes_job_trains(sched, tmp_pa
     assert steps(script) == list(range(1, 41))
     again = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     assert again.returncode == 0, again.stdout + again.stderr      # its turn now
+
+
+@pytest.mark.slurm
+def test_a_scancel_after_the_time_limit_warning_is_a_cancel(tmp_path, tiny_program):
+    """Audit F14: a phase whose limit is shorter than its USR1 warning (120 s) gets it at once,
+    and every later scancel was recorded in status.json as a time-out."""
+    sched = SlurmScheduler(min_poll_s=0, retry_wait_s=0.5)
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 200}, step_s=0.5,
+                   time="1")
+    job = sched.submit(script, "tok-1")
+    output = script.parent / f"slurm-{job}.out"
+    wait_for(lambda: "time limit warning (USR1)" in (output.read_text() if output.exists() else ""),
+             50, "Slurm's warning")
+    sched.cancel(job)
+    assert finish(sched, job).raw == "CANCELLED"
+    status = status_json(script)
+    assert (status["state"], status["exit_code"]) == ("cancelled", 143), status
