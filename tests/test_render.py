@@ -306,7 +306,7 @@ def test_a_rerun_elsewhere_starts_the_phase_over_there_and_leaves_the_node_alone
 
 def test_a_second_rerun_into_a_folder_in_use_is_refused_until_the_first_ends(tmp_path):
     """Two reruns into one folder would write one status.json and one checkpoint folder
-    each: the second waits for nothing and exits 2 while the first runs, then resumes."""
+    each: the second exits 3 at once while the first runs; afterwards it resumes."""
     waiting = tmp_path / "waiting-trainer"
     waiting.write_text(f"""#!{sys.executable}
 import os, pathlib, time
@@ -330,8 +330,8 @@ while not (node / "release").exists():
         (rerun / "started").unlink()
         second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=60)
-        assert second.returncode == 2, second.stderr
-        assert "another rerun is running in it" in second.stderr
+        assert second.returncode == 3, second.stderr
+        assert f"another job is training in {rerun}" in second.stderr
         assert not (rerun / "started").exists()
         assert json.loads((rerun / "status.json").read_text())["state"] == "running"
     finally:
