@@ -224,11 +224,11 @@ def test_the_key_is_left_for_the_monitor_only_when_its_agents_may_use_it(
         tmp_path, monkeypatch, backend, left):
     """With offline agents the key sat in monitor/llm-key.json for nothing."""
     from llmzero_slurm.config import AgentConfig
-    from llmzero_slurm.controller import monitor_key
+    from llmzero_slurm.controller import llm_key
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-5d2")
-    monitor_key.hand_over(tmp_path, AgentConfig(backend=backend))
-    assert (tmp_path / monitor_key.KEY_FILE).exists() == left
-    assert monitor_key.take(tmp_path, AgentConfig(backend=backend)) == \
+    llm_key.hand_over(tmp_path, AgentConfig(backend=backend))
+    assert (tmp_path / llm_key.KEY_FILE).exists() == left
+    assert llm_key.take(tmp_path, AgentConfig(backend=backend)) == \
         ("sk-ant-canary-5d2" if left else None)
 
 

@@ -24,7 +24,7 @@ from ..schedulers.job_env import new_job_environment
 from ..search.tree import Status
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
-from . import monitor_key
+from . import llm_key
 
 KEY_DIR = "controller-key"   # the LLM key for the controller job, while one may start
 
@@ -66,7 +66,7 @@ def submit_controller(store: RunStore, command: list[str],
     agents = store.config.agents
     folder = store.root / KEY_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
-    monitor_key.hand_over(folder, agents)
+    llm_key.hand_over(folder, agents)
     try:
         done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
                               text=True, timeout=120,
@@ -87,14 +87,14 @@ def take_key(store: RunStore) -> None:
     `llmzero-start --submit` left."""
     agents = store.config.agents
     if not os.environ.get(agents.api_key_env):
-        key = monitor_key.take(store.root / KEY_DIR, agents)
+        key = llm_key.take(store.root / KEY_DIR, agents)
         if key:
             os.environ[agents.api_key_env] = key
 
 
 def withdraw_key(store: RunStore) -> None:
     """The search ended or was stopped: no controller job will need the key again."""
-    monitor_key.withdraw(store.root / KEY_DIR)
+    llm_key.withdraw(store.root / KEY_DIR)
 
 
 def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:

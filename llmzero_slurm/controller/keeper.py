@@ -15,7 +15,7 @@ from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from ..store.locks import server_ages
 from ..store.run_store import RunStore
-from . import monitor_key
+from . import llm_key
 from .monitor import HEARTBEAT_FILE, run_monitor
 
 STALE_S = 120.0            # a running monitor silent this long is replaced
@@ -72,7 +72,7 @@ class MonitorKeeper:
                       f"llmz:monitor,run={cfg.name}", m.partition or s.partition,
                       m.account or s.account, m.qos or s.qos, s.setup)
         args = (str(self.store.root), self.scheduler.name, self.interval, self.lifetime)
-        monitor_key.hand_over(self.dir, cfg.agents)
+        llm_key.hand_over(self.dir, cfg.agents)
         job_id = self.scheduler.submit_call(run_monitor, args, self.dir / "%j", job)
         write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,
                                                "submitted_at": time.time()})
@@ -80,7 +80,7 @@ class MonitorKeeper:
     def stop(self) -> str | None:
         """Cancel the monitor job (the controller is leaving, or llmzero-stop found it gone)
         and take the key back; the id of the monitor job cancelled, None when none was alive."""
-        monitor_key.withdraw(self.dir)
+        llm_key.withdraw(self.dir)
         record = self._record()
         if self._state(record) is None:
             return None

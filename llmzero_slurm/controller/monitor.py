@@ -25,7 +25,7 @@ from ..search.tree import Node, Status, Tree
 from ..errors import StateError
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
-from . import monitor_key
+from . import llm_key
 from .lease import Lease
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
@@ -39,7 +39,7 @@ class Monitor:
     def __init__(self, store: RunStore, scheduler: Scheduler, offline: bool = False,
                  key: str | None = None):
         """`offline`: use the offline stopper whatever is configured (no route to the LLM);
-        `key`: the LLM key the controller handed over (monitor_key.py)."""
+        `key`: the LLM key the controller handed over (llm_key.py)."""
         self.store, self.scheduler = store, scheduler
         cfg = store.config
         self.stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents, key))
@@ -102,7 +102,7 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
     """The monitor job's body: loop until the controller is gone or the lifetime is up."""
     store = RunStore.open(run_dir)
     agents = store.config.agents
-    key = monitor_key.take(store.root / "monitor", agents)
+    key = llm_key.take(store.root / "monitor", agents)
     # Compute nodes often have no route to the internet: find out in seconds, once, and judge
     # with the offline stopper then, instead of every call spending minutes on retries.
     cut_off = unreachable(agents) if choose_backend(agents, key) else None

@@ -1,10 +1,10 @@
-"""How the monitor job gets the LLM key without any job environment holding it.
+"""How the jobs that ask the LLM get its key without any job environment holding it.
 
 sbatch records the submitting environment with the job and a process's initial environment
 stays readable in /proc/<pid>/environ, so the key must not travel that way, not even to the
-monitor, which needs it. The controller instead leaves it in a file only its user can read
-(mode 0600, in the run's monitor/ folder) before submitting the monitor, the monitor passes it
-straight to its LLM client, and the controller removes the file when it leaves.
+two jobs that need it: the monitor and the controller's own job (`--submit`). It is left
+instead in a file only its user can read (mode 0600, in a folder of the run: monitor/, and
+controller-key/), passed straight to the LLM client, and removed once no job needs it.
 """
 from __future__ import annotations
 
