@@ -162,6 +162,15 @@ class ExperimentConfig:
         data.pop("source")
         return data
 
+    def by_key(self) -> dict[str, Any]:
+        """Every setting under its dotted key, as messages name it (`search.budget_samples`)."""
+        def flat(data: Any, where: str) -> dict[str, Any]:
+            if not isinstance(data, dict) or not data:
+                return {where: data}
+            return {k: v for key, value in data.items()
+                    for k, v in flat(value, f"{where}.{key}" if where else str(key)).items()}
+        return flat(self.to_dict(), "")
+
 
 def _build(cls: type, data: Any, where: str, problems: ConfigProblems) -> Any:
     """Instantiate a config dataclass from a mapping, naming the path of any bad key; a bad

@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
@@ -127,13 +126,7 @@ def _differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
     changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
     if cfg.scheduler == "auto":
         cfg = replace(cfg, scheduler=frozen.scheduler)
-
-    def flat(data: Any, where: str = "") -> dict[str, Any]:
-        if not isinstance(data, dict) or not data:
-            return {where: data}
-        return {k: v for key, value in data.items()
-                for k, v in flat(value, f"{where}.{key}" if where else str(key)).items()}
-    old, new = flat(frozen.to_dict()), flat(cfg.to_dict())
+    old, new = frozen.by_key(), cfg.by_key()
     keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
     return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")

@@ -8,6 +8,8 @@ node file's path or parses one itself. Who writes what (each file has one writer
     slurm-<jobid>.out  the job                            its output, possibly huge
     metrics.jsonl      the job (trainer)                  {"step": N, "data": {...}} lines
     status.json        the job (base template)            start, end, exit code, reason
+    job.claim          the job (base template)            the one scheduled job of the node
+    phase.lock         the job (base template)            flock'ed while a job trains here
     ckpt/global_step_N the job (trainer)                  checkpoints children resume from
     early_stop.json    the monitor (stopper)              its decisions, one entry each
     proposal.json,     the controller (agents)            what an agent saw and answered
