@@ -187,14 +187,23 @@ def strategy_curves(path: Sequence[Node], metrics_of: Callable[[int], MetricsLog
 def val_score_series(log: MetricsLog) -> Series:
     """The validation score per validated step: mean over data sources of the accuracy
     (or the reward when the reward function returns a dict)."""
-    names = [n for n in log.series if _VAL_SCORE.match(n)]
-    acc = [n for n in names if "/acc/" in n]
-    names = acc or names
     by_step: dict[int, list[float]] = {}
-    for name in names:
+    for name in _score_names(log.series):
         for step, value in log.get(name):
             by_step.setdefault(step, []).append(value)
     return [(s, sum(v) / len(v)) for s, v in sorted(by_step.items())]
+
+
+def val_score(row: Mapping[str, float]) -> float | None:
+    """The validation score of one logged step, by val_score_series's rule."""
+    values = [row[n] for n in _score_names(row)]
+    return sum(values) / len(values) if values else None
+
+
+def _score_names(names: Iterable[str]) -> list[str]:
+    """The metrics a validation score averages: the accuracies, else the rewards."""
+    scored = [n for n in names if _VAL_SCORE.match(n)]
+    return [n for n in scored if "/acc/" in n] or scored
 
 
 def best_val(log: MetricsLog) -> tuple[int, float] | None:

@@ -167,6 +167,19 @@ def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
     assert lora and any(torch.count_nonzero(p) for p in lora)   # trained, not the zero init
 
 
+def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,
+                                                                       tmp_path):
+    """save_freq rarely falls on the best validation step, the one the search reports: the
+    phase keeps that step's adapter, and a phase started from it validates exactly there."""
+    val = {s: v for s, v in by_step(read_metrics(good_phase), VAL).items() if s > 0}
+    best_step = max(val, key=lambda s: (val[s], -s))
+    kept = json.loads((good_phase / "best_adapter/best.json").read_text())
+    assert kept == {"step": best_step, "val_score": val[best_step]}
+    assert run_phase(cache_dir, tmp_path, "--init-adapter", str(good_phase / "best_adapter"),
+                     "--step-offset", str(best_step), "total_training_steps=1") == 0
+    assert read_metrics(tmp_path)[0]["data"][VAL] == pytest.approx(val[best_step], abs=1e-9)
+
+
 @pytest.mark.numeric
 def test_child_phase_continues_from_the_parent_level(good_phase, cache_dir, tmp_path):
     parent = by_step(read_metrics(good_phase), VAL)
@@ -212,7 +225,11 @@ def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_
     assert (tmp_path / f"ckpt/global_step_{stopped_at}/adapter_model.safetensors").exists()
     # The requeued job (same output dir) picks up its own checkpoint with full state.
     assert run_phase(cache_dir, tmp_path, *args) == 0
-    assert [line["step"] for line in read_metrics(tmp_path)] == list(range(41))
+    lines = read_metrics(tmp_path)
+    assert [line["step"] for line in lines] == list(range(41))
+    val = {s: v for s, v in by_step(lines, VAL).items() if s > 0}
+    assert json.loads((tmp_path / "best_adapter/best.json").read_text())["step"] == max(
+        val, key=lambda s: (val[s], -s))   # one curve, one best across the stop
 
 
 def test_oversized_batch_under_a_memory_limit_fails_with_a_real_allocation_error(

@@ -78,3 +78,17 @@ def test_a_metrics_file_that_cannot_be_opened_is_an_empty_log_that_says_so(tmp_p
     files.metrics_file.mkdir()
     log = files.metrics()
     assert log.series == {} and log.problems == ["metrics.jsonl: cannot be read (Is a directory)"]
+
+
+def test_the_kept_best_adapter_is_read_defensively(tmp_path):
+    """best.json is the job's file: a torn or odd one means no usable best adapter, so the
+    report falls back to the checkpoint list instead of failing."""
+    files = NodeDir(tmp_path)
+    assert files.best_adapter_step() is None
+    files.best_adapter.mkdir()
+    for text in ('{"step": 40, "val_', '[40, 0.5]', '{"step": true, "val_score": 0.5}',
+                 '{"step": 40, "val_score": "0.5"}'):
+        files.best_adapter_record.write_text(text)
+        assert files.best_adapter_step() is None, text
+    files.best_adapter_record.write_text(json.dumps({"step": 40, "val_score": 1}))
+    assert files.best_adapter_step() == (40, 1.0)

@@ -290,6 +290,21 @@ def test_the_best_strategy_says_which_weights_were_saved(run):
            "weights score exactly this; checkpoints are saved every save_freq steps)." in head
 
 
+@pytest.mark.parametrize("kept_step, named", [(130, True), (120, False)])
+def test_the_best_strategy_names_the_adapter_kept_at_its_best_step(run, tmp_path, kept_step,
+                                                                   named):
+    """The cpu trainer keeps the adapter of each phase's best validation step: the page names it
+    as the headline's weights, and only when it is from that very step (a stale one is not)."""
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    files = RunStore.open(run).node_dir(5)
+    files.best_adapter.mkdir()
+    files.best_adapter_record.write_text(json.dumps({"step": kept_step, "val_score": 0.7}))
+    write_report(run)
+    head = html(run).split("<h2>Best strategy</h2>")[1].split("<table>")[0]
+    assert ("The adapter of that step: <code>nodes/0005/best_adapter</code>" in head) is named
+    assert ("(none at step 130, so no saved weights score exactly this" in head) is not named
+
+
 def test_every_node_and_its_story_is_listed(run):
     page = html(run)
     nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]

@@ -11,7 +11,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -21,14 +21,20 @@ _FOLDER = re.compile(r"^global_step_(\d+)$")
 
 def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any]) -> Path:
     """Write global_step_<step>/ via a temporary folder and a rename."""
-    final = ckpt_dir / f"global_step_{step}"
-    tmp = ckpt_dir / f".global_step_{step}.{os.getpid()}.tmp"
+    return save_adapter(ckpt_dir / f"global_step_{step}", model,
+                        lambda tmp: torch.save(state, tmp / STATE_FILE))
+
+
+def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path:
+    """Write the adapter and what `extra` adds into a temporary folder, then rename it to
+    `final`, replacing an older one (a rerun of the same step, or a better best)."""
+    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     with warnings.catch_warnings():   # peft looks for a hub config of our in-code base model
         warnings.filterwarnings("ignore", message="Could not find a config file")
         model.save_pretrained(str(tmp))
-    torch.save(state, tmp / STATE_FILE)
-    if final.exists():   # a rerun of the same step: the new folder replaces the old one
+    extra(tmp)
+    if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
@@ -45,11 +51,10 @@ def latest(ckpt_dir: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-def remove_partial(ckpt_dir: Path) -> None:
-    """Delete temporary folders a killed job left behind."""
-    if ckpt_dir.is_dir():
-        for entry in ckpt_dir.glob(".global_step_*.tmp"):
-            shutil.rmtree(entry, ignore_errors=True)
+def remove_partial(folder: Path, name: str = "global_step_*") -> None:
+    """Delete the temporary folders of `name` (a glob) that a killed job left behind."""
+    for entry in folder.glob(f".{name}.*.tmp"):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def load_state(folder: Path) -> dict[str, Any]:

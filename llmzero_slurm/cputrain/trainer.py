@@ -17,6 +17,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import DataError
+from ..metrics import best_val, read_metrics, val_score
+from ..store.atomic import write_json
+from ..store.node_dir import NodeDir
 from ..tasks.dataset import Example
 from ..tasks.reward_file import Judgement, RewardFn, judge
 from . import checkpoint, grpo, policy
@@ -52,8 +55,10 @@ class GRPOTrainer:
         self.tok = CharTokenizer()
         for split, examples in (("train", phase.train), ("val", phase.val), ("test", phase.test)):
             self._check_prompt_lengths(split, examples)
-        self.ckpt_dir = phase.output_dir / "ckpt"
+        self.files = NodeDir(phase.output_dir)
+        self.ckpt_dir = self.files.ckpt
         checkpoint.remove_partial(self.ckpt_dir)
+        checkpoint.remove_partial(phase.output_dir, self.files.best_adapter.name)
         resume = checkpoint.latest(self.ckpt_dir)
         base, base_id, self.base = load_base(self.tok, phase.train, phase.reward,
                                              phase.reward_path, phase.warm_start,
@@ -71,13 +76,14 @@ class GRPOTrainer:
         self.local_step = 0
         self.data = DataStream.at_step(len(phase.train), self.hp["train_batch_size"],
                                        self.hp["seed"], phase.step_offset)
-        self.metrics = MetricsLog(phase.output_dir / "metrics.jsonl")
+        self.metrics = MetricsLog(self.files.metrics_file)
         if resume:
             self._restore(checkpoint.load_state(resume[1]))
             log(f"resumed own checkpoint {resume[1].name} (phase step {self.local_step})")
             self.metrics.truncate_after(self.global_step)
         else:
             self.metrics.truncate_after(phase.step_offset - 1)
+        self.best_score = self._best_so_far()
 
     @property
     def global_step(self) -> int:
@@ -99,6 +105,7 @@ class GRPOTrainer:
                 last = self.local_step == self.total_steps
                 if last or self.local_step % self.hp["test_freq"] == 0:
                     data.update(self.evaluate())
+                    self._keep_if_best(data)
                     self.log(f"step {self.global_step}: " + ", ".join(
                         f"{k}={v:.3f}" for k, v in data.items() if "-core/" in k))
                 self.metrics.write(self.global_step, data)
@@ -233,6 +240,24 @@ class GRPOTrainer:
                  "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
                  "hparams": self.hp}
         checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
+
+    def _keep_if_best(self, data: dict[str, float]) -> None:
+        """Keep the adapter of a validation step that beats every earlier one of this phase
+        (the step the search reports as the phase's best)."""
+        score = val_score(data)
+        if score is None or not math.isfinite(score) or score <= self.best_score:
+            return
+        self.best_score = score
+        record = {"step": self.global_step, "val_score": score}
+        checkpoint.save_adapter(self.files.best_adapter, self.model, lambda tmp: write_json(
+            tmp / self.files.best_adapter_record.name, record))
+
+    def _best_so_far(self) -> float:
+        """The best validation score of the metrics this phase keeps (a requeued job goes on
+        against its own earlier steps; a fresh start against nothing)."""
+        best = best_val(read_metrics(self.files.metrics_file).after(self.phase.step_offset)
+                        .without_test())
+        return best[1] if best else -math.inf
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.local_step = state["local_step"]

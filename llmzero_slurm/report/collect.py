@@ -107,6 +107,19 @@ class RunView:
     def best(self) -> Node | None:
         return self.phases[-1].view.node if self.phases else None
 
+    @property
+    def best_adapter(self) -> str | None:
+        """The best node's kept adapter, relative to the run, when it is the adapter of the
+        reported best step (the cpu trainer keeps one; verl saves only every save_freq)."""
+        best = self.best
+        if best is None:
+            return None
+        files = self.nodes[best.id].files
+        kept = files.best_adapter_step()
+        if kept is None or kept[0] != best.results.best_val_step:
+            return None
+        return str(files.best_adapter.relative_to(self.root))
+
 
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

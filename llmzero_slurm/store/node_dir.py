@@ -11,6 +11,8 @@ node file's path or parses one itself. Who writes what (each file has one writer
     job.claim          the job (base template)            the one scheduled job of the node
     phase.lock         the job (base template)            flock'ed while a job trains here
     ckpt/global_step_N the job (trainer)                  checkpoints children resume from
+    best_adapter/      the job (cpu trainer)              the phase's best validation step's
+                                                          adapter, with best.json (step, score)
     early_stop.json    the monitor (stopper)              its decisions, one entry each
     proposal.json,     the controller (agents)            what an agent saw and answered
     error_analysis.json, plots/, give_up/
@@ -154,6 +156,29 @@ class NodeDir:
     @property
     def ckpt(self) -> Path:
         return self.path / "ckpt"
+
+    @property
+    def best_adapter(self) -> Path:
+        """The PEFT adapter of the phase's best validation step so far: save_freq rarely falls
+        on that step, and it is the model a user wants to load. Never a resume point."""
+        return self.path / "best_adapter"
+
+    @property
+    def best_adapter_record(self) -> Path:
+        return self.best_adapter / "best.json"
+
+    def best_adapter_step(self) -> tuple[int, float] | None:
+        """(global step, validation score) of the kept best adapter, or None without one."""
+        try:
+            data = read_json(self.best_adapter_record)
+        except StateError:
+            return None
+        step, score = (data.get("step"), data.get("val_score")) if isinstance(data, dict) \
+            else (None, None)
+        if isinstance(step, int) and isinstance(score, (int, float)) \
+                and not isinstance(step, bool) and not isinstance(score, bool):
+            return step, float(score)
+        return None
 
     def log_files(self) -> list[Path]:
         """The job's output files (one per job id that ran the phase), oldest first."""
