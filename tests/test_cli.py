@@ -338,6 +338,33 @@ def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path)
         "3 files, 5536 rows"
 
 
+def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats_validation(
+        tmp_path):
+    """Rows repeated within a split passed --check unsaid (a repeated validation row counts
+    twice in every score), and so did test rows that are also validation rows: the search
+    selects on validation, so a test score over the same prompts is not held out."""
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.errors import LLMZeroError
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize, write_parquet
+    import pyarrow.parquet as pq
+    files = materialize("addition", tmp_path / "data")
+    val = pq.read_table(files["val"]).to_pylist()
+    doubled = tmp_path / "val.parquet"
+    write_parquet(val + val[:3], doubled)
+    task = {"train_files": [str(files["train"])], "val_files": [str(doubled)],
+            "test_files": [str(files["test"])], "reward_path": str(reward_path("addition"))}
+    assert preflight.check_data(parse_config({"name": "x", "task": task})) == (
+        f"3 files, 5539 rows; {doubled}: 3 of {len(val) + 3} rows repeat a prompt already in "
+        "the validation split (each copy counts in its score)")
+    leaky = tmp_path / "test.parquet"
+    write_parquet(pq.read_table(files["test"]).to_pylist()[:100] + val[:5], leaky)
+    task.update(val_files=[str(files["val"])], test_files=[str(leaky)])
+    with pytest.raises(LLMZeroError, match=re.escape(
+            f"{leaky}: 5 of 105 prompts are also in the validation split")):
+        preflight.check_data(parse_config({"name": "x", "task": task}))
+
+
 @pytest.mark.parametrize("cache", ["afile", "afile/cache"])
 def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path, monkeypatch,
                                                                         cache):

@@ -66,6 +66,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks import get_task
     from ..tasks.dataset import read_examples
+    from ..tasks.splits import check_splits
     from ..tasks.reward_file import RewardTimeout, judge, load_reward, time_limit
 
     read = read or read_examples
@@ -88,11 +89,11 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
-    trained: set[Any] = set()
+    prompts: dict[str, set[Any]] = {}
     notes: list[str] = []
-    for key, path in files:   # the training files first (dataset_files' order)
+    for key, path in files:   # train, val, test (dataset_files' order)
         examples = read(path, key)
-        notes += _check_held_out(key, path, examples, trained)
+        notes += check_splits(key, path, examples, prompts)
         # Its own ground truth, and an answer that is wrong (a model's first answers mostly
         # are): a reward that returns None or raises on those would fail every phase.
         checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
@@ -116,29 +117,6 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     if task.builtin:
         return f"builtin task {task.builtin}"
     return "; ".join([f"{len(files)} files, {rows} rows", *notes])
-
-
-HELD_OUT_OVERLAP = 0.01   # public sets repeat a few prompts across splits; more is a leak
-
-
-def _check_held_out(key: str, path: str, examples: list[Any], trained: set[Any]) -> list[str]:
-    """Validation and test prompts must be new to the policy: a search that selects on
-    memorised answers, or a test score over them, measures nothing. A handful repeated is
-    said, not refused."""
-    def prompt(ex: Any) -> tuple[tuple[str, str], ...]:
-        return tuple((m["role"], m["content"]) for m in ex.messages)
-    if key == "task.train_files":
-        trained.update(map(prompt, examples))
-        return []
-    seen = [ex for ex in examples if prompt(ex) in trained]
-    if not seen:
-        return []
-    said = (f"{path}: {len(seen)} of {len(examples)} prompts are also in the training split "
-            f"(e.g. {seen[0].messages[-1]['content']!r:.80})")
-    if len(seen) > HELD_OUT_OVERLAP * len(examples):
-        raise LLMZeroError(f"{said}; held-out scores must come from prompts the policy never "
-                           f"trained on (at most {HELD_OUT_OVERLAP:.0%} may repeat)")
-    return [said]
 
 
 def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
