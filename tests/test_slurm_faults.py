@@ -252,6 +252,9 @@ def test_a_cluster_that_cannot_be_polled_is_waited_out(tmp_path, shims, tiny, fa
     assert run(ctl) == 0
     [node] = store.load_tree()
     assert out.getvalue().count("could not poll the scheduler") == 3
+    # each retry is said as it starts: a site's default (5 retries, 2..32 s apart, each client
+    # call up to MessageTimeout) was two silent minutes in the log
+    assert out.getvalue().count(f"polling jobs: squeue: {DOWN}; attempt 2 of 2 in 0.2 s") == 3
     assert node.status is Status.COMPLETED and node.submission.attempts == 1
     assert [c.action for c in shims.calls("sbatch")] == ["real"]
     fault_outcome(store, job_dirs(shims, store))

@@ -26,7 +26,7 @@ from .ingest import collect_results
 from .admission import Admission
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper
-from .progress import Progress
+from .progress import Progress, warnings_shown
 from .stop_request import stop_phases, stop_request_for
 from .submission import Submitter, submitted
 
@@ -65,6 +65,10 @@ class Controller:
     def run(self, cancel_on_stop: bool = False) -> int:
         """Run the search to its end; return 0 when finished, NOTHING_COMPLETED when it ended
         without a completed phase, 130/143 when stopped by a signal; LeaseLost if taken over."""
+        with warnings_shown(self.progress):
+            return self._run(cancel_on_stop)
+
+    def _run(self, cancel_on_stop: bool) -> int:
         self.lease.acquire()
         self.store.fence = self.lease.verify
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -2,10 +2,12 @@
 whenever the picture changes (node counts by status, the best score and its path)."""
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import Counter
-from typing import TextIO
+from contextlib import contextmanager
+from typing import Iterator, TextIO
 
 from ..search.policy import best_node, best_path
 from ..search.tree import Tree
@@ -51,3 +53,27 @@ class Progress:
     def finished(self, tree: Tree, reason: str) -> None:
         self.event(f"search finished: {reason}")
         self.event(tree_summary(tree))
+
+
+
+class _AsProgress(logging.Handler):
+    def __init__(self, progress: Progress):
+        super().__init__(logging.WARNING)
+        self.progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.progress.event(record.getMessage())
+
+
+@contextmanager
+def warnings_shown(progress: Progress) -> Iterator[None]:
+    """The package's logged warnings (a Slurm client being retried, a key verl ignores) as
+    progress lines while the block runs: timestamped, in order with the events, where the user
+    already looks."""
+    package = logging.getLogger(__name__.partition(".")[0])
+    handler = _AsProgress(progress)
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)

@@ -13,6 +13,7 @@ Long: these are the project's only calls to Slurm's clients, and the etiquette s
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import time
@@ -26,6 +27,7 @@ from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_
 from .job_env import credentials_withheld, new_job_environment
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
+_log = logging.getLogger(__name__)   # retries, as they happen; the controller shows them
 
 TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slurm controller",
              "not responding", "connection refused", "try again", "temporarily unavailable",
@@ -143,6 +145,8 @@ class SlurmScheduler(Scheduler):
                                      f"through, so it is looked for by its token before any "
                                      f"new attempt", retryable=True)
             if attempt < self.retries:
+                _log.warning("%s: %s: %.300s; attempt %d of %d in %g s", what, argv[0], err,
+                             attempt + 2, self.retries + 1, wait)
                 time.sleep(wait)
                 wait = min(wait * 2, 60.0)
         raise SchedulerError(f"{what}: {argv[0]} kept failing with a transient error after "
