@@ -365,6 +365,23 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
         preflight.check_data(parse_config({"name": "x", "task": task}))
 
 
+def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp_path):
+    """Phases of a local run use this machine's Python: a login-node install (no torch) passed
+    --check, and every phase then failed on its first import."""
+    import venv
+    from llmzero_slurm.controller import preflight
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "light")
+    light = str(tmp_path / "light" / "bin" / "python")
+    cfg = {"name": "x", "scheduler": "local", "task": {"builtin": "addition"}}
+    checks = {c.name: c for c in preflight.preflight(
+        parse_config({**cfg, "trainer": {"python": light}}), "local", tmp_path / "run")}
+    assert not checks["trainer"].ok
+    assert checks["trainer"].detail.startswith(
+        f"{light} cannot import torch, transformers, peft, pyarrow: local phases run with it")
+    checks = {c.name: c for c in preflight.preflight(parse_config(cfg), "local", tmp_path / "run")}
+    assert checks["trainer"].ok, checks["trainer"].detail
+
+
 @pytest.mark.parametrize("cache", ["afile", "afile/cache"])
 def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path, monkeypatch,
                                                                         cache):

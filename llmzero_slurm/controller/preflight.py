@@ -225,7 +225,7 @@ def check_scheduler(cfg: ExperimentConfig, kind: str) -> str:
                           timeout=30)
     if done.returncode:
         raise LLMZeroError(f"sinfo failed: {done.stderr.strip()}")
-    partitions = "; ".join(done.stdout.split("\n")[:5]).strip()
+    partitions = "; ".join(done.stdout.splitlines()[:5])
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         script = write_phase_script(sample_specs(cfg, Path(tmp))[0])
         try:
@@ -234,6 +234,31 @@ def check_scheduler(cfg: ExperimentConfig, kind: str) -> str:
             raise LLMZeroError(f"Slurm would refuse a phase job (partitions: {partitions}): "
                                f"{exc}") from None
     return f"Slurm reachable; partitions: {partitions}; a phase job would run ({answer})"
+
+
+# Whether each named package can be found, without importing it (torch takes seconds).
+_FIND = ("import importlib.util, sys; "
+         "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))")
+
+
+def check_trainer(cfg: ExperimentConfig) -> str:
+    """A local run's phases use this machine's Python: it must find the trainer's packages,
+    which a login-node install leaves out (on Slurm, --on-cluster asks a compute node)."""
+    from ..cluster_probe import CPU_PACKAGES
+    python = get_backend(cfg.backend).python(cfg.trainer)
+    names = CPU_PACKAGES if cfg.backend == "cpu" else ("verl",)
+    try:
+        done = subprocess.run([python, "-c", _FIND, *names], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LLMZeroError(f"the phases' Python {python} cannot be run: "
+                           f"{getattr(exc, 'strerror', None) or exc}") from None
+    missing = done.stdout.split() if done.returncode == 0 else list(names)
+    if missing:
+        raise LLMZeroError(f"{python} cannot import {', '.join(missing)}: local phases run with "
+                           f"it (trainer.python names another); install the {cfg.backend} "
+                           f"extra, e.g. pip install -e '.[{cfg.backend}]'")
+    return f"{python} finds {', '.join(names)}"
 
 
 def check_llm(cfg: ExperimentConfig) -> str:
@@ -268,4 +293,5 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
             _run("lengths", lambda: check_lengths(cfg, read)),
             *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
             _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind)),
+            *([_run("trainer", lambda: check_trainer(cfg))] if scheduler_kind == "local" else []),
             _run("agents", lambda: check_llm(cfg))]
