@@ -365,6 +365,23 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
         preflight.check_data(parse_config({"name": "x", "task": task}))
 
 
+def test_check_says_a_split_the_cpu_trainer_needs_is_missing(tmp_path):
+    """No test_files read as 'reads exactly one parquet file per split', which a user with
+    one file per split took for a complaint about the files they gave."""
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "reward_path": str(reward_path("addition"))}
+    checks = {c.name: c for c in preflight.preflight(
+        parse_config({"name": "x", "task": task}), "local", tmp_path / "run")}
+    assert not checks["phase scripts"].ok
+    assert checks["phase scripts"].detail == (
+        "config key 'task.test_files': is missing: the cpu trainer reads exactly one parquet file per split "
+        "(or use task.builtin)")
+
+
 def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp_path):
     """Phases of a local run use this machine's Python: a login-node install (no torch) passed
     --check, and every phase then failed on its first import."""

@@ -47,9 +47,12 @@ class CpuBackend(TrainerBackend):
             argv.append(f"--task={task.builtin}")
         else:
             for key in ("train_files", "val_files", "test_files"):
-                if len(getattr(task, key)) != 1:
-                    raise ConfigError(f"task.{key}", "the cpu trainer reads exactly one parquet "
-                                                     "file per split (or use task.builtin)")
+                given = len(getattr(task, key))
+                if given != 1:
+                    raise ConfigError(f"task.{key}", ("is missing" if not given else
+                                                      f"names {given} files") + ": the cpu "
+                                      "trainer reads exactly one parquet file per split (or use "
+                                      "task.builtin)")
             if not task.reward_path:
                 raise ConfigError("task.reward_path", "is required when the data comes from files")
             # --opt=value keeps a path that starts with '-' from reading as an option.
