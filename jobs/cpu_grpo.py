@@ -26,10 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a p
 
 import yaml  # noqa: E402
 
-from llmzero_slurm.cputrain.defaults import DEFAULTS, with_defaults  # noqa: E402
+from llmzero_slurm.cputrain.defaults import (  # noqa: E402
+    DEFAULTS, WARM_START_BAND, WARM_START_MAX_STEPS, with_defaults)
 from llmzero_slurm.errors import ConfigError, LLMZeroError  # noqa: E402
 from llmzero_slurm.paths import CACHE_ENV, DEFAULT_CACHE, check_cache_dir  # noqa: E402
 from llmzero_slurm.hparams import validate_hparams  # noqa: E402
+from llmzero_slurm.tasks import TASKS  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OOM, EXIT_TERMINATED = 0, 1, 2, 3, 143
 
@@ -41,7 +43,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                "; unset keys take these defaults: " + ", ".join(
                    f"{k}={v}" for k, v in DEFAULTS.items()))
     data = parser.add_argument_group("data (either --task or all four files)")
-    data.add_argument("--task", help="a built-in task: addition, arithmetic, reverse, sort")
+    data.add_argument("--task", help=f"a built-in task: {', '.join(TASKS)}")
     data.add_argument("--train-files", type=Path, help="verl-format parquet of the train split")
     data.add_argument("--val-files", type=Path, help="parquet of the validation split")
     data.add_argument("--test-files", type=Path, help="parquet of the test split")
@@ -62,9 +64,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     warm.add_argument("--warm-start-band", metavar="LOW:HIGH", type=_band,
                       help="train until greedy accuracy on a held-out slice of the training "
                            "split is in this band (default: the built-in task's band, else "
-                           "0.20:0.35)")
+                           "{:.2f}:{:.2f})".format(*WARM_START_BAND))
     warm.add_argument("--warm-start-max-steps", type=int, metavar="N",
-                      help="give up (exit 2) when the band is not reached in N steps")
+                      help="give up (exit 2) when the band is not reached in N steps "
+                           f"(default {WARM_START_MAX_STEPS})")
     warm.add_argument("--warm-start-steps", type=int, metavar="N",
                       help="instead of a band: exactly N supervised steps (0: no warm start)")
     parser.add_argument("hparams", nargs="*", metavar="key=value")

@@ -53,6 +53,20 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
+def test_trainer_help_names_every_task_and_its_real_warm_start_defaults():
+    """jobs/cpu_grpo.py --help listed four of the five built-in tasks (no `expand`) and gave a
+    default band of 0.20:0.35 for files, where the trainer uses 0.55:0.70."""
+    from llmzero_slurm.cputrain.warmstart import DEFAULT_BAND, DEFAULT_MAX_STEPS
+    from llmzero_slurm.tasks import TASKS
+    done = subprocess.run([sys.executable, str(ROOT / "jobs" / "cpu_grpo.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0
+    assert all(re.search(rf"--task TASK a built-in task: .*\b{name}\b", text) for name in TASKS)
+    assert f"else {DEFAULT_BAND[0]:.2f}:{DEFAULT_BAND[1]:.2f})" in text
+    assert f"(default {DEFAULT_MAX_STEPS})" in text
+
+
 def example_config(name: str, tmp_path) -> dict:
     """A shipped example as a user adapts it: the verl one gets small generated data files and
     a slurm: section that fits the local cluster's one node (8 CPUs, 4 GPUs)."""

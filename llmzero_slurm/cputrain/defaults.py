@@ -11,6 +11,11 @@ from typing import Any, Mapping
 
 from ..hparams import PARAMS
 
+# The warm start's target for a user's own files (a built-in task brings its own BASE_BAND) and
+# when it gives up; here, torch-free, so that cpu_grpo.py --help can state them.
+WARM_START_BAND = (0.55, 0.70)
+WARM_START_MAX_STEPS = 4000
+
 DEFAULTS: dict[str, Any] = {
     "lr": 1e-3,
     "weight_decay": 0.0,

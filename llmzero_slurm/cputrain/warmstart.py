@@ -36,14 +36,15 @@ from ..errors import DataError
 from ..tasks.dataset import Example
 from ..tasks.reward_file import RewardFn, judge
 from . import policy
+from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
 from .model import ARCHITECTURE, random_model
 from .tokenizer import CharTokenizer
 
 BATCH_SIZE, LR, SEED = 64, 3e-3, 0
 EVAL_EVERY = 10            # coarse probe interval, steps
 PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
-DEFAULT_BAND = (0.55, 0.70)
-DEFAULT_MAX_STEPS = 4000
+DEFAULT_BAND = WARM_START_BAND
+DEFAULT_MAX_STEPS = WARM_START_MAX_STEPS
 RECORD = "warm_start.json"
 
 
