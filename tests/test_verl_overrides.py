@@ -213,6 +213,17 @@ def test_login_node_without_hydra_skips_with_a_reason():
     assert check_overrides(build_overrides(phase(), TABLE12, VerlSettings())) is None
 
 
+def test_hydra_installed_without_its_dependencies_skips_with_the_fix():
+    """`pip install --no-deps verl==0.9.1 hydra-core`, as the README once said, leaves hydra
+    without omegaconf: every start then failed with a bare ModuleNotFoundError."""
+    code = ("import sys; sys.modules['omegaconf'] = None\n"
+            "from llmzero_slurm.backends.verl.schema import check_overrides\n"
+            "print(check_overrides(['x=1']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "not checked" in out.stdout and "omegaconf" in out.stdout
+    assert "without --no-deps" in out.stdout
+
+
 def test_ray_is_told_the_allocation_and_keeps_to_its_own_job():
     """Issue 16: on one node ray_init.num_cpus was left null (Ray claimed the whole node)."""
     one = compose(build_overrides(phase(), TABLE12, VerlSettings()))

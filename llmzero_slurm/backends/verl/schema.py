@@ -3,8 +3,9 @@
 Composing `ppo_trainer` with Hydra's compose API from the installed package's config directory
 is exactly what `python3 -m verl.trainer.main_ppo` does at start-up, so a misspelt key fails
 here on the login node instead of after a job has waited in the queue for GPUs. It needs only
-hydra-core and verl installed with `--no-deps` (verl itself is never imported). Where they are
-missing, `check_overrides` says so and returns instead of failing: a login node may lack them.
+hydra-core (with its dependencies) and verl installed with `--no-deps` (verl itself is never
+imported). Where they are missing, `check_overrides` says so and returns instead of failing: a
+login node may lack them.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .traps import check_traps
 CONFIG_NAME = "ppo_trainer"
 # Keys main_ppo needs that verl leaves missing or fills with a placeholder default.
 REQUIRED_SET = ("actor_rollout_ref.model.path",)
+HYDRA_NEEDS = ("omegaconf", "antlr4")   # what hydra-core imports; absent after --no-deps
 _BAD_OVERRIDE = re.compile(r"override '([^']+)'|key '([^']+)'|at '([^']+)'", re.IGNORECASE)
 
 
@@ -37,6 +39,10 @@ def unavailable_reason() -> str | None:
     """Why the schema check cannot run here, or None when it can."""
     if importlib.util.find_spec("hydra") is None:
         return "hydra-core is not installed (pip install hydra-core)"
+    missing = [m for m in HYDRA_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:     # hydra-core installed with --no-deps: importing it would fail
+        return (f"hydra-core's dependencies are not installed ({', '.join(missing)}): "
+                "pip install hydra-core, without --no-deps")
     if verl_config_dir() is None:
         return ("verl's config is not installed (pip install --no-deps verl==0.9.1 "
                 "gives it without verl's GPU dependencies)")
