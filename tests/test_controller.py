@@ -354,6 +354,25 @@ def test_a_search_with_nothing_completed_names_the_failure_not_the_plan(tmp_path
             "specified") in out.getvalue()
 
 
+def refused_its_input(files: NodeDir) -> None:
+    """A trainer that refuses its data: its error line in the job's log, exit 2."""
+    (files.path / "slurm-100.out").write_text(
+        "llmzero: job 100 (restart 0) on n1\n"
+        "cpu_grpo: error: data/test.parquet: row 0: column 'prompt' holds text\n")
+    files.status_file.write_text(json.dumps({"state": "failed", "job_id": "100", "exit_code": 2,
+                                             "reason": "the trainer exited with code 2"}))
+
+
+def test_a_search_whose_budget_ends_on_a_failed_job_names_the_jobs_error(tmp_path):
+    """The budget ended with the failure, so no error analyzer ever read the log: exit 7
+    printed no failure at all, and the user had to find the job's output themselves."""
+    sched = ScriptedScheduler([["RUNNING", refused_its_input, "FAILED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == NOTHING_COMPLETED
+    assert ("the last failure: node 0: cpu_grpo: error: data/test.parquet: row 0: column "
+            "'prompt' holds text") in out.getvalue()
+
+
 @pytest.mark.fault("submit limit (QOSMaxSubmitJobPerUserLimit) twice")
 def test_a_submit_limit_backs_off_and_submits_the_same_node_later(tmp_path, monkeypatch, fault_outcome):
     monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.05)

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, TextIO
 
+from ..agents.offline.error_analyzer import last_error_line
 from ..backends import get_backend
 from ..errors import LLMZeroError, SchedulerError, StorageError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
@@ -148,10 +149,16 @@ class Controller:
             return 0
         failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
         last = failed[-1] if failed else None
-        why = last and (last.gave_up_because or last.submission.reason)
+        why = last and (last.gave_up_because or last.submission.reason or self._job_error(last))
         self.progress.event("no phase completed, so the search found nothing"
                             + (f"; the last failure: {why}" if why else ""))
         return NOTHING_COMPLETED
+
+    def _job_error(self, node: Node) -> str | None:
+        """A failed job's own error line, for a search that ended before any analyzer read it
+        (the budget was spent on the failure)."""
+        line = last_error_line(self.store.node_dir(node.id).log_tail())
+        return line and f"node {node.id}: {line}"
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s

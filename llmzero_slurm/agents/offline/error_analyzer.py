@@ -40,13 +40,19 @@ _ERROR_LINE = re.compile(r"^(?!srun:|slurmstepd:)([\w.]*(Error|Exception)\b|([\w
 QUOTED_CHARS = 1000   # of the error line: whole for the trainers' own advice (~400 characters)
 
 
-def _last_error_line(log_tail: str) -> str:
+def last_error_line(log_tail: str) -> str | None:
+    """The job's own last word on why it failed (cut to QUOTED_CHARS); None when it wrote no
+    error line."""
     lines = [ln.strip() for ln in log_tail.splitlines() if _ERROR_LINE.match(ln.strip())]
     if not lines:
-        return "see the job log"
+        return None
     line = lines[-1]
     return line if len(line) <= QUOTED_CHARS else \
         f"{line[:QUOTED_CHARS]}\u2026 (cut; the whole line is in the job log)"
+
+
+def _quoted_error(log_tail: str) -> str:
+    return last_error_line(log_tail) or "see the job log"
 
 
 # A resumed run does not retry a chain that gave up, so the advice must not promise it.
@@ -72,7 +78,7 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
     data: dict[str, Any]
     if cannot_succeed_by_retrying(exit_code):
         data = {"action": "give_up", "message": f"the job refused its input (exit "
-                f"{exit_code}): {_last_error_line(log_tail)}; {NOT_RETRIED}"}
+                f"{exit_code}): {_quoted_error(log_tail)}; {NOT_RETRIED}"}
         failure = "user_code"
     elif failure == "oom":
         changes = {**scale(hparams, "ppo_micro_batch_size_per_gpu", 0.5),
@@ -94,7 +100,7 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
         data = {"action": "retry"}
     elif failure == "user_code":
         data = {"action": "give_up", "message": "the job failed in task code (data or reward): "
-                f"{_last_error_line(log_tail)}; {NOT_RETRIED}"}
+                f"{_quoted_error(log_tail)}; {NOT_RETRIED}"}
     else:
         data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
     return check_fix({"class": failure, **data}, hparams, backend, "heuristic")
