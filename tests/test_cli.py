@@ -53,6 +53,14 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
+def test_stop_says_how_long_it_waits_and_refuses_a_wait_that_is_no_duration(tmp_path):
+    """`--wait -5` (or nan) did not wait and said "controller still running after -5 s"."""
+    assert "(default 120" in " ".join(cli("stop", "--help").stdout.split())
+    for wait in ("-5", "nan"):
+        done = cli("stop", str(tmp_path), "--wait", wait)
+        assert done.returncode == 2 and "--wait: must be a number of seconds >= 0" in done.stderr
+
+
 def test_trainer_help_names_every_task_and_its_real_warm_start_defaults():
     """jobs/cpu_grpo.py --help listed four of the five built-in tasks (no `expand`) and gave a
     default band of 0.20:0.35 for files, where the trainer uses 0.55:0.70."""

@@ -36,12 +36,22 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
 def seconds(text: str) -> float:
     """An argparse type: a finite duration > 0. A zero, negative or nan poll interval made
     the controller poll in a tight loop; an infinite one never polls."""
+    return _duration(text, zero=False)
+
+
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a finite duration >= 0, where 0 means "do not wait"."""
+    return _duration(text, zero=True)
+
+
+def _duration(text: str, zero: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (got {text!r})")
+    if not (math.isfinite(value) and (value > 0 or zero and value == 0)):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {'>=' if zero else '>'} 0 "
+                                         f"(got {text!r})")
     return value
 
 

@@ -18,15 +18,15 @@ from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
-from .common import add_run_dir, open_run, run_main
+from .common import add_run_dir, open_run, run_main, seconds_or_zero
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-stop", description=__doc__)
     add_run_dir(p)
     p.add_argument("--cancel", action="store_true", help="also scancel the running phases")
-    p.add_argument("--wait", type=float, default=120.0,
-                   help="seconds to wait for the controller to exit (0: do not wait)")
+    p.add_argument("--wait", type=seconds_or_zero, default=120.0, metavar="S",
+                   help="seconds to wait for the controller to exit (default 120; 0: do not wait)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     lease = Lease(store)
