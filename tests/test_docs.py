@@ -87,3 +87,13 @@ def test_the_code_layout_names_every_module_and_benchmark():
     assert not [m for m in modules if not re.search(rf"\b{re.escape(m.removesuffix('.py'))}\b",
                                                     layout)]
     assert not [b for b in benchmarks if not re.search(rf"\b{b}\b", layout)]
+
+
+def test_every_package_file_the_code_names_is_there():
+    """A refusal told users to "see llmzero_slurm/backends/verl.py", long since a package."""
+    sources = [*(ROOT / "llmzero_slurm").rglob("*.py"), *(ROOT / "templates").rglob("*.j2"),
+               *(ROOT / "jobs").glob("*.py")]
+    named = {m for path in sources
+             for m in re.findall(r"llmzero_slurm/[\w/]+\.py", path.read_text())}
+    assert named, "the pattern finds the files the code names"
+    assert not [p for p in named if not (ROOT / p).exists()]

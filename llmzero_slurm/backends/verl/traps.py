@@ -44,7 +44,8 @@ def check_raw_overrides(overrides: Iterable[str]) -> None:
                               f"is set from hparams.{managed[key]}; change that instead")
         if key in PHASE_KEYS:
             raise ConfigError(f"trainer.overrides: {key}",
-                              "is set per phase by llmzero (see llmzero_slurm/backends/verl.py)")
+                              "is set per phase by llmzero (see PHASE_KEYS in "
+                              "llmzero_slurm/backends/verl/keys.py)")
 
 
 def check_traps(overrides: Sequence[str]) -> None:
