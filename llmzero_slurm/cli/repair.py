@@ -1,7 +1,8 @@
 """llmzero-repair: rebuild node records that can no longer be read.
 
 A node whose node.json is damaged (a disk error, an editor, a partial copy of the run) is left
-out of the search and shown as quarantined, its folder untouched. Every record is written
+out of the search, its folder untouched (llmzero-status names it, shown as failed and pruned:
+"warning: node N is left out of the search"). Every record is written
 together with a copy beside it (node.json.bak), and this command puts the record back from
 that copy, keeping the damaged file as node.json.damaged-<time>. A running controller picks
 the node up again at its next poll; a finished phase keeps its results, and one still queued
