@@ -354,6 +354,17 @@ def test_a_search_with_nothing_completed_names_the_failure_not_the_plan(tmp_path
             "specified") in out.getvalue()
 
 
+def test_the_progress_summary_counts_every_phase_it_says_there_are():
+    """'3 phases: 1 completed, 1 failed' left the pruned one (a damaged record, or a debug
+    chain a fix replaced) out of the counts, so they did not add up."""
+    from llmzero_slurm.controller.progress import tree_summary
+    tree = Tree([Node(0, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                      results=Results(best_val=0.5)),
+                 Node(1, 0, Kind.EVOLVE, dict(HP), status=Status.FAILED),
+                 Node(2, 1, Kind.DEBUG, dict(HP), status=Status.FAILED, pruned=True)])
+    assert tree_summary(tree).startswith("3 phases: 1 completed, 1 failed, 1 pruned |")
+
+
 def refused_its_input(files: NodeDir) -> None:
     """A trainer that refuses its data: its error line in the job's log, exit 2."""
     (files.path / "slurm-100.out").write_text(

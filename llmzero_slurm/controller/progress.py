@@ -24,9 +24,11 @@ def terminal_safe(text: str) -> str:
 
 
 def tree_summary(tree: Tree) -> str:
-    """e.g. '7 phases: 2 running, 4 completed, 1 failed | best 0.512 (node 5: 0 -> 3 -> 5)'."""
+    """e.g. '7 phases: 2 running, 4 completed, 1 failed | best 0.512 (node 5: 0 -> 3 -> 5)'.
+    Pruned nodes (left out of the search) are counted apart, so that the counts add up."""
     counts = Counter(n.status.value for n in tree if not n.pruned)
-    parts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    parts = ", ".join([*(f"{v} {k}" for k, v in sorted(counts.items())),
+                       *([f"{pruned} pruned"] if (pruned := sum(n.pruned for n in tree)) else [])])
     text = f"{len(tree)} phases: {parts}" if len(tree) else "no phases yet"
     best = best_node(tree)
     if best is not None:
