@@ -598,6 +598,16 @@ def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
     assert empty.returncode == 3 and "is not a run directory (no meta.json)" in empty.stderr
 
 
+@pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
+def test_a_config_file_given_for_a_run_directory_is_a_usage_error(tmp_path, name):
+    """`llmzero-status examples/cpu-addition.yaml` exited 3, corrupt or unwritable state."""
+    config = tmp_path / "experiment.yaml"
+    config.write_text("name: x\n")
+    done = cli(name, str(config))
+    assert done.returncode == 2, done.stderr
+    assert f"{config} is a file, not a run directory" in done.stderr
+
+
 @pytest.fixture
 def slurm_down(tmp_path, monkeypatch):
     """Slurm's clients installed, its controller not answering."""

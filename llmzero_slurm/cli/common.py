@@ -60,10 +60,13 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def open_run(path: Path) -> RunStore:
-    """The run at `path`: a path that is not there is the user's typing (exit 2), a folder
-    without a run is named as damaged state (exit 3)."""
+    """The run at `path`: a path that is not there, or a file, is the user's typing (exit 2);
+    a folder without a run is named as damaged state (exit 3)."""
     if not path.exists():
         raise UsageError(f"no run directory at {path}")
+    if not path.is_dir():   # e.g. the experiment.yaml the run was started from
+        raise UsageError(f"{path} is a file, not a run directory (give the run's folder, "
+                         "runs/<experiment>)")
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
     return RunStore.open(path)
