@@ -65,7 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cancel-on-stop", action="store_true",
                    help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
     p.add_argument("--poll", type=seconds, default=None, metavar="S",
-                   help="seconds between scheduler polls (default: search.poll_interval_s)")
+                   help="seconds between scheduler polls (default: search.poll_interval_s; "
+                        "unset: 30 on Slurm, asking less often while nothing changes, 10 for "
+                        "local processes)")
     args = p.parse_args(argv)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
