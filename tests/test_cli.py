@@ -450,7 +450,10 @@ def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path,
     ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
     ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),
     ({}, "sp ace", [], "'run_dir': must be an absolute path without spaces"),
-], ids=["controller-time", "slurm-time", "run-dir-with-a-space"])
+    # Valid alone, but not with the trainer's default ppo_mini_batch_size (8 x 4 rollouts).
+    ({"hparams": {"rollout_n": 4, "ppo_micro_batch_size_per_gpu": 128}}, "run", [],
+     "'ppo_micro_batch_size_per_gpu': must divide ppo_mini_batch_size * rollout_n (32)"),
+], ids=["controller-time", "slurm-time", "run-dir-with-a-space", "micro-batch-vs-defaults"])
 def test_what_only_a_rendered_script_refuses_is_refused_before_the_run_exists(
         tmp_path, config, run_dir, args, key):
     """A bad `controller:` or `slurm:` value, or a run directory that no #SBATCH --output line

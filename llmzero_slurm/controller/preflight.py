@@ -172,11 +172,14 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
 
 def sample_specs(cfg: ExperimentConfig, root: Path) -> list[PhaseSpec]:
     """A scratch, an evolve and a debug phase of this config, their node folders under `root`:
-    every kind of script the search can render."""
-    nodes = [Node(0, None, Kind.SCRATCH, cfg.hparams),
-             Node(1, 0, Kind.EVOLVE, cfg.hparams, resume=Resume(0, 10)),
-             Node(2, 1, Kind.DEBUG, cfg.hparams, resume=Resume(0, 10), debug_depth=1)]
-    get_backend(cfg.backend).record_start(root / "0000", 0)   # the parent, as if it ran
+    every kind of script the search can render, with the values it runs (the trainer's
+    defaults under the config's: a micro-batch that divides none of theirs is refused here)."""
+    backend = get_backend(cfg.backend)
+    hparams = backend.effective_hparams(cfg.hparams)
+    nodes = [Node(0, None, Kind.SCRATCH, hparams),
+             Node(1, 0, Kind.EVOLVE, hparams, resume=Resume(0, 10)),
+             Node(2, 1, Kind.DEBUG, hparams, resume=Resume(0, 10), debug_depth=1)]
+    backend.record_start(root / "0000", 0)   # the parent, as if it ran
     return [PhaseSpec.for_node(cfg, node, root / f"{node.id:04d}", "preflight",
                                root / "0000" if node.resume else None) for node in nodes]
 
