@@ -271,6 +271,22 @@ def test_bad_data_arguments_are_refused(tmp_path, cache_dir, capsys):
     assert "adapter_config.json" in capsys.readouterr().err
 
 
+def test_a_damaged_parent_adapter_exits_2_naming_the_file(cache_dir, tmp_path, capsys):
+    """A truncated adapter_model.safetensors (a full disk, a copy cut short) failed the child
+    with safetensors' traceback, which named no file and read as a bug in the task code."""
+    parent = tmp_path / "parent"
+    assert run_phase(cache_dir, parent, "total_training_steps=1", "save_freq=1",
+                     "test_freq=100") == 0
+    weights = parent / "ckpt/global_step_1/adapter_model.safetensors"
+    with open(weights, "r+b") as fh:
+        fh.truncate(weights.stat().st_size // 2)
+    capsys.readouterr()
+    assert run_phase(cache_dir, tmp_path / "child", "--init-adapter", str(weights.parent),
+                     "total_training_steps=1") == 2
+    said = capsys.readouterr().err
+    assert f"cpu_grpo: error: {weights}: cannot be loaded" in said and "damaged" in said
+
+
 def test_verl_format_files_and_a_reward_path_train_another_task(cache_dir, tmp_path):
     """The same parquet + reward-file contract verl uses, here with the string task."""
     from llmzero_slurm.tasks import reward_path

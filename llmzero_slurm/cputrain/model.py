@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import SafetensorError
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..errors import DataError
@@ -61,7 +62,12 @@ def with_lora(base: LlamaForCausalLM, base_id: str, rank: int, alpha: float,
     if saved.get("r") != rank:
         raise DataError(init_adapter, f"adapter has lora_rank {saved.get('r')}, this phase asks "
                         f"for {rank} (LoRA rank is fixed along a strategy)")
-    return PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
+    weights = Path(init_adapter) / "adapter_model.safetensors"
+    try:
+        return PeftModel.from_pretrained(base, str(init_adapter), is_trainable=True)
+    except (SafetensorError, OSError) as exc:   # cut short by a full disk, a partial copy
+        raise DataError(weights, f"cannot be loaded ({type(exc).__name__}: {exc}): the "
+                        "checkpoint is damaged (written to a full disk, or copied in part)") from None
 
 
 def read_adapter_config(folder: Path) -> dict[str, Any]:
