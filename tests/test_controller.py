@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -151,6 +153,28 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert sorted(sched.cancelled) == ["100", "101"]
     assert read_stop_request(store) is None
     assert "cancelled 2 running phase(s)" in out.getvalue()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_nothing(
+        tmp_path, signum):
+    """A Ctrl-C while the proposer waited on an LLM that did not answer (timeout_s x
+    (max_retries + 1): ten minutes by default) was only noted: the controller went on to create
+    and submit that phase, asked the LLM for the next one, and exited minutes later."""
+    def unanswered(tree: Tree) -> PhasePlan | None:
+        if tree[0].status.pending:
+            return None
+        os.kill(os.getpid(), signum)   # the user, while the agent waits
+        time.sleep(30)                 # the LLM call
+        return evolve(0, 10)(tree)
+    store = new_run(tmp_path, budget_iterations=3, concurrency=2)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, unanswered, unanswered], store=store)
+    began = time.monotonic()
+    assert ctl.run() == 128 + signum
+    assert time.monotonic() - began < 10, out.getvalue()
+    assert len(ctl.store.load_tree()) == 1 and len(sched.jobs) == 1, out.getvalue()
+    assert "search finished" not in out.getvalue()
 
 
 def test_a_stop_request_its_controller_never_read_does_not_stop_the_next_one(tmp_path):

@@ -6,7 +6,6 @@ restarted: a node's status says how far its phase got. Submission is exactly-onc
 """
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from functools import partial
@@ -28,6 +27,7 @@ from .admission import Admission
 from .lease import Lease, LeaseLost
 from .keeper import MonitorKeeper
 from .progress import Progress, warnings_shown
+from .signals import StopSignals
 from .stop_request import stop_phases, stop_request_for
 from .submission import Submitter, submitted
 
@@ -58,7 +58,7 @@ class Controller:
                                           s.budget_gpu_hours, s.budget_wall_hours,
                                           self.backend.defaults(), started_at=store.created_at),
                                    self.progress)
-        self._stop_signal: int | None = None
+        self.signals = StopSignals()
         self._quarantine_told: set[int] = set()
 
     # -- the loop ---------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class Controller:
     def _run(self, cancel_on_stop: bool) -> int:
         self.lease.acquire()
         self.store.fence = self.lease.verify
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.signals.install()
         lost = False
         try:
             code = self._loop(cancel_on_stop)
@@ -87,8 +87,7 @@ class Controller:
                                 f"llmzero-start {self.store.root}")
             raise
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            self.signals.restore()
             if self.monitor is not None and not lost:
                 try:
                     self.monitor.stop()
@@ -97,23 +96,23 @@ class Controller:
             self.lease.release()
             self.store.fence = lambda: None
 
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self._stop_signal = signum
-
     def _loop(self, cancel_on_stop: bool) -> int:
         while True:
             self.lease.heartbeat()
             tree = self.reconcile()
             request = stop_request_for(self.store, self.lease.token, self.progress.event)
-            if self._stop_signal is not None or request is not None:
+            stop_signal = self.signals.received
+            if stop_signal is not None or request is not None:
                 cancel = cancel_on_stop or bool(request and request.get("cancel"))
                 stop_phases(self.store, tree, self.scheduler, cancel, self.lease.token, self.progress.event)
-                return 128 + self._stop_signal if self._stop_signal else 0
+                return 128 + stop_signal if stop_signal else 0
             pending = [n for n in tree if n.status.pending]
             spent = self.admission.closed(tree)
             if spent is None and not self.method.exhausted(tree):
                 tree = self._start_phases(tree, len(pending))
                 pending = [n for n in tree if n.status.pending]
+                if self.signals.received is not None:
+                    continue      # stopped while asking: the loop's top acts on it
                 if not pending:   # nothing running and nothing the method can start
                     return self._finished(tree, self.admission.closed(tree)
                                           or f"{self.method.name} has nothing left to run")
@@ -162,13 +161,13 @@ class Controller:
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s
-        while time.monotonic() < end and self._stop_signal is None:
+        while time.monotonic() < end and self.signals.received is None:
             time.sleep(min(0.2, self.poll_s))
 
     def _start_phases(self, tree: Tree, running: int) -> Tree:
         """Create and submit phases until `concurrency` are pending or the method must wait."""
         while running < self.config.search.concurrency and self.admission.closed(tree) is None:
-            plan = self.method.next_phase(tree)
+            plan = self.signals.unless_stopped(partial(self.method.next_phase, tree))
             if plan is None:
                 break
             if isinstance(plan, PhasePlan):
