@@ -177,6 +177,24 @@ def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_noth
     assert "search finished" not in out.getvalue()
 
 
+def test_a_stop_request_made_while_an_agent_answers_creates_no_phase(tmp_path):
+    """llmzero-stop while the proposer waited on a slow LLM: the controller created and
+    submitted the phase it was answered, then asked for the next one, and read the request only
+    after that; the stop command gave up waiting meanwhile (exit 1)."""
+    store = new_run(tmp_path, budget_iterations=3, concurrency=2)
+
+    def slow_answer(tree: Tree) -> PhasePlan | None:
+        if tree[0].status.pending:
+            return None
+        request_stop(store, cancel=False)   # the user, while the agent waits
+        return evolve(0, 10)(tree)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, slow_answer, slow_answer], store=store)
+    assert ctl.run() == 0
+    assert len(ctl.store.load_tree()) == 1 and len(sched.jobs) == 1, out.getvalue()
+    assert "search finished" not in out.getvalue() and read_stop_request(store) is None
+
+
 def test_a_stop_request_its_controller_never_read_does_not_stop_the_next_one(tmp_path):
     """Audit D3: a request left by a controller that was paused, then killed before it read
     it, stopped the next controller started on the run and cancelled its phases."""

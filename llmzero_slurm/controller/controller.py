@@ -111,8 +111,8 @@ class Controller:
             if spent is None and not self.method.exhausted(tree):
                 tree = self._start_phases(tree, len(pending))
                 pending = [n for n in tree if n.status.pending]
-                if self.signals.received is not None:
-                    continue      # stopped while asking: the loop's top acts on it
+                if self._stopping():
+                    continue      # asked to stop while the agents answered: acted on above
                 if not pending:   # nothing running and nothing the method can start
                     return self._finished(tree, self.admission.closed(tree)
                                           or f"{self.method.name} has nothing left to run")
@@ -164,11 +164,16 @@ class Controller:
         while time.monotonic() < end and self.signals.received is None:
             time.sleep(min(0.2, self.poll_s))
 
+    def _stopping(self) -> bool:
+        """A stop signal or request came (an agent may have waited minutes on its LLM)."""
+        return self.signals.received is not None or stop_request_for(
+            self.store, self.lease.token, self.progress.event) is not None
+
     def _start_phases(self, tree: Tree, running: int) -> Tree:
         """Create and submit phases until `concurrency` are pending or the method must wait."""
         while running < self.config.search.concurrency and self.admission.closed(tree) is None:
             plan = self.signals.unless_stopped(partial(self.method.next_phase, tree))
-            if plan is None:
+            if plan is None or self._stopping():   # a stop asked for while agents answered
                 break
             if isinstance(plan, PhasePlan):
                 plan = self.admission.admit(tree, plan)
