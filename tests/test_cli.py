@@ -714,6 +714,22 @@ def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slu
     assert data["slurm_states"] == {} and "Slurm did not answer" in data["live_states_note"]
 
 
+def test_status_shows_the_recorded_tree_when_the_local_job_table_is_damaged(tmp_path):
+    """A damaged local-jobs/jobs.json (an editor, a disk error) made status exit 3 and show
+    nothing but that file's name, though every node record read fine."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
+                                  submission=Submission(job_id="1", scheduler_state="RUNNING")))
+    table = store.root / "local-jobs" / "jobs.json"
+    table.parent.mkdir()
+    table.write_text('{"jobs": ')
+    shown = cli("status", str(store.root))
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"0000 scratch running .* 1 +RUNNING", shown.stdout)
+    assert re.search(r"note: job states are shown as last recorded: .*local-jobs/jobs.json: "
+                     r"corrupt JSON", shown.stdout)
+
+
 def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
     store = two_phase_run(tmp_path)
     record = json.loads(store.node_path(1).read_text())

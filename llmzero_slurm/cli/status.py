@@ -10,7 +10,7 @@ from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
-from ..errors import SchedulerError
+from ..errors import SchedulerError, StateError
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Status, Tree
@@ -47,7 +47,8 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> 
 def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str | None]:
     """Scheduler states of the pending jobs, in one scheduler call, or none and why not.
     Status is for looking: when the batch system does not answer it shows the states on file
-    at once, rather than retrying for a minute as the controller does."""
+    at once, rather than retrying for a minute as the controller does; so too when the local
+    scheduler's job table is damaged, which must not hide the node records."""
     jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
@@ -57,7 +58,7 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
         return {}, "Slurm did not answer (squeue failed); job states are shown as last recorded"
     try:
         return make_scheduler(kind, store.root).states(list(jobs), jobs), None
-    except SchedulerError as exc:
+    except (SchedulerError, StateError) as exc:
         return {}, f"job states are shown as last recorded: {exc}"
 
 
