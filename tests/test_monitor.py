@@ -172,6 +172,21 @@ def test_the_monitor_runs_in_its_own_partition(tmp_path):
         parse_config({"name": "x", "monitor": {"partition": "cpu\n#SBATCH --uid=0"}})
 
 
+def judged_run(tmp_path: Path, agents: dict) -> RunStore:
+    """A finished phase and a running one behind it: the stopper is asked about the second."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "search": {"early_stop_interval_s": 1}, "agents": agents}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                  status=Status.COMPLETED,
+                                  results=Results(best_val=0.9, checkpoints=[60])))
+    write_val(store.node_dir(0).metrics_file, {s: s / 60 * 0.9 for s in range(5, 65, 5)})
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                  status=Status.RUNNING, submission=Submission("t1", "77")))
+    write_val(store.node_dir(1).metrics_file, {5: 0.3, 10: 0.45, 15: 0.6, 20: 0.7})
+    return store
+
+
 def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environment(
         tmp_path, monkeypatch):
     """Issue 15.7: the monitor needs the key, but its job was submitted with the controller's
@@ -182,18 +197,8 @@ def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environmen
     monkeypatch.setenv("SITE_LLM_KEY", canary)        # a custom agents.api_key_env
     with LoopbackLLM() as service:
         service.reply(*["REASON: still climbing.\nDECISION: CONTINUE"] * 20)
-        store = RunStore.create(tmp_path / "run", parse_config({
-            "name": "mon", "backend": "cpu", "scheduler": "local",
-            "search": {"early_stop_interval_s": 1},
-            "agents": {"backend": "anthropic", "api_key_env": "SITE_LLM_KEY",
-                       "base_url": service.url}}))
-        store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
-                                      status=Status.COMPLETED,
-                                      results=Results(best_val=0.9, checkpoints=[60])))
-        write_val(store.node_dir(0).metrics_file, {s: s / 60 * 0.9 for s in range(5, 65, 5)})
-        store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
-                                      status=Status.RUNNING, submission=Submission("t1", "77")))
-        write_val(store.node_dir(1).metrics_file, {5: 0.3, 10: 0.45, 15: 0.6, 20: 0.7})
+        store = judged_run(tmp_path, {"backend": "anthropic", "api_key_env": "SITE_LLM_KEY",
+                                      "base_url": service.url})
         lease = Lease(store)
         lease.acquire()                  # the monitor runs while a controller holds the run
         sched = LocalScheduler(tmp_path / "local-jobs", secret_names=["SITE_LLM_KEY"])
@@ -217,6 +222,30 @@ def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environmen
         wait_for(lambda: sched.call_state(str(job)) is None, 30, "the monitor to stop")
     records = store.node_dir(1).early_stop_file.read_text()
     assert canary not in records and "anthropic" in records
+
+
+def test_a_monitor_cancelled_while_its_llm_does_not_answer_stops_at_once(tmp_path, monkeypatch):
+    """SIGTERM while the stopper waited on an LLM that did not answer was only noted: the
+    monitor lived on until the call gave up (timeout_s x (max_retries + 1), ten minutes by
+    default), after the search had ended, or beside the monitor that replaced it."""
+    from llm_loopback import LoopbackLLM
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    with LoopbackLLM() as service:
+        service.reply({"delay": 120, "text": "REASON: late.\nDECISION: CONTINUE"})
+        store = judged_run(tmp_path, {"backend": "anthropic", "base_url": service.url,
+                                      "timeout_s": 300, "max_retries": 0})
+        lease = Lease(store)
+        lease.acquire()
+        sched = LocalScheduler(tmp_path / "local-jobs")
+        keeper = MonitorKeeper(store, sched)
+        try:
+            keeper.ensure(True)
+            job = str(keeper._record()["job_id"])
+            wait_for(lambda: service.requests, 90, "the monitor's LLM call")
+        finally:
+            keeper.stop()
+            lease.release()
+        wait_for(lambda: sched.call_state(job) is None, 15, "the monitor to stop")
 
 
 @pytest.mark.parametrize("backend, left", [("heuristic", False), ("auto", True), ("anthropic", True)])

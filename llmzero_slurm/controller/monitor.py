@@ -27,6 +27,7 @@ from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from . import llm_key
 from .lease import Lease
+from .signals import StopSignals
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
 HEARTBEAT_FILE = "heartbeat.json"   # in the run's monitor/ folder: time, host, pid, llm_unreachable
@@ -120,16 +121,16 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
     # submitit ignores SIGTERM (it waits for the SIGKILL) and fails the job on its time-limit
     # USR2 when the function cannot be checkpointed; a monitor must instead stop at once when
     # cancelled, and end cleanly near its limit for the keeper to replace it.
-    stopped_by: list[str] = []
-    for sig in (signal.SIGTERM, signal.SIGUSR2):
-        signal.signal(sig, lambda signum, _frame: stopped_by.append(signal.Signals(signum).name))
+    # A cancel while the stopper waits on its LLM interrupts the call (signals.py).
+    stop = StopSignals((signal.SIGTERM, signal.SIGUSR2))
+    stop.install()
     started = time.time()
     beat()
     gone_since: float | None = None
     next_check = started
     while time.time() - started < lifetime_s:
-        if stopped_by:
-            return f"stopped by {stopped_by[0]}"
+        if stop.received is not None:
+            return f"stopped by {signal.Signals(stop.received).name}"
         info = lease.read()
         if info is None or not lease.holder_alive(info):
             gone_since = gone_since or time.time()
@@ -138,12 +139,15 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
         else:
             gone_since = None
         if time.time() >= next_check:
-            beat(stopped=monitor.check_once())
+            stopped = stop.unless_stopped(monitor.check_once)
+            if stopped is None:
+                continue       # cancelled while judging: the loop's top returns
+            beat(stopped=stopped)
             next_check = time.time() + interval_s
         else:
             beat()
         pause = min(HEARTBEAT_S, max(0.1, next_check - time.time()))
-        while pause > 0 and not stopped_by:
+        while pause > 0 and stop.received is None:
             time.sleep(min(0.2, pause))
             pause -= 0.2
     return "lifetime reached"

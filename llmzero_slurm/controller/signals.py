@@ -1,10 +1,12 @@
-"""SIGINT and SIGTERM for the controller: noted, and acted on where the loop can stop cleanly.
+"""Stop signals for the controller and the monitor: noted, and acted on where their loops can
+stop cleanly.
 
-One exception: a signal while the search method asks its agents interrupts them at once. An
-LLM that does not answer holds a call for timeout_s x (max_retries + 1), ten minutes by
-default, and the plan it was asked for is not wanted once the user has said stop. Nothing is
-created before the plan returns, so the interrupted plan leaves only its agents' records in
-proposals/, as a controller killed there would.
+One exception: a signal while an agent is asked interrupts it at once. An LLM that does not
+answer holds a call for timeout_s x (max_retries + 1), ten minutes by default, and its answer
+is not wanted once the user (or the keeper replacing a silent monitor) has said stop. The
+controller creates nothing before the search method's plan returns, so an interrupted plan
+leaves only its agents' records in proposals/, as a controller killed there would; the
+monitor records a STOP before it cancels, and a monitor started later sends the cancel.
 """
 from __future__ import annotations
 
@@ -21,13 +23,14 @@ class _Interrupted(BaseException):
 
 
 class StopSignals:
-    def __init__(self) -> None:
+    def __init__(self, signals: tuple[int, ...] = STOP_SIGNALS) -> None:
+        self.signals = signals
         self.received: int | None = None
         self._asking = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.signals}
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
