@@ -15,7 +15,8 @@ import pytest
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError
-from llmzero_slurm.controller.controller import NOTHING_COMPLETED, Controller
+from llmzero_slurm.controller.controller import Controller
+from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
 from llmzero_slurm.controller.lease import Lease
 from llmzero_slurm.controller.stop_request import read_stop_request, request_stop
 from llmzero_slurm.methods.base import MethodContext, PhasePlan

@@ -11,7 +11,7 @@ import pytest
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.backends.registry import BACKENDS
 from llmzero_slurm.config import ExperimentConfig
-from llmzero_slurm.controller.controller import NOTHING_COMPLETED
+from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
 from llmzero_slurm.controller.lease import LeaseLost
 from llmzero_slurm.errors import ConfigError, LockTimeout, SchedulerError, StateError, UsageError
 from llmzero_slurm.paths import ROOT

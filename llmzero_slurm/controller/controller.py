@@ -12,7 +12,6 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, TextIO
 
-from ..agents.offline.error_analyzer import last_error_line
 from ..backends import get_backend
 from ..errors import LLMZeroError, SchedulerError, StorageError
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
@@ -25,14 +24,12 @@ from .. import faults
 from .ingest import collect_results
 from .admission import Admission
 from .lease import Lease, LeaseLost
+from .outcome import outcome
 from .keeper import MonitorKeeper
 from .progress import Progress, warnings_shown
 from .signals import StopSignals
 from .stop_request import stop_phases, stop_request_for
 from .submission import Submitter, submitted
-
-
-NOTHING_COMPLETED = 7   # exit code: the search ended without one completed phase
 
 
 class Controller:
@@ -64,7 +61,7 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self, cancel_on_stop: bool = False) -> int:
-        """Run the search to its end; return 0 when finished, NOTHING_COMPLETED when it ended
+        """Run the search to its end; return 0 when finished, outcome.NOTHING_COMPLETED when it ended
         without a completed phase, 130/143 when stopped by a signal; LeaseLost if taken over."""
         with warnings_shown(self.progress):
             return self._run(cancel_on_stop)
@@ -139,25 +136,10 @@ class Controller:
     def _finished(self, tree: Tree, reason: str) -> int:
         self._export_curves(tree)
         self.progress.finished(tree, reason)
-        if self.store.corrupt:   # their jobs, if any, were never watched: say how to take them in
-            ids = ", ".join(str(i) for i in sorted(self.store.corrupt))
-            self.progress.event(f"the search ended with node {ids} left out: a job of its own that "
-                                f"still runs was not watched; llmzero-repair {self.store.root}, "
-                                f"then llmzero-start {self.store.root} takes it in")
-        if any(n.status in (Status.COMPLETED, Status.EARLY_STOPPED) for n in tree if not n.pruned):
-            return 0
-        failed = [n for n in tree if n.status is Status.FAILED and not n.pruned]
-        last = failed[-1] if failed else None
-        why = last and (last.gave_up_because or last.submission.reason or self._job_error(last))
-        self.progress.event("no phase completed, so the search found nothing"
-                            + (f"; the last failure: {why}" if why else ""))
-        return NOTHING_COMPLETED
-
-    def _job_error(self, node: Node) -> str | None:
-        """A failed job's own error line, for a search that ended before any analyzer read it
-        (the budget was spent on the failure)."""
-        line = last_error_line(self.store.node_dir(node.id).log_tail())
-        return line and f"node {node.id}: {line}"
+        code, said = outcome(tree, self.store)
+        for line in said:
+            self.progress.event(line)
+        return code
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s
