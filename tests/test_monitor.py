@@ -208,7 +208,8 @@ def test_the_monitor_job_gets_the_llm_key_without_it_being_in_any_job_environmen
             key_file = store.root / "monitor" / "llm-key.json"
             assert key_file.stat().st_mode & 0o777 == 0o600
             job = keeper._record()["job_id"]
-            wait_for(lambda: service.requests, 90, "the monitor's first LLM call")
+            # its first decision recorded: a stop interrupts a call still in flight
+            wait_for(store.node_dir(1).early_stop_file.exists, 90, "the monitor's first decision")
             headers = service.requests[0]["headers"]
             sent = headers.get("x-api-key") or headers["authorization"]
             assert sent.removeprefix("Bearer ") == canary    # the client got the key
