@@ -89,6 +89,23 @@ def test_a_timed_out_phase_goes_on_from_its_own_last_checkpoint(tmp_path):
     assert child.resume is not None and (child.resume.node, child.start_step) == (0, 25)
 
 
+def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(tmp_path):
+    """A phase a person cancelled (llmzero-stop --cancel) counted as a configuration tried, so
+    on resume the proposer took another variant, and with both cancelled it replayed the
+    parent's configuration: the cancelled proposal is what the resumed search should run."""
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.COMPLETED)
+    write_metrics(NodeDir(tmp_path / "0000").metrics_file,
+                  val_rows({s: 0.3 + s / 500 for s in (10, 20, 30, 40, 50)}))
+    first = m.next_phase(tree)
+    assert isinstance(first, PhasePlan) and first.action.parent == 0
+    tree = create(tree, first)
+    tree[1].status = Status.CANCELLED
+    again = m.next_phase(tree)
+    assert isinstance(again, PhasePlan) and again.action.parent == 0
+    assert again.hparams == first.hparams and again.resume_step == first.resume_step
+
+
 # -- random ---------------------------------------------------------------------------------
 
 def test_random_plans_budget_many_independent_roots(tmp_path):

@@ -13,7 +13,7 @@ from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
 from ..search.policy import Action, best_node, select
-from ..search.tree import Kind, Tree
+from ..search.tree import Kind, Status, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
 
 
@@ -48,7 +48,8 @@ class LLMZeroMethod(SearchMethod):
         assert action.parent is not None   # select() gives roots no proposal
         parent = tree[action.parent]
         best = best_node(tree)
-        siblings = [c.hparams for c in tree.children(parent.id)]
+        # A child a person cancelled never ran its course: its configuration is still open.
+        siblings = [c.hparams for c in tree.children(parent.id) if c.status is not Status.CANCELLED]
         inp = ProposerInput(parent, self.ctx.node_dir(parent.id).metrics(),
                             best.score if best else None, scratch_only=action.injected,
                             taken=siblings)
