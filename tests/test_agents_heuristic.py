@@ -202,6 +202,10 @@ SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:
      "node_fault", "retry"),
     ("FAILED", "Traceback (most recent call last):\n  File \"reward.py\", line 3\n"
                "KeyError: 'ground_truth'", "user_code", "give_up"),
+    # a full disk while saving: retried (the search goes on once space is freed), not taken
+    # for a bug in the task's code because the save raised with a traceback
+    ("FAILED", "Traceback (most recent call last):\n  File \"checkpoint.py\", line 30\n"
+               "OSError: [Errno 28] No space left on device", "node_fault", "retry"),
     ("FAILED", "something odd happened", "unknown", "retry"),
 ])
 def test_error_analyzer_classes(tmp_path, state, tail, failure, action):

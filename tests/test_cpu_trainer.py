@@ -18,7 +18,7 @@ from statistics import mean
 
 import pytest
 
-from llmzero_slurm.cputrain.checkpoint import load_state
+from llmzero_slurm.cputrain.checkpoint import load_state, save_state
 from llmzero_slurm.cputrain.defaults import DEFAULTS
 from llmzero_slurm.cputrain.warmstart import PROBE_SIZE
 from llmzero_slurm.paths import JOBS
@@ -165,6 +165,16 @@ def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
                                       str(good_phase / "ckpt/global_step_100"))
     lora = [p for n, p in model.named_parameters() if "lora_B" in n]
     assert lora and any(torch.count_nonzero(p) for p in lora)   # trained, not the zero init
+
+
+def test_a_checkpoint_on_a_full_disk_says_the_disk_is_full():
+    """torch.save to a path said 'unexpected pos 704 vs 598', and the error analyzer took the
+    traceback for a bug in the task's code, ending the chain even once space was freed."""
+    import errno
+    import torch
+    with pytest.raises(OSError) as err:
+        save_state({"x": torch.zeros(100_000)}, Path("/dev/full"))
+    assert err.value.errno == errno.ENOSPC
 
 
 def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,

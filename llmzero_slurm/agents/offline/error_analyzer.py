@@ -17,7 +17,8 @@ _SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
     ("timeout", {"TIMEOUT", "DEADLINE"}, r"DUE TO TIME LIMIT"),
     ("node_fault", {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"},
      r"NCCL (error|WARN)|ncclSystemError|Connection (reset|refused)|RayActorError|"
-     r"GCS|node .* (down|failure)|Socket Timeout|unhandled system error"),
+     r"GCS|node .* (down|failure)|Socket Timeout|unhandled system error|"
+     r"No space left on device|Disk quota exceeded"),   # retried once space is freed
     ("user_code", set(), r"Traceback \(most recent call last\)"),
 )
 
