@@ -199,14 +199,16 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
     ("anthropic", {"max_retries": -1}, good(),
      "LLM unavailable: Anthropic API: RuntimeError: could not resolve response"),
     ("anthropic", {}, {"body": {"type": "message", "id": "msg_0"}},
-     "LLM unavailable: Anthropic API: TypeError"),
+     "LLM unavailable: Anthropic API: the reply is not a Messages API answer (no content "
+     "blocks or no usage)"),
     ("openai", {}, {"body": {"object": "chat.completion", "choices": [{"index": 0}]}},
-     "LLM unavailable: OpenAI-compatible API: AttributeError"),
+     "LLM unavailable: OpenAI-compatible API: the reply has no choice with a message"),
 ], ids=["anthropic-sdk-fails", "anthropic-reply-not-a-message", "openai-choice-without-message"])
 def test_a_client_failure_that_is_no_api_error_falls_back_and_is_recorded(
-        service, monkeypatch, run, tmp_path, backend, settings, step, error):
+        service, monkeypatch, run, tmp_path, backend, settings, step, error, caplog):
     """The SDK raising something else than its APIError (a RuntimeError for a negative
-    max_retries, a reply that is no message) used to crash the controller."""
+    max_retries, a reply that is no message) used to crash the controller; a malformed reply
+    is said as one, not as the TypeError it caused."""
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service, backend=backend, **settings)
     node, log = run
@@ -216,6 +218,9 @@ def test_a_client_failure_that_is_no_api_error_falls_back_and_is_recorded(
     record = json.loads((tmp_path / "proposal.json").read_text())
     assert record["fallbacks"][0].startswith(error), record["fallbacks"]
     assert record["fallbacks"][-1] == "used the heuristic agent instead"
+    # and said as it happens, not only in the record (the controller shows warnings)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"proposer: {record['fallbacks'][0]}; the heuristic agent answers instead"]
 
 
 def test_timeout_falls_back(service, monkeypatch, run, tmp_path):

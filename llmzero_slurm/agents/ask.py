@@ -1,12 +1,13 @@
 """One validated exchange with an LLM: ask, check, one repair round, else the fallback.
 
 Shared by the proposer, the error analyzer and the early stopper. The record lists every raw
-answer and why each fallback happened, so a search that quietly ran on heuristics is visible
-afterwards.
+answer and why each fallback happened, and a fallback is logged as a warning (the controller
+shows it), so a search never runs on heuristics unseen.
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Callable, TypeVar
 
 from .answers import AnswerError
@@ -14,6 +15,7 @@ from .llm import Backend, LLMUnavailable, Prompt
 from .records import AgentRecord
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)   # a fallback is said where the user looks, as it happens
 # An answer longer than this is not parsed, stored or echoed whole: a bounded excerpt and the
 # whole answer's hash stand for it (a model that rambles must not fill the run directory or
 # double the cost of the repair request).
@@ -60,4 +62,6 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
         if unusable is not None:
             return unusable()
     record.fallbacks.append("used the heuristic agent instead")
+    _log.warning("%s: %s; the heuristic agent answers instead", record.agent,
+                 record.fallbacks[-2][:300] if len(record.fallbacks) > 1 else "no usable answer")
     return fallback()

@@ -178,6 +178,9 @@ class AnthropicBackend(_SDKBackend):
 
     def send(self, body: dict[str, Any]) -> Reply:
         resp = self.client.messages.create(**body)
+        if not isinstance(getattr(resp, "content", None), list) or getattr(resp, "usage", None) is None:
+            raise LLMUnavailable(f"{self.vendor}: the reply is not a Messages API answer (no "
+                                 f"content blocks or no usage): {str(resp)[:200]}")
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
         u = resp.usage
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens or 0,
@@ -205,8 +208,9 @@ class OpenAIBackend(_SDKBackend):
 
     def send(self, body: dict[str, Any]) -> Reply:
         resp = self.client.chat.completions.create(**body)
-        if not resp.choices:
-            raise LLMUnavailable(f"{self.vendor}: the reply has no choices")
+        if not resp.choices or getattr(resp.choices[0], "message", None) is None:
+            raise LLMUnavailable(f"{self.vendor}: the reply has no choice with a message: "
+                                 f"{str(resp)[:200]}")
         u = resp.usage
         cached = 0
         if u is not None and u.prompt_tokens_details is not None:
