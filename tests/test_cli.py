@@ -64,15 +64,15 @@ def test_stop_says_how_long_it_waits_and_refuses_a_wait_that_is_no_duration(tmp_
 def test_trainer_help_names_every_task_and_its_real_warm_start_defaults():
     """jobs/cpu_grpo.py --help listed four of the five built-in tasks (no `expand`) and gave a
     default band of 0.20:0.35 for files, where the trainer uses 0.55:0.70."""
-    from llmzero_slurm.cputrain.warmstart import DEFAULT_BAND, DEFAULT_MAX_STEPS
+    from llmzero_slurm.cputrain.defaults import WARM_START_BAND, WARM_START_MAX_STEPS
     from llmzero_slurm.tasks import TASKS
     done = subprocess.run([sys.executable, str(ROOT / "jobs" / "cpu_grpo.py"), "--help"],
                           capture_output=True, text=True, timeout=120)
     text = " ".join(done.stdout.split())
     assert done.returncode == 0
     assert all(re.search(rf"--task TASK a built-in task: .*\b{name}\b", text) for name in TASKS)
-    assert f"else {DEFAULT_BAND[0]:.2f}:{DEFAULT_BAND[1]:.2f})" in text
-    assert f"(default {DEFAULT_MAX_STEPS})" in text
+    assert f"else {WARM_START_BAND[0]:.2f}:{WARM_START_BAND[1]:.2f})" in text
+    assert f"(default {WARM_START_MAX_STEPS})" in text
 
 
 def example_config(name: str, tmp_path) -> dict:

@@ -12,7 +12,8 @@ from ..tasks import dataset, get_task, reward_path
 from ..tasks.reward_file import load_reward
 from .memory import limit_memory
 from .trainer import GRPOTrainer, Phase
-from .warmstart import DEFAULT_BAND, DEFAULT_MAX_STEPS, WarmStart
+from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
+from .warmstart import WarmStart
 
 
 def pick_device() -> torch.device:
@@ -31,8 +32,8 @@ def pick_device() -> torch.device:
 
 def warm_start_plan(args: argparse.Namespace) -> WarmStart:
     """The warm start the arguments ask for; a built-in task brings its own band."""
-    band = args.warm_start_band or (get_task(args.task).BASE_BAND if args.task else DEFAULT_BAND)
-    return WarmStart(band=band, max_steps=args.warm_start_max_steps or DEFAULT_MAX_STEPS,
+    band = args.warm_start_band or (get_task(args.task).BASE_BAND if args.task else WARM_START_BAND)
+    return WarmStart(band=band, max_steps=args.warm_start_max_steps or WARM_START_MAX_STEPS,
                      steps=args.warm_start_steps)
 
 

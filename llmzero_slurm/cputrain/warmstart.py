@@ -43,8 +43,6 @@ from .tokenizer import CharTokenizer
 BATCH_SIZE, LR, SEED = 64, 3e-3, 0
 EVAL_EVERY = 10            # coarse probe interval, steps
 PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
-DEFAULT_BAND = WARM_START_BAND
-DEFAULT_MAX_STEPS = WARM_START_MAX_STEPS
 RECORD = "warm_start.json"
 
 
@@ -54,8 +52,8 @@ class WarmStart:
     randomly initialised model); otherwise train until the probe accuracy is in `band`,
     giving up after `max_steps`."""
 
-    band: tuple[float, float] = DEFAULT_BAND
-    max_steps: int = DEFAULT_MAX_STEPS
+    band: tuple[float, float] = WARM_START_BAND
+    max_steps: int = WARM_START_MAX_STEPS
     steps: int | None = None
 
     def __post_init__(self) -> None:
