@@ -38,7 +38,8 @@ from .paths import cache_dir as cache_folder   # standard library only, like thi
 PREFIX = "LLMZ-CHECK "
 END = "LLMZ-CHECK-END"
 VERL_VERSION = "0.9.1"          # the version the phases' overrides are written for
-CPU_PACKAGES = ("torch", "transformers", "peft", "pyarrow")   # the embedded trainer's imports
+# What each backend's phases import: where they run, these must be found.
+TRAINER_PACKAGES = {"cpu": ("torch", "transformers", "peft", "pyarrow"), "verl": ("verl",)}
 HEAD_BYTES = 4096
 
 
@@ -224,13 +225,14 @@ def endpoint(url: str, timeout_s: float) -> str:
 def environment(plan: dict[str, Any]) -> None:
     run("compute node", where)
     if plan["backend"] == "verl":
-        run("verl", lambda: package("verl"))
+        for name in TRAINER_PACKAGES["verl"]:
+            run(name, functools.partial(package, name))
         if plan.get("rollout_engine"):
             run("rollout engine", lambda: installed(plan["rollout_engine"]))
         for kind, overrides in plan.get("phases", []):
             run(f"verl config ({kind})", functools.partial(verl_phase, overrides))
     else:
-        for name in CPU_PACKAGES:
+        for name in TRAINER_PACKAGES["cpu"]:
             run(name, functools.partial(package, name))
         run("base-model cache", lambda: cache_dir(plan.get("cache_dir")))
     run("model", lambda: model(plan.get("model_path")))

@@ -61,8 +61,8 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self, cancel_on_stop: bool = False) -> int:
-        """Run the search to its end; return 0 when finished, outcome.NOTHING_COMPLETED when it ended
-        without a completed phase, 130/143 when stopped by a signal; LeaseLost if taken over."""
+        """Run the search to its end; return 0 when finished, 7 when it ended without a
+        completed phase (outcome.py), 130/143 when stopped by a signal; LeaseLost if taken over."""
         with warnings_shown(self.progress):
             return self._run(cancel_on_stop)
 

@@ -247,9 +247,9 @@ _FIND = ("import importlib.util, sys; "
 def check_trainer(cfg: ExperimentConfig) -> str:
     """A local run's phases use this machine's Python: it must find the trainer's packages,
     which a login-node install leaves out (on Slurm, --on-cluster asks a compute node)."""
-    from ..cluster_probe import CPU_PACKAGES
+    from ..cluster_probe import TRAINER_PACKAGES
     python = get_backend(cfg.backend).python(cfg.trainer)
-    names = CPU_PACKAGES if cfg.backend == "cpu" else ("verl",)
+    names = TRAINER_PACKAGES[cfg.backend]
     try:
         done = subprocess.run([python, "-c", _FIND, *names], capture_output=True, text=True,
                               timeout=60)

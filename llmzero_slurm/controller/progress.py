@@ -57,7 +57,6 @@ class Progress:
         self.event(tree_summary(tree))
 
 
-
 class _AsProgress(logging.Handler):
     def __init__(self, progress: Progress):
         super().__init__(logging.WARNING)

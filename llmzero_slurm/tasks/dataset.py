@@ -103,6 +103,11 @@ def require_file(path: str | Path, key: str | None = None) -> Path:
     return path
 
 
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
+SCHEMA = ("verl's schema: data_source (text), prompt (a chat list of {role, content}), "
+          "reward_model {style, ground_truth}, extra_info (optional)")
+
+
 def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
     """Load and check one verl-format parquet file; `key`: the config key that names it."""
     path = require_file(path, key)
@@ -118,11 +123,6 @@ def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
     if not rows:
         raise DataError(path, "has no rows")
     return [_example(path, i, row) for i, row in enumerate(rows)]
-
-
-REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
-SCHEMA = ("verl's schema: data_source (text), prompt (a chat list of {role, content}), "
-          "reward_model {style, ground_truth}, extra_info (optional)")
 
 
 def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
