@@ -21,6 +21,7 @@ import yaml
 
 from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
+from .sbatch_options import cpu_job_directives, phase_directives, placement_directives
 from .hparams import not_a_number, validate_hparams
 from .search.settings import SearchSettings, check_ranges
 
@@ -37,18 +38,19 @@ class WarmStartConfig:
     steps: int | None = None          # instead of a band: exactly N steps; 0 = no warm start
 
     def check(self, where: str) -> None:
-        band = self.band
+        problems, band = ConfigProblems(), self.band
         if band is not None and not (
                 len(band) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                        for v in band) and 0 < band[0] < band[1] <= 1):
-            raise ConfigError(f"{where}.band", f"must be [low, high] with 0 < low < high <= 1 "
-                                               f"(got {band!r})")
+            problems.add(f"{where}.band", f"must be [low, high] with 0 < low < high <= 1 "
+                                          f"(got {band!r})")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError(f"{where}.max_steps", "must be at least 1")
+            problems.add(f"{where}.max_steps", "must be at least 1")
         if self.steps is not None and self.steps < 0:
-            raise ConfigError(f"{where}.steps", "must be 0 (no warm start) or more")
+            problems.add(f"{where}.steps", "must be 0 (no warm start) or more")
         if self.steps is not None and (band is not None or self.max_steps is not None):
-            raise ConfigError(f"{where}.steps", "a fixed step count excludes band and max_steps")
+            problems.add(f"{where}.steps", "a fixed step count excludes band and max_steps")
+        problems.raise_all()
 
 
 @dataclass
@@ -66,11 +68,12 @@ class TaskConfig:
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
         ignored without a word."""
-        if self.builtin:
-            for name in ("train_files", "val_files", "test_files", "reward_path"):
-                if getattr(self, name):
-                    raise ConfigError(f"{where}.{name}", f"is not used with {where}.builtin: "
-                                      "give a builtin task or your own files, not both")
+        problems = ConfigProblems()
+        for name in ("train_files", "val_files", "test_files", "reward_path"):
+            if self.builtin and getattr(self, name):
+                problems.add(f"{where}.{name}", f"is not used with {where}.builtin: give a "
+                                                "builtin task or your own files, not both")
+        problems.raise_all()
 
 
 @dataclass
@@ -99,20 +102,23 @@ class AgentConfig:
     def check(self, where: str) -> None:
         """A negative max_retries makes the SDK fail every call; zero tokens, timeouts or
         image sizes can never answer; a negative price would make the cost figures lie."""
+        problems = ConfigProblems()
         if self.backend not in ("auto", "anthropic", "openai", "heuristic"):
-            raise ConfigError(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
+            problems.add(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
         if self.cache_ttl not in ("5m", "1h"):
-            raise ConfigError(f"{where}.cache_ttl", "must be '5m' or '1h'")
+            problems.add(f"{where}.cache_ttl", "must be '5m' or '1h'")
         if self.base_url is not None and not _http_url(self.base_url):
-            raise ConfigError(f"{where}.base_url", "must be an http:// or https:// URL with a "
-                              f"host, e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
+            problems.add(f"{where}.base_url", "must be an http:// or https:// URL with a host, "
+                         f"e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
-            raise ConfigError(f"{where}.api_key_env", "must name an environment variable "
-                              "(letters, digits, '_'), e.g. ANTHROPIC_API_KEY")
-        check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
-                     non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
-                                   "price_output_per_mtok", "price_cache_write_per_mtok",
-                                   "price_cache_read_per_mtok"))
+            problems.add(f"{where}.api_key_env", "must name an environment variable (letters, "
+                                                 "digits, '_'), e.g. ANTHROPIC_API_KEY")
+        with problems.collect():
+            check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
+                         non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
+                                       "price_output_per_mtok", "price_cache_write_per_mtok",
+                                       "price_cache_read_per_mtok"))
+        problems.raise_all()
 
 
 def _http_url(url: str) -> bool:
@@ -135,9 +141,13 @@ class StateConfig:
 
     def check(self, where: str) -> None:
         """A lock that is stale at once would be taken from a live holder."""
+        problems = ConfigProblems()
         if self.lock not in ("flock", "soft"):
-            raise ConfigError(f"{where}.lock", "must be 'flock' or 'soft'")
-        check_ranges(where, self, positive=("stale_after_s",), non_negative=("lock_timeout_s",))
+            problems.add(f"{where}.lock", "must be 'flock' or 'soft'")
+        with problems.collect():
+            check_ranges(where, self, positive=("stale_after_s",),
+                         non_negative=("lock_timeout_s",))
+        problems.raise_all()
 
 
 @dataclass
@@ -249,12 +259,14 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     check = problems.check
     _check_names(cfg, problems)
     check(lambda: cfg.state.check("state"))
-    check(lambda: cfg.slurm.check("slurm"))
+    check(lambda: phase_directives(cfg.slurm))
     check(lambda: cfg.agents.check("agents"))
     _check_hparams(cfg, problems)
     check(lambda: cfg.task.check("task"))
     check(lambda: cfg.task.warm_start.check("task.warm_start"))
-    check(lambda: cfg.monitor.check("monitor"))
+    check(lambda: placement_directives("monitor", cfg.monitor.partition, cfg.monitor.account,
+                                       cfg.monitor.qos))
+    check(lambda: cpu_job_directives("controller", cfg.controller, "controller.time", []))
     check(lambda: _check_for_backend(cfg), "backend", "slurm.gpus_per_node")
     check(cfg.search.check, "search.strategy_file")
     problems.raise_all(source, [str(key) for key in data])
@@ -284,12 +296,14 @@ def _check_for_backend(cfg: ExperimentConfig) -> None:
                               "builds its own base model (task.warm_start): remove it, or set "
                               "backend: verl")
         return
+    problems = ConfigProblems()
     if cfg.task.warm_start != WarmStartConfig():
-        raise ConfigError("task.warm_start", "only the cpu backend warm-starts a base model; "
-                                             "verl trains the model at model_path")
+        problems.add("task.warm_start", "only the cpu backend warm-starts a base model; verl "
+                                        "trains the model at model_path")
     if cfg.slurm.gpus_per_node < 1:
-        raise ConfigError("slurm.gpus_per_node", f"the {cfg.backend} backend trains on GPUs: "
-                          "give each phase node's GPU count (e.g. 8), not 0")
+        problems.add("slurm.gpus_per_node", f"the {cfg.backend} backend trains on GPUs: give "
+                                            "each phase node's GPU count (e.g. 8), not 0")
+    problems.raise_all()
 
 
 def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:

@@ -47,6 +47,10 @@ class ConfigProblems:
     def __init__(self) -> None:
         self.errors: list[ConfigError] = []
 
+    def add(self, key: str, problem: str) -> None:
+        """Keep a problem found by a check that goes on to its next key."""
+        self.errors.append(ConfigError(key, problem))
+
     @contextmanager
     def collect(self, prefix: str = "") -> Iterator[None]:
         """Run the block, keeping what it refuses (its keys under `prefix`) instead of raising."""

@@ -1,12 +1,9 @@
 """Where the run's batch jobs go: the phases (`slurm:`), the monitor (`monitor:`) and the
 controller when it runs as a job (`controller:`). Plain settings; the #SBATCH lines are
-rendered and checked in render.py."""
+checked in sbatch_options.py, as the file is read and again as each script is rendered."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-
-from .errors import ConfigError
 
 
 @dataclass
@@ -29,10 +26,6 @@ class SlurmConfig:
     setup: list[str] = field(default_factory=list)
     requeue: bool = True
 
-    def check(self, where: str) -> None:
-        if self.gpu_directive not in ("gpus-per-node", "gres"):
-            raise ConfigError(f"{where}.gpu_directive", "must be 'gpus-per-node' or 'gres'")
-
 
 @dataclass
 class MonitorConfig:
@@ -42,17 +35,6 @@ class MonitorConfig:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-
-    def check(self, where: str) -> None:
-        for key in ("partition", "account", "qos"):
-            value = getattr(self, key)
-            if value is not None and not SLURM_NAMES.match(str(value)):
-                raise ConfigError(f"{where}.{key}", f"must be comma-separated Slurm names "
-                                  f"(got {str(value)[:60]!r})")
-
-
-# Partition, account and qos values: comma-separated names, nothing a #SBATCH line could misread.
-SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
 
 
 @dataclass

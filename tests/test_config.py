@@ -119,6 +119,51 @@ def test_independent_problems_come_together_and_dependent_ones_not_at_all(data, 
         (f"{len(keys)} problems found in <memory>:" if len(keys) > 1 else str(err.value))
 
 
+@pytest.mark.parametrize("section, data, keys", [
+    ("agents", {"backend": "nope", "cache_ttl": "2h", "api_key_env": "1x", "max_tokens": 0},
+     ["agents.backend", "agents.cache_ttl", "agents.api_key_env", "agents.max_tokens"]),
+    ("state", {"lock": "none", "stale_after_s": 0}, ["state.lock", "state.stale_after_s"]),
+    ("monitor", {"partition": "x y", "qos": "q;"}, ["monitor.partition", "monitor.qos"]),
+    ("task", {"builtin": "addition", "train_files": ["a"], "reward_path": "r.py"},
+     ["task.train_files", "task.reward_path"]),
+    ("search", {"method": "replay", "concurrency": 0},
+     ["search.concurrency", "search.strategy_file"]),
+], ids=["agents", "state", "monitor", "task", "search"])
+def test_every_problem_within_one_section_is_named_at_once(section, data, keys):
+    """A section stopped at its first bad key: `agents:` with four typos took four rounds."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", section: data})
+    assert [e.key for e in err.value.errors] == keys
+
+
+def test_job_placement_problems_are_named_as_the_file_is_read():
+    """`slurm.time: abc` passed the config check and was named only by the phase-script check
+    after it, a round later, and then alone."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "slurm": {"time": "abc", "nodes": 0,
+                                             "extra_directives": ["--wrap=x", "--clusters=b"]},
+                      "agents": {"backend": "x"}, "controller": {"mem": "lots", "qos": "a b"}})
+    assert [e.key for e in err.value.errors] == [
+        "slurm.nodes", "slurm.time", "slurm.extra_directives[0]", "slurm.extra_directives[1]",
+        "agents.backend", "controller.qos", "controller.mem"]
+
+
+def test_every_warm_start_problem_is_named_at_once():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "task": {"warm_start": {"band": [0.7, 0.2], "max_steps": 0,
+                                                            "steps": -1}}})
+    assert [e.key for e in err.value.errors] == [
+        "task.warm_start.band", "task.warm_start.max_steps", "task.warm_start.steps",
+        "task.warm_start.steps"]
+
+
+def test_a_verl_config_names_both_of_its_backend_problems():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "backend": "verl", "model_path": "m",
+                      "task": {"warm_start": {"steps": 5}}})
+    assert [e.key for e in err.value.errors] == ["task.warm_start", "slurm.gpus_per_node"]
+
+
 def test_yaml_errors_name_the_file(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("name: [unclosed\n")

@@ -63,6 +63,20 @@ def test_directives_come_from_the_config(tmp_path):
     assert text.index("module load cuda/12.4") < text.index("source ~/venvs") < text.index("llmz_run ")
 
 
+def test_every_bad_directive_of_the_slurm_section_is_named_at_once(tmp_path):
+    """The script named its first bad #SBATCH value only: five typos in `slurm:` took five
+    rounds of --check."""
+    slurm = SlurmConfig(partition="a b", constraint="x y", nodes=0, gpus_per_node=1,
+                        gpu_type="a 100", mem="lots", time="abc",
+                        extra_directives=["--output=x", "--reservation=llm"])
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, slurm=slurm))
+    assert [e.key for e in err.value.errors] == [
+        "slurm.partition", "slurm.constraint", "slurm.nodes", "slurm.gpu_type", "slurm.mem",
+        "slurm.time", "slurm.extra_directives[0]"]
+    assert str(err.value).startswith("7 problems found in the phase script's #SBATCH lines:")
+
+
 def test_gres_spelling_no_gpus_and_no_requeue(tmp_path):
     d = directives(render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=2, gpu_directive="gres"))))
     assert d["gres"] == "gpu:2" and "gpus-per-node" not in d

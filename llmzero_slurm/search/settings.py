@@ -53,13 +53,16 @@ class SearchSettings:
 
     def check(self) -> None:
         """Ranges; the method's name (and whether it reads `space`) is its registry's to check."""
-        check_ranges("search", self,
-                     positive=("budget_iterations", "budget_samples", "budget_gpu_hours",
-                               "budget_wall_hours", "concurrency", "temperature",
-                               "early_stop_interval_s", "poll_interval_s"),
-                     non_negative=("exploration_c", "fail_penalty", "early_penalty",
-                                   "virtual_loss", "min_scratch_ratio", "fail_forgiven",
-                                   "max_evolve_children", "max_debug_children",
-                                   "max_debug_depth"))
+        problems = ConfigProblems()
+        with problems.collect():
+            check_ranges("search", self,
+                         positive=("budget_iterations", "budget_samples", "budget_gpu_hours",
+                                   "budget_wall_hours", "concurrency", "temperature",
+                                   "early_stop_interval_s", "poll_interval_s"),
+                         non_negative=("exploration_c", "fail_penalty", "early_penalty",
+                                       "virtual_loss", "min_scratch_ratio", "fail_forgiven",
+                                       "max_evolve_children", "max_debug_children",
+                                       "max_debug_depth"))
         if self.method == "replay" and not self.strategy_file:
-            raise ConfigError("search.strategy_file", "is required when search.method is replay")
+            problems.add("search.strategy_file", "is required when search.method is replay")
+        problems.raise_all()

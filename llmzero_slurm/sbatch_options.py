@@ -1,0 +1,162 @@
+"""#SBATCH options, each value checked against what sbatch parses.
+
+#SBATCH lines cannot be quoted, so every value is accepted only from a safe character set, and
+every bad value of one section is named at once: a `slurm:` section with several typos is
+mended in one round of `--check`. The phase, controller and check jobs take their options here.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import ConfigError, ConfigProblems
+from .job_settings import CheckJob, ControllerJobConfig, SlurmConfig
+from .schedulers.base import parse_time
+
+MAX_VALUE = 4096
+# Partition, account and qos values: comma-separated names, nothing a #SBATCH line could misread.
+_SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
+_WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")                 # a GPU type
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
+_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+_DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
+_EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Directives the controller relies on; extra_directives may not replace them.
+MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
+                     "no-requeue", "parsable", "wrap", "chdir"})
+WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
+
+
+def checked(key: str, value: Any, pattern: re.Pattern | None = None, what: str = "") -> str:
+    """`value` as a string that fits on one line of a script (and `pattern`, if given)."""
+    if not isinstance(value, str):
+        raise ConfigError(key, f"must be a string (got {type(value).__name__})")
+    if len(value) > MAX_VALUE:
+        raise ConfigError(key, f"is {len(value)} characters long; the limit is {MAX_VALUE}")
+    if _CONTROL.search(value):
+        raise ConfigError(key, f"contains a newline or control character: {value[:60]!r}")
+    if pattern is not None and not pattern.match(value):
+        raise ConfigError(key, f"{what} (got {value[:60]!r})")
+    return value
+
+
+def phase_directives(s: SlurmConfig) -> list[str]:
+    """The #SBATCH options `slurm:` gives a phase, after the ones that name it; every bad
+    value among them is named at once."""
+    return _each_named(
+        "the phase script's #SBATCH lines",
+        lambda: placement_directives("slurm", s.partition, s.account, s.qos),
+        lambda: _constraint(s.constraint),
+        lambda: [f"--nodes={_count('slurm.nodes', s.nodes, 1)}", "--ntasks-per-node=1"],
+        lambda: [f"--cpus-per-task={_count('slurm.cpus_per_task', s.cpus_per_task, 1)}"],
+        lambda: _gpus(s),
+        lambda: [mem_directive("slurm.mem", s.mem)] if s.mem is not None else [],
+        lambda: [time_directive("slurm.time", s.time)],
+        lambda: ["--exclusive"] if s.exclusive else [],
+        lambda: ["--requeue" if s.requeue else "--no-requeue", f"--signal=B:USR1@{WARN_SIGNAL_S}"],
+        lambda: extra_directives("slurm.extra_directives", s.extra_directives))
+
+
+def _each_named(source: str, *parts: Callable[[], list[str]]) -> list[str]:
+    """The directives of `parts` in order; the bad values of all of them are raised together,
+    so a section with several typos is mended in one round of --check."""
+    problems, out = ConfigProblems(), []
+    for part in parts:
+        with problems.collect():
+            out += part()
+    problems.raise_all(source)
+    return out
+
+
+def _count(key: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(key, f"must be an integer >= {low} (got {value!r})")
+    return value
+
+
+def _constraint(constraint: str | None) -> list[str]:
+    if constraint is None:
+        return []
+    return ["--constraint=" + checked("slurm.constraint", constraint, _CONSTRAINT,
+                                    "must be a Slurm feature expression without spaces")]
+
+
+def _gpus(s: SlurmConfig) -> list[str]:
+    """The GPU request of each phase node, in the spelling its cluster wants."""
+    if s.gpu_directive not in ("gpus-per-node", "gres"):
+        raise ConfigError("slurm.gpu_directive", "must be 'gpus-per-node' or 'gres'")
+    gpus = str(_count("slurm.gpus_per_node", s.gpus_per_node, 0))
+    if not s.gpus_per_node:
+        return []
+    if s.gpu_type is not None:
+        gpus = checked("slurm.gpu_type", s.gpu_type, _WORD, "must be a GPU type name") + ":" + gpus
+    return [f"--gres=gpu:{gpus}" if s.gpu_directive == "gres" else f"--gpus-per-node={gpus}"]
+
+
+def placement_directives(where: str, partition: str | None, account: str | None,
+                         qos: str | None) -> list[str]:
+    """--partition/--account/--qos for the values given, each checked (`where` names them)."""
+    problems, out = ConfigProblems(), []
+    for key, value in (("partition", partition), ("account", account), ("qos", qos)):
+        if value is not None:
+            with problems.collect():
+                out.append(f"--{key}=" + checked(f"{where}.{key}", value, _SLURM_NAMES,
+                                                 "must be comma-separated Slurm names"))
+    problems.raise_all()
+    return out
+
+
+def mem_directive(key: str, mem: str) -> str:
+    return "--mem=" + checked(key, mem, _MEM, "must be a size like 16G or 4000M")
+
+
+def time_directive(key: str, time: str) -> str:
+    try:
+        parse_time(checked(key, time))
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from None
+    return f"--time={time}"
+
+
+def extra_directives(where: str, lines: list[str]) -> list[str]:
+    """The user's own #SBATCH options: one long option each, none that llmzero-slurm sets
+    itself, nothing that would send the job (and every later query) to another cluster."""
+    problems = ConfigProblems()
+    for i, line in enumerate(lines):
+        with problems.collect():
+            _extra(f"{where}[{i}]", line)
+    problems.raise_all()
+    return list(lines)
+
+
+def _extra(key: str, line: str) -> None:
+    match = _EXTRA.match(checked(key, line))
+    if not match:
+        raise ConfigError(key, "must be one long option like --reservation=name, without "
+                               f"spaces, quotes or shell characters (got {line[:60]!r})")
+    if match.group(1) in MANAGED:
+        raise ConfigError(key, f"--{match.group(1)} is set by llmzero-slurm itself")
+    if match.group(1) in ("cluster", "clusters"):
+        raise ConfigError(key, "--clusters would send phases to another cluster while squeue, "
+                               "sacct and scancel ask this one; run llmzero-start where that "
+                               "cluster is the default (SLURM_CONF) instead")
+
+
+def output_folder(key: str, folder: Path) -> str:
+    return checked(key, str(folder), _DIRECTIVE_PATH, "must be an absolute path without spaces, "
+                 "quotes or '%' (it goes into #SBATCH --output)")
+
+
+def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_key: str,
+             own: list[str]) -> list[str]:
+    """The placement and size of a one-task CPU job (the controller's, a cluster check), its
+    `own` lines (requeue policy) before the user's extra directives."""
+    return _each_named(
+        f"`{section}:`",
+        lambda: placement_directives(section, job.partition, job.account, job.qos),
+        lambda: ["--nodes=1", "--ntasks=1", f"--cpus-per-task={_count(f'{section}.cpus', job.cpus, 1)}"],
+        lambda: [mem_directive(f"{section}.mem", job.mem)],
+        lambda: [time_directive(time_key, job.time), *own],
+        lambda: extra_directives(f"{section}.extra_directives", job.extra_directives))
