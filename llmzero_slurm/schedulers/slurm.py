@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import SchedulerError
 from ..search.tree import Status
@@ -68,6 +68,11 @@ def _exit_pair(text: str) -> tuple[int | None, str | None]:
         return None, None
 
 
+class _Answer(NamedTuple):
+    text: str
+    took_s: float      # the attempt that answered, retries and their waits aside
+
+
 class SlurmScheduler(Scheduler):
     name = "slurm"
     settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
@@ -87,7 +92,6 @@ class SlurmScheduler(Scheduler):
         self._dirs: dict[str, Path] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
-        self._answer_s = 0.0    # how long the last client call that answered took, retries aside
 
     @staticmethod
     def available() -> bool:
@@ -106,8 +110,10 @@ class SlurmScheduler(Scheduler):
     # -- the client calls -----------------------------------------------------------------
 
     def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = (),
-              recover: Callable[[], str | None] | None = None) -> str:
-        """Run a client; retry transient failures; raise SchedulerError on real ones.
+              recover: Callable[[], str | None] | None = None) -> _Answer:
+        """Run a client; retry transient failures; raise SchedulerError on real ones. The
+        answer says how long the attempt that answered took: an outage's failed attempts and
+        waits are no sign of a busy slurmctld.
 
         `recover` runs before each retry and may return the answer instead (a submission
         that got through although its client timed out). With `recover`, a failure that leaves
@@ -115,8 +121,8 @@ class SlurmScheduler(Scheduler):
         error, and the caller looks for the answer until it could have arrived (settle_s)."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
-            if attempt and recover is not None and (answer := recover()) is not None:
-                return answer
+            if attempt and recover is not None and (found := recover()) is not None:
+                return _Answer(found, 0.0)
             asked = time.monotonic()
             try:
                 proc = self.run(argv)
@@ -127,8 +133,7 @@ class SlurmScheduler(Scheduler):
             else:
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
-                    self._answer_s = time.monotonic() - asked
-                    return proc.stdout
+                    return _Answer(proc.stdout, time.monotonic() - asked)
                 if proc.returncode < 0:   # killed, e.g. by a scancel of the controller's job
                     err = f"{argv[0]} was ended by signal {-proc.returncode} before it answered"
                     unsure = True
@@ -139,8 +144,8 @@ class SlurmScheduler(Scheduler):
                                          f"{err or '(no message)'}",
                                          retryable=any(t in err.lower() for t in SUBMIT_LIMITS))
             if recover is not None and unsure:
-                if (answer := recover()) is not None:
-                    return answer
+                if (found := recover()) is not None:
+                    return _Answer(found, 0.0)
                 raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
                                      f"through, so it is looked for by its token before any "
                                      f"new attempt", retryable=True)
@@ -159,7 +164,7 @@ class SlurmScheduler(Scheduler):
         read_submission(script, token)
         out = self._call(["sbatch", "--parsable", f"--export=ALL,{SCHEDULED_ENV}=1", str(script)],
                          f"submitting {script}",
-                         recover=lambda: self.find_by_token(token))
+                         recover=lambda: self.find_by_token(token)).text
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SchedulerError(f"submitting {script}: sbatch answered {out.strip()!r}, not a job id")
@@ -204,7 +209,7 @@ class SlurmScheduler(Scheduler):
     def find_by_token(self, token: str) -> str | None:
         """The newest of the user's jobs whose --comment carries the token (squeue lists
         finished jobs for MinJobAge; older ones are the caller's to find in status.json)."""
-        found = [int(job_id) for job_id, _, comment in self._squeue_rows(None)
+        found = [int(job_id) for job_id, _, comment in self._squeue_rows(None)[0]
                  if f"token={token}" in comment.split(",") and job_id.isdigit()]
         return str(max(found)) if found else None
 
@@ -218,10 +223,8 @@ class SlurmScheduler(Scheduler):
             return out
         if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
             return out | {j: self._live[j] for j in todo}
-        found = {s.job_id: s for s in self._poll(todo)}
-        # How long squeue took to answer: an outage's failed attempts and waits are no sign of
-        # a busy slurmctld, and counting them kept the next poll 10x the outage away.
-        took = self._answer_s
+        polled, took = self._poll(todo)
+        found = {s.job_id: s for s in polled}
         missing = [j for j in todo if j not in found]
         if missing:
             found.update(self._forgotten(missing))
@@ -258,28 +261,32 @@ class SlurmScheduler(Scheduler):
 
     # -- the sources, in order ---------------------------------------------------------------
 
-    def _squeue_rows(self, job_ids: list[str] | None) -> list[tuple[str, list[str], str]]:
+    def _squeue_rows(self, job_ids: list[str] | None
+                     ) -> tuple[list[tuple[str, list[str], str]], float]:
+        """(job id, [state, reason, exit status], comment) of each job, and how long squeue
+        took to answer."""
         argv = ["squeue", "--noheader", "--states=all", f"--Format={_SQUEUE_FORMAT}"]
         if job_ids:
             argv.append("--jobs=" + ",".join(job_ids))
         else:
             argv.append("--me")
-        text = self._call(argv, "polling jobs", ok_errors=(NO_SUCH_JOB,))
+        answer = self._call(argv, "polling jobs", ok_errors=(NO_SUCH_JOB,))
         rows = []
-        for line in text.splitlines():
+        for line in answer.text.splitlines():
             fields = line.split("|", 4)
             if len(fields) == 5:
                 rows.append((fields[0].strip(), fields[1:4], fields[4].strip()))
-        return rows
+        return rows, answer.took_s
 
-    def _poll(self, job_ids: list[str]) -> list[JobState]:
-        """One squeue call for every job asked about."""
+    def _poll(self, job_ids: list[str]) -> tuple[list[JobState], float]:
+        """One squeue call for every job asked about; how long it took to answer."""
         out = []
-        for job_id, (state, reason, wait_status), _ in self._squeue_rows(job_ids):
+        rows, took = self._squeue_rows(job_ids)
+        for job_id, (state, reason, wait_status), _ in rows:
             code, signal = _exit_status(wait_status)
             why = None if reason in ("None", "") else reason
             out.append(job_state(job_id, state, code, why or signal, "squeue"))
-        return out
+        return out, took
 
     def _forgotten(self, job_ids: list[str]) -> dict[str, JobState]:
         found = self._accounting(["sacct", "--allocations"], job_ids, "sacct")
@@ -300,7 +307,7 @@ class SlurmScheduler(Scheduler):
         argv = argv + ["--noheader", "--parsable2", "--jobs=" + ",".join(job_ids),
                        "--format=JobID,State,ExitCode"]
         try:
-            text = self._call(argv, f"reading {source}")
+            text = self._call(argv, f"reading {source}").text
         except SchedulerError:
             return {}
         found: dict[str, JobState] = {}
