@@ -23,6 +23,7 @@ from .backends import TrainerBackend, get_backend
 from .backends.spec import PhaseSpec
 from .sbatch_options import checked, cpu_job_directives, output_folder, phase_directives
 from .errors import ConfigError
+from .job_names import check_job_name, controller_job_name
 from .job_settings import CheckJob, ControllerJobConfig
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
@@ -130,7 +131,8 @@ def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
     """The controller's own batch script: `command` (llmzero-start on the run directory) in
     a small, long, requeueable CPU job that requeues itself near its limit."""
     run = output_folder("run_dir", run_dir)
-    directives = [f"--job-name=llmz-{checked('experiment', experiment, _NAME, 'a name')}-controller",
+    name = controller_job_name(checked("experiment", experiment, _NAME, "a name"))
+    directives = [f"--job-name={name}",
                   f"--comment=llmz:controller,run={experiment}",
                   f"--output={run}/controller-%j.out", "--open-mode=append",
                   *cpu_job_directives("controller", job, "controller.time",
@@ -165,7 +167,8 @@ def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, p
     where = output_folder("folder", folder)
     mode = checked("mode", job.mode, _NAME, "a name")
     setup = _setup(job.setup)
-    directives = [f"--job-name=llmz-{checked('experiment', experiment, _NAME, 'a name')}-check",
+    name = check_job_name(checked("experiment", experiment, _NAME, "a name"))
+    directives = [f"--job-name={name}",
                   f"--comment=llmz:check,run={experiment},token="
                   + _token(token),
                   f"--output={where}/{mode}-%j.out",

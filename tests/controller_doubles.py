@@ -24,6 +24,7 @@ class Job:
     token: str
     node: NodeDir
     script: list[Step]
+    name: str
     state: JobState | None = None
     submits: int = 0
 
@@ -39,10 +40,11 @@ class ScriptedScheduler(Scheduler):
     time_limited = False
 
     def submit(self, script: Path, token: str) -> str:
-        read_submission(script, token)          # the real check: the script carries the token
+        directives = read_submission(script, token)   # the real check: the script carries the token
         job_id = str(100 + len(self.jobs))
         steps = self.scripts.pop(0) if self.scripts else ["RUNNING"]
-        self.jobs[job_id] = Job(token, NodeDir(script.parent), list(steps))
+        self.jobs[job_id] = Job(token, NodeDir(script.parent), list(steps),
+                                directives.get("job-name", script.name))
         return job_id
 
     def states(self, job_ids: Iterable[str],
@@ -65,7 +67,9 @@ class ScriptedScheduler(Scheduler):
         """The node directory of every job submitted, once per job."""
         return [job.node.path for job in self.jobs.values()]
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, name: str) -> None:
+        if name != self.jobs[job_id].name:      # as scancel --name: another job is left alone
+            return
         self.cancelled.append(job_id)
         self.jobs[job_id].script = ["CANCELLED"]
 

@@ -629,7 +629,7 @@ class MonitorFailsOnce(ScriptedScheduler):
     def call_state(self, job_id: str) -> Status | None:
         return Status.RUNNING
 
-    def cancel_call(self, job_id: str) -> None:
+    def cancel_call(self, job_id: str, name: str) -> None:
         self.cancelled.append(job_id)
 
 

@@ -41,7 +41,8 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     write_val(store.node_dir(0).metrics_file, {s: s / 40 * 0.9 for s in range(5, 45, 5)})
 
     script = tmp_path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
+                      "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
                       f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
     sched = LocalScheduler(tmp_path / "local-jobs")
     job = sched.submit(script, "t1")
@@ -76,7 +77,7 @@ def test_a_cancelled_monitor_job_stops_at_once_and_stops_beating(tmp_path):
     job = sched.submit_call(run_monitor, (str(store.root), "local", 1.0, 600.0),
                             tmp_path / "monitor-job", CallJob("mon", 10))
     wait_for(heartbeat.exists, 60, "the monitor's first heartbeat")
-    sched.cancel_call(job)
+    sched.cancel_call(job, "mon")
     wait_for(lambda: sched.call_state(job) is None, 10, "the monitor to exit after SIGTERM")
     last = heartbeat.read_text()
     time.sleep(HEARTBEAT_S + 1)
@@ -96,7 +97,7 @@ class MonitorOnlyScheduler(ScriptedScheduler):
         self.jobs_asked.append(job)
         return str(900 + len(self.calls))
 
-    def cancel_call(self, job_id: str) -> None:
+    def cancel_call(self, job_id: str, name: str) -> None:
         self.cancelled.append(job_id)
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError, StateError
+from llmzero_slurm.job_names import phase_job_name
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
 from llmzero_slurm.schedulers.base import CallJob
@@ -90,7 +91,7 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
     job = sched.submit(script, "tok-1")
     wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
-    sched.cancel(job)
+    sched.cancel(job, phase_job_name("sched", 1, "scratch"))
     state = finish(sched, job)
     assert (state.raw, state.status) == ("CANCELLED", Status.CANCELLED)
     status = status_json(script)
@@ -109,7 +110,7 @@ def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program)
              else LocalScheduler(sched.dir))          # what a restarted controller builds
     assert fresh.find_by_token(token) == job
     assert fresh.find_by_token(f"{token}-never-submitted") is None
-    sched.cancel(job)
+    sched.cancel(job, phase_job_name("sched", 1, "scratch"))
     finish(sched, job)
 
 
@@ -517,7 +518,7 @@ def test_a_scancel_after_the_time_limit_warning_is_a_cancel(tmp_path, tiny_progr
     output = script.parent / f"slurm-{job}.out"
     wait_for(lambda: "time limit warning (USR1)" in (output.read_text() if output.exists() else ""),
              50, "Slurm's warning")
-    sched.cancel(job)
+    sched.cancel(job, phase_job_name("sched", 1, "scratch"))
     assert finish(sched, job).raw == "CANCELLED"
     status = status_json(script)
     assert (status["state"], status["exit_code"]) == ("cancelled", 143), status

@@ -13,6 +13,7 @@ import pytest
 
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.job_names import phase_job_name
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import SlurmScheduler
 from llmzero_slurm.schedulers.slurm import run_command
@@ -75,7 +76,7 @@ def test_phase_appears_in_squeue_under_its_name(tmp_path, tiny_program, timed_ou
                              "--format=%i %j %k"], capture_output=True, text=True, check=True)
     assert f"{job} llmz-clu-0007-scratch llmz:node=0007,token=tok-7" in listed.stdout
     assert sched.states([job])[job].status in (Status.QUEUED, Status.RUNNING)
-    sched.cancel(job)
+    sched.cancel(job, phase_job_name("clu", 7, "scratch"))
     assert finish(sched, job).status == Status.CANCELLED
 
 
@@ -132,8 +133,8 @@ def test_polling_twenty_jobs_costs_one_squeue_call_per_poll(tmp_path, tiny_progr
         assert set(states) == set(jobs)
         assert all(not s.final for s in states.values())
         assert [c[0] for c in calls] == ["squeue"] * poll
-    for job in jobs:
-        sched.cancel(job)
+    for node_id, job in zip(range(100, 120), jobs):
+        sched.cancel(job, phase_job_name("clu", node_id, "scratch"))
     calls.clear()
     wait_for(lambda: all(s.final for s in sched.states(jobs).values()), 60, "all 20 cancelled")
     polls = len(calls)
@@ -150,7 +151,7 @@ def test_polls_back_off_while_nothing_changes(tmp_path, tiny_program):
     sched.states([job])
     sched.states([job])
     assert [c[0] for c in calls] == ["sbatch", "squeue"]
-    sched.cancel(job)           # our own action ends the back-off
+    sched.cancel(job, phase_job_name("clu", 5, "scratch"))   # our own action ends the back-off
     finish(sched, job)
 
 
@@ -419,3 +420,27 @@ def test_sbatch_judges_a_phase_job_without_submitting_it(tmp_path, tiny_program,
             sched.test_submit(script)
     assert run_command(["squeue", "-h", "-o", "%i"]).stdout.split() == before
     assert not list(tmp_path.glob("**/slurm-*.out"))
+
+
+def test_a_stop_cancels_no_job_that_has_since_taken_a_recorded_id(tmp_path):
+    """A recorded job id was trusted: after a cluster's ids wrapped or were reset, or with a
+    run copied to another cluster, `llmzero-stop --cancel` scancelled whatever job had that id
+    now. Only a job that still bears the phase's name is cancelled."""
+    from llmzero_slurm.search.tree import Kind, Node, Submission
+    store, tool = controller_job_run(tmp_path, "reused")
+    held = ["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap=sleep 300"]
+    other = subprocess.run([*held, "--job-name=someone-elses-training"], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    ours = subprocess.run([*held, f"--job-name={phase_job_name('reused', 1, 'scratch')}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        for job in (other, ours):       # node 0's phase ended long ago; its id is another's now
+            store.add_node(lambda i, job=job: Node(i, None, Kind.SCRATCH, {}, status=Status.RUNNING,
+                                                   submission=Submission(f"tok-{i}", job)))
+        stop = tool("stop", "--cancel")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        sched = SlurmScheduler(min_poll_s=0)
+        assert finish(sched, ours).raw == "CANCELLED"
+        assert sched.states([other])[other].raw == "PENDING"
+    finally:
+        subprocess.run(["scancel", other, ours], check=False)

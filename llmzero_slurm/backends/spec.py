@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from ..config import ExperimentConfig, SlurmConfig, TaskConfig
 from ..errors import ConfigError
+from ..job_names import phase_job_name
 from ..search.tree import Node
 
 
@@ -34,7 +35,7 @@ class PhaseSpec:
 
     @property
     def job_name(self) -> str:
-        return f"llmz-{self.experiment}-{self.node_id:04d}-{self.kind}"
+        return phase_job_name(self.experiment, self.node_id, self.kind)
 
     @classmethod
     def for_node(cls, config: ExperimentConfig, node: Node, node_dir: Path, token: str,

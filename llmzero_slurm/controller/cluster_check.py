@@ -30,6 +30,7 @@ from ..backends.verl import VerlBackend
 from ..cluster_probe import END, PREFIX
 from ..config import ExperimentConfig
 from ..errors import SchedulerError
+from ..job_names import check_job_name
 from ..job_settings import CheckJob
 from ..methods import method_class
 from ..render import CHECK_SETUP_DONE, write_check_job
@@ -122,7 +123,7 @@ def cluster_checks(cfg: ExperimentConfig, folder: Path, timeout_s: float,
         for job_id in jobs:
             if job_id not in states or not states[job_id].final:
                 try:
-                    sched.cancel(job_id)
+                    sched.cancel(job_id, check_job_name(cfg.name))
                 except SchedulerError as exc:
                     say(f"cluster check: could not cancel job {job_id}: {exc}")
     for job_id, job in jobs.items():

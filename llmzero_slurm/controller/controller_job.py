@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import SchedulerError, StateError
+from ..job_names import controller_job_name
 from ..render import write_controller_script
 from ..schedulers import JobState, SlurmScheduler
 from ..schedulers.job_env import new_job_environment
@@ -134,5 +135,5 @@ def cancel_waiting(store: RunStore, queued_only: bool = False) -> tuple[list[Job
         jobs = [state for state in jobs if state.status is Status.QUEUED]
     scheduler = SlurmScheduler()
     for state in jobs:
-        scheduler.cancel(state.job_id)
+        scheduler.cancel(state.job_id, controller_job_name(store.config.name))
     return jobs, note

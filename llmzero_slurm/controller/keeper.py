@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ..errors import StateError
+from ..job_names import monitor_job_name
 from ..schedulers.base import CallJob, Scheduler, parse_time
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
@@ -56,11 +57,15 @@ class MonitorKeeper:
                  if a is not None]
         return not known or min(known) > STALE_S + self.interval
 
+    @property
+    def job_name(self) -> str:
+        return monitor_job_name(self.store.config.name)
+
     def ensure(self, needed: bool) -> None:
         record = self._record()
         state = self._state(record)
         if state is Status.RUNNING and self._silent():
-            self.scheduler.cancel_call(str(record.get("job_id")))
+            self.scheduler.cancel_call(str(record.get("job_id")), self.job_name)
             state = None
         if needed and state is None:
             self._submit()
@@ -68,7 +73,7 @@ class MonitorKeeper:
     def _submit(self) -> None:
         cfg = self.store.config
         s, m = cfg.slurm, cfg.monitor
-        job = CallJob(f"llmz-{cfg.name}-monitor", int(self.lifetime // 60) + 1,
+        job = CallJob(self.job_name, int(self.lifetime // 60) + 1,
                       f"llmz:monitor,run={cfg.name}", m.partition or s.partition,
                       m.account or s.account, m.qos or s.qos, s.setup)
         args = (str(self.store.root), self.scheduler.name, self.interval, self.lifetime)
@@ -85,5 +90,5 @@ class MonitorKeeper:
         if self._state(record) is None:
             return None
         job_id = str(record.get("job_id"))
-        self.scheduler.cancel_call(job_id)
+        self.scheduler.cancel_call(job_id, self.job_name)
         return job_id

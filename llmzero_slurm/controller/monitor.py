@@ -23,6 +23,7 @@ from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
 from ..errors import StateError
+from ..job_names import phase_job_name
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from . import llm_key
@@ -74,7 +75,8 @@ class Monitor:
             # effect, and a monitor restarted between the record and scancel cancels it once.
             if ((self.store.node_dir(node.id).stop_decided() or self._judge(node, best, best_val))
                     and node.id not in self.cancelled):
-                self.scheduler.cancel(node.submission.job_id)
+                self.scheduler.cancel(node.submission.job_id, phase_job_name(
+                    self.store.config.name, node.id, node.kind.value))
                 self.cancelled.add(node.id)
                 stopped.append(node.id)
         return stopped

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
 from ..errors import StateError
+from ..job_names import phase_job_name
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import RunStore
 from .lease import Lease
@@ -103,16 +104,17 @@ def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler) -> list[str
     """scancel every queued or running phase's job, and that of a phase whose sbatch answer
     was never recorded (`submitting`: a controller killed in between), found as a restarted
     controller finds it; the job ids cancelled."""
-    jobs: dict[str, None] = {}
+    jobs: dict[str, str] = {}
     for node in tree:
+        name = phase_job_name(store.config.name, node.id, node.kind.value)
         if node.status in (Status.QUEUED, Status.RUNNING) and node.submission.job_id:
-            jobs[node.submission.job_id] = None
+            jobs[node.submission.job_id] = name
         elif node.status is Status.SUBMITTING:
             job = find_job(scheduler, store.node_dir(node.id), node.submission.token)
             if job is not None:
-                jobs[job] = None
-    for job_id in jobs:
-        scheduler.cancel(job_id)
+                jobs[job] = name
+    for job_id, name in jobs.items():
+        scheduler.cancel(job_id, name)
     return list(jobs)
 
 

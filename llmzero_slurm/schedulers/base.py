@@ -206,8 +206,9 @@ class Scheduler(ABC):
         are known already. A job whose state cannot be learnt yet is absent from the result."""
 
     @abstractmethod
-    def cancel(self, job_id: str) -> None:
-        """Ask the job to stop (TERM, then KILL after a grace period)."""
+    def cancel(self, job_id: str, name: str) -> None:
+        """Ask the job to stop (TERM, then KILL after a grace period), provided it still has
+        the `name` it was submitted with: a recorded id may since belong to another job."""
 
     @abstractmethod
     def find_by_token(self, token: str) -> str | None:
@@ -227,6 +228,6 @@ class Scheduler(ABC):
             return Status.RUNNING
         return None if state.final else state.status
 
-    def cancel_call(self, job_id: str) -> None:
-        """Stop a `submit_call` job."""
-        self.cancel(job_id)
+    def cancel_call(self, job_id: str, name: str) -> None:
+        """Stop a `submit_call` job, the `name` of its CallJob."""
+        self.cancel(job_id, name)

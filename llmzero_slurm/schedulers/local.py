@@ -99,11 +99,11 @@ class LocalScheduler(Scheduler):
             write_json(self.dir / "jobs.json", table)
         return job_id
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, name: str) -> None:
         job = self._table()["jobs"].get(str(job_id))
         if job is None:
             raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
-        if _alive(job["supervisor_pid"]):
+        if job["name"] == name and _alive(job["supervisor_pid"]):
             os.kill(job["supervisor_pid"], signal.SIGTERM)   # it stops the process group
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
@@ -119,10 +119,14 @@ class LocalScheduler(Scheduler):
     def call_state(self, job_id: str) -> Status | None:
         return Status.RUNNING if runs(int(job_id), "submitit") else None
 
-    def cancel_call(self, job_id: str) -> None:
+    def cancel_call(self, job_id: str, name: str) -> None:
+        """Its pid, while it is still a submitit process: a pid the system has since given to
+        another program is left alone."""
+        if not job_id.isdigit() or not runs(int(job_id), "submitit"):
+            return
         try:
             os.kill(int(job_id), signal.SIGTERM)
-        except (ProcessLookupError, ValueError):
+        except ProcessLookupError:
             pass
 
     def find_by_token(self, token: str) -> str | None:

@@ -185,8 +185,8 @@ class SlurmScheduler(Scheduler):
             raise SchedulerError(f"sbatch --test-only {script}: {answer or '(no message)'}")
         return answer
 
-    def cancel(self, job_id: str) -> None:
-        self._call(["scancel", str(job_id)], f"cancelling job {job_id}")
+    def cancel(self, job_id: str, name: str) -> None:
+        self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})")
         self._next_poll = 0.0
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
