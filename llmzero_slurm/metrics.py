@@ -21,7 +21,9 @@ Series = list[tuple[int, float]]
 
 VAL_PREFIX = "val-"      # val-core/..., val-aux/...
 TEST_PREFIX = "test"     # test-core/..., test-aux/..., test/...
-_VAL_SCORE = re.compile(r"^val-core/[^/]+/(acc|reward)/mean@\d+$")
+# A split's score: `<split>-core/<data_source>/(acc|reward)/mean@N`; a data source may hold
+# slashes (verl's own preprocessing names GSM8K rows `openai/gsm8k`).
+_SCORES = {split: re.compile(rf"^{split}-core/.+/(acc|reward)/mean@\d+$") for split in ("val", "test")}
 _TEST_TEXT = re.compile(r"test[-_/][\w@/.\-]*\s*[:=]\s*\S+")
 
 # What a prompt summarises, in the order an expert reads it (verl's names).
@@ -188,7 +190,7 @@ def val_score_series(log: MetricsLog) -> Series:
     """The validation score per validated step: mean over data sources of the accuracy
     (or the reward when the reward function returns a dict)."""
     by_step: dict[int, list[float]] = {}
-    for name in _score_names(log.series):
+    for name in score_names(log.series):
         for step, value in log.get(name):
             by_step.setdefault(step, []).append(value)
     return [(s, sum(v) / len(v)) for s, v in sorted(by_step.items())]
@@ -196,14 +198,14 @@ def val_score_series(log: MetricsLog) -> Series:
 
 def val_score(row: Mapping[str, float]) -> float | None:
     """The validation score of one logged step, by val_score_series's rule."""
-    values = [row[n] for n in _score_names(row)]
+    values = [row[n] for n in score_names(row)]
     return sum(values) / len(values) if values else None
 
 
-def _score_names(names: Iterable[str]) -> list[str]:
-    """The metrics a validation score averages: the accuracies, else the rewards."""
-    scored = [n for n in names if _VAL_SCORE.match(n)]
-    return [n for n in scored if "/acc/" in n] or scored
+def score_names(names: Iterable[str], split: str = "val") -> list[str]:
+    """The metrics a validation (or test) score averages: the accuracies, else the rewards."""
+    scored = [n for n in names if _SCORES[split].match(n)]
+    return [n for n in scored if n.rsplit("/", 2)[1] == "acc"] or scored
 
 
 def best_val(log: MetricsLog) -> tuple[int, float] | None:

@@ -7,6 +7,8 @@ import sys
 
 from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
 from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
+from llmzero_slurm.controller import ingest
+from llmzero_slurm.metrics import best_val, read_metrics
 from metrics_files import metrics_line
 
 SCRIPT = verl_metrics.__file__
@@ -98,3 +100,19 @@ def test_cli_refuses_bad_arguments(tmp_path):
                           "--metrics-file", str(tmp_path / "m"), "--step-offset", "-1"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "step-offset" in out.stderr
+
+
+def test_scores_of_data_sources_with_slashes_count(tmp_path):
+    """verl's own preprocessing names GSM8K rows `openai/gsm8k`, so its scores are logged as
+    val-core/openai/gsm8k/...: they were not read as validation (or test) scores, and every
+    verl phase of such a task ended with no score for the search to select on."""
+    src, dst = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
+    src.write_text(
+        verl_line(10, **{"val-core/openai/gsm8k/reward/mean@1": 0.4,
+                         "val-core/openai/gsm8k_test/reward/mean@1": 0.3})
+        + verl_line(20, **{"val-core/openai/gsm8k/reward/mean@1": 0.6,
+                           "val-core/openai/gsm8k_test/reward/mean@1": 0.5}))
+    VerlMetricsIngest(src, dst, 0, ["openai/gsm8k_test"]).poll()
+    log = read_metrics(dst)
+    assert best_val(log.without_test()) == (20, 0.6)
+    assert ingest.test_score_at(log, 20) == 0.5

@@ -6,21 +6,17 @@ gives the same answer -- a controller killed while ingesting simply ingests agai
 from __future__ import annotations
 
 import math
-import re
 
 from ..backends import TrainerBackend
 from ..errors import ConfigError
-from ..metrics import MetricsLog, best_val
+from ..metrics import MetricsLog, best_val, score_names
 from ..search.tree import Node, Results
 from ..store.node_dir import NodeDir
-
-_TEST_SCORE = re.compile(r"^test-core/[^/]+/(acc|reward)/mean@\d+$")
 
 
 def test_score_at(log: MetricsLog, step: int) -> float | None:
     """Mean held-out test accuracy over data sources at one global step (reports only)."""
-    names = [n for n in log.series if _TEST_SCORE.match(n)]
-    names = [n for n in names if "/acc/" in n] or names
+    names = score_names(log.series, "test")
     values = [v for n in names for s, v in log.get(n) if s == step and math.isfinite(v)]
     return sum(values) / len(values) if values else None
 
