@@ -93,8 +93,10 @@ def test_every_verl_hyperparameter_lands_on_its_key():
     assert set(values) == {n for n, p in PARAMS.items() if "verl" in p.backends} == set(HPARAM_KEYS)
     cfg = compose(build_overrides(phase(), validate_hparams(values, "verl"), VerlSettings()))
     from omegaconf import OmegaConf
+    # total_epochs gives way to total_training_steps (see the test of a phase's steps below).
+    wanted = {**values, "target_modules": ["q_proj", "v_proj"], "total_epochs": 77}
     for name, keys in HPARAM_KEYS.items():
-        expected = ["q_proj", "v_proj"] if name == "target_modules" else values[name]
+        expected = wanted[name]
         for key in keys:
             got = OmegaConf.select(cfg, key)
             got = list(got) if name == "target_modules" else got
@@ -232,3 +234,15 @@ def test_ray_is_told_the_allocation_and_keeps_to_its_own_job():
     several = build_overrides(phase(nnodes=2), TABLE12, VerlSettings())
     assert not any(o.startswith(("ray_kwargs.ray_init.num_cpus", "+ray_kwargs.ray_init.include"))
                    for o in several)      # ray.init joins the job's cluster: no num_cpus then
+
+
+def test_a_phase_trains_every_step_it_was_given_whatever_its_epochs():
+    """verl 0.9.1's fit loop (trainer/ppo/v1/trainer_base.py) runs while `epoch < total_epochs
+    and step <= total_training_steps`: a phase of 100 steps that kept its parent's
+    total_epochs=1 stopped after one epoch of GSM8K (58 steps at batch 128), short of its last
+    step, so its final steps were neither saved nor validated."""
+    hp = {**TABLE12, "total_epochs": 1, "total_training_steps": 100, "save_freq": 30}
+    cfg = compose(build_overrides(phase(), hp, VerlSettings()))
+    for steps_per_epoch in (1, 58, 1000):      # an epoch holds at least one step
+        trained = min(cfg.trainer.total_training_steps, cfg.trainer.total_epochs * steps_per_epoch)
+        assert trained == 100, steps_per_epoch

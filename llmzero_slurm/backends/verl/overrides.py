@@ -43,6 +43,11 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
                               f"adapter has rank {parent_rank}; LoRA rank is fixed along a "
                               "strategy")
         hp["lora_rank"] = parent_rank
+    if hp.get("total_training_steps"):
+        # verl stops at the end of total_epochs even before total_training_steps, skipping
+        # the last step's save and validation; an epoch has at least one step, so this many
+        # epochs leave the step count in charge, as the vocabulary promises.
+        hp["total_epochs"] = max(hp.get("total_epochs", 1), hp["total_training_steps"])
     node_dir = str(spec.node_dir).rstrip("/")
     pairs: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", "grpo"),
