@@ -21,13 +21,13 @@ from llmzero_slurm.hparams import PARAMS, validate_hparams
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=f"verl schema unavailable: {unavailable_reason()}")
 
-# The paper's practitioner defaults (Table 12).
+# The paper's practitioner defaults (Table 12), with the cadences verl needs set.
 TABLE12 = validate_hparams({
     "lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "temperature": 1.0,
     "clip_ratio_high": 0.28, "train_batch_size": 128, "ppo_mini_batch_size": 64,
     "lora_rank": 64, "lora_alpha": 64, "rollout_n": 8, "total_epochs": 1,
     "max_response_length": 6144, "grad_clip": 1.0, "weight_decay": 0.01,
-    "norm_adv_by_std_in_grpo": False}, "verl")
+    "norm_adv_by_std_in_grpo": False, "save_freq": 10, "test_freq": 10}, "verl")
 
 
 def phase(node_dir: str = "/shared/runs/gsm/nodes/0007", model_path: str = "Qwen/Qwen3-8B",
@@ -246,3 +246,16 @@ def test_a_phase_trains_every_step_it_was_given_whatever_its_epochs():
     for steps_per_epoch in (1, 58, 1000):      # an epoch holds at least one step
         trained = min(cfg.trainer.total_training_steps, cfg.trainer.total_epochs * steps_per_epoch)
         assert trained == 100, steps_per_epoch
+
+
+def test_a_phase_that_would_never_save_or_validate_is_refused():
+    """verl 0.9.1's save_freq and test_freq default to -1: a config that left them out passed
+    --check, and every phase then trained without a checkpoint to resume from and ended with
+    no validation score after its first (untrained) one."""
+    bare = {k: v for k, v in TABLE12.items() if k not in ("save_freq", "test_freq")}
+    with pytest.raises(ConfigError) as err:
+        build_overrides(phase(), bare, VerlSettings())
+    assert err.value.key == "hparams.save_freq"
+    assert "save_freq must be set" in str(err.value) and "test_freq must be set" in str(err.value)
+    with pytest.raises(ConfigError, match="test_freq must be set.*without a score"):
+        build_overrides(phase(), {**bare, "save_freq": 10}, VerlSettings())

@@ -18,6 +18,13 @@ from .settings import VerlSettings
 from .traps import check_raw_overrides, check_traps
 
 
+# What a phase would lack without each cadence: verl's default for both is -1 (never).
+UNSET_CADENCES = {
+    "save_freq": "never saves a checkpoint, so no phase could ever start from this one",
+    "test_freq": "validates only before training, so the phase would end without a score",
+}
+
+
 @dataclass(frozen=True)
 class ParentAdapter:
     """The exported adapter an evolve (or debug-of-evolve) phase starts from."""
@@ -32,6 +39,11 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
     scores at the resume step are carried into this phase, so verl does not validate again."""
     hp = dict(hparams)
     task = spec.task
+    unset = [name for name in UNSET_CADENCES if not hp.get(name)]
+    if unset:
+        raise ConfigError(f"hparams.{unset[0]}", "; ".join(
+            f"{name} must be set for the verl backend: verl's default (-1) "
+            f"{UNSET_CADENCES[name]}" for name in unset))
     if adapter is not None:
         parent_rank = adapter.lora_rank or 0
         if parent_rank <= 0:
