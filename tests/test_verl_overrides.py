@@ -259,3 +259,24 @@ def test_a_phase_that_would_never_save_or_validate_is_refused():
     assert "save_freq must be set" in str(err.value) and "test_freq must be set" in str(err.value)
     with pytest.raises(ConfigError, match="test_freq must be set.*without a score"):
         build_overrides(phase(), {**bare, "save_freq": 10}, VerlSettings())
+
+
+@pytest.mark.parametrize("changes, key, message", [
+    # verl's validate_config refuses it as the job starts, after its wait in the queue.
+    ({"train_batch_size": 100, "ppo_mini_batch_size": 50, "rollout_n": 5,
+      "ppo_micro_batch_size_per_gpu": 2},
+     "hparams.train_batch_size", "500 responses a step must split evenly over the job's 8 GPUs"),
+    # verl asserts these two only at the first actor update: after a validation pass and a
+    # rollout on the job's GPUs.
+    ({"train_batch_size": 12, "ppo_mini_batch_size": 3, "rollout_n": 2,
+      "ppo_micro_batch_size_per_gpu": 2},
+     "hparams.ppo_mini_batch_size", "6 responses an update must split evenly over 8 GPUs"),
+    ({"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 4},
+     "hparams.ppo_micro_batch_size_per_gpu", "must divide the 2 responses each of the 8 GPUs"),
+])
+def test_batches_that_do_not_split_over_the_gpus_are_refused_before_submission(changes, key, message):
+    hp = validate_hparams({**TABLE12, "ppo_micro_batch_size_per_gpu": 4, **changes}, "verl")
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(gpus_per_node=8), hp, VerlSettings()))
+    assert err.value.key == key and message in str(err.value)
+    compose(build_overrides(phase(gpus_per_node=1), hp, VerlSettings()))   # one GPU takes any

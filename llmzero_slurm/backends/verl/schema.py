@@ -74,7 +74,34 @@ def compose(overrides: Sequence[str]) -> Any:
         raise ConfigError(_bad_key(exc, overrides), "verl 0.9.1's config refuses it: "
                           + str(exc).strip().splitlines()[0]) from None
     _check_required(cfg, overrides)
+    _check_batch_split(cfg)
     return cfg
+
+
+def _check_batch_split(cfg: Any) -> None:
+    """verl's batch rules against the job's GPU count: its validate_config refuses the first
+    as the job starts, after its wait in the queue; the other two are asserted only at the
+    first actor update (engine_workers.train_mini_batch, engine.utils.prepare_micro_batches),
+    after a validation pass and a rollout have used the GPUs."""
+    actor = cfg.actor_rollout_ref.actor
+    if actor.use_dynamic_bsz or actor.strategy not in ("fsdp", "fsdp2"):
+        return      # token-budgeted micro-batches, or Megatron's own parallel layout
+    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    ranks = n_gpus // max(1, actor.fsdp_config.ulysses_sequence_parallel_size)
+    n = cfg.actor_rollout_ref.rollout.n
+    step, update = cfg.data.train_batch_size * n, actor.ppo_mini_batch_size * n
+    micro = actor.ppo_micro_batch_size_per_gpu
+    if step % n_gpus:
+        raise ConfigError("hparams.train_batch_size", f"train_batch_size x rollout_n: {step} "
+                          f"responses a step must split evenly over the job's {n_gpus} GPUs")
+    if update % ranks:
+        raise ConfigError("hparams.ppo_mini_batch_size", f"ppo_mini_batch_size x rollout_n: "
+                          f"{update} responses an update must split evenly over {ranks} GPUs "
+                          "(data-parallel ranks)")
+    if micro and (update // ranks) % micro:
+        raise ConfigError("hparams.ppo_micro_batch_size_per_gpu", f"is {micro}, but must divide "
+                          f"the {update // ranks} responses each of the {ranks} GPUs gets per "
+                          "update (ppo_mini_batch_size x rollout_n / GPUs)")
 
 
 def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str]) -> None:
