@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -116,3 +117,17 @@ def test_scores_of_data_sources_with_slashes_count(tmp_path):
     log = read_metrics(dst)
     assert best_val(log.without_test()) == (20, 0.6)
     assert ingest.test_score_at(log, 20) == 0.5
+
+
+def test_a_non_finite_verl_metric_reaches_the_agents_as_nan(tmp_path):
+    """verl's file logger writes with orjson, which turns NaN and infinities into null; the
+    metrics reader skips null, so a diverged phase's NaN losses vanished instead of showing
+    the agents (and the stopper) a blow-up."""
+    src, dst = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
+    src.write_text(verl_line(4, **{"actor/grad_norm": 2.5, "actor/kl_loss": 0.01})
+                   + verl_line(5, **{"actor/grad_norm": None, "actor/kl_loss": None}))
+    VerlMetricsIngest(src, dst, 10).poll()
+    log = read_metrics(dst)
+    for name in ("actor/grad_norm", "actor/kl_loss"):
+        (first, _), (step, value) = log.get(name)
+        assert (first, step) == (14, 15) and math.isnan(value), name

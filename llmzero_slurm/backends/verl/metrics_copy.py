@@ -3,8 +3,9 @@
 verl's FileLogger writes `{"step": N, "data": {...}}` lines with steps counted from 0 in every
 run and truncates its file when it opens it. The node's metrics.jsonl counts global steps
 across a strategy and keeps the held-out test scores apart from validation, so each line is
-rewritten on the way: step + offset, and `val-core/<source>/...` (and `val-aux/...`) become
-`test-core/<source>/...` for the data sources of the test files (agents never see those).
+rewritten on the way: step + offset, null (orjson's spelling of NaN) back to NaN, and
+`val-core/<source>/...` (and `val-aux/...`) become `test-core/<source>/...` for the data
+sources of the test files (agents never see those).
 
 A phase job runs this beside verl (`follow --pid`) so the monitor sees curves while training
 runs; `drain` before verl starts copies what an interrupted earlier attempt left and removes
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -120,6 +122,9 @@ class VerlMetricsIngest:
             warn(f"{self.verl_file} byte {offset}: not a verl file-logger line ({exc}); "
                  f"left in place, not copied: {raw[:120]!r}")
             return None
+        # verl's logger writes with orjson, which spells NaN and infinities as null: a
+        # diverged loss must reach the agents as NaN, not vanish from the curve.
+        data = {k: math.nan if v is None else v for k, v in data.items()}
         data = rename_metrics(data, self.test_sources)
         return json.dumps({"step": step + self.step_offset, "data": data}) + "\n"
 
