@@ -31,12 +31,13 @@ TABLE12 = validate_hparams({
 
 
 def phase(node_dir: str = "/shared/runs/gsm/nodes/0007", model_path: str = "Qwen/Qwen3-8B",
-          nnodes: int = 1, gpus_per_node: int = 8) -> PhaseSpec:
+          nnodes: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 64) -> PhaseSpec:
     task = TaskConfig(train_files=["/data/gsm8k/train.parquet"],
                       val_files=["/data/gsm8k/val.parquet"],
                       test_files=["/data/gsm8k/test.parquet"], reward_path="/data/gsm8k/reward.py")
     return PhaseSpec("gsm", 7, "scratch", Path(node_dir), "t", {}, "verl",
-                     SlurmConfig(nodes=nnodes, gpus_per_node=gpus_per_node), task,
+                     SlurmConfig(nodes=nnodes, gpus_per_node=gpus_per_node,
+                                 cpus_per_task=cpus_per_task), task,
                      model_path=model_path)
 
 
@@ -229,7 +230,7 @@ def test_hydra_installed_without_its_dependencies_skips_with_the_fix():
 def test_ray_is_told_the_allocation_and_keeps_to_its_own_job():
     """Issue 16: on one node ray_init.num_cpus was left null (Ray claimed the whole node)."""
     one = compose(build_overrides(phase(), TABLE12, VerlSettings()))
-    assert one.ray_kwargs.ray_init.num_cpus == SlurmConfig().cpus_per_task
+    assert one.ray_kwargs.ray_init.num_cpus == 64
     assert one.ray_kwargs.ray_init.include_dashboard is False
     several = build_overrides(phase(nnodes=2), TABLE12, VerlSettings())
     assert not any(o.startswith(("ray_kwargs.ray_init.num_cpus", "+ray_kwargs.ray_init.include"))
@@ -280,3 +281,17 @@ def test_batches_that_do_not_split_over_the_gpus_are_refused_before_submission(c
         compose(build_overrides(phase(gpus_per_node=8), hp, VerlSettings()))
     assert err.value.key == key and message in str(err.value)
     compose(build_overrides(phase(gpus_per_node=1), hp, VerlSettings()))   # one GPU takes any
+
+
+# verl 0.9.1's ResourcePoolManager (max_colocate_count=3) places one bundle of 3 CPUs and a GPU
+# per GPU, and ray.get(placement_group.ready()) waits until Ray can give them all.
+VERL_CPUS_PER_GPU = 3
+
+
+@pytest.mark.parametrize("cpus, gpus", [(2, 8), (16, 8), (64, 8), (1, 1)])
+def test_ray_has_the_cpus_verl_reserves_for_its_gpu_workers(cpus, gpus):
+    """slurm.cpus_per_task (default 2) became Ray's CPU count: below 3 per GPU verl's placement
+    group could never be placed, and the job held its GPUs, idle, until its time limit."""
+    spec = phase(gpus_per_node=gpus, cpus_per_task=cpus)
+    told = compose(build_overrides(spec, TABLE12, VerlSettings())).ray_kwargs.ray_init.num_cpus
+    assert told > VERL_CPUS_PER_GPU * gpus and told >= cpus

@@ -60,6 +60,15 @@ def test_each_job_has_its_own_ray_directory(tmp_path):
     assert "--temp-dir=\"$RAY_TMPDIR\"" in several and "unset RAY_ADDRESS" not in several
 
 
+def test_each_ray_node_has_the_cpus_verl_reserves_for_its_gpu_workers(tmp_path):
+    """The Ray head and workers of a multi-node phase were started with the allocation's
+    CPUs (here 1): below verl's 3 per GPU its placement group could never be placed."""
+    several = spec(tmp_path, nodes=2)
+    script = render(several)
+    assert '--num-cpus="$LLMZ_RAY_CPUS"' in script
+    assert int(VerlBackend().env(several)["LLMZ_RAY_CPUS"]) > 3 * several.slurm.gpus_per_node
+
+
 def test_an_evolve_phase_skips_the_validation_its_parent_made(tmp_path):
     """Issue 16: every evolve phase repeated verl's validation before training on weights
     its parent had validated at that step (825 s against 90 s a training step)."""

@@ -14,7 +14,7 @@ from .data import held_out_sources
 from ...store.node_dir import NodeDir
 from .metrics_copy import scores_at
 from .keys import STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
-from .overrides import ParentAdapter, build_overrides
+from .overrides import ParentAdapter, build_overrides, ray_cpus
 from .schema import check_overrides
 from .settings import VerlSettings
 
@@ -143,7 +143,8 @@ class VerlBackend(TrainerBackend):
                "LLMZ_STEP_OFFSET": str(spec.resume_step),
                "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
                "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
-               "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node)}
+               "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node),
+               "LLMZ_RAY_CPUS": str(ray_cpus(spec.slurm))}
         if spec.resume_dir is not None:
             if self.carries_validation(spec):
                 env["LLMZ_PARENT_METRICS"] = str(Path(spec.resume_dir) / "metrics.jsonl")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ...errors import ConfigError
+from ...job_settings import SlurmConfig
 from ..spec import PhaseSpec
 from .grammar import hydra_value
 from .keys import FILE_LOGGER_ENV, HPARAM_KEYS, VERL_METRICS_FILE
@@ -23,6 +24,19 @@ UNSET_CADENCES = {
     "save_freq": "never saves a checkpoint, so no phase could ever start from this one",
     "test_freq": "validates only before training, so the phase would end without a score",
 }
+
+
+# verl 0.9.1 places one bundle of 3 CPUs and a GPU per GPU (ResourcePoolManager's
+# max_colocate_count) and waits for the whole placement group; its other actors (task runner,
+# 8 agent-loop workers, reward and queue actors) each need a free CPU to be placed.
+RAY_CPUS_PER_GPU, RAY_SPARE_CPUS = 3, 8
+
+
+def ray_cpus(slurm: SlurmConfig) -> int:
+    """The CPUs Ray is told each node has: the allocation's, but never fewer than verl reserves
+    there, or its placement group waits forever while the job holds its GPUs to the time limit.
+    Ray's count only schedules; the processes run on the CPUs the allocation has."""
+    return max(slurm.cpus_per_task, RAY_CPUS_PER_GPU * slurm.gpus_per_node + RAY_SPARE_CPUS)
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,7 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
         # verl starts Ray itself here; left null, Ray would claim every CPU of the node, not
         # the allocation's (verl's own config asks for a fixed number under Slurm). Several
         # nodes join the cluster the job started, and ray.init refuses num_cpus then.
-        pairs.append(("ray_kwargs.ray_init.num_cpus", spec.slurm.cpus_per_task))
+        pairs.append(("ray_kwargs.ray_init.num_cpus", ray_cpus(spec.slurm)))
         # The dashboard's fixed port (8265) would collide with another phase on the node.
         pairs.append(("+ray_kwargs.ray_init.include_dashboard", False))
     overrides = [f"{key}={_spelled(key, value)}" for key, value in pairs]
