@@ -98,6 +98,12 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
         if name not in HPARAM_KEYS:
             raise ConfigError(f"hparams.{name}", "has no verl counterpart")
         pairs += [(key, _verl_typed(name, value)) for key in HPARAM_KEYS[name]]
+    if spec.resume_step:
+        # verl shuffles the training set anew in every run from data.seed (unset: a fresh
+        # generator's fixed seed), so each phase of a strategy would train again on the
+        # batches its first phase began with. An order per resume step: siblings share one.
+        pairs = [p for p in pairs if p[0] != "data.seed"]
+        pairs.append(("data.seed", int(hp.get("seed") or 0) + spec.resume_step))
     if hp.get("lora_rank"):
         # With LoRA the rollout engine must load real weights, not verl's dummy init.
         pairs.append(("actor_rollout_ref.rollout.load_format", "safetensors"))
