@@ -198,7 +198,7 @@ STUB_PYTHON = """#!/bin/bash
 # python3 stand-in: records main_ppo's arguments and writes what verl's file logger would.
 if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
     printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
-    printf 'RAY_ADDRESS=%s\\n' "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
+    printf 'RAY_TMPDIR=%s\\nRAY_ADDRESS=%s\\n' "${RAY_TMPDIR:-}" "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
     for arg in "$@"; do
         case $arg in +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=*)
             log=${arg#*=}; log=${log//\\"/} ;;
@@ -233,6 +233,35 @@ def stub_programs(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
     env, merger_log = stub_merger(tmp_path, dict(os.environ))
     env.update(PATH=f"{bin_dir}:{env['PATH']}", STUB_LOG=str(log))
     return env, log, merger_log
+
+
+# Ray's longest socket below its temp dir: /ray/session_<date>_<time>_<usec>_<pid>/sockets/
+# plasma_store (68 characters with a 7-digit pid); Linux takes 107 at most in a socket path.
+RAY_SOCKET_TAIL, SOCKET_PATH_MAX = 68, 107
+
+
+@pytest.mark.parametrize("tmpdir", ["short", "long"])
+def test_ray_sockets_fit_whatever_the_sites_tmpdir(tmp_path, tmpdir):
+    """A site's per-job TMPDIR (/net/.../slurm_jobdir/1355700/tmp.t0016 in verl issue 1120)
+    put Ray's sockets past the 107-byte limit of a Unix socket path: Ray refused to start,
+    and every phase failed after its wait in the queue."""
+    phase = spec(tmp_path)
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    env, log, _ = stub_programs(tmp_path)
+    site_tmp = Path("/tmp") if tmpdir == "short" else tmp_path / "slurm_jobdir/1355700/tmp.t0016"
+    site_tmp.mkdir(parents=True, exist_ok=True)
+    job_id = str(900000 + os.getpid() % 99999)
+    subprocess.run(["bash", str(script)], env={**env, "TMPDIR": str(site_tmp), "SLURM_JOB_ID": job_id},
+                   check=True, capture_output=True, timeout=120)
+    ray_tmp = (log / "main_ppo.env").read_text().splitlines()[0].removeprefix("RAY_TMPDIR=")
+    assert job_id in ray_tmp and Path(ray_tmp).is_dir()
+    assert len(ray_tmp) + RAY_SOCKET_TAIL <= SOCKET_PATH_MAX, ray_tmp
+    if tmpdir == "short":
+        assert ray_tmp == f"{site_tmp}/llmz-ray-{job_id}"       # the site's own, where it fits
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
