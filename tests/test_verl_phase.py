@@ -116,6 +116,7 @@ def main_ppo_overrides(script: str, nnodes: int, node_dir: Path) -> list[str]:
     (the node's folder, or a rerun's) as the job sets them."""
     line = next(s for s in script.splitlines() if "-m verl.trainer.main_ppo" in s)
     line = line.replace('"${SLURM_NNODES:-1}"', str(nnodes))
+    line = line.replace("${llmz_validated:+trainer.val_before_train=false}", "")   # not requeued
     words = shlex.split(line.replace("${LLMZ_NODE_DIR}", str(node_dir)).rstrip(" &"))
     return words[words.index("verl.trainer.main_ppo") + 1:]
 
@@ -262,6 +263,26 @@ def test_ray_sockets_fit_whatever_the_sites_tmpdir(tmp_path, tmpdir):
     if tmpdir == "short":
         assert ray_tmp == f"{site_tmp}/llmz-ray-{job_id}"       # the site's own, where it fits
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("validated", [True, False])
+def test_a_requeued_phase_does_not_validate_its_checkpoint_again(tmp_path, validated):
+    """A requeued (preempted) or continued phase resumes its own newest checkpoint, and verl
+    validated it again before training (trainer.val_before_train defaults to true): a
+    validation pass of GPU time spent on a score metrics.jsonl already held."""
+    phase = spec(tmp_path)                        # a scratch phase, first global step 0
+    node_dir = Path(phase.node_dir)
+    (node_dir / "ckpt").mkdir(parents=True)
+    (node_dir / "ckpt" / "latest_checkpointed_iteration.txt").write_text("20")
+    scores = {"val-core/gsm8k/acc/mean@1": 0.4} if validated else {"actor/entropy": 0.7}
+    (node_dir / "metrics.jsonl").write_text(json.dumps({"step": 20, "data": scores}) + "\n")
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    env, log, _ = stub_programs(tmp_path)
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "43"}, check=True,
+                   capture_output=True, timeout=120)
+    args = (log / "main_ppo.args").read_text().splitlines()
+    assert ("trainer.val_before_train=false" in args) == validated
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")

@@ -142,6 +142,7 @@ class VerlBackend(TrainerBackend):
                "LLMZ_REPO": str(ROOT),
                "LLMZ_STEP_OFFSET": str(spec.resume_step),
                "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
+               "LLMZ_VERL_TRACKER": f"{spec.node_dir}/ckpt/{TRACKER_FILE}",
                "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
                "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node),
                "LLMZ_RAY_CPUS": str(ray_cpus(spec.slurm))}

@@ -15,13 +15,15 @@ repeats a line (same step, same values) rather than losing one.
 
 An evolve phase starts from weights its parent validated at the resume step: `carry` puts
 those scores into its metrics (marked `carried_from`) and verl skips its own pass before
-training (`trainer.val_before_train=false`, set by the backend only when the scores exist).
+training (`trainer.val_before_train=false`, set by the backend only when the scores exist);
+`validated` tells the job the same of the phase's own checkpoint a requeue resumes.
 
 Runs on GPU nodes as a plain script (standard library only):
     python3 metrics_copy.py drain|follow --verl-file F --metrics-file M --step-offset K
         [--test-source S ...] [--pid PID] [--interval SECONDS]
     python3 metrics_copy.py carry --parent-metrics P --parent-node N --metrics-file M
         --step-offset K
+    python3 metrics_copy.py validated --tracker T --metrics-file M --step-offset K
 """
 from __future__ import annotations
 
@@ -181,6 +183,17 @@ def carry(parent_metrics: Path, metrics_file: Path, step: int, parent_node: int)
     return 1
 
 
+def validated(tracker: Path, metrics_file: Path, step_offset: int) -> int | None:
+    """The global step of the phase's own newest checkpoint (verl's tracker file) when the
+    phase already validated it, else None: a requeued or continued phase resumes there, and
+    verl need not validate the same weights again before training."""
+    try:
+        step = step_offset + int(Path(tracker).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return step if any(k.startswith("val-core/") for k in scores_at(metrics_file, step)) else None
+
+
 def _alive(pid: int) -> bool:
     """True while `pid` runs; an exited child its parent has not reaped yet counts as gone."""
     try:
@@ -204,11 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Copy verl's file-logger metrics into a node's metrics.jsonl with global "
                     "steps and test scores renamed to test-core/ (exit 0 ok, 2 bad arguments).")
-    parser.add_argument("action", choices=("drain", "follow", "carry"),
+    parser.add_argument("action", choices=("drain", "follow", "carry", "validated"),
                         help="drain: copy leftovers and remove the verl file; "
                              "follow: copy while --pid runs; carry: copy the parent's scores "
-                             "at --step-offset, marked as carried")
+                             "at --step-offset, marked as carried; validated: exit 0 when the "
+                             "checkpoint --tracker names was validated already, else 1")
     parser.add_argument("--verl-file", type=Path)
+    parser.add_argument("--tracker", type=Path, help="validated: verl's checkpoint tracker file")
     parser.add_argument("--parent-metrics", type=Path, help="carry: the parent's metrics.jsonl")
     parser.add_argument("--parent-node", type=int, help="carry: the parent's node id")
     parser.add_argument("--metrics-file", type=Path, required=True)
@@ -227,6 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         copied = carry(args.parent_metrics, args.metrics_file, args.step_offset, args.parent_node)
         print(f"verl_metrics: carry: {copied} row of step {args.step_offset} from node "
               f"{args.parent_node}")
+        return 0
+    if args.action == "validated":
+        if args.tracker is None:
+            parser.error("validated needs --tracker")
+        step = validated(args.tracker, args.metrics_file, args.step_offset)
+        if step is None:
+            return 1
+        print(f"verl_metrics: resuming step {step}, validated already: verl skips its "
+              "validation before training")
         return 0
     if args.verl_file is None:
         parser.error(f"{args.action} needs --verl-file")
