@@ -229,13 +229,17 @@ def test_verl_phases_are_validated_on_the_compute_node_with_the_cpu_stand_in(tmp
 @pytest.mark.slurm
 @needs_verl_config
 def test_a_phase_verl_refuses_is_named_by_kind_with_verls_reason(tmp_path):
-    """128 prompts x 8 rollouts do not split over 3 GPUs: the login node cannot tell, verl can."""
-    done = start_check(tmp_path, verl_config(tmp_path, stand_in_setup(tmp_path), gpus_per_node=3))
+    """Both log-prob micro-batch settings (one a raw override): the login node's composition
+    takes them, verl's validate_config refuses them. (A batch that does not split over the
+    GPUs is refused on the login node already.)"""
+    config = verl_config(tmp_path, stand_in_setup(tmp_path))
+    config["trainer"]["overrides"].append("actor_rollout_ref.rollout.log_prob_micro_batch_size=16")
+    done = start_check(tmp_path, config)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "[FAIL]" not in done.stdout.split("cluster check:")[0]      # the login checks passed
     for kind in ("scratch", "evolve", "debug"):
-        assert "validate_config refuses it: AssertionError: real_train_batch_size (1024) must be " \
-               "divisible by minimal possible batch size (3)" in line(
+        assert "validate_config refuses it: ValueError: [actor_rollout_ref.rollout] You have set " \
+               "both 'log_prob_micro_batch_size' AND 'log_prob_micro_batch_size_per_gpu'." in line(
                    done, f"[FAIL] cluster verl config ({kind}):")
 
 

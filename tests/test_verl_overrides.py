@@ -281,7 +281,8 @@ def test_batches_that_do_not_split_over_the_gpus_are_refused_before_submission(c
     with pytest.raises(ConfigError) as err:
         compose(build_overrides(phase(gpus_per_node=8), hp, VerlSettings()))
     assert err.value.key == key and message in str(err.value)
-    compose(build_overrides(phase(gpus_per_node=1), hp, VerlSettings()))   # one GPU takes any
+    one_gpu = {**hp, "tensor_model_parallel_size": 1}         # one GPU takes any batch
+    compose(build_overrides(phase(gpus_per_node=1), one_gpu, VerlSettings()))
 
 
 # verl 0.9.1's ResourcePoolManager (max_colocate_count=3) places one bundle of 3 CPUs and a GPU
@@ -289,7 +290,7 @@ def test_batches_that_do_not_split_over_the_gpus_are_refused_before_submission(c
 VERL_CPUS_PER_GPU = 3
 
 
-@pytest.mark.parametrize("cpus, gpus", [(2, 8), (16, 8), (64, 8), (1, 1)])
+@pytest.mark.parametrize("cpus, gpus", [(2, 8), (16, 8), (64, 8), (1, 2)])
 def test_ray_has_the_cpus_verl_reserves_for_its_gpu_workers(cpus, gpus):
     """slurm.cpus_per_task (default 2) became Ray's CPU count: below 3 per GPU verl's placement
     group could never be placed, and the job held its GPUs, idle, until its time limit."""
@@ -323,3 +324,15 @@ def test_a_resumed_phase_does_not_retrain_the_batches_its_strategy_began_with(se
     assert scratch.data.seed == seed
     assert first_batch(child) == first_batch(sibling)
     assert len({tuple(first_batch(c)) for c in (scratch, child, grandchild)}) == 3
+
+
+def test_a_rollout_engine_that_does_not_tile_the_gpus_is_refused_before_submission():
+    """verl asserts that a rollout replica's GPUs (tensor x data x pipeline parallel) divide
+    the job's GPUs only when it builds the engine, after loading the actor on every GPU."""
+    hp = {**TABLE12, "tensor_model_parallel_size": 3}
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(gpus_per_node=8), hp, VerlSettings()))
+    assert err.value.key == "hparams.tensor_model_parallel_size"
+    assert "3 GPUs of a rollout replica must divide the job's 8" in str(err.value)
+    compose(build_overrides(phase(gpus_per_node=8), {**hp, "tensor_model_parallel_size": 4},
+                            VerlSettings()))

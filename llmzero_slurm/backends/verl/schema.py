@@ -74,19 +74,27 @@ def compose(overrides: Sequence[str]) -> Any:
         raise ConfigError(_bad_key(exc, overrides), "verl 0.9.1's config refuses it: "
                           + str(exc).strip().splitlines()[0]) from None
     _check_required(cfg, overrides)
-    _check_batch_split(cfg)
+    _check_gpu_split(cfg)
     return cfg
 
 
-def _check_batch_split(cfg: Any) -> None:
-    """verl's batch rules against the job's GPU count: its validate_config refuses the first
-    as the job starts, after its wait in the queue; the other two are asserted only at the
-    first actor update (engine_workers.train_mini_batch, engine.utils.prepare_micro_batches),
-    after a validation pass and a rollout have used the GPUs."""
+def _check_gpu_split(cfg: Any) -> None:
+    """verl's rules for splitting the work over the job's GPUs: its validate_config refuses
+    the first batch rule as the job starts, after its wait in the queue; the rollout replica
+    is checked once the actor is loaded on every GPU (engine_workers.init_model), and the
+    other batch rules only at the first actor update (engine_workers.train_mini_batch,
+    engine.utils.prepare_micro_batches), after a validation pass and a rollout."""
+    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    rollout = cfg.actor_rollout_ref.rollout
+    replica = (rollout.tensor_model_parallel_size * rollout.data_parallel_size
+               * rollout.pipeline_model_parallel_size)
+    if n_gpus % replica:
+        raise ConfigError("hparams.tensor_model_parallel_size", f"the {replica} GPUs of a rollout "
+                          f"replica must divide the job's {n_gpus} (tensor x data x pipeline "
+                          "parallel sizes of the rollout engine)")
     actor = cfg.actor_rollout_ref.actor
     if actor.use_dynamic_bsz or actor.strategy not in ("fsdp", "fsdp2"):
         return      # token-budgeted micro-batches, or Megatron's own parallel layout
-    n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     ranks = n_gpus // max(1, actor.fsdp_config.ulysses_sequence_parallel_size)
     n = cfg.actor_rollout_ref.rollout.n
     step, update = cfg.data.train_batch_size * n, actor.ppo_mini_batch_size * n
