@@ -22,13 +22,15 @@ from llmzero_slurm.hparams import PARAMS, validate_hparams
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None,
                                 reason=f"verl schema unavailable: {unavailable_reason()}")
 
-# The paper's practitioner defaults (Table 12), with the cadences verl needs set.
+# The paper's practitioner defaults (Table 12), with the cadences and micro-batch sizes verl
+# needs set.
 TABLE12 = validate_hparams({
     "lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "temperature": 1.0,
     "clip_ratio_high": 0.28, "train_batch_size": 128, "ppo_mini_batch_size": 64,
     "lora_rank": 64, "lora_alpha": 64, "rollout_n": 8, "total_epochs": 1,
     "max_response_length": 6144, "grad_clip": 1.0, "weight_decay": 0.01,
-    "norm_adv_by_std_in_grpo": False, "save_freq": 10, "test_freq": 10}, "verl")
+    "norm_adv_by_std_in_grpo": False, "save_freq": 10, "test_freq": 10,
+    "ppo_micro_batch_size_per_gpu": 4, "log_prob_micro_batch_size_per_gpu": 8}, "verl")
 
 
 def phase(node_dir: str = "/shared/runs/gsm/nodes/0007", model_path: str = "Qwen/Qwen3-8B",
@@ -336,3 +338,17 @@ def test_a_rollout_engine_that_does_not_tile_the_gpus_is_refused_before_submissi
     assert "3 GPUs of a rollout replica must divide the job's 8" in str(err.value)
     compose(build_overrides(phase(gpus_per_node=8), {**hp, "tensor_model_parallel_size": 4},
                             VerlSettings()))
+
+
+@pytest.mark.parametrize("unset, key", [
+    ("ppo_micro_batch_size_per_gpu", "hparams.ppo_micro_batch_size_per_gpu"),
+    ("log_prob_micro_batch_size_per_gpu", "hparams.log_prob_micro_batch_size_per_gpu"),
+])
+def test_a_phase_without_micro_batch_sizes_is_refused_before_submission(unset, key):
+    """verl 0.9.1 has no default micro-batch size: its validate_config refuses a phase
+    without one as the job starts, after its wait in the queue (the paper's Table 12 gives
+    none)."""
+    hp = {k: v for k, v in TABLE12.items() if k != unset}
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(), hp, VerlSettings()))
+    assert err.value.key == key and "no default" in str(err.value)

@@ -26,7 +26,8 @@ from verl_stubs import stub_merger, verl_checkpoint
 HP = {"lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "clip_ratio_high": 0.28,
       "train_batch_size": 128, "ppo_mini_batch_size": 64, "lora_rank": 64, "lora_alpha": 64,
       "rollout_n": 8, "total_epochs": 1, "max_response_length": 6144, "grad_clip": 1.0,
-      "weight_decay": 0.01, "norm_adv_by_std_in_grpo": False, "save_freq": 10, "test_freq": 10}
+      "weight_decay": 0.01, "norm_adv_by_std_in_grpo": False, "save_freq": 10, "test_freq": 10,
+      "ppo_micro_batch_size_per_gpu": 4, "log_prob_micro_batch_size_per_gpu": 8}
 TASK = TaskConfig(train_files=["/data/gsm8k/train.parquet"], val_files=["/data/gsm8k/val.parquet"],
                   test_files=["/data/gsm8k/test.parquet"], reward_path="/data/gsm8k/reward.py")
 

@@ -93,8 +93,16 @@ def _check_gpu_split(cfg: Any) -> None:
                           f"replica must divide the job's {n_gpus} (tensor x data x pipeline "
                           "parallel sizes of the rollout engine)")
     actor = cfg.actor_rollout_ref.actor
-    if actor.use_dynamic_bsz or actor.strategy not in ("fsdp", "fsdp2"):
-        return      # token-budgeted micro-batches, or Megatron's own parallel layout
+    if actor.use_dynamic_bsz:
+        return      # token-budgeted micro-batches
+    for section, name in ((actor, "ppo_micro_batch_size"),
+                          (cfg.actor_rollout_ref.rollout, "log_prob_micro_batch_size")):
+        if section[name] is None and section[f"{name}_per_gpu"] is None:
+            raise ConfigError(f"hparams.{name}_per_gpu", "must be set: "
+                              "verl 0.9.1 has no default, and its validate_config refuses the "
+                              "phase as the job starts")
+    if actor.strategy not in ("fsdp", "fsdp2"):
+        return      # Megatron's own parallel layout
     ranks = n_gpus // max(1, actor.fsdp_config.ulysses_sequence_parallel_size)
     n = cfg.actor_rollout_ref.rollout.n
     step, update = cfg.data.train_batch_size * n, actor.ppo_mini_batch_size * n
