@@ -70,6 +70,27 @@ def test_each_ray_node_has_the_cpus_verl_reserves_for_its_gpu_workers(tmp_path):
     assert int(VerlBackend().env(several)["LLMZ_RAY_CPUS"]) > 3 * several.slurm.gpus_per_node
 
 
+@pytest.mark.parametrize("addresses, head", [
+    ("10.1.2.3", "10.1.2.3"),
+    ("fe80::1e34:daff:fe5a:1 10.1.2.3", "10.1.2.3"),   # IPv6 first (verl's own script skips it)
+    ("127.0.1.1 10.1.2.3", "10.1.2.3"),                # a loopback alias first
+    ("127.0.0.1", "127.0.0.1"),                        # a one-node allocation: loopback will do
+])
+def test_the_ray_head_address_is_one_the_other_nodes_can_reach(tmp_path, addresses, head):
+    """`hostname --ip-address` on the head node can list an IPv6 or a loopback address first;
+    Ray's head was started on that first word, and the workers on the other nodes never
+    joined (the job gave up after 5 minutes of its multi-node GPU allocation)."""
+    script = render(spec(tmp_path, nodes=2))
+    start = script.index("\nllmz_head_ip=") + 1
+    srun = '$(srun --overlap --nodes=1 --ntasks=1 -w "$llmz_head" hostname --ip-address'
+    rule = script[start:script.index("\n", script.index("')", start))].replace(
+        srun, f"$(echo '{addresses}'")
+    assert "echo" in rule, rule
+    out = subprocess.run(["bash", "-c", f"{rule}\necho \"$llmz_head_ip\""], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == head
+
+
 def test_an_evolve_phase_skips_the_validation_its_parent_made(tmp_path):
     """Issue 16: every evolve phase repeated verl's validation before training on weights
     its parent had validated at that step (825 s against 90 s a training step)."""
