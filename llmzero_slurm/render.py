@@ -117,8 +117,7 @@ def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -
     text = render(spec, backend)
     path = Path(spec.node_dir) / "phase.sbatch"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, text)
-    path.chmod(0o755)
+    write_text(path, text, mode=0o777)     # executable, and the group's as the umask says
     return path
 
 
@@ -153,8 +152,7 @@ def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobCo
                             command: list[str]) -> Path:
     """Render into <run_dir>/controller.sbatch (atomically, executable) and return its path."""
     path = Path(run_dir) / CONTROLLER_SCRIPT
-    write_text(path, render_controller(experiment, Path(run_dir), job, command))
-    path.chmod(0o755)
+    write_text(path, render_controller(experiment, Path(run_dir), job, command), mode=0o777)
     return path
 
 

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -160,9 +160,13 @@ def test_for_node_takes_everything_from_config_and_node(tmp_path):
 
 def test_rendered_script_is_valid_bash_and_shellcheck_clean(tmp_path):
     slurm = SlurmConfig(gpus_per_node=1, setup=["export FOO=bar"])
-    path = write_phase_script(spec(tmp_path, slurm=slurm))
+    umask = os.umask(0o002)     # a group's: the script was chmod'ed 0755 whatever the umask
+    try:
+        path = write_phase_script(spec(tmp_path, slurm=slurm))
+    finally:
+        os.umask(umask)
     assert path == tmp_path / "nodes" / "0007" / "phase.sbatch"
-    assert path.stat().st_mode & stat.S_IXUSR
+    assert path.stat().st_mode & 0o777 == 0o775
     subprocess.run(["bash", "-n", str(path)], check=True)
     shellcheck(path)
 

@@ -332,6 +332,33 @@ def test_write_json_leaves_no_temp_file_and_refuses_nan(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
+@pytest.fixture
+def group_umask():
+    """The umask of a group sharing a run (umask 002), restored after the test."""
+    old = os.umask(0o002)
+    yield
+    os.umask(old)
+
+
+def test_every_record_takes_the_umask_so_a_group_reads_its_run(tmp_path, group_umask,
+                                                               monkeypatch):
+    """The atomic writer made each file with tempfile.mkstemp (mode 0600, whatever the umask)
+    and renamed it into place: a colleague in the run's group could not read meta.json, so
+    llmzero-status, -report, -stop and a resume all failed with Permission denied."""
+    from llmzero_slurm.config import AgentConfig
+    from llmzero_slurm.controller import llm_key
+    store = new_store(tmp_path)
+    root = add_root(store)
+    store.write_node(root)
+    written = [store.root / "meta.json", store.root / "experiment.yaml",
+               store.node_path(0), store.node_path(0).with_name("node.json.bak")]
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == \
+        {p.name: "0o664" for p in written}
+    monkeypatch.setenv("LLMZ_TEST_KEY", "sk-canary-umask")   # a secret stays its owner's alone
+    llm_key.hand_over(tmp_path, AgentConfig(backend="anthropic", api_key_env="LLMZ_TEST_KEY"))
+    assert (tmp_path / llm_key.KEY_FILE).stat().st_mode & 0o777 == 0o600
+
+
 def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
     """A write that fails for lack of space (here at the n-th write of the file, through the
     same fault point the end-to-end test uses) leaves the previous content and no temp file,

@@ -26,8 +26,7 @@ def hand_over(folder: Path, agents: AgentConfig) -> None:
     if not key or agents.backend == "heuristic":
         path.unlink(missing_ok=True)
         return
-    write_json(path, {"name": agents.api_key_env, "value": key})
-    os.chmod(path, 0o600)       # the atomic writer's temp file is private already; say so
+    write_json(path, {"name": agents.api_key_env, "value": key}, mode=0o600)
 
 
 def take(folder: Path, agents: AgentConfig) -> str | None:

@@ -6,7 +6,6 @@ replaced atomically; a stale strategy.yaml is never left behind when the run has
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..store.atomic import write_text
@@ -33,14 +32,4 @@ def write_report(run_dir: str | Path) -> Path:
         strategy_file = None
     index = out / "index.html"
     write_text(index, render_html(view, drawn, strategy_file))
-    _readable(out)
     return index
-
-
-def _readable(out: Path) -> None:
-    """The atomic writer creates private files; a report is for the whole group to read."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    for path in out.rglob("*"):
-        if path.is_file():
-            os.chmod(path, 0o666 & ~umask)

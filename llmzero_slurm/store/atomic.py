@@ -3,13 +3,15 @@
 Write = temp file in the same directory, flush, fsync, os.replace, fsync the directory (so the
 rename itself survives a crash); a write that fails (a full disk, a quota) leaves the old file
 as it was and raises StorageError naming the file. Read = parse or raise StateError naming it.
+A new file gets the mode the process's umask (and the folder's default ACL) gives any file,
+as `open` would, so a group sharing a run reads what it writes; only a secret asks for 0600.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,32 +27,44 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: str | Path, data: Any) -> None:
+def write_json(path: str | Path, data: Any, mode: int = 0o666) -> None:
     """Replace `path` with `data` as indented JSON, atomically and durably."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n", mode)
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, mode: int = 0o666) -> None:
     """Replace `path` with `text` atomically and durably."""
     def write(tmp: Path) -> None:
         with open(tmp, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-    replace_with(path, write)
+    replace_with(path, write, mode)
 
 
-def replace_with(path: str | Path, write: Callable[[Path], None]) -> None:
+def _new_temp(path: Path, mode: int) -> Path:
+    """An empty temporary file beside `path`, created with `mode` less the umask. Not
+    tempfile.mkstemp: its files are 0600 whatever the umask, and the rename would hand that
+    mode to every record, leaving a group unable to read its own run."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+        except FileExistsError:
+            continue
+        return tmp
+
+
+def replace_with(path: str | Path, write: Callable[[Path], None], mode: int = 0o666) -> None:
     """Replace `path` with what `write` puts into a temporary file beside it (a JSON record,
     a report's figure): readers see the old file or the new one; a write that fails leaves the
-    old one, removes the temporary file and raises StorageError naming `path`."""
+    old one, removes the temporary file and raises StorageError naming `path`. The file gets
+    `mode` less the umask from its creation on (0o600 for a secret: never readable by others)."""
     path = Path(path)
     tmp = None
     try:
         faults.disk_full(path)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        tmp = Path(name)
+        tmp = _new_temp(path, mode)
         write(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
