@@ -177,6 +177,23 @@ def test_a_checkpoint_on_a_full_disk_says_the_disk_is_full():
     assert err.value.errno == errno.ENOSPC
 
 
+def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path):
+    """safetensors writes adapter_model.safetensors 0600 whatever the umask: under a group's
+    umask 002 a colleague resuming the shared run could not load a parent's adapter."""
+    import torch
+    from llmzero_slurm.cputrain.checkpoint import save
+    from llmzero_slurm.cputrain.model import random_model, with_lora
+    from llmzero_slurm.cputrain.tokenizer import CharTokenizer
+    model = with_lora(random_model(CharTokenizer(), 0), "base-x", 8, 16.0, "all-linear")
+    umask = os.umask(0o002)
+    try:
+        folder = save(tmp_path / "ckpt", 5, model, {"x": torch.zeros(1)})
+    finally:
+        os.umask(umask)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}
+    assert "adapter_model.safetensors" in modes and set(modes.values()) == {"0o664"}
+
+
 def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,
                                                                        tmp_path):
     """save_freq rarely falls on the best validation step, the one the search reports: the

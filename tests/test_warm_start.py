@@ -3,6 +3,7 @@ time, is cached with what it reached, and says clearly when a target cannot be m
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -45,8 +46,16 @@ def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
     logged: list[str] = []
     torch.manual_seed(7)
     rng = torch.random.get_rng_state()
-    _, name, record = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
-                                          tmp_path / "cache", logged.append)
+    umask = os.umask(0o002)     # a cache a group shares (LLMZERO_CACHE)
+    try:
+        _, name, record = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                              tmp_path / "cache", logged.append)
+    finally:
+        os.umask(umask)
+    # safetensors wrote the weights 0600: a colleague's phase could not load the cached base
+    cached = tmp_path / "cache" / "base" / name
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in cached.iterdir()} == \
+        {p.name: "0o664" for p in cached.iterdir()}
     # Building the base leaves the caller's random stream alone, so the phase that built it
     # initialises its LoRA exactly as a later phase that finds it cached.
     assert torch.equal(torch.random.get_rng_state(), rng)

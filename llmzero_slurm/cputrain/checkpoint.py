@@ -41,10 +41,34 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
         warnings.filterwarnings("ignore", message="Could not find a config file")
         model.save_pretrained(str(tmp))
     extra(tmp)
+    take_umask(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def take_umask(folder: Path) -> None:
+    """Give the files of `folder` the mode the umask asks for: safetensors writes its weights
+    0600 whatever the umask, so a colleague sharing the run (umask 002) could not start a
+    child phase from the adapter, nor load the base model a shared cache holds."""
+    mask = umask()
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~mask)
+
+
+def umask() -> int:
+    """This process's umask, read without setting it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def latest(ckpt_dir: Path) -> tuple[int, Path] | None:

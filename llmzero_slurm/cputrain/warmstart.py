@@ -36,6 +36,7 @@ from ..errors import DataError
 from ..tasks.dataset import Example
 from ..tasks.reward_file import RewardFn, judge
 from . import policy
+from .checkpoint import take_umask
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
 from .model import ARCHITECTURE, random_model
 from .tokenizer import CharTokenizer
@@ -138,6 +139,7 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
             shutil.rmtree(tmp, ignore_errors=True)
             model.save_pretrained(tmp)
             (tmp / RECORD).write_text(json.dumps(asdict(record), indent=2) + "\n")
+            take_umask(tmp)
             shutil.rmtree(folder, ignore_errors=True)   # a folder without its record is partial
             os.replace(tmp, folder)
     record = BaseRecord(**json.loads((folder / RECORD).read_text()))
