@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -728,6 +730,40 @@ def test_status_shows_the_recorded_tree_when_the_local_job_table_is_damaged(tmp_
     assert re.search(r"0000 scratch running .* 1 +RUNNING", shown.stdout)
     assert re.search(r"note: job states are shown as last recorded: .*local-jobs/jobs.json: "
                      r"corrupt JSON", shown.stdout)
+
+
+def read_only(run: Path, name: str, *args: str) -> subprocess.CompletedProcess:
+    """llmzero-NAME as a colleague who may only read the run: the run directory mounted
+    read-only in a mount namespace of its own (root's permission bits would not stop it)."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "--mount", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare --mount (root) to mount the run read-only")
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    mount = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", mount,
+                           "sh", str(run), str(ROOT / "bin" / f"llmzero-{name}"), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_reader_of_a_read_only_run_gets_status_and_a_report_of_their_own(tmp_path):
+    """A colleague with read access only: llmzero-report died with a traceback (OSError:
+    Read-only file system, making <run>/report) and had nowhere else to write; now --output
+    takes a folder of theirs, and without it the error names the folder and the way out."""
+    store = two_phase_run(tmp_path)
+    before = sorted(p.relative_to(store.root) for p in store.root.rglob("*"))
+    status = read_only(store.root, "status", str(store.root))
+    assert status.returncode == 0 and "best val 0.500 (node 1: 0 -> 1)" in status.stdout
+    refused = read_only(store.root, "report", str(store.root))
+    assert refused.returncode == 3 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr == (f"error: {store.root / 'report'}: cannot be made (Read-only file "
+                              "system); without write access to the run, give a folder of your "
+                              "own with --output DIR\n")
+    mine = tmp_path / "my-report"
+    done = read_only(store.root, "report", str(store.root), "--output", str(mine))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"report: {mine / 'index.html'}\n"
+    assert (mine / "strategy.yaml").is_file() and (mine / "tree.png").is_file()
+    assert sorted(p.relative_to(store.root) for p in store.root.rglob("*")) == before
 
 
 def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):

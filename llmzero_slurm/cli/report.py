@@ -1,8 +1,11 @@
-"""llmzero-report: write <run>/report/ (index.html, figures, strategy.yaml) from a run directory."""
+"""llmzero-report: write <run>/report/ (index.html, figures, strategy.yaml) from a run directory,
+or with --output into a folder of your own (a colleague who may only read the run)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from ..errors import StorageError
 from ..report import write_report
 from .common import add_run_dir, open_run, run_main
 
@@ -10,9 +13,18 @@ from .common import add_run_dir, open_run, run_main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-report", description=__doc__)
     add_run_dir(p)
+    p.add_argument("--output", type=Path, metavar="DIR",
+                   help="write the report here instead of <run>/report (made if missing)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
-    print(f"report: {write_report(store.root)}")
+    try:
+        index = write_report(store.root, args.output)
+    except StorageError as exc:
+        if args.output is not None:
+            raise
+        raise StorageError(exc.path, f"{exc.problem}; without write access to the run, give "
+                                     "a folder of your own with --output DIR") from None
+    print(f"report: {index}")
     return 0
 
 

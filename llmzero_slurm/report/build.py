@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import StorageError
 from ..store.atomic import write_text
 from .collect import collect
 from .figures import draw_all
@@ -18,10 +19,16 @@ from .strategy import strategy_document
 STRATEGY = "strategy.yaml"
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write <run>/report/ and return the path of its index.html."""
+def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
+    """Write <run>/report/ (or `out`: a reader without write access to the run gives a folder
+    of their own) and return the path of its index.html. A folder that cannot be made is a
+    StorageError naming it, as a file that cannot be written is."""
     view = collect(run_dir)
-    out = view.root / "report"
+    out = Path(out) if out is not None else view.root / "report"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(out, f"cannot be made ({exc.strerror or exc})") from None
     drawn = draw_all(view, out)
     document = strategy_document(view.tree, view.config)
     if document is not None and document["phases"]:
