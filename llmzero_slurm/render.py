@@ -121,6 +121,12 @@ def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -
     return path
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a run directory whose node folders cannot go into #SBATCH lines: a run created
+    elsewhere and moved (tar, cp) to a path with a space would fail each new phase for good."""
+    output_folder("run_dir", run_dir)
+
+
 CONTROLLER_WARN_S = 300     # the controller job's USR1: time to stop cleanly and requeue
 CONTROLLER_SCRIPT = "controller.sbatch"
 

@@ -476,6 +476,25 @@ def test_what_only_a_rendered_script_refuses_is_refused_before_the_run_exists(
     assert "Traceback" not in done.stderr and not run.exists()
 
 
+def test_a_run_moved_to_a_path_with_a_space_is_refused_before_it_adds_a_node(tmp_path):
+    """A run copied (tar, cp -a) to a path with a space and resumed there created its next
+    node, failed it for good ("its phase script could not be rendered"), ended the search
+    and exited 0: the run's tree held a failure no phase had earned. Now the resume is refused
+    as a start there is (exit 2), and nothing in the run changes."""
+    store = RunStore.create(tmp_path / "run", parse_config(
+        {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+         "search": {"budget_iterations": 1}}))
+    moved = tmp_path / "moved here"
+    shutil.copytree(store.root, moved)
+    before = {p: p.read_bytes() for p in moved.rglob("*") if p.is_file()}
+    done = cli("start", str(moved))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: config key 'run_dir': must be an absolute path "
+                                  "without spaces, quotes or '%' (it goes into #SBATCH --output)")
+    assert done.stderr.count("\n") == 1 and "run directory:" not in done.stdout
+    assert {p: p.read_bytes() for p in moved.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.parametrize("option, value", [
     ("--poll", "-1"), ("--poll", "0"), ("--poll", "nan"), ("--poll", "inf"), ("--poll", "soon"),
     ("--cluster-timeout", "-5"), ("--cluster-timeout", "0"), ("--cluster-timeout", "nan"),

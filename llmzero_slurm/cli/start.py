@@ -21,6 +21,7 @@ from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
+from ..render import check_run_dir
 from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
@@ -104,11 +105,11 @@ def run_dir_of(args: argparse.Namespace, cfg: ExperimentConfig) -> Path:
 
 def open_or_create(args: argparse.Namespace) -> RunStore:
     if (args.config / "meta.json").exists():
-        return RunStore.open(args.config)
+        return _resume(args.config)
     cfg = config_of(args)
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
-        store = RunStore.open(run_dir)
+        store = _resume(run_dir)
         changed = _differences(store.config, cfg)
         if changed:
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
@@ -121,6 +122,14 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
     # the run's Slurm jobs as local processes, nor start phases on the login node.
     return RunStore.create(run_dir, replace(cfg, scheduler=resolve_scheduler_kind(cfg.scheduler)))
+
+
+def _resume(run_dir: Path) -> RunStore:
+    """The run at `run_dir`, refused (exit 2, nothing written) where it was moved to a path
+    that cannot go into #SBATCH lines, as a new run there is."""
+    store = RunStore.open(run_dir)
+    check_run_dir(store.root)
+    return store
 
 
 def _differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
