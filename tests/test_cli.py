@@ -1,6 +1,7 @@
 """The command-line tools as a user meets them: --help, --check, status, stop, bad input."""
 from __future__ import annotations
 
+import grp
 import json
 import os
 import re
@@ -493,6 +494,35 @@ def test_a_run_moved_to_a_path_with_a_space_is_refused_before_it_adds_a_node(tmp
                                   "without spaces, quotes or '%' (it goes into #SBATCH --output)")
     assert done.stderr.count("\n") == 1 and "run directory:" not in done.stdout
     assert {p: p.read_bytes() for p in moved.rglob("*") if p.is_file()} == before
+
+
+def test_a_start_under_a_umask_that_locks_out_the_runs_group_says_so(tmp_path):
+    """A member of the group sharing a run (its folder setgid, group-writable) who starts it
+    under umask 022 writes files and node folders the group cannot write: a colleague's
+    resume or stop later fails with Permission denied on them. The start now says so, and
+    which umask to use; under umask 002, or in a folder of one's own, it says nothing."""
+    store = two_phase_run(tmp_path, search={"budget_iterations": 2})
+    store.root.chmod(0o2775)
+    umask = os.umask(0o022)
+    try:
+        told = cli("start", str(store.root))
+        os.umask(0o002)
+        fine = cli("start", str(store.root))
+    finally:
+        os.umask(umask)
+    assert told.returncode == fine.returncode == 0, told.stderr + fine.stderr
+    group = grp.getgrgid(store.root.stat().st_gid).gr_name
+    assert f"note: {store.root} is writable by group {group}, but your umask 022 keeps that " \
+           "group from writing the files this run adds; start it under umask 002 so your " \
+           "group can resume and stop it\n" in told.stdout
+    assert "your umask" not in fine.stdout
+    store.root.chmod(0o755)
+    os.umask(0o022)
+    try:
+        alone = cli("start", str(store.root))
+    finally:
+        os.umask(umask)
+    assert alone.returncode == 0 and "your umask" not in alone.stdout
 
 
 @pytest.mark.parametrize("option, value", [

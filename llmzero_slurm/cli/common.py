@@ -8,13 +8,16 @@ error, 6 another controller holds the run, 7 the search ended without a complete
 from __future__ import annotations
 
 import argparse
+import grp
 import math
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Callable
 
 from ..errors import LLMZeroError, StateError, UsageError
+from ..store.atomic import umask
 from ..store.run_store import RunStore
 
 
@@ -70,3 +73,26 @@ def open_run(path: Path) -> RunStore:
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
     return RunStore.open(path)
+
+
+def group_note(root: Path) -> str | None:
+    """A warning when the run (or the folder holding it) is shared with a group but this
+    process's umask keeps that group from writing what it writes: a colleague's resume or stop
+    would later fail on those files (a lock, a node folder) with Permission denied."""
+    mask = umask()
+    if not mask & stat.S_IWGRP:
+        return None
+    for folder in (root, root.parent):
+        try:
+            info = folder.stat()
+        except OSError:
+            continue
+        if info.st_mode & stat.S_IWGRP and not info.st_mode & stat.S_ISVTX:   # not /tmp
+            try:
+                group = grp.getgrgid(info.st_gid).gr_name
+            except KeyError:
+                group = str(info.st_gid)
+            return (f"note: {folder} is writable by group {group}, but your umask {mask:03o} "
+                    f"keeps that group from writing the files this run adds; start it under "
+                    f"umask {mask & ~stat.S_IWGRP:03o} so your group can resume and stop it")
+    return None

@@ -27,7 +27,7 @@ from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..store.run_store import CHECK_DIR, RunStore
-from .common import run_main, seconds
+from .common import group_note, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
     store = open_or_create(args)
+    if (note := group_note(store.root)) is not None:
+        print(note, flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
         Lease(store).refuse_if_held()
     if args.detach:

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..store.atomic import umask
+
 STATE_FILE = "trainer_state.pt"
 _FOLDER = re.compile(r"^global_step_(\d+)$")
 
@@ -56,19 +58,6 @@ def take_umask(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_file() and not path.is_symlink():
             os.chmod(path, 0o666 & ~mask)
-
-
-def umask() -> int:
-    """This process's umask, read without setting it (os.umask would, for every thread)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def latest(ckpt_dir: Path) -> tuple[int, Path] | None:

@@ -27,6 +27,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """This process's umask, read without setting it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: str | Path, data: Any, mode: int = 0o666) -> None:
     """Replace `path` with `data` as indented JSON, atomically and durably."""
     write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n", mode)
