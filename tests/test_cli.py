@@ -4,6 +4,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
+from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import TinyBackend, finish, wait_for
@@ -825,6 +827,42 @@ def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
     assert status.returncode == 0 and "best val 0.400 (node 0: 0)" in status.stdout
     assert re.search(r"node 1 is left out of the search: .*0001/node.json: not a valid node "
                      r"record: parent 42 is no such node in this run", status.stdout)
+
+
+def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
+    """A colleague's `llmzero-stop --cancel` on the group's run without Slurm (local
+    processes) met a phase the owner started: os.kill raised PermissionError, a traceback
+    with exit 1. Now the job is named with its owner, exit 5, as scancel refuses one."""
+    marker = "llmzero_slurm.schedulers.local"   # what makes a pid a local job's supervisor
+    if os.geteuid() or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run a job as another user and a stop without "
+                    "the right to signal it")
+    store = two_phase_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-4}, status=Status.RUNNING,
+                                  submission=Submission("t1", "1")))
+    owner = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              "--", "sh", "-c", "sleep 120; :", marker])
+    try:
+        wait_for(lambda: marker.encode() in Path(f"/proc/{owner.pid}/cmdline").read_bytes(),
+                 10, "the other user's job")
+        (store.root / "local-jobs").mkdir()
+        write_json(store.root / "local-jobs" / "jobs.json", {"next_id": 2, "jobs": {"1": {
+            "token": "t1", "script": "phase.sbatch", "name": "llmz-demo-0002-scratch",
+            "output": str(tmp_path / "slurm-1.out"), "submit_dir": str(tmp_path),
+            "time_limit_s": 600, "cpus_per_task": "1", "submitted_at": time.time(),
+            "supervisor_pid": owner.pid}}})
+        env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+        done = subprocess.run(["setpriv", "--bounding-set=-kill", "--",
+                               str(ROOT / "bin" / "llmzero-stop"), str(store.root), "--cancel"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert owner.poll() is None            # still running: it was not ours to stop
+    finally:
+        owner.kill()
+        owner.wait()
+    assert done.returncode == 5, done.stderr
+    assert done.stderr == (f"error: cancelling job 1: its process {owner.pid} runs as "
+                           f"{pwd.getpwuid(65534).pw_name}; only that user (or root) can "
+                           "cancel it\n")
 
 
 def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):

@@ -30,15 +30,21 @@ def write_val(path, points: dict[int, float]) -> None:
     write_metrics(path, val_rows(points), append=True)
 
 
-def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_the_cancel(
-        tmp_path):
+def run_with_a_best_phase(tmp_path, scheduler: str) -> RunStore:
+    """A run whose node 0 completed at 0.9, which a phase stuck at 0.2 cannot catch."""
     store = RunStore.create(tmp_path / "run", parse_config({
-        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "name": "mon", "backend": "cpu", "scheduler": scheduler,
         "agents": {"backend": "heuristic", "stop_margin": 0.0}}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 40},
                                   status=Status.COMPLETED,
                                   results=Results(best_val=0.9, checkpoints=[40])))
     write_val(store.node_dir(0).metrics_file, {s: s / 40 * 0.9 for s in range(5, 45, 5)})
+    return store
+
+
+def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_the_cancel(
+        tmp_path):
+    store = run_with_a_best_phase(tmp_path, "local")
 
     script = tmp_path / "phase.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
@@ -64,6 +70,37 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     assert monitor.check_once() == [1]     # a restarted monitor makes sure the cancel went out
     assert monitor.check_once() == []      # and sends it once
     assert [r["result"]["action"] for r in json.loads(records.read_text())] == ["STOP"]
+
+
+def test_a_cancel_slurm_refuses_leaves_the_monitor_judging(tmp_path, monkeypatch, capsys):
+    """A colleague resumed the group's run while the owner's phases still ran: the stopper said
+    STOP, scancel answered "Access/permission denied" (another user's job), and the
+    SchedulerError ended the monitor job; each replacement died the same way, and no other
+    phase was judged meanwhile. Now the refusal is told in the monitor's log, the other
+    phases are still judged, and the cancel is tried again at the next pass."""
+    from llmzero_slurm.schedulers import SlurmScheduler
+    from slurm_shims import Shims
+    shims = Shims(tmp_path / "bin")
+    shims.fail("scancel", (1, 99), "scancel: error: Kill job error on job id 4242: "
+                                   "Access/permission denied")
+    monkeypatch.setenv("PATH", f"{shims.dir}:{os.environ['PATH']}")
+    store = run_with_a_best_phase(tmp_path, "slurm")
+    for job in ("4242", "4243"):     # two phases of the owner, both dominated
+        node = store.add_node(lambda i, job=job: Node(
+            i, None, Kind.SCRATCH, {"total_training_steps": 60}, status=Status.RUNNING,
+            submission=Submission(f"t{job}", job)))
+        write_val(store.node_dir(node.id).metrics_file, {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    monitor = Monitor(store, SlurmScheduler(retries=0, retry_wait_s=0))
+    assert monitor.check_once() == []
+    said = capsys.readouterr().err
+    assert "monitor: node 1: STOP decided, but its job was not cancelled: cancelling job 4242: " \
+           "scancel failed (exit 1): scancel: error: Kill job error on job id 4242: " \
+           "Access/permission denied" in said and "monitor: node 2:" in said
+    for node_id in (1, 2):           # both judged, their STOP on record
+        records = json.loads(store.node_dir(node_id).early_stop_file.read_text())
+        assert [r["result"]["action"] for r in records] == ["STOP"]
+    assert monitor.check_once() == []                  # tried again, not judged again
+    assert [c.argv for c in shims.calls("scancel")] == ["4242", "4243"] * 2
 
 
 def test_a_cancelled_monitor_job_stops_at_once_and_stops_beating(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
-from ..errors import StateError
+from ..errors import SchedulerError, StateError
 from ..job_names import phase_job_name
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
@@ -75,8 +76,16 @@ class Monitor:
             # effect, and a monitor restarted between the record and scancel cancels it once.
             if ((self.store.node_dir(node.id).stop_decided() or self._judge(node, best, best_val))
                     and node.id not in self.cancelled):
-                self.scheduler.cancel(node.submission.job_id, phase_job_name(
-                    self.store.config.name, node.id, node.kind.value))
+                try:
+                    self.scheduler.cancel(node.submission.job_id, phase_job_name(
+                        self.store.config.name, node.id, node.kind.value))
+                except SchedulerError as exc:
+                    # A job another member of the group submitted is only theirs (or an
+                    # operator's) to cancel: the monitor says so in its log and lives on to
+                    # judge the other phases, trying again at its next pass.
+                    print(f"monitor: node {node.id}: STOP decided, but its job was not "
+                          f"cancelled: {exc}", file=sys.stderr, flush=True)
+                    continue
                 self.cancelled.add(node.id)
                 stopped.append(node.id)
         return stopped

@@ -10,6 +10,7 @@ the output before signalling, so the script can tell a cancel from a time-out. T
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -36,6 +37,22 @@ _SUPERVISOR = "llmzero_slurm.schedulers.local"
 def _alive(pid: int | None) -> bool:
     """True when `pid` is one of our supervisors (a reused pid is not mistaken for one)."""
     return runs(pid, _SUPERVISOR)
+
+
+def _terminate(pid: int, what: str) -> None:
+    """SIGTERM `pid`. A process of another user (a colleague's job, in a run the group shares)
+    is refused by name, as scancel refuses another user's job, not as a PermissionError."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        try:
+            owner = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+        except (OSError, KeyError):
+            owner = "another user"
+        raise SchedulerError(f"{what}: its process {pid} runs as {owner}; only that user (or "
+                             "root) can cancel it") from None
 
 
 class LocalScheduler(Scheduler):
@@ -104,7 +121,7 @@ class LocalScheduler(Scheduler):
         if job is None:
             raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
         if job["name"] == name and _alive(job["supervisor_pid"]):
-            os.kill(job["supervisor_pid"], signal.SIGTERM)   # it stops the process group
+            _terminate(job["supervisor_pid"], f"cancelling job {job_id}")   # and its group
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
                     job: CallJob) -> str:
@@ -122,12 +139,8 @@ class LocalScheduler(Scheduler):
     def cancel_call(self, job_id: str, name: str) -> None:
         """Its pid, while it is still a submitit process: a pid the system has since given to
         another program is left alone."""
-        if not job_id.isdigit() or not runs(int(job_id), "submitit"):
-            return
-        try:
-            os.kill(int(job_id), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        if job_id.isdigit() and runs(int(job_id), "submitit"):
+            _terminate(int(job_id), f"cancelling the call job {job_id}")
 
     def find_by_token(self, token: str) -> str | None:
         """The newest job submitted with the token."""
