@@ -817,6 +817,16 @@ def test_a_reader_of_a_read_only_run_gets_status_and_a_report_of_their_own(tmp_p
     assert sorted(p.relative_to(store.root) for p in store.root.rglob("*")) == before
 
 
+def test_a_command_denied_a_file_of_the_run_names_it_without_a_traceback(tmp_path):
+    """`llmzero-start RUN --detach` by a colleague who may not write the run (here a read-only
+    mount; a controller.log another member wrote under umask 022 alike) died with a
+    PermissionError or OSError traceback, exit 1; now one line names the file, exit 3."""
+    store = two_phase_run(tmp_path)
+    done = read_only(store.root, "start", str(store.root), "--detach")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == f"error: {store.root / 'controller.log'}: Read-only file system\n"
+
+
 def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
     store = two_phase_run(tmp_path)
     record = json.loads(store.node_path(1).read_text())

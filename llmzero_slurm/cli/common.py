@@ -8,6 +8,7 @@ error, 6 another controller holds the run, 7 the search ended without a complete
 from __future__ import annotations
 
 import argparse
+import errno
 import grp
 import math
 import os
@@ -33,7 +34,20 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         # Python's advice: point stdout at devnull so the flush at exit cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
+    except OSError as exc:
+        if exc.errno not in DENIED or exc.filename is None:
+            raise
+        # A file of a run shared by a group that this user may not read or write (a
+        # colleague's umask, a read-only mount): named, as unwritable state, not a traceback.
+        hint = "" if exc.errno == errno.EROFS else \
+            " (a run a group shares wants umask 002 and a setgid group folder)"
+        denied = StateError(exc.filename, f"{exc.strerror}{hint}")
+        print(f"error: {denied}", file=sys.stderr)
+        code = denied.exit_code
     sys.exit(code)
+
+
+DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)   # what no retry or other input would change
 
 
 def seconds(text: str) -> float:
