@@ -875,6 +875,24 @@ def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
                            "cancel it\n")
 
 
+def test_a_colleague_stops_a_run_whose_owner_once_submitted_its_controller(tmp_path):
+    """`llmzero-start --submit` leaves controller-key/ (mode 0700) in the run. A colleague's
+    `llmzero-stop` then failed on removing the key there (Permission denied) before it
+    cancelled the controller jobs, the phases or the monitor; it now goes on."""
+    if os.geteuid() or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as a user who may not enter the folder")
+    store = two_phase_run(tmp_path)
+    private = store.root / "controller-key"
+    private.mkdir(mode=0o700)
+    os.chown(private, 65534, 65534)          # the owner's, who submitted the controller
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    done = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--",
+                           str(ROOT / "bin" / "llmzero-stop"), str(store.root)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == "no controller is running for this run\n"
+
+
 def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny_program):
     """Issue 14.8: it used to cancel nothing and exit 0. Audit D4: after a controller killed
     between an sbatch and recording its job id, it missed that phase (status `submitting`),

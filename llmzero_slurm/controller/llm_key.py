@@ -41,4 +41,10 @@ def take(folder: Path, agents: AgentConfig) -> str | None:
 
 
 def withdraw(folder: Path) -> None:
-    (folder / KEY_FILE).unlink(missing_ok=True)
+    try:
+        (folder / KEY_FILE).unlink(missing_ok=True)
+    except PermissionError:
+        # Another member's private folder (controller-key/, 0700, left by their --submit):
+        # a key there is theirs, readable by them alone, and theirs to remove. A colleague's
+        # stop or finished resume must not fail on it before it cancels anything.
+        pass
