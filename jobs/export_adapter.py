@@ -121,6 +121,7 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
             for entry in tmp.iterdir():     # keep the adapter, drop the base-model copy
                 if entry.name != ADAPTER:
                     shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            take_umask(tmp / ADAPTER)
             try:
                 os.rename(tmp, target)
             except OSError:                 # another exporter renamed first (no flock)
@@ -128,6 +129,17 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target / ADAPTER
+
+
+def take_umask(folder: Path) -> None:
+    """Give the adapter's files the mode the job's umask asks for: safetensors writes weights
+    0600 whatever the umask, and a colleague's child phase in the run a group shares could not
+    read them. (The package's own is cputrain/checkpoint.py's; this job imports no package.)"""
+    mask = os.umask(0o022)      # read it back: this job runs one thread
+    os.umask(mask)
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~mask)
 
 
 def _step_number(name: str) -> int:

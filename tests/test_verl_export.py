@@ -50,6 +50,20 @@ def test_merger_gets_the_right_paths_and_siblings_reuse_it(tmp_path, stub_env):
     assert len(log.read_text().splitlines()) == 1
 
 
+def test_the_export_takes_the_umask_so_a_colleagues_child_can_read_it(tmp_path, stub_env):
+    """verl's merger writes adapter_model.safetensors through safetensors, 0600 whatever the
+    umask: under a group's umask 002 a child phase a colleague resumed could not load it."""
+    env, _ = stub_env
+    parent = tmp_path / "p"
+    verl_checkpoint(parent, 10, {"r": 8, "lora_alpha": 16})
+    done = subprocess.run(["sh", "-c", 'umask 002 && exec "$@"', "sh", *export_cmd(parent, 10)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    adapter = Path(done.stdout.splitlines()[-1])
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in adapter.iterdir()} == \
+        {"adapter_config.json": "0o664", "adapter_model.safetensors": "0o664"}
+
+
 def test_two_siblings_at_once_merge_once(tmp_path, stub_env):
     env, log = stub_env
     parent = tmp_path / "p"

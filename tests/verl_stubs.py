@@ -28,6 +28,7 @@ os.makedirs(out)
 json.dump({"peft_type": "LORA", "r": meta.get("r", 8), "lora_alpha": meta.get("lora_alpha", 0),
            "target_modules": ["q_proj"]}, open(os.path.join(out, "adapter_config.json"), "w"))
 open(os.path.join(out, "adapter_model.safetensors"), "wb").write(b"weights")
+os.chmod(os.path.join(out, "adapter_model.safetensors"), 0o600)   # as safetensors 0.8 leaves it
 open(os.path.join(a.target_dir, "model.safetensors"), "wb").write(b"base copy")
 '''
 
