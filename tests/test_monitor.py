@@ -93,14 +93,15 @@ def test_a_cancel_slurm_refuses_leaves_the_monitor_judging(tmp_path, monkeypatch
     monitor = Monitor(store, SlurmScheduler(retries=0, retry_wait_s=0))
     assert monitor.check_once() == []
     said = capsys.readouterr().err
-    assert "monitor: node 1: STOP decided, but its job was not cancelled: cancelling job 4242: " \
-           "scancel failed (exit 1): scancel: error: Kill job error on job id 4242: " \
+    assert "monitor: node 1: STOP decided, but its job was not cancelled: cancelling job 4242 " \
+           "(llmz-mon-0001-scratch): scancel failed (exit 1): scancel: error: Kill job error on job id 4242: " \
            "Access/permission denied" in said and "monitor: node 2:" in said
     for node_id in (1, 2):           # both judged, their STOP on record
         records = json.loads(store.node_dir(node_id).early_stop_file.read_text())
         assert [r["result"]["action"] for r in records] == ["STOP"]
     assert monitor.check_once() == []                  # tried again, not judged again
-    assert [c.argv for c in shims.calls("scancel")] == ["4242", "4243"] * 2
+    assert [c.argv for c in shims.calls("scancel")] == \
+        ["--name=llmz-mon-0001-scratch 4242", "--name=llmz-mon-0002-scratch 4243"] * 2
 
 
 def test_a_cancelled_monitor_job_stops_at_once_and_stops_beating(tmp_path):
