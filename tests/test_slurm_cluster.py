@@ -444,3 +444,32 @@ def test_a_stop_cancels_no_job_that_has_since_taken_a_recorded_id(tmp_path):
         assert sched.states([other])[other].raw == "PENDING"
     finally:
         subprocess.run(["scancel", other, ours], check=False)
+
+
+def test_a_stop_tries_every_phase_when_slurm_refuses_one(tmp_path, monkeypatch):
+    """Audit: in a run a group shares, `llmzero-stop --cancel` met a phase of another member
+    (scancel: Access/permission denied) and stopped there, the rest of the phases running on.
+    Every phase is tried, the refusal named, exit 5."""
+    from llmzero_slurm.search.tree import Kind, Node, Submission
+    from slurm_shims import Shims
+    shims = Shims(tmp_path / "bin")
+    shims.fail("scancel", (1, 1), "scancel: error: Kill job error on job id 1: "
+                                  "Access/permission denied")
+    monkeypatch.setenv("PATH", f"{shims.dir}:{os.environ['PATH']}")
+    store, tool = controller_job_run(tmp_path, "shared")
+    held = ["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap=sleep 300"]
+    jobs = [subprocess.run([*held, f"--job-name={phase_job_name('shared', i, 'scratch')}"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+            for i in (0, 1)]
+    try:
+        for job in jobs:
+            store.add_node(lambda i, job=job: Node(i, None, Kind.SCRATCH, {}, status=Status.RUNNING,
+                                                   submission=Submission(f"tok-{i}", job)))
+        stop = tool("stop", "--cancel")
+        assert stop.returncode == 5, stop.stdout + stop.stderr
+        assert f"cancelled 1 queued or running phase(s): jobs {jobs[1]}\n" in stop.stdout
+        assert stop.stderr.startswith(f"error: cancelling job {jobs[0]} "
+                                      f"(llmz-shared-0000-scratch): scancel failed (exit 1)")
+        assert finish(SlurmScheduler(min_poll_s=0), jobs[1]).raw == "CANCELLED"
+    finally:
+        subprocess.run(["scancel", *jobs], check=False)

@@ -10,12 +10,14 @@ cancelled: it would start later and resume the run."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, request_stop
+from ..errors import SchedulerError
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main, seconds_or_zero
@@ -36,14 +38,17 @@ def main(argv: list[str] | None = None) -> int:
         cancel_controller_jobs(store)      # a controller job that has not started yet
         withdraw_key(store)                # which no longer needs the key it was left
         scheduler = make_scheduler(store.config.scheduler, store.root)
+        refused: list[SchedulerError] = []
         if args.cancel:
-            jobs = cancel_phases(store, store.load_tree(), scheduler)
+            jobs, refused = cancel_phases(store, store.load_tree(), scheduler)
             print(f"cancelled {len(jobs)} queued or running phase(s)"
                   + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
+            for exc in refused:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
         monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
         if monitor is not None:
             print(f"cancelled the monitor job {monitor}")
-        return 0
+        return SchedulerError.exit_code if refused else 0
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
     deadline = time.monotonic() + args.wait

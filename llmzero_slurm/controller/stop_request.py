@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
-from ..errors import StateError
+from ..errors import SchedulerError, StateError
 from ..job_names import phase_job_name
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import RunStore
@@ -100,10 +100,12 @@ def clear_stop_request(store: RunStore, token: str | None) -> bool:
     return True
 
 
-def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler) -> list[str]:
+def cancel_phases(store: RunStore, tree: Tree,
+                  scheduler: Scheduler) -> tuple[list[str], list[SchedulerError]]:
     """scancel every queued or running phase's job, and that of a phase whose sbatch answer
     was never recorded (`submitting`: a controller killed in between), found as a restarted
-    controller finds it; the job ids cancelled."""
+    controller finds it; the job ids cancelled, and the refusals. Every job is tried: one the
+    scheduler refuses (another member's, in a run a group shares) keeps no other running."""
     jobs: dict[str, str] = {}
     for node in tree:
         name = phase_job_name(store.config.name, node.id, node.kind.value)
@@ -113,9 +115,14 @@ def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler) -> list[str
             job = find_job(scheduler, store.node_dir(node.id), node.submission.token)
             if job is not None:
                 jobs[job] = name
+    cancelled, refused = [], []
     for job_id, name in jobs.items():
-        scheduler.cancel(job_id, name)
-    return list(jobs)
+        try:
+            scheduler.cancel(job_id, name)
+            cancelled.append(job_id)
+        except SchedulerError as exc:
+            refused.append(exc)
+    return cancelled, refused
 
 
 def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool, token: str,
@@ -124,8 +131,10 @@ def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
     running, for the next controller to watch) and clear the request it acted on, its own
     lease `token`'s."""
     if cancel:
-        cancelled = cancel_phases(store, tree, scheduler)
+        cancelled, refused = cancel_phases(store, tree, scheduler)
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
+        for exc in refused:
+            event(f"not cancelled: {exc}")
     else:
         pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
         event(f"stopped; {len(pending)} phase(s) keep running (llmzero-start resumes watching them)")
