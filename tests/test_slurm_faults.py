@@ -282,6 +282,7 @@ def test_a_submit_limit_backs_off_and_submits_each_node_once(tmp_path, shims, ti
 @pytest.mark.fault("the monitor job's sbatch times out once")
 def test_a_monitor_submission_that_fails_is_tried_again(tmp_path, shims, tiny, fault_outcome):
     from llmzero_slurm.controller.keeper import MonitorKeeper
+    from llmzero_slurm.job_names import monitor_job_name
     shims.fail("sbatch", (2, 2), TIMED_OUT)             # 1: the phase, 2: the monitor
     store = new_run(tmp_path, tiny, early_stop_interval_s=30.0)
     sched = scheduler()
@@ -294,5 +295,6 @@ def test_a_monitor_submission_that_fails_is_tried_again(tmp_path, shims, tiny, f
     assert "monitor job not submitted" in out.getvalue()
     monitor = str(json.loads((store.root / "monitor" / "monitor.json").read_text())["job_id"])
     assert node.status is Status.COMPLETED
-    assert monitor in [c.argv for c in shims.calls("scancel")]   # it leaves with the controller
+    assert f"--name={monitor_job_name(store.config.name)} {monitor}" in \
+        [c.argv for c in shims.calls("scancel")]                 # it leaves with the controller
     fault_outcome(store, job_dirs(shims, store))
