@@ -145,12 +145,12 @@ def _extra(key: str, line: str) -> None:
 
 
 def output_folder(key: str, folder: Path) -> str:
-    return checked(key, str(folder), _DIRECTIVE_PATH, "must be an absolute path without spaces, "
-                 "quotes or '%' (it goes into #SBATCH --output)")
+    return checked(key, str(folder), _DIRECTIVE_PATH, "must be an absolute path without "
+                   "spaces, quotes or '%' (it goes into #SBATCH --output)")
 
 
 def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_key: str,
-             own: list[str]) -> list[str]:
+                       own: list[str]) -> list[str]:
     """The placement and size of a one-task CPU job (the controller's, a cluster check), its
     `own` lines (requeue policy) before the user's extra directives."""
     return _each_named(
