@@ -215,6 +215,12 @@ def test_test_sources_come_from_the_parquet_and_must_differ(tmp_path):
     task.test_files = [parquet("test2.parquet", "gsm8k")]
     with pytest.raises(ConfigError, match="share data_source"):
         VerlBackend().env(spec(tmp_path, task=task, trainer={}))
+    # The script splits the sources as shell words: one with glob characters would expand
+    # against the files of its working folder, and its test scores would stay validation's.
+    for source in ("gsm8k test", "gsm8k[hard]", "gsm*", "gsm?"):
+        task.test_files = [parquet("test3.parquet", source)]
+        with pytest.raises(ConfigError, match="use a data_source without spaces"):
+            VerlBackend().env(spec(tmp_path, task=task, trainer={}))
 
 
 STUB_PYTHON = """#!/bin/bash

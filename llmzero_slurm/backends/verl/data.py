@@ -42,7 +42,7 @@ def held_out_sources(task: TaskConfig, settings: VerlSettings) -> list[str]:
                               "task.val_files; verl would log both as one val-core/ score, so "
                               "give the test rows their own data_source")
     for source in sources:
-        if not re.match(r"^[^\s'\"\\$`]{1,200}$", source):
+        if not re.match(r"^[^\s'\"\\$`*?\[\]]{1,200}$", source):
             raise ConfigError("trainer.test_data_sources", f"{source!r}: use a data_source "
-                              "without spaces, quotes or shell characters")
+                              "without spaces, quotes, glob or shell characters")
     return sorted(sources)
