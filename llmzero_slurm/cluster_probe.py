@@ -224,16 +224,14 @@ def endpoint(url: str, timeout_s: float) -> str:
 
 def environment(plan: dict[str, Any]) -> None:
     run("compute node", where)
+    for name in TRAINER_PACKAGES[plan["backend"]]:
+        run(name, functools.partial(package, name))
     if plan["backend"] == "verl":
-        for name in TRAINER_PACKAGES["verl"]:
-            run(name, functools.partial(package, name))
         if plan.get("rollout_engine"):
             run("rollout engine", lambda: installed(plan["rollout_engine"]))
         for kind, overrides in plan.get("phases", []):
             run(f"verl config ({kind})", functools.partial(verl_phase, overrides))
     else:
-        for name in TRAINER_PACKAGES["cpu"]:
-            run(name, functools.partial(package, name))
         run("base-model cache", lambda: cache_dir(plan.get("cache_dir")))
     run("model", lambda: model(plan.get("model_path")))
     run("data files", lambda: data_files(plan.get("data_files", []), plan.get("builtin")))

@@ -108,13 +108,13 @@ def cancel_phases(store: RunStore, tree: Tree,
     scheduler refuses (another member's, in a run a group shares) keeps no other running."""
     jobs: dict[str, str] = {}
     for node in tree:
-        name = phase_job_name(store.config.name, node.id, node.kind.value)
-        if node.status in (Status.QUEUED, Status.RUNNING) and node.submission.job_id:
-            jobs[node.submission.job_id] = name
+        job = None
+        if node.status in (Status.QUEUED, Status.RUNNING):
+            job = node.submission.job_id
         elif node.status is Status.SUBMITTING:
             job = find_job(scheduler, store.node_dir(node.id), node.submission.token)
-            if job is not None:
-                jobs[job] = name
+        if job:
+            jobs[job] = phase_job_name(store.config.name, node.id, node.kind.value)
     cancelled, refused = [], []
     for job_id, name in jobs.items():
         try:

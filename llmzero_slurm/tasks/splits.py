@@ -32,18 +32,18 @@ def check_splits(key: str, path: str, examples: Sequence[Example],
     selected on, measures nothing. Repeats within a split are said, never refused."""
     def prompt(ex: Example) -> tuple[tuple[str, str], ...]:
         return tuple((m["role"], m["content"]) for m in ex.messages)
-    split = SPLITS[key]
+    split, keyed = SPLITS[key], [prompt(ex) for ex in examples]
     notes = []
     own = prompts.setdefault(key, set())
     repeated = 0
-    for p in map(prompt, examples):
+    for p in keyed:
         repeated += p in own
         own.add(p)
     if repeated:
         notes.append(f"{path}: {repeated} of {len(examples)} rows repeat a prompt already in "
                      f"the {split.name} split ({split.repeat_effect})")
     for earlier in list(SPLITS)[:list(SPLITS).index(key)]:
-        seen = [ex for ex in examples if prompt(ex) in prompts.get(earlier, ())]
+        seen = [ex for ex, p in zip(examples, keyed) if p in prompts.get(earlier, ())]
         if not seen:
             continue
         said = (f"{path}: {len(seen)} of {len(examples)} prompts are also in the "
