@@ -6,9 +6,16 @@ run copied to another cluster), and `scancel --name` leaves a job of another nam
 """
 from __future__ import annotations
 
+from .search.tree import Node
+
 
 def phase_job_name(experiment: str, node_id: int, kind: str) -> str:
     return f"llmz-{experiment}-{node_id:04d}-{kind}"
+
+
+def node_job_name(experiment: str, node: Node) -> str:
+    """The name a tree node's phase job was submitted under."""
+    return phase_job_name(experiment, node.id, node.kind.value)
 
 
 def controller_job_name(experiment: str) -> str:

@@ -73,8 +73,8 @@ class ScriptedScheduler(Scheduler):
         self.cancelled.append(job_id)
         self.jobs[job_id].script = ["CANCELLED"]
 
-    def find_by_token(self, token: str) -> str | None:
-        found = [j for j, job in self.jobs.items() if job.token == token]
+    def find_by_token(self, token: str, name: str) -> str | None:
+        found = [j for j, job in self.jobs.items() if job.token == token and job.name == name]
         return found[-1] if found else None
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,

@@ -15,6 +15,7 @@ import pytest
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.job_names import phase_job_name
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
 from llmzero_slurm.controller.lease import Lease
@@ -274,7 +275,8 @@ def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_pa
     sched = ScriptedScheduler()
     # The first node's sbatch went through before the crash: the scheduler knows its token.
     script = store.node_dir(0).path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --comment=llmz:node=0000,token=tok-sent\n")
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name={phase_job_name(store.config.name, 0, 'scratch')}"
+                      "\n#SBATCH --comment=llmz:node=0000,token=tok-sent\n")
     sched.scripts = [["RUNNING", trained({10: 0.4}), "COMPLETED"]] * 3
     assert sched.submit(script, "tok-sent") == "100"
     ctl, _ = controller(tmp_path, sched, [scratch] * 3, store=store)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -108,8 +110,9 @@ def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program)
     job = sched.submit(script, token)
     fresh = (SlurmScheduler() if isinstance(sched, SlurmScheduler)
              else LocalScheduler(sched.dir))          # what a restarted controller builds
-    assert fresh.find_by_token(token) == job
-    assert fresh.find_by_token(f"{token}-never-submitted") is None
+    name = phase_job_name("sched", 1, "scratch")
+    assert fresh.find_by_token(token, name) == job
+    assert fresh.find_by_token(f"{token}-never-submitted", name) is None
     sched.cancel(job, phase_job_name("sched", 1, "scratch"))
     finish(sched, job)
 
@@ -253,6 +256,51 @@ def test_slurm_states_map_to_node_statuses_keeping_the_raw_name(raw, status):
     assert state.final == status.finished
 
 
+@pytest.fixture
+def as_another_user(slurm_env: str) -> Any:
+    """Runs a Slurm client as another user of the local cluster (nobody), the way a group
+    member shares a run: its slurm.conf and munge socket live in root's home, so that user
+    gets a readable copy of the one and a hard link to the other."""
+    if os.geteuid() != 0:
+        pytest.skip("acting as another user needs root")
+    conf = Path(slurm_env).read_text()
+    socket = conf.split("AuthInfo=socket=", 1)[1].split(",", 1)[0].split()[0]
+    public = Path(tempfile.mkdtemp(prefix="llmz-other-user-"))
+    public.chmod(0o755)
+    try:
+        os.link(socket, public / "munge.socket")
+    except OSError as exc:
+        shutil.rmtree(public)
+        pytest.skip(f"cannot link the cluster's munge socket where another user reaches it: {exc}")
+    (public / "slurm.conf").write_text(conf.replace(socket, str(public / "munge.socket")))
+    (public / "slurm.conf").chmod(0o644)
+
+    def run(argv: list[str]) -> str:
+        proc = subprocess.run(["runuser", "-u", "nobody", "--", "env",
+                               f"SLURM_CONF={public / 'slurm.conf'}", *argv],
+                              capture_output=True, text=True, cwd=public, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+    yield run
+    shutil.rmtree(public)
+
+
+@pytest.mark.slurm
+def test_a_group_members_job_is_found_by_its_token(as_another_user):
+    """A colleague's controller resuming a shared run adopts the job the owner's sbatch
+    registered (its answer never recorded) instead of sending the phase a second time:
+    `squeue --me` listed only the asking user's jobs."""
+    token, name = f"tok-{uuid.uuid4().hex[:12]}", phase_job_name("shared", 1, "scratch")
+    job = as_another_user(["sbatch", "--parsable", "--hold", f"--job-name={name}",
+                           f"--comment=token={token}", "--output=/dev/null",
+                           "--wrap=sleep 1"]).strip()
+    try:
+        assert SlurmScheduler().find_by_token(token, name) == job
+        assert SlurmScheduler().find_by_token(token, phase_job_name("shared", 2, "scratch")) is None
+    finally:
+        subprocess.run(["scancel", job], check=True)
+
+
 def test_an_unknown_slurm_state_is_a_failure_that_says_so():
     state = job_state("5", "SOMETHING_NEW")
     assert state.status == Status.FAILED and "unrecognised Slurm state SOMETHING_NEW" in state.reason
@@ -268,7 +316,7 @@ def test_a_binary_local_job_table_is_named(tmp_path):
     sched = LocalScheduler(tmp_path / "jobs")
     (tmp_path / "jobs" / "jobs.json").write_bytes(b"\xff\xfe")
     with pytest.raises(StateError, match=r"jobs/jobs.json: corrupt JSON: not UTF-8 text"):
-        sched.find_by_token("tok")
+        sched.find_by_token("tok", "llmz-x-0001-scratch")
 
 
 def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch):

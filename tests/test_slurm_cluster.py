@@ -446,6 +446,29 @@ def test_a_stop_cancels_no_job_that_has_since_taken_a_recorded_id(tmp_path):
         subprocess.run(["scancel", other, ours], check=False)
 
 
+def test_a_recorded_controller_job_id_now_anothers_is_neither_shown_nor_cancelled(tmp_path):
+    """llmzero-status showed another job that had since taken a recorded controller job's id
+    as this run's controller waiting in the queue, and llmzero-stop said it cancelled it (the
+    scancel, by name, left it alone). Only a job that bears the controller's name counts."""
+    store, tool = controller_job_run(tmp_path, "ctlreused")
+    other = subprocess.run(["sbatch", "--parsable", "--hold", "--output=/dev/null",
+                            "--job-name=someone-elses-training", "--wrap=sleep 300"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        (store.root / "controller-jobs.json").write_text(
+            json.dumps({"jobs": [{"job_id": other, "submitted_at": 1.0}]}))
+        status = tool("status")
+        assert status.returncode == 0, status.stderr
+        assert "controller not running" in status.stdout and other not in status.stdout
+        assert json.loads(tool("status", "--json").stdout)["waiting_controller_jobs"] == {}
+        stop = tool("stop")
+        assert stop.returncode == 0, stop.stderr
+        assert other not in stop.stdout, stop.stdout
+        assert SlurmScheduler(min_poll_s=0).states([other])[other].raw == "PENDING"
+    finally:
+        subprocess.run(["scancel", other], check=False)
+
+
 def test_a_stop_tries_every_phase_when_slurm_refuses_one(tmp_path, monkeypatch):
     """Audit: in a run a group shares, `llmzero-stop --cancel` met a phase of another member
     (scancel: Access/permission denied) and stopped there, the rest of the phases running on.

@@ -144,7 +144,7 @@ def test_a_submission_that_timed_out_but_registered_is_found_by_its_token(
     [node] = store.load_tree()
     assert [c.action for c in shims.calls("sbatch")] == ["late", "late-answer"]   # sent once
     [late] = [c.argv.split(";")[0] for c in shims.calls("sbatch") if c.action == "late-answer"]
-    assert "--me" in shims.calls("squeue")[0].argv          # looked up by its token first
+    assert "--name=llmz-" in shims.calls("squeue")[0].argv   # looked up by its token first
     assert (node.status, node.submission.job_id, node.submission.attempts) == \
         (Status.COMPLETED, late, 1)
     assert list(slurm_jobs(shims, store)) == [late]

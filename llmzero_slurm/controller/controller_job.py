@@ -100,7 +100,8 @@ def withdraw_key(store: RunStore) -> None:
 
 def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:
     """The recorded controller jobs Slurm has not ended (queued, or started but not yet
-    holding the run), and a note when that cannot be told. For when no controller holds the
+    holding the run) that still bear the controller's name, and a note when that cannot be
+    told. For when no controller holds the
     lease; a run never submitted asks Slurm nothing."""
     try:
         jobs = [str(j["job_id"]) for j in submitted_jobs(store)]
@@ -112,7 +113,7 @@ def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:
         return [], (f"Slurm did not answer: controller job {jobs[-1]}, the last submitted, "
                     f"may still wait in its queue")
     try:
-        states = SlurmScheduler().states(jobs)
+        states = SlurmScheduler().listed(jobs, controller_job_name(store.config.name))
     except SchedulerError as exc:
         return [], f"the controller jobs' states are not known: {exc}"
     return [states[j] for j in jobs if j in states and not states[j].final], None

@@ -24,7 +24,7 @@ from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
 from ..errors import SchedulerError, StateError
-from ..job_names import phase_job_name
+from ..job_names import node_job_name
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
 from . import llm_key
@@ -77,8 +77,8 @@ class Monitor:
             if ((self.store.node_dir(node.id).stop_decided() or self._judge(node, best, best_val))
                     and node.id not in self.cancelled):
                 try:
-                    self.scheduler.cancel(node.submission.job_id, phase_job_name(
-                        self.store.config.name, node.id, node.kind.value))
+                    self.scheduler.cancel(node.submission.job_id,
+                                          node_job_name(self.store.config.name, node))
                 except SchedulerError as exc:
                     # A job another member of the group submitted is only theirs (or an
                     # operator's) to cancel: the monitor says so in its log and lives on to

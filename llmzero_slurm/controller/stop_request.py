@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..schedulers.base import Scheduler
 from ..search.tree import Status, Tree
 from ..errors import SchedulerError, StateError
-from ..job_names import phase_job_name
+from ..job_names import node_job_name
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import RunStore
 from .lease import Lease
@@ -108,13 +108,14 @@ def cancel_phases(store: RunStore, tree: Tree,
     scheduler refuses (another member's, in a run a group shares) keeps no other running."""
     jobs: dict[str, str] = {}
     for node in tree:
-        job = None
-        if node.status in (Status.QUEUED, Status.RUNNING):
-            job = node.submission.job_id
-        elif node.status is Status.SUBMITTING:
-            job = find_job(scheduler, store.node_dir(node.id), node.submission.token)
+        if node.status not in (Status.QUEUED, Status.RUNNING, Status.SUBMITTING):
+            continue
+        name = node_job_name(store.config.name, node)
+        job = node.submission.job_id
+        if node.status is Status.SUBMITTING:
+            job = find_job(scheduler, store.node_dir(node.id), node.submission.token, name)
         if job:
-            jobs[job] = phase_job_name(store.config.name, node.id, node.kind.value)
+            jobs[job] = name
     cancelled, refused = [], []
     for job_id, name in jobs.items():
         try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backends.spec import PhaseSpec
 from ..errors import LLMZeroError, SchedulerError, StorageError
+from ..job_names import node_job_name
 from ..render import write_phase_script
 from ..schedulers.base import Scheduler
 from ..search.tree import Node, Status
@@ -88,7 +89,8 @@ class Submitter:
     def confirm(self, node: Node) -> None:
         """A `submitting` node: adopt the job found for it, or send it again once settled."""
         try:
-            job_id = find_job(self.scheduler, self.store.node_dir(node.id), node.submission.token)
+            job_id = find_job(self.scheduler, self.store.node_dir(node.id), node.submission.token,
+                              node_job_name(self.store.config.name, node))
         except SchedulerError as exc:
             self.progress.event(f"node {node.id}: cannot look its job up yet: {exc}")
             return
@@ -108,11 +110,12 @@ class Submitter:
         self.progress.event(f"node {node_id}: failed before submission: {reason}")
 
 
-def find_job(scheduler: Scheduler, files: NodeDir, token: str | None) -> str | None:
+def find_job(scheduler: Scheduler, files: NodeDir, token: str | None, name: str) -> str | None:
     """The job of a `submitting` node, whose sbatch answer was never recorded: found by its
-    token, by the job's claim or by its status.json (None: not found, maybe not registered
-    yet). SchedulerError when the scheduler cannot be asked."""
-    return scheduler.find_by_token(token or "") or files.claimed_by() or job_in_status_file(files)
+    token and job name, by the job's claim or by its status.json (None: not found, maybe not
+    registered yet). SchedulerError when the scheduler cannot be asked."""
+    return (scheduler.find_by_token(token or "", name) or files.claimed_by()
+            or job_in_status_file(files))
 
 
 def job_in_status_file(files: NodeDir) -> str | None:

@@ -211,8 +211,10 @@ class Scheduler(ABC):
         the `name` it was submitted with: a recorded id may since belong to another job."""
 
     @abstractmethod
-    def find_by_token(self, token: str) -> str | None:
-        """The id of a job submitted with `token`, if the scheduler still knows one."""
+    def find_by_token(self, token: str, name: str) -> str | None:
+        """The id of the job named `name` submitted with `token`, if the scheduler still knows
+        one, whoever submitted it: a group member's controller resuming a run must adopt the
+        job the owner's sbatch registered, not send the phase a second time."""
 
     @abstractmethod
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,

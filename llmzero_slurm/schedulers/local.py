@@ -142,8 +142,9 @@ class LocalScheduler(Scheduler):
         if job_id.isdigit() and runs(int(job_id), "submitit"):
             _terminate(int(job_id), f"cancelling the call job {job_id}")
 
-    def find_by_token(self, token: str) -> str | None:
-        """The newest job submitted with the token."""
+    def find_by_token(self, token: str, name: str) -> str | None:
+        """The newest job submitted with the token (unique to one phase script, so the name
+        adds nothing here)."""
         found = [int(j) for j, job in self._table()["jobs"].items() if job["token"] == token]
         return str(max(found)) if found else None
 

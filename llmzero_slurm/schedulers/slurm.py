@@ -161,10 +161,10 @@ class SlurmScheduler(Scheduler):
 
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
-        read_submission(script, token)
+        name = read_submission(script, token).get("job-name") or script.name  # sbatch's default
         out = self._call(["sbatch", "--parsable", f"--export=ALL,{SCHEDULED_ENV}=1", str(script)],
                          f"submitting {script}",
-                         recover=lambda: self.find_by_token(token)).text
+                         recover=lambda: self.find_by_token(token, name)).text
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SchedulerError(f"submitting {script}: sbatch answered {out.strip()!r}, not a job id")
@@ -206,10 +206,12 @@ class SlurmScheduler(Scheduler):
             raise SchedulerError(f"submitting the monitor job {job.name}: {exc}",
                                  retryable=True) from None
 
-    def find_by_token(self, token: str) -> str | None:
-        """The newest of the user's jobs whose --comment carries the token (squeue lists
-        finished jobs for MinJobAge; older ones are the caller's to find in status.json)."""
-        found = [int(job_id) for job_id, _, comment in self._squeue_rows(None)[0]
+    def find_by_token(self, token: str, name: str) -> str | None:
+        """The newest job of that name, any user's, whose --comment carries the token (squeue
+        lists finished jobs for MinJobAge; older ones are the caller's to find in status.json).
+        Asked by name, as `--me` would miss a group member's job and no filter at all would
+        list the whole cluster's queue."""
+        found = [int(job_id) for job_id, _, comment in self._squeue_rows(["--name=" + name])[0]
                  if f"token={token}" in comment.split(",") and job_id.isdigit()]
         return str(max(found)) if found else None
 
@@ -223,7 +225,7 @@ class SlurmScheduler(Scheduler):
             return out
         if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
             return out | {j: self._live[j] for j in todo}
-        polled, took = self._poll(todo)
+        polled, took = self._poll(["--jobs=" + ",".join(todo)])
         found = {s.job_id: s for s in polled}
         missing = [j for j in todo if j not in found]
         if missing:
@@ -241,6 +243,15 @@ class SlurmScheduler(Scheduler):
         slow = 10 * took if took >= SLOW_QUERY_S else 0.0
         self._next_poll = time.monotonic() + max(self._poll_s, slow)
         return out | found
+
+    def listed(self, job_ids: Iterable[str], name: str) -> dict[str, JobState]:
+        """What squeue says of those jobs that still bear `name`; a recorded id since given to
+        another job (ids wrapped or reset, a run copied to another cluster) is left out, like
+        a job long ended."""
+        ids = list(dict.fromkeys(str(j) for j in job_ids))
+        if not ids:
+            return {}
+        return {s.job_id: s for s in self._poll(["--jobs=" + ",".join(ids), f"--name={name}"])[0]}
 
     def _lost(self, unknown: list[str]) -> dict[str, JobState]:
         """Jobs no source knows: absent (too new to be listed, or slurmdbd lagging) until they
@@ -261,15 +272,10 @@ class SlurmScheduler(Scheduler):
 
     # -- the sources, in order ---------------------------------------------------------------
 
-    def _squeue_rows(self, job_ids: list[str] | None
-                     ) -> tuple[list[tuple[str, list[str], str]], float]:
-        """(job id, [state, reason, exit status], comment) of each job, and how long squeue
-        took to answer."""
-        argv = ["squeue", "--noheader", "--states=all", f"--Format={_SQUEUE_FORMAT}"]
-        if job_ids:
-            argv.append("--jobs=" + ",".join(job_ids))
-        else:
-            argv.append("--me")
+    def _squeue_rows(self, which: list[str]) -> tuple[list[tuple[str, list[str], str]], float]:
+        """(job id, [state, reason, exit status], comment) of each job squeue's `which` options
+        select, and how long squeue took to answer."""
+        argv = ["squeue", "--noheader", "--states=all", f"--Format={_SQUEUE_FORMAT}", *which]
         answer = self._call(argv, "polling jobs", ok_errors=(NO_SUCH_JOB,))
         rows = []
         for line in answer.text.splitlines():
@@ -278,10 +284,10 @@ class SlurmScheduler(Scheduler):
                 rows.append((fields[0].strip(), fields[1:4], fields[4].strip()))
         return rows, answer.took_s
 
-    def _poll(self, job_ids: list[str]) -> tuple[list[JobState], float]:
-        """One squeue call for every job asked about; how long it took to answer."""
+    def _poll(self, which: list[str]) -> tuple[list[JobState], float]:
+        """One squeue call for every job its `which` options select; how long it took."""
         out = []
-        rows, took = self._squeue_rows(job_ids)
+        rows, took = self._squeue_rows(which)
         for job_id, (state, reason, wait_status), _ in rows:
             code, signal = _exit_status(wait_status)
             why = None if reason in ("None", "") else reason
