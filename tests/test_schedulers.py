@@ -101,6 +101,23 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     assert len(steps(script)) < 100
 
 
+def test_a_local_job_killed_with_its_supervisor_is_lost_not_running(tmp_path, tiny_program):
+    """A job that died (its supervisor and itself killed, as by a reboot) with status.json
+    still saying "running" was shown as `failed (RUNNING)`."""
+    import signal
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
+    job = sched.submit(script, "tok-1")
+    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
+    supervisor = json.loads((tmp_path / "local-jobs" / "jobs.json").read_text())[
+        "jobs"][job]["supervisor_pid"]
+    os.killpg(supervisor, signal.SIGKILL)
+    state = wait_for(lambda: next((s for s in sched.states([job]).values() if s.final), None),
+                     30, "the job to be seen gone")
+    assert (state.status, state.raw) == (Status.FAILED, "LOST")
+    assert "status.json still says 'running'" in state.reason
+
+
 def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program):
     token = f"tok-{uuid.uuid4().hex[:12]}"           # unique, as the controller's tokens are
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 20}, step_s=0.5,

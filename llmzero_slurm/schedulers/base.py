@@ -54,6 +54,8 @@ SLURM_STATUS: dict[str, Status] = {
 # Set in the environment of every job a scheduler submits for the controller (not of a rerun
 # by hand): the phase script then claims its node directory for its job id (job.claim).
 SCHEDULED_ENV = "LLMZ_SCHEDULED"
+# Our state, not Slurm's, for a job that no source can show ended: it failed, how is unknown.
+LOST = "LOST"
 
 # status.json "state" (written by the job) -> the Slurm state it corresponds to.
 STATUS_FILE_STATES = {
@@ -110,7 +112,7 @@ def state_from_status_file(job_id: str, node_dir: Path) -> JobState | None:
     if raw is None:
         return None
     if raw in ("RUNNING", "PREEMPTED"):
-        return JobState(job_id, raw, Status.FAILED, status.exit_code,
+        return JobState(job_id, LOST, Status.FAILED, status.exit_code,
                         f"the scheduler no longer knows the job and status.json still says "
                         f"'{status.state}' (the job died without recording its end)", "status.json")
     return job_state(job_id, raw, status.exit_code, status.reason, "status.json")

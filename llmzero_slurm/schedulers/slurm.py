@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import SchedulerError
 from ..search.tree import Status
-from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
+from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
 from .job_env import credentials_withheld, new_job_environment
 
@@ -265,7 +265,7 @@ class SlurmScheduler(Scheduler):
             first, misses = self._unknown_since.get(j, (now, 0))
             self._unknown_since[j] = (first, misses + 1)
             if misses + 1 >= LOST_AFTER_MISSES and now - first >= self.lost_after_s:
-                lost[j] = JobState(j, "LOST", Status.FAILED, None,
+                lost[j] = JobState(j, LOST, Status.FAILED, None,
                                    f"lost: neither squeue, sacct nor its status.json has known the "
                                    f"job for {now - first:.0f} s", "none")
         return lost
@@ -304,7 +304,7 @@ class SlurmScheduler(Scheduler):
                 state = state_from_status_file(j, self._dirs[j])
                 # "running" there may be a live job squeue skipped and sacct cannot confirm:
                 # left unknown, so only a long silence (`_lost`) ends it.
-                if state is not None and state.raw not in ("RUNNING", "PREEMPTED"):
+                if state is not None and state.raw != LOST:
                     found[j] = state
         return found
 
