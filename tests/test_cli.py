@@ -767,6 +767,34 @@ def test_status_shows_the_recorded_tree_when_slurm_does_not_answer(tmp_path, slu
     assert data["slurm_states"] == {} and "Slurm did not answer" in data["live_states_note"]
 
 
+def test_a_slurm_conf_naming_no_file_is_named_not_waited_on(tmp_path, monkeypatch):
+    """SLURM_CONF with a typo: Slurm's clients retried reading it for a minute; a new run with
+    scheduler auto then quietly ran its phases on the login node, and status said only that
+    Slurm did not answer. Now the variable is named, and no client is run."""
+    shims = Shims(tmp_path / "bin")
+    for client in CLIENTS:
+        shims.fail(client, (1, 9999), "a Slurm client was run")
+    monkeypatch.setenv("PATH", f"{shims.dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf.typo"))
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"}}))
+    with pytest.raises(ConfigError, match=r"'scheduler': is 'auto', but SLURM_CONF=.*"
+                                          r"slurm.conf.typo names no file: fix or unset it"):
+        open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "new")]))
+    assert not (tmp_path / "new").exists()
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
+                                  submission=Submission(job_id="4242", scheduler_state="RUNNING")))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"0000 scratch running .* 4242 +RUNNING", table.stdout)
+    assert "slurm.conf.typo names no file" in table.stdout and "as last recorded" in table.stdout
+    with pytest.raises(ConfigError, match="slurm.conf.typo names no file"):
+        build_controller(store)
+    assert shims.calls() == []
+
+
 def test_status_shows_the_recorded_tree_when_the_local_job_table_is_damaged(tmp_path):
     """A damaged local-jobs/jobs.json (an editor, a disk error) made status exit 3 and show
     nothing but that file's name, though every node record read fine."""

@@ -10,7 +10,7 @@ from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
-from ..errors import SchedulerError, StateError
+from ..errors import ConfigError, SchedulerError, StateError
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Status, Tree
@@ -53,7 +53,10 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
             if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
     if not jobs:
         return {}, None
-    kind = resolve_scheduler_kind(store.config.scheduler)
+    try:
+        kind = resolve_scheduler_kind(store.config.scheduler)
+    except ConfigError as exc:
+        return {}, f"job states are shown as last recorded: {exc}"
     if kind == "slurm" and not SlurmScheduler.reachable():
         return {}, "Slurm did not answer (squeue failed); job states are shown as last recorded"
     try:

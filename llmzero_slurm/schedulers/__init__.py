@@ -7,7 +7,7 @@ from typing import Sequence
 from ..errors import ConfigError
 from .base import JobState, Scheduler, job_state
 from .local import LocalScheduler
-from .slurm import SlurmScheduler
+from .slurm import SlurmScheduler, conf_problem
 
 __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state",
            "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler", "resolve_scheduler_kind"]
@@ -26,6 +26,10 @@ def resolve_scheduler_kind(kind: str) -> str:
     """'slurm' or 'local' for experiment.yaml's scheduler; 'auto' picks Slurm when its
     clients are installed and a controller answers (installed is not configured)."""
     check_scheduler_kind(kind)
+    problem = conf_problem() if kind != "local" else None
+    if problem and SlurmScheduler.available():
+        # Meant for a cluster: auto would quietly run every phase on this machine instead.
+        raise ConfigError("scheduler", f"is {kind!r}, but {problem}: fix or unset it")
     if kind == "auto":
         return "slurm" if SlurmScheduler.available() and SlurmScheduler.reachable() else "local"
     if kind == "slurm" and not SlurmScheduler.available():

@@ -14,6 +14,7 @@ Long: these are the project's only calls to Slurm's clients, and the etiquette s
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -68,6 +69,19 @@ def _exit_pair(text: str) -> tuple[int | None, str | None]:
         return None, None
 
 
+def conf_problem() -> str | None:
+    """What is wrong with $SLURM_CONF when it names no readable file. Slurm's clients would
+    retry reading it for a minute before failing; asked first, the problem is named at once."""
+    conf = os.environ.get("SLURM_CONF")
+    if not conf:
+        return None
+    if not os.path.isfile(conf):
+        return f"SLURM_CONF={conf} names no file"
+    if not os.access(conf, os.R_OK):
+        return f"SLURM_CONF={conf} cannot be read"
+    return None
+
+
 class _Answer(NamedTuple):
     text: str
     took_s: float      # the attempt that answered, retries and their waits aside
@@ -100,6 +114,8 @@ class SlurmScheduler(Scheduler):
     @staticmethod
     def reachable(timeout_s: float = 15.0) -> bool:
         """Whether a slurmctld answers (clients installed is not a configured cluster)."""
+        if conf_problem():
+            return False
         try:
             done = subprocess.run(["squeue", "-h", "-o", "%i", "-j", "0"], capture_output=True,
                                   timeout=timeout_s)
