@@ -1,6 +1,7 @@
 """Errors a user can act on. Each names the thing that is wrong (a key, a file, a job)."""
 from __future__ import annotations
 
+import errno
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -126,6 +127,18 @@ class StateError(LLMZeroError):
 class StorageError(StateError):
     """A state file could not be written (disk full, quota exceeded, read-only filesystem).
     The write was atomic, so the file still holds what it held before."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_storage(exc: BaseException) -> StorageError | None:
+    """A full disk or quota met outside the atomic writer (a folder made, a file appended,
+    a figure saved) as the StorageError those writes raise, naming the file; None for any
+    other error. Quota counts files too, so even a mkdir can fail this way."""
+    if isinstance(exc, OSError) and exc.errno in FULL and exc.filename is not None:
+        return StorageError(exc.filename, f"could not be written ({exc.strerror})")
+    return None
 
 
 class LockTimeout(LLMZeroError):

@@ -664,3 +664,31 @@ def test_a_damaged_stop_request_is_set_aside_and_the_run_goes_on(tmp_path, damag
     assert kept.read_bytes() == damage and not (store.root / "stop.json").exists()
     [line] = [ln for ln in out.getvalue().splitlines() if "stop.json" in ln]
     assert "cannot be read" in line and f"moved to {kept}" in line
+
+
+@pytest.mark.fault("a full disk or file quota at a mkdir (not an atomic write)")
+def test_a_full_disk_at_a_folder_the_controller_makes_stops_it_naming_the_folder(
+        tmp_path, monkeypatch, capsys):
+    """A quota counts files, so making a node's folder can fail: the controller stops as at
+    any state write (exit 3 naming the folder, how to resume; no traceback) and a restart
+    with space creates the node."""
+    import errno
+    from llmzero_slurm.cli.common import run_main
+    real = Path.mkdir
+
+    def full(self: Path, *args, **kwargs):
+        if self.parent.name == "nodes":
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), str(self))
+        return real(self, *args, **kwargs)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    monkeypatch.setattr(Path, "mkdir", full)
+    with pytest.raises(SystemExit) as ended:
+        run_main(lambda argv: ctl.run())
+    assert ended.value.code == 3
+    folder = ctl.store.nodes_dir / "0000"
+    assert f"error: {folder}: could not be written (Disk quota exceeded)" in capsys.readouterr().err
+    assert "free space, then resume with llmzero-start" in out.getvalue()
+    monkeypatch.undo()
+    ctl, out = controller(tmp_path, sched, [scratch], store=RunStore.open(ctl.store.root))
+    assert ctl.run() == 0 and [n.status for n in ctl.store.load_tree()] == [Status.COMPLETED]

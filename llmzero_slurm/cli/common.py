@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..errors import LLMZeroError, StateError, UsageError
+from ..errors import LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
 from ..store.run_store import RunStore
 
@@ -35,6 +35,10 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
     except OSError as exc:
+        full = full_storage(exc)
+        if full is not None:      # a full disk or quota: named, as the atomic writes say it
+            print(f"error: {full}", file=sys.stderr)
+            sys.exit(full.exit_code)
         if exc.errno not in DENIED or exc.filename is None:
             raise
         # A file of a run shared by a group that this user may not read or write (a

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError, StorageError
+from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..schedulers.base import JobState, Scheduler, completed_at_limit
 from ..search.budget import Budget
@@ -78,11 +78,16 @@ class Controller:
         except LeaseLost:
             lost = True      # the run is another controller's now, its monitor included
             raise
-        except StorageError as exc:
-            self.progress.event(f"the run's state could not be written: {exc}. Phases already "
+        except (StorageError, OSError) as exc:
+            full = exc if isinstance(exc, StorageError) else full_storage(exc)
+            if full is None:
+                raise
+            self.progress.event(f"the run's state could not be written: {full}. Phases already "
                                 f"submitted keep running; free space, then resume with "
                                 f"llmzero-start {self.store.root}")
-            raise
+            if full is exc:
+                raise
+            raise full from exc
         finally:
             self.signals.restore()
             if self.monitor is not None and not lost:
