@@ -175,6 +175,37 @@ def test_llmzero_repair_rebuilds_a_damaged_record_from_its_copy(tmp_path):
     assert again.returncode == 0 and "nothing to rebuild" in again.stdout
 
 
+def test_llmzero_repair_rebuilds_a_meta_json_emptied_by_a_crash(tmp_path):
+    """Every command opens a run through meta.json: emptied by a crash outside us, status,
+    report and resume all stopped on it and repair did too, though the node folders hold
+    what it said. Repair rebuilds it (the next id past the last folder, the run's start) and
+    the run goes on; a newer release's meta.json is left alone."""
+    store = new_store(tmp_path)
+    add_root(store), add_root(store)
+    (store.nodes_dir / "0002").mkdir()                 # an id taken, its record never written
+    before = read_json(store.root / "meta.json")
+    (store.root / "meta.json").write_text("")
+    status = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert status.returncode == 3
+    assert f"meta.json: corrupt JSON (line 1, column 1): Expecting value; llmzero-repair " \
+           f"{store.root} rebuilds it" in status.stderr
+    done = repair(store.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "meta.json: corrupt JSON (line 1, column 1): Expecting value; rebuilt from the node " \
+           "folders (next node id 3)" in done.stdout
+    meta = read_json(store.root / "meta.json")
+    assert meta["next_id"] == 3 and abs(meta["created_at"] - before["created_at"]) < 1
+    [damaged] = store.root.glob("meta.json.damaged-*")
+    assert damaged.read_text() == ""
+    assert add_root(RunStore.open(store.root)).id == 3
+    (store.root / "meta.json").write_text('{"schema_version": 99, "next_id": 0}')
+    newer = repair(store.root)
+    assert newer.returncode == 3 and "schema_version 99 is not supported" in newer.stderr
+    assert read_json(store.root / "meta.json")["schema_version"] == 99
+
+
 def test_a_record_whose_copy_is_damaged_too_stays_quarantined(tmp_path):
     store = new_store(tmp_path)
     add_root(store)
@@ -266,9 +297,10 @@ def test_wrong_values_in_meta_json_are_named(tmp_path, change, why):
     for call in (lambda: RunStore.open(store.root), lambda: add_root(store), lambda: store.created_at):
         with pytest.raises(StateError, match=re.escape(f"meta.json: {why}")):
             call()
-    done = repair(store.root)
-    assert done.returncode == 3 and f"meta.json: {why}" in done.stderr and "Traceback" not in done.stderr
-    assert store.node_ids() == []
+    done = repair(store.root)     # named, and rebuilt from the (no) node folders
+    assert done.returncode == 0 and f"meta.json: {why}; rebuilt from the node folders (next " \
+        "node id 0)" in done.stdout and "Traceback" not in done.stderr
+    assert store.node_ids() == [] and RunStore.open(store.root).created_at > 0
 
 
 def test_a_meta_json_without_next_id_is_named(tmp_path):

@@ -19,6 +19,7 @@ from typing import Callable
 
 from ..errors import LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
+from ..store.meta_repair import open_run_store
 from ..store.run_store import RunStore
 
 
@@ -90,7 +91,7 @@ def open_run(path: Path) -> RunStore:
                          "runs/<experiment>)")
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
-    return RunStore.open(path)
+    return open_run_store(path)
 
 
 def group_note(root: Path) -> str | None:

@@ -4,14 +4,16 @@ A node whose node.json is damaged (a disk error, an editor, a partial copy of th
 out of the search, its folder untouched (llmzero-status names it, shown as failed and pruned:
 "warning: node N is left out of the search"). Every record is written
 together with a copy beside it (node.json.bak), and this command puts the record back from
-that copy, keeping the damaged file as node.json.damaged-<time>. A running controller picks
-the node up again at its next poll; a finished phase keeps its results, and one still queued
-or running is watched again through its job id."""
+that copy, keeping the damaged file as node.json.damaged-<time>; a damaged meta.json (which
+every command reads first) is rebuilt from the node folders the same way. A running controller
+picks the node up again at its next poll; a finished phase keeps its results, and one still
+queued or running is watched again through its job id."""
 from __future__ import annotations
 
 import argparse
 
 from ..errors import StateError, UsageError
+from ..store.meta_repair import rebuild_meta
 from .common import add_run_dir, open_run, run_main
 
 
@@ -34,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("nodes", type=int, nargs="*",
                    help="node ids to rebuild (default: every node whose record cannot be read)")
     args = p.parse_args(argv)
+    if args.run_dir.is_dir() and (args.run_dir / "meta.json").exists():
+        rebuilt = rebuild_meta(args.run_dir)
+        if rebuilt is not None:
+            meta, damage = rebuilt
+            print(f"meta.json: {damage}; rebuilt from the node folders (next node id "
+                  f"{meta['next_id']}), the damaged file kept beside it")
     store = open_run(args.run_dir)
     known = store.folder_ids()
     unknown = [str(i) for i in dict.fromkeys(args.nodes) if i not in known]

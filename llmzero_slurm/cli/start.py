@@ -26,6 +26,7 @@ from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
+from ..store.meta_repair import open_run_store
 from ..store.run_store import CHECK_DIR, RunStore
 from .common import group_note, run_main, seconds
 
@@ -127,7 +128,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
 def _resume(run_dir: Path) -> RunStore:
     """The run at `run_dir`, refused (exit 2, nothing written) where it was moved to a path
     that cannot go into #SBATCH lines, as a new run there is."""
-    store = RunStore.open(run_dir)
+    store = open_run_store(run_dir)
     check_run_dir(store.root)
     return store
 

@@ -37,7 +37,7 @@ def _versioned(path: Path) -> dict[str, Any]:
     return data
 
 
-def _meta(root: Path) -> dict[str, Any]:
+def read_meta(root: Path) -> dict[str, Any]:
     """meta.json, its fields checked: a wrong next_id would crash (or misnumber) the next
     node, a wrong created_at every wall-clock budget, so either stops here naming the field."""
     path = root / "meta.json"
@@ -123,7 +123,7 @@ class RunStore:
     def open(cls, root: str | Path) -> "RunStore":
         """Open an existing run, with the lock kind its frozen config asks for."""
         root = Path(root)
-        _meta(root)
+        read_meta(root)
         config = cls.config_of(root)
         return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s,
                    config)
@@ -142,7 +142,7 @@ class RunStore:
     @property
     def created_at(self) -> float:
         """When the run was created (wall-clock budgets count from here, across restarts)."""
-        return float(_meta(self.root).get("created_at", time.time()))
+        return float(read_meta(self.root).get("created_at", time.time()))
 
     # -- nodes ----------------------------------------------------------------------------
 
@@ -228,7 +228,7 @@ class RunStore:
         leaves a gap in the numbering, never two jobs in one node folder."""
         with self.lock.hold():
             meta_path = self.root / "meta.json"
-            meta = _meta(self.root)
+            meta = read_meta(self.root)
             used = [int(p.name) for p in self._node_folders()]
             node_id = max([meta["next_id"], *(i + 1 for i in used)])
             node = build(node_id)

@@ -1,0 +1,69 @@
+"""Rebuilding a run's meta.json (the schema version, the next node id, the creation time).
+
+Every command opens a run through meta.json, so a torn or emptied one (a crash of the file
+server, an editor) would lock the user out of status, report, resume and repair alike. What
+it holds can be read off the run itself: ids are handed out in order and never below a node
+folder, and the run began when its config was frozen, before any node was made.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from .atomic import read_json, set_aside, write_json
+from .run_store import SCHEMA_VERSION, RunStore, read_meta
+
+
+def other_schema(path: Path) -> bool:
+    """A readable meta.json of another release: never rebuilt (that release reads it)."""
+    try:
+        data = read_json(path)
+    except StateError:
+        return False
+    return isinstance(data, dict) and "schema_version" in data \
+        and data["schema_version"] != SCHEMA_VERSION
+
+
+def open_run_store(root: Path) -> RunStore:
+    """RunStore.open, its error for a damaged meta.json saying how to rebuild it."""
+    try:
+        return RunStore.open(root)
+    except StateError as exc:
+        meta = root / "meta.json"
+        if exc.path != meta or not meta.exists() or other_schema(meta):
+            raise
+        raise StateError(meta, f"{exc.problem}; llmzero-repair {root} rebuilds it from the "
+                               "node folders") from None
+
+
+def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
+    """Put back a meta.json that cannot be read, keeping the damaged file as
+    meta.json.damaged-<time>; the new content and what was wrong, or None when it reads fine. next_id follows the
+    highest node folder; created_at is the earliest of the frozen config's time and the
+    nodes' records, since wall-clock budgets count from it."""
+    path = root / "meta.json"
+    config = RunStore.config_of(root)
+    store = RunStore(root, config.state.lock, config.state.lock_timeout_s,
+                     config.state.stale_after_s, config)
+    with store.lock.hold():
+        try:
+            read_meta(root)
+            return None
+        except StateError as exc:
+            if other_schema(path):
+                raise
+            damage = exc.problem
+        ids = store.folder_ids()
+        times = [(root / "experiment.yaml").stat().st_mtime]
+        for node_id in ids:
+            try:
+                times.append(store.read_node(node_id).created_at)
+            except StateError:
+                continue        # a damaged record: llmzero-repair's next step
+        meta = {"schema_version": SCHEMA_VERSION, "next_id": max(ids, default=-1) + 1,
+                "created_at": min(t for t in times if t > 0)}
+        if path.exists():
+            set_aside(path)
+        write_json(path, meta)
+    return meta, damage
