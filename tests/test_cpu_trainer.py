@@ -194,6 +194,46 @@ def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path)
     assert "adapter_model.safetensors" in modes and set(modes.values()) == {"0o664"}
 
 
+def test_a_job_killed_while_replacing_its_best_adapter_leaves_a_whole_one(tmp_path, monkeypatch):
+    """The older best adapter was deleted in place: a job killed midway (the OOM killer, the
+    end of KillWait, a lost node) left best.json beside no weights, which the report offers
+    as the model to load. Whatever the kill point, the job's next start finds a whole one."""
+    import shutil
+    from llmzero_slurm.cputrain import checkpoint
+    from llmzero_slurm.cputrain.model import random_model, with_lora
+    from llmzero_slurm.cputrain.tokenizer import CharTokenizer
+    model = with_lora(random_model(CharTokenizer(), 0), "base-x", 8, 16.0, "all-linear")
+    final = tmp_path / "best_adapter"
+
+    def record(step: int):
+        return lambda tmp: (tmp / "best.json").write_text(json.dumps({"step": step}))
+
+    class Killed(BaseException):
+        pass
+    real = shutil.rmtree
+
+    def killed_midway(path, *args, **kwargs):
+        weights = Path(path) / "adapter_model.safetensors"
+        if weights.exists():
+            weights.unlink()
+            raise Killed
+        return real(path, *args, **kwargs)
+
+    def whole() -> int:
+        checkpoint.remove_partial(tmp_path, final.name)      # the job's next start
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["best_adapter"]
+        assert (final / "adapter_model.safetensors").stat().st_size > 0
+        return json.loads((final / "best.json").read_text())["step"]
+    checkpoint.save_adapter(final, model, record(10))
+    monkeypatch.setattr(shutil, "rmtree", killed_midway)
+    with pytest.raises(Killed):
+        checkpoint.save_adapter(final, model, record(20))
+    monkeypatch.undo()
+    assert whole() == 20
+    os.replace(final, tmp_path / ".best_adapter.4242.old")   # killed between the two renames
+    assert whole() == 20
+
+
 def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,
                                                                        tmp_path):
     """save_freq rarely falls on the best validation step, the one the search reports: the

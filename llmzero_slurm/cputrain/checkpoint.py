@@ -36,7 +36,9 @@ def save_state(state: dict[str, Any], path: Path) -> None:
 
 def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path:
     """Write the adapter and what `extra` adds into a temporary folder, then rename it to
-    `final`, replacing an older one (a rerun of the same step, or a better best)."""
+    `final`, replacing an older one (a rerun of the same step, or a better best). The older
+    one is renamed aside before it is deleted: deleting it in place, a job killed midway
+    (OOM killer, KillWait, node loss) left a folder with best.json but no weights."""
     tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     with warnings.catch_warnings():   # peft looks for a hub config of our in-code base model
@@ -44,9 +46,12 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
         model.save_pretrained(str(tmp))
     extra(tmp)
     take_umask(tmp)
+    old = final.parent / f".{final.name}.{os.getpid()}.old"
     if final.exists():
-        shutil.rmtree(final)
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
     os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -72,9 +77,16 @@ def latest(ckpt_dir: Path) -> tuple[int, Path] | None:
 
 
 def remove_partial(folder: Path, name: str = "global_step_*") -> None:
-    """Delete the temporary folders of `name` (a glob) that a killed job left behind."""
+    """Delete the temporary folders of `name` (a glob) that a killed job left behind; an
+    older folder set aside by a replacement that never put the new one in place is put back."""
     for entry in folder.glob(f".{name}.*.tmp"):
         shutil.rmtree(entry, ignore_errors=True)
+    for entry in folder.glob(f".{name}.*.old"):
+        final = folder / entry.name[1:].rsplit(".", 2)[0]
+        if final.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            os.replace(entry, final)
 
 
 def load_state(folder: Path) -> dict[str, Any]:
