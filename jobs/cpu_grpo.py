@@ -10,9 +10,10 @@ Writes OUTPUT_DIR/metrics.jsonl (appended, verl file-logger format) and PEFT ada
 OUTPUT_DIR/ckpt/global_step_N/. Rerun with the same --output-dir (a Slurm requeue) and it
 resumes its own newest checkpoint with optimizer, RNG and data position.
 
-Exit codes: 0 finished; 1 unexpected error; 2 bad arguments, hyperparameters, data or reward
-file; 3 out of memory (a line containing "out of memory" names the torch error); 143 stopped
-by SIGTERM (scancel, time limit, preemption) after saving and flushing.
+Exit codes: 0 finished; 1 unexpected error, or a full disk or quota (one line naming it); 2 bad
+arguments, hyperparameters, data or reward file; 3 out of memory (a line containing "out of
+memory" names the torch error); 143 stopped by SIGTERM (scancel, time limit, preemption)
+after saving and flushing.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import yaml  # noqa: E402
 
 from llmzero_slurm.cputrain.defaults import (  # noqa: E402
     DEFAULTS, WARM_START_BAND, WARM_START_MAX_STEPS, with_defaults)
-from llmzero_slurm.errors import ConfigError, LLMZeroError  # noqa: E402
+from llmzero_slurm.errors import FULL, ConfigError, LLMZeroError  # noqa: E402
 from llmzero_slurm.paths import CACHE_ENV, DEFAULT_CACHE, check_cache_dir  # noqa: E402
 from llmzero_slurm.hparams import validate_hparams  # noqa: E402
 from llmzero_slurm.tasks import TASKS  # noqa: E402
@@ -140,6 +141,11 @@ def main(argv: list[str]) -> int:
         print(f"cpu_grpo: error: {exc}", file=sys.stderr)
         return exc.exit_code if exc.exit_code == EXIT_BAD_INPUT else EXIT_ERROR
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in FULL:   # a line, not a traceback
+            print(f"cpu_grpo: error: {exc.filename or args.output_dir}: could not be written "
+                  f"({exc.strerror}); free space, then rerun: it resumes its last checkpoint",
+                  file=sys.stderr)
+            return EXIT_ERROR
         if not is_out_of_memory(exc):
             raise
         print(f"cpu_grpo: out of memory: {type(exc).__name__}: {exc}", file=sys.stderr)

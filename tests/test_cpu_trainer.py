@@ -177,6 +177,46 @@ def test_a_checkpoint_on_a_full_disk_says_the_disk_is_full():
     assert err.value.errno == errno.ENOSPC
 
 
+@pytest.mark.parametrize("writer", ["trainer state", "adapter weights"])
+def test_a_phase_that_fills_the_disk_says_so_in_one_line_and_resumes_once_freed(
+        cache_dir, tmp_path, monkeypatch, capsys, writer):
+    """A full disk mid-checkpoint ended the job with chained tracebacks (safetensors' own
+    SafetensorError for the weights), which read as a bug in the trainer. One line now names
+    the folder and the cause, no half-written step is taken for a checkpoint, and the rerun
+    once there is space resumes the last whole one."""
+    import errno
+    import safetensors.torch
+    import torch
+    real_save, real_serialize = torch.save, safetensors.torch.serialize_file
+
+    def state_full_at_step_4(obj, fh, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("global_step") == 4:
+            fh.write(b"PK\x03\x04 part of a checkpoint")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, fh, *args, **kwargs)
+
+    def weights_full_at_step_4(tensors, filename, *args, **kwargs):
+        if Path(filename).parent.name.startswith(".global_step_4."):
+            raise safetensors.SafetensorError("Error while serializing: I/O error: No space "
+                                              "left on device (os error 28)")
+        return real_serialize(tensors, filename, *args, **kwargs)
+    if writer == "trainer state":
+        monkeypatch.setattr(torch, "save", state_full_at_step_4)
+    else:
+        monkeypatch.setattr(safetensors.torch, "serialize_file", weights_full_at_step_4)
+    args = ("total_training_steps=6", "save_freq=2", "test_freq=2")
+    assert run_phase(cache_dir, tmp_path, *args) == 1
+    err = capsys.readouterr().err
+    assert "cpu_grpo: error: " in err and ": could not be written (No space left on device); " \
+           "free space, then rerun" in err and "Traceback" not in err
+    assert f"error: {tmp_path}" in err
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("global_step_*")) == ["global_step_2"]
+    monkeypatch.undo()
+    assert run_phase(cache_dir, tmp_path, *args) == 0
+    assert "resumed own checkpoint global_step_2" in capsys.readouterr().out
+    assert [line["step"] for line in read_metrics(tmp_path)] == list(range(7))
+
+
 def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path):
     """safetensors writes adapter_model.safetensors 0600 whatever the umask: under a group's
     umask 002 a colleague resuming the shared run could not load a parent's adapter."""

@@ -19,6 +19,7 @@ from ..store.atomic import umask
 
 STATE_FILE = "trainer_state.pt"
 _FOLDER = re.compile(r"^global_step_(\d+)$")
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any]) -> Path:
@@ -43,7 +44,14 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
     shutil.rmtree(tmp, ignore_errors=True)
     with warnings.catch_warnings():   # peft looks for a hub config of our in-code base model
         warnings.filterwarnings("ignore", message="Could not find a config file")
-        model.save_pretrained(str(tmp))
+        try:
+            model.save_pretrained(str(tmp))
+        except Exception as exc:
+            # safetensors' writer says a full disk as SafetensorError '... (os error 28)'
+            code = _OS_ERROR.search(str(exc))
+            if code is None:
+                raise
+            raise OSError(int(code[1]), os.strerror(int(code[1])), str(tmp)) from exc
     extra(tmp)
     take_umask(tmp)
     old = final.parent / f".{final.name}.{os.getpid()}.old"
