@@ -206,6 +206,32 @@ def test_llmzero_repair_rebuilds_a_meta_json_emptied_by_a_crash(tmp_path):
     assert read_json(store.root / "meta.json")["schema_version"] == 99
 
 
+def test_a_repair_that_meets_a_full_disk_leaves_the_damaged_record_named(tmp_path, monkeypatch):
+    """llmzero-repair moved a damaged node.json aside, then wrote the rebuilt one: a full disk
+    (or a kill) between the two left the node no record at all, so it vanished from status,
+    from the search (its job unwatched, its samples uncounted) and from the next repair's
+    list, and its children were quarantined for naming no such node. The damaged record now
+    stays in place, named, until the rebuilt one replaces it; a later repair rebuilds it."""
+    store = new_store(tmp_path)
+    add_root(store), add_root(store)
+    store.update_node(1, lambda n: setattr(n, "parent", 0))     # a child of node 0
+    store.node_path(0).write_text("{")
+    monkeypatch.setenv("LLMZERO_FAULT", "enospc:node.json.bak")
+    full = repair(store.root)
+    assert full.returncode == 3 and "No space left on device" in full.stdout
+    store.load_tree()
+    assert sorted(store.corrupt) == [0]           # named and left out, its child not
+    meta = store.root / "meta.json"
+    meta.write_text("")
+    monkeypatch.setenv("LLMZERO_FAULT", "enospc:meta.json")
+    assert repair(store.root).returncode == 3
+    assert meta.exists() and meta.read_text() == ""
+    monkeypatch.delenv("LLMZERO_FAULT")
+    done = repair(store.root)
+    assert done.returncode == 0 and "node 0: rebuilt" in done.stdout, done.stdout + done.stderr
+    assert [n.id for n in store.load_tree()] == [0, 1] and not store.corrupt
+
+
 def test_a_record_whose_copy_is_damaged_too_stays_quarantined(tmp_path):
     store = new_store(tmp_path)
     add_root(store)

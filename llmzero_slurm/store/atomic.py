@@ -91,15 +91,38 @@ def replace_with(path: str | Path, write: Callable[[Path], None], mode: int = 0o
     fsync_dir(path.parent)
 
 
-def set_aside(path: Path) -> Path:
-    """Move a damaged state file out of its readers' way, kept beside it as
-    <name>.damaged-<time> for a person to look at (never over an earlier one); its new path.
-    The one way a damaged file is quarantined, so every one is found the same way."""
+def _aside(path: Path) -> Path:
+    """<name>.damaged-<time> beside `path`, never an earlier one's name."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
     kept, n = path.with_name(f"{path.name}.damaged-{stamp}"), 1
     while kept.exists():
         n += 1
         kept = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    return kept
+
+
+def keep_copy(path: Path) -> Path:
+    """Keep a damaged file's bytes as <name>.damaged-<time> before a rebuilt one replaces it.
+    Unlike moving it aside, a kill or a full disk before the rebuilt file is in place leaves
+    the damaged one where its readers find and name it, never no file at all. Bytes that
+    cannot be read (a disk error) are moved aside instead."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return set_aside(path)
+    kept = _aside(path)
+
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(data)
+    replace_with(kept, write)
+    return kept
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged state file out of its readers' way, kept beside it as
+    <name>.damaged-<time> for a person to look at (never over an earlier one); its new path.
+    The one way a damaged file is quarantined, so every one is found the same way."""
+    kept = _aside(path)
     try:
         os.rename(path, kept)
     except OSError as exc:

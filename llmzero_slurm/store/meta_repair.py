@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
-from .atomic import read_json, set_aside, write_json
+from .atomic import keep_copy, read_json, write_json
 from .run_store import SCHEMA_VERSION, RunStore, read_meta
 
 
@@ -64,6 +64,6 @@ def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
         meta = {"schema_version": SCHEMA_VERSION, "next_id": max(ids, default=-1) + 1,
                 "created_at": min(t for t in times if t > 0)}
         if path.exists():
-            set_aside(path)
+            keep_copy(path)
         write_json(path, meta)
     return meta, damage

@@ -19,7 +19,7 @@ from .. import faults
 from ..config import ExperimentConfig, load_config
 from ..errors import ConfigError, StateError
 from ..search.tree import Node, Tree, quarantined
-from .atomic import read_json, set_aside, write_json, write_text
+from .atomic import keep_copy, read_json, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
 
@@ -216,7 +216,7 @@ class RunStore:
             except StateError as exc:
                 raise StateError(files.record, f"{damage.problem}; and its copy: {exc}") from None
             if files.record.exists():
-                set_aside(files.record)
+                keep_copy(files.record)
             self.write_node(node)
         return node
 
