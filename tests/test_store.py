@@ -525,6 +525,25 @@ def test_soft_lock_breaks_a_lock_past_its_grace_period(tmp_path):
     assert not path.exists()
 
 
+def test_a_soft_lock_that_meets_a_full_disk_is_named_and_not_left_held(tmp_path, monkeypatch):
+    """The lock file is made first, its holder written after: on a full disk or quota (soft
+    locks are for the shared filesystems where quotas bite) the write failed with an OSError
+    naming no file, and the empty file held the run's lock for every process until it was
+    judged stale. Now the file is named, and nobody waits once there is space."""
+    path = tmp_path / "tree.lock"
+    real = json.dump
+
+    def full(obj, fh, *args, **kwargs):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+    monkeypatch.setattr(json, "dump", full)
+    with pytest.raises(StorageError, match=r"tree\.lock: could not be written \(Disk quota exceeded\)"):
+        with SoftLock(path, timeout=0.3, stale_after=30).hold():
+            pass
+    monkeypatch.setattr(json, "dump", real)
+    with SoftLock(path, timeout=0.3, stale_after=30).hold():
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+
+
 def test_soft_lock_break_never_deletes_a_fresh_holders_lock(tmp_path):
     """Issue 14.8: judged stale, then replaced by a fresh holder before the break: the fresh
     lock was the one deleted."""

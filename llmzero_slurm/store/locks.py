@@ -22,7 +22,7 @@ from typing import Iterator, Sequence, Union
 
 import filelock
 
-from ..errors import LockTimeout, StateError
+from ..errors import LockTimeout, StateError, StorageError
 from ..processes import alive
 
 
@@ -94,8 +94,15 @@ class SoftLock:
             return False
         self._token = uuid.uuid4().hex
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "token": self._token}
-        with os.fdopen(fd, "w") as fh:
-            json.dump(holder, fh)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(holder, fh)
+        except OSError as exc:
+            # A full disk or quota: left there, the empty file would hold the run's lock for
+            # every process until judged stale, and the write names no file.
+            self.path.unlink(missing_ok=True)
+            raise StorageError(self.path, f"could not be written ({exc.strerror}); the lock "
+                                          "was not taken") from None
         return True
 
     def _stale_token(self) -> str | None:
