@@ -121,7 +121,8 @@ def keep_copy(path: Path) -> Path:
 def set_aside(path: Path) -> Path:
     """Move a damaged state file out of its readers' way, kept beside it as
     <name>.damaged-<time> for a person to look at (never over an earlier one); its new path.
-    The one way a damaged file is quarantined, so every one is found the same way."""
+    Every damaged file is kept under that name (here or by keep_copy), so each is found the
+    same way."""
     kept = _aside(path)
     try:
         os.rename(path, kept)

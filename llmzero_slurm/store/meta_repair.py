@@ -39,9 +39,9 @@ def open_run_store(root: Path) -> RunStore:
 
 def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
     """Put back a meta.json that cannot be read, keeping the damaged file as
-    meta.json.damaged-<time>; the new content and what was wrong, or None when it reads fine. next_id follows the
-    highest node folder; created_at is the earliest of the frozen config's time and the
-    nodes' records, since wall-clock budgets count from it."""
+    meta.json.damaged-<time>; the new content and what was wrong, or None when it reads
+    fine. next_id follows the highest node folder; created_at is the earliest of the frozen
+    config's time and the nodes' records, since wall-clock budgets count from it."""
     path = root / "meta.json"
     config = RunStore.config_of(root)
     store = RunStore(root, config.state.lock, config.state.lock_timeout_s,
