@@ -668,7 +668,7 @@ def test_a_damaged_stop_request_is_set_aside_and_the_run_goes_on(tmp_path, damag
 
 @pytest.mark.fault("a full disk or file quota at a mkdir (not an atomic write)")
 def test_a_full_disk_at_a_folder_the_controller_makes_stops_it_naming_the_folder(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, fault_outcome):
     """A quota counts files, so making a node's folder can fail: the controller stops as at
     any state write (exit 3 naming the folder, how to resume; no traceback) and a restart
     with space creates the node."""
@@ -692,3 +692,4 @@ def test_a_full_disk_at_a_folder_the_controller_makes_stops_it_naming_the_folder
     monkeypatch.undo()
     ctl, out = controller(tmp_path, sched, [scratch], store=RunStore.open(ctl.store.root))
     assert ctl.run() == 0 and [n.status for n in ctl.store.load_tree()] == [Status.COMPLETED]
+    fault_outcome(ctl.store, sched.job_dirs())
