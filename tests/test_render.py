@@ -284,6 +284,28 @@ def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
     assert json.loads((s.node_dir / "status.json").read_text())["job_id"] == "43"
 
 
+def test_a_claim_a_full_disk_cuts_short_is_not_left_to_turn_away_the_requeue(tmp_path):
+    """On a full disk the claim file was made but its job id not written: the job said "job
+    already runs this node" naming nobody, and the empty claim turned away every later job
+    of the node, its own requeue once there was space included (here the disk is /dev/full)."""
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
+    script = write_phase_script(s)
+    s.node_dir.mkdir(parents=True, exist_ok=True)
+    (s.node_dir / "job.claim").symlink_to("/dev/full")
+
+    def job() -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "41", "LLMZ_SCHEDULED": "1"}
+        return subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env=env)
+    full = job()
+    assert full.returncode == 1 and f"could not write {s.node_dir}/job.claim (No space left on " \
+        "device); job 41 exits: free space, then requeue it" in full.stderr, full.stderr
+    assert "already runs" not in full.stderr and not (s.node_dir / "job.claim").exists()
+    assert not (s.node_dir / "argv.json").exists()        # the trainer never started
+    assert job().returncode == 0                            # the requeue, with space
+    assert (s.node_dir / "job.claim").read_text().strip() == "41"
+
+
 def test_a_rerun_elsewhere_starts_the_phase_over_there_and_leaves_the_node_alone(tmp_path):
     """LLMZ_RERUN_DIR: the trainer writes to the new folder, which the same command resumes;
     a folder that would mix with the node's files or another run's is refused (exit 2)."""
