@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,23 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
         fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
     write_report(run)
     assert not {p.name for p in out.glob("*.png")} & after
+
+
+def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):
+    """A controller killed while it saved a figure left a zero-byte .<figure>.<id>.tmp in the
+    report for good (every kill loop of the crash audit left one or two). The next report
+    deletes those past a grace period; a live writer's fresh ones are left alone."""
+    run = Path(shutil.copytree(run, tmp_path / "killed"))
+    out = run / "report"
+    write_report(run)
+    old = [out / ".best_so_far.png.0a1b2c3d.tmp", out / "nodes" / ".node-0001-x.png.5e6f7a8b.tmp"]
+    fresh = out / ".tree.png.9c8d7e6f.tmp"
+    for temp in (*old, fresh):
+        temp.write_bytes(b"")
+    for temp in old:
+        os.utime(temp, (time.time() - 3600, time.time() - 3600))
+    write_report(run)
+    assert not any(temp.exists() for temp in old) and fresh.exists()
 
 
 def test_a_disk_that_fills_while_a_figure_is_saved_keeps_the_last_report(run, tmp_path,

@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import StorageError
-from ..store.atomic import write_text
+from ..store.atomic import remove_stale_temps, write_text
+from ..store.locks import server_ages
 from .collect import collect
 from .figures import draw_all
 from .html import render_html
+from .node_curves import NODE_CURVES
 from ..strategy_file import write_strategy
 from .strategy import strategy_document
 
@@ -29,6 +31,9 @@ def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageError(out, f"cannot be made ({exc.strerror or exc})") from None
+    for folder in (out, out / NODE_CURVES):   # what writers killed mid-figure left behind
+        if folder.is_dir():
+            remove_stale_temps(folder, server_ages)
     drawn = draw_all(view, out)
     document = strategy_document(view.tree, view.config)
     if document is not None and document["phases"]:

@@ -68,6 +68,18 @@ def _new_temp(path: Path, mode: int) -> Path:
         return tmp
 
 
+TEMP_GRACE_S = 600.0   # a temporary file older than this has no writer left (one takes seconds)
+
+
+def remove_stale_temps(folder: Path, ages: Callable[[list[Path]], list[float | None]]) -> None:
+    """Delete the temporary files of replace_with in `folder` that a killed writer left, by
+    their age on the file server's clock (`ages`); a live writer's are seconds old."""
+    temps = [p for p in folder.glob(".*.tmp") if p.is_file()]
+    for temp, age in zip(temps, ages(temps) if temps else []):
+        if age is not None and age > TEMP_GRACE_S:
+            temp.unlink(missing_ok=True)
+
+
 def replace_with(path: str | Path, write: Callable[[Path], None], mode: int = 0o666) -> None:
     """Replace `path` with what `write` puts into a temporary file beside it (a JSON record,
     a report's figure): readers see the old file or the new one; a write that fails leaves the
