@@ -845,6 +845,19 @@ def test_a_reader_of_a_read_only_run_gets_status_and_a_report_of_their_own(tmp_p
     assert sorted(p.relative_to(store.root) for p in store.root.rglob("*")) == before
 
 
+def test_a_report_on_a_full_disk_says_to_free_space_not_to_ask_for_write_access(tmp_path,
+                                                                              monkeypatch):
+    """On a full disk llmzero-report told the run's owner that they had no write access to
+    their own run; the cause is named with the way out that fits it."""
+    store = two_phase_run(tmp_path)
+    monkeypatch.setenv("LLMZERO_FAULT", "enospc:tree.png")
+    done = cli("report", str(store.root))
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert "tree.png: could not be written (No space left on device (injected)); it still holds " \
+           "what it held before; free space, or give a folder on another filesystem with " \
+           "--output DIR" in done.stderr and "write access" not in done.stderr
+
+
 def test_a_command_denied_a_file_of_the_run_names_it_without_a_traceback(tmp_path):
     """`llmzero-start RUN --detach` by a colleague who may not write the run (here a read-only
     mount; a controller.log another member wrote under umask 022 alike) died with a

@@ -3,9 +3,10 @@ or with --output into a folder of your own (a colleague who may only read the ru
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from ..errors import StorageError
+from ..errors import FULL, StorageError
 from ..report import write_report
 from .common import add_run_dir, open_run, run_main
 
@@ -22,8 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     except StorageError as exc:
         if args.output is not None:
             raise
-        raise StorageError(exc.path, f"{exc.problem}; without write access to the run, give "
-                                     "a folder of your own with --output DIR") from None
+        if any(os.strerror(code) in exc.problem for code in FULL):
+            hint = "free space, or give a folder on another filesystem with --output DIR"
+        else:
+            hint = "without write access to the run, give a folder of your own with --output DIR"
+        raise StorageError(exc.path, f"{exc.problem}; {hint}") from None
     print(f"report: {index}")
     return 0
 
