@@ -206,6 +206,29 @@ def test_llmzero_repair_rebuilds_a_meta_json_emptied_by_a_crash(tmp_path):
     assert read_json(store.root / "meta.json")["schema_version"] == 99
 
 
+def test_llmzero_repair_puts_back_a_frozen_config_emptied_by_a_crash(tmp_path):
+    """The frozen experiment.yaml had no copy: emptied by a crash outside us, every command
+    stopped on 'config key <file>: ... is empty' (exit 2, as if the user's config were wrong)
+    and nothing could restore it. It is written with a copy, and repair puts it back."""
+    store = new_store(tmp_path)
+    add_root(store)
+    frozen = store.root / "experiment.yaml"
+    good = frozen.read_text()
+    frozen.write_text("")
+    status = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert status.returncode == 3 and "the run's frozen config cannot be read" in status.stderr \
+        and f"llmzero-repair {store.root} puts it back from its copy" in status.stderr
+    done = repair(store.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "experiment.yaml: config key '<file>': " in done.stdout
+    assert "put back from experiment.yaml.bak" in done.stdout
+    assert frozen.read_text() == good and RunStore.open(store.root).config.hparams == {"lr": 1e-3}
+    [damaged] = store.root.glob("experiment.yaml.damaged-*")
+    assert damaged.read_text() == ""
+
+
 def test_a_repair_that_meets_a_full_disk_leaves_the_damaged_record_named(tmp_path, monkeypatch):
     """llmzero-repair moved a damaged node.json aside, then wrote the rebuilt one: a full disk
     (or a kill) between the two left the node no record at all, so it vanished from status,

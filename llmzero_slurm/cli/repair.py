@@ -5,7 +5,8 @@ out of the search, its folder untouched (llmzero-status names it, shown as faile
 "warning: node N is left out of the search"). Every record is written
 together with a copy beside it (node.json.bak), and this command puts the record back from
 that copy, keeping the damaged file as node.json.damaged-<time>; a damaged meta.json (which
-every command reads first) is rebuilt from the node folders the same way. A running controller
+every command reads first) is rebuilt from the node folders the same way, and a damaged frozen
+experiment.yaml from the copy written with it. A running controller
 picks the node up again at its next poll; a finished phase keeps its results, and one still
 queued or running is watched again through its job id."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import StateError, UsageError
-from ..store.meta_repair import rebuild_meta
+from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
 from .common import add_run_dir, open_run, run_main
 
 
@@ -36,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("nodes", type=int, nargs="*",
                    help="node ids to rebuild (default: every node whose record cannot be read)")
     args = p.parse_args(argv)
+    if args.run_dir.is_dir() and (args.run_dir / CONFIG_COPY).exists():
+        damage = rebuild_config(args.run_dir)
+        if damage is not None:
+            print(f"{CONFIG}: {damage}; put back from {CONFIG_COPY}, the damaged file kept "
+                  "beside it")
     if args.run_dir.is_dir() and (args.run_dir / "meta.json").exists():
         rebuilt = rebuild_meta(args.run_dir)
         if rebuilt is not None:

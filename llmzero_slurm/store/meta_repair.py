@@ -1,17 +1,20 @@
-"""Rebuilding a run's meta.json (the schema version, the next node id, the creation time).
+"""Rebuilding the two files every command opens a run through: meta.json (the schema
+version, the next node id, the creation time) and the frozen experiment.yaml.
 
-Every command opens a run through meta.json, so a torn or emptied one (a crash of the file
-server, an editor) would lock the user out of status, report, resume and repair alike. What
-it holds can be read off the run itself: ids are handed out in order and never below a node
-folder, and the run began when its config was frozen, before any node was made.
+A torn or emptied one (a crash of the file server, an editor) would lock the user out of
+status, report, resume and repair alike. What meta.json holds can be read off the run
+itself: ids are handed out in order and never below a node folder, and the run began when
+its config was frozen, before any node was made. The frozen config has a copy, written
+beside it when the run was made (experiment.yaml.bak).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateError
-from .atomic import keep_copy, read_json, write_json
+from ..config import load_config
+from ..errors import ConfigError, StateError
+from .atomic import keep_copy, read_json, write_json, write_text
 from .run_store import SCHEMA_VERSION, RunStore, read_meta
 
 
@@ -25,8 +28,12 @@ def other_schema(path: Path) -> bool:
         and data["schema_version"] != SCHEMA_VERSION
 
 
+CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"
+
+
 def open_run_store(root: Path) -> RunStore:
-    """RunStore.open, its error for a damaged meta.json saying how to rebuild it."""
+    """RunStore.open, its error for a damaged meta.json or frozen config saying how to
+    rebuild it."""
     try:
         return RunStore.open(root)
     except StateError as exc:
@@ -35,6 +42,31 @@ def open_run_store(root: Path) -> RunStore:
             raise
         raise StateError(meta, f"{exc.problem}; llmzero-repair {root} rebuilds it from the "
                                "node folders") from None
+    except ConfigError as exc:
+        if not (root / CONFIG_COPY).exists():
+            raise
+        raise StateError(root / CONFIG, f"the run's frozen config cannot be read ({exc}); "
+                                        f"llmzero-repair {root} puts it back from its copy") from None
+
+
+def rebuild_config(root: Path) -> str | None:
+    """Put back a frozen experiment.yaml that cannot be read (or is no valid config) from the
+    copy written with it, keeping the damaged file as experiment.yaml.damaged-<time>; what was
+    wrong, or None when it reads fine. StateError when the copy cannot help either."""
+    path, copy = root / CONFIG, root / CONFIG_COPY
+    try:
+        load_config(path)
+        return None
+    except ConfigError as exc:
+        damage = str(exc)
+    try:
+        load_config(copy)
+    except ConfigError as exc:
+        raise StateError(path, f"{damage}; and its copy: {exc}") from None
+    if path.exists():
+        keep_copy(path)
+    write_text(path, copy.read_text())
+    return damage
 
 
 def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:

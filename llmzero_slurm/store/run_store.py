@@ -58,7 +58,7 @@ CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start -
 # (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
 # an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.
 BEFORE_RUN = (CHECK_DIR,)
-BEING_MADE = ("nodes", "tree.lock", "experiment.yaml")
+BEING_MADE = ("nodes", "tree.lock", "experiment.yaml", "experiment.yaml.bak")
 
 
 def _foreign_files(root: Path) -> list[str]:
@@ -114,7 +114,9 @@ class RunStore:
             raise StateError(root, f"cannot be created as a run directory ({exc.strerror})") from None
         store = cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
         with store.lock.hold():
-            write_text(root / "experiment.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+            frozen = yaml.safe_dump(config.to_dict(), sort_keys=False)
+            write_text(root / "experiment.yaml.bak", frozen)   # llmzero-repair's copy
+            write_text(root / "experiment.yaml", frozen)
             write_json(root / "meta.json", {"schema_version": SCHEMA_VERSION, "next_id": 0,
                                             "created_at": time.time()})
         return store
