@@ -87,6 +87,28 @@ class ConfigProblems:
             raise found[0]
 
 
+class FrozenConfigError(ConfigError):
+    """A run's frozen experiment.yaml that this install refuses. The run's own release accepted
+    it, so the cause is a change of release (a newer one wrote a key this one lacks, or this
+    one checks a value more strictly), not the user's typing: said so, with the way on."""
+
+    def __init__(self, path: Any, refused: ConfigError, version: str):
+        super().__init__(refused.key, refused.problem)
+        self._errors = refused.errors
+        problems = "\n  ".join(map(str, refused.errors))
+        self.args = (
+            f"{path}, this run's configuration as frozen when it started, is refused by this "
+            f"llmzero-slurm ({version}):\n  {problems}\n"
+            "It was accepted by the llmzero-slurm that started the run. A key unknown here was "
+            "written by a newer release: read, stop and resume the run with that one (or later). "
+            "A value refused here is checked more strictly by this release: set it in that file "
+            "to one it accepts, or carry on with the release that started the run.",)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self._errors
+
+
 class HyperparameterError(ConfigError):
     """A hyperparameter value that must never reach a script."""
 

@@ -1062,3 +1062,21 @@ def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, mo
     done = cli("start", str(store.root))             # the search is over: the key goes
     assert done.returncode == 0, done.stdout + done.stderr
     assert not kept.exists()
+
+
+@pytest.mark.parametrize("name", ["status", "report", "stop", "start"])
+def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, name):
+    """Audit (upgrades): a run frozen by another release (here a newer one, with a key this
+    one lacks) stopped every command with 'config key ...: unknown key', as if the user had
+    mistyped a file: no word of the run's experiment.yaml, of releases, or of what to do."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["search"]["budget_tokens"] = 5                 # what a later release might add
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = cli(name, str(store.root))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{frozen}, this run's configuration as frozen when it started, is refused" in done.stderr
+    assert "config key 'search.budget_tokens': unknown key" in done.stderr
+    assert "written by a newer release: read, stop and resume the run with that one" in done.stderr
+    assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten

@@ -15,9 +15,9 @@ from typing import Any, Callable, Collection
 
 import yaml
 
-from .. import faults
+from .. import __version__, faults
 from ..config import ExperimentConfig, load_config
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError, FrozenConfigError, StateError
 from ..search.tree import Node, Tree, quarantined
 from .atomic import keep_copy, read_json, write_json, write_text
 from .locks import RunLock, make_lock
@@ -132,7 +132,15 @@ class RunStore:
 
     @staticmethod
     def config_of(root: str | Path) -> ExperimentConfig:
-        return load_config(Path(root) / "experiment.yaml")
+        """The frozen experiment.yaml; one this release refuses is named as the run's, frozen
+        by another release (not a typo of the user's), with what to do about it."""
+        path = Path(root) / "experiment.yaml"
+        try:
+            return load_config(path)
+        except ConfigError as exc:
+            if exc.key == "<file>":     # unreadable or not YAML: named as it is
+                raise
+            raise FrozenConfigError(path, exc, __version__) from None
 
     @property
     def config(self) -> ExperimentConfig:
