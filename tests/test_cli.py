@@ -1080,3 +1080,26 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     assert "config key 'search.budget_tokens': unknown key" in done.stderr
     assert "written by a newer release: read, stop and resume the run with that one" in done.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_records_of_a_newer_release_are_named_as_such_not_as_damage(tmp_path):
+    """Audit (upgrades): a colleague's older install met a newer release's records: meta.json
+    was 'schema_version 2 is not supported ...; use the matching release' (which one?), and a
+    node record with a field it lacks was 'not a valid node record' beside the advice to run
+    llmzero-repair, which cannot mend it. Each now says a newer release wrote it."""
+    store = two_phase_run(tmp_path)
+    record = json.loads(store.node_path(1).read_text())
+    store.node_path(1).write_text(json.dumps({**record, "lineage": [0]}))
+    status = cli("status", str(store.root))
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"node 1 is left out of the search: .*0001/node.json: not a valid node "
+                     r"record: unknown field lineage, which this llmzero-slurm \(.*\) does not "
+                     r"know: a newer release wrote it \(read the run with that one\)", status.stdout)
+    meta = store.root / "meta.json"
+    write_json(meta, {**json.loads(meta.read_text()), "schema_version": 2})
+    for name in ("status", "report", "stop", "start"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+        assert "meta.json: schema_version 2 is from a newer llmzero-slurm" in done.stderr
+        assert "not damaged and llmzero-repair cannot change it: read this run with that " \
+               "release or a later one" in done.stderr

@@ -366,7 +366,9 @@ def test_unknown_schema_version_is_named(tmp_path):
     data = json.loads(store.node_path(0).read_text())
     data["schema_version"] = 99
     store.node_path(0).write_text(json.dumps(data))
-    with pytest.raises(StateError, match=r"node.json: schema_version 99 is not supported"):
+    with pytest.raises(StateError, match=r"node.json: schema_version 99 is from a newer "
+                       r"llmzero-slurm \(this llmzero-slurm \(.*\) reads schema_version 1\); the "
+                       r"file is not damaged"):
         store.read_node(0)
 
 

@@ -137,6 +137,10 @@ class Node:
         return {name: ref for name, ref in refs.items() if ref is not None}
 
 
+class UnknownField(ValueError):
+    """A record field this release does not have: a newer release's, or an edit's."""
+
+
 def _record(cls: Any, data: Any, where: str) -> Any:
     """The dataclass `cls` (a node record or one of its parts) from parsed JSON."""
     if not isinstance(data, Mapping):
@@ -145,7 +149,7 @@ def _record(cls: Any, data: Any, where: str) -> Any:
     prefix = f"{where}." if where else ""
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown field {prefix}{unknown[0]}")
+        raise UnknownField(f"unknown field {prefix}{unknown[0]}")
     hints = get_type_hints(cls)
     values = {}
     for name, spec in fields.items():

@@ -18,30 +18,18 @@ import yaml
 from .. import __version__, faults
 from ..config import ExperimentConfig, load_config
 from ..errors import ConfigError, FrozenConfigError, StateError
-from ..search.tree import Node, Tree, quarantined
-from .atomic import keep_copy, read_json, write_json, write_text
+from ..search.tree import Node, Tree, UnknownField, quarantined
+from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
-
-SCHEMA_VERSION = 1
-
-
-def _versioned(path: Path) -> dict[str, Any]:
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise StateError(path, "expected a JSON object")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise StateError(path, f"schema_version {version!r} is not supported by this llmzero-slurm "
-                               f"(it reads version {SCHEMA_VERSION}); use the matching release")
-    return data
+from .schema import SCHEMA_VERSION, versioned
 
 
 def read_meta(root: Path) -> dict[str, Any]:
     """meta.json, its fields checked: a wrong next_id would crash (or misnumber) the next
     node, a wrong created_at every wall-clock budget, so either stops here naming the field."""
     path = root / "meta.json"
-    meta = _versioned(path)
+    meta = versioned(path)
     next_id = meta.get("next_id")
     if isinstance(next_id, bool) or not isinstance(next_id, int) or next_id < 0:
         got = f"{next_id!r:.60}" if "next_id" in meta else "nothing"
@@ -185,10 +173,14 @@ class RunStore:
         are handed out in order and a record only names nodes that existed when it was
         written, so a parent that is missing, itself or later (a cycle) means damage."""
         path = path or self.node_path(node_id)
-        data = _versioned(path)
+        data = versioned(path)
         data.pop("schema_version")
         try:
             node = Node.from_dict(data)
+        except UnknownField as exc:   # not damage: llmzero-repair would not help
+            raise StateError(path, f"not a valid node record: {exc}, which this llmzero-slurm "
+                             f"({__version__}) does not know: a newer release wrote it (read the "
+                             "run with that one) or an edit did") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(path, f"not a valid node record: {exc}") from None
         if node.id != node_id:
