@@ -247,10 +247,16 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     return value
 
 
-def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
+def parse_config(data: Any, source: str = "<memory>",
+                 refused: list[ConfigError] | None = None) -> ExperimentConfig:
     """Build and check a configuration from already-parsed YAML. Every problem is raised at
     once, in the file's order of sections; a check is left out when a key it reads was
-    refused (it would see that key's default, and could report a problem that is none)."""
+    refused (it would see that key's default, and could report a problem that is none).
+
+    With `refused` (a run's frozen copy, which the release that started the run accepted), a
+    file whose every key and name this release knows is returned even when a check refuses a
+    value: those problems go into `refused`, so a later release's stricter check leaves the
+    run readable (status, report, stop) instead of locking its user out of it."""
     problems = ConfigProblems()
     if isinstance(data, Mapping) and "name" not in data:
         problems.errors.append(ConfigError("name", "is required (a short experiment name used "
@@ -258,6 +264,7 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     cfg = _build(ExperimentConfig, data, "", problems)
     check = problems.check
     _check_names(cfg, problems)
+    readable = not problems.errors
     check(lambda: cfg.state.check("state"))
     check(lambda: phase_directives(cfg.slurm))
     check(lambda: cfg.agents.check("agents"))
@@ -269,7 +276,10 @@ def parse_config(data: Any, source: str = "<memory>") -> ExperimentConfig:
     check(lambda: cpu_job_directives("controller", cfg.controller, "controller.time", []))
     check(lambda: _check_for_backend(cfg), "backend", "slurm.gpus_per_node")
     check(cfg.search.check, "search.strategy_file")
-    problems.raise_all(source, [str(key) for key in data])
+    if refused is not None and readable:
+        refused += problems.errors
+    else:
+        problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
 
@@ -368,14 +378,15 @@ def read_yaml(path: Path, key: str, loader: type[yaml.SafeLoader] = yaml.SafeLoa
         raise ConfigError(key, f"{path} is not valid YAML: {exc}") from None
 
 
-def load_config(path: str | Path) -> ExperimentConfig:
+def load_config(path: str | Path, refused: list[ConfigError] | None = None) -> ExperimentConfig:
     """Read experiment.yaml; YAML syntax errors are reported with the file and line, a file in
-    another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback."""
+    another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback. `refused`:
+    as for parse_config."""
     path = Path(path)
     data = read_yaml(path, "<file>", _UniqueKeyLoader)
     if data is None:
         raise ConfigError("<file>", f"{path} is empty")
-    cfg = parse_config(data, str(path))
+    cfg = parse_config(data, str(path), refused)
     _anchor_paths(cfg, path.parent.resolve())
     return cfg
 

@@ -102,7 +102,8 @@ class FrozenConfigError(ConfigError):
             "It was accepted by the llmzero-slurm that started the run. A key unknown here was "
             "written by a newer release: read, stop and resume the run with that one (or later). "
             "A value refused here is checked more strictly by this release: set it in that file "
-            "to one it accepts, or carry on with the release that started the run.",)
+            "to one it accepts to resume with this release (llmzero-status, -report and -stop "
+            "read the run as it is), or carry on with the release that started the run.",)
 
     @property
     def errors(self) -> list[ConfigError]:

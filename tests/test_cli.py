@@ -1103,3 +1103,29 @@ def test_records_of_a_newer_release_are_named_as_such_not_as_damage(tmp_path):
         assert "meta.json: schema_version 2 is from a newer llmzero-slurm" in done.stderr
         assert "not damaged and llmzero-repair cannot change it: read this run with that " \
                "release or a later one" in done.stderr
+
+
+def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp_path):
+    """Audit (upgrades): a check made stricter by an upgrade refused the frozen experiment.yaml
+    of a run the older release had accepted, and with it every command: status, report, stop
+    and repair exited 2, so the run could not even be reported or stopped. Those now read it
+    as it is, with a warning naming the value; a resume says what to change, and what works."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["slurm"]["time"] = "forever"                   # refused here, say by a newer check
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    refused = "config key 'slurm.time': 'forever' is not a Slurm time"
+    for name, args, says in (("status", (), "best val 0.500 (node 1: 0 -> 1)"),
+                             ("report", (), "report: "), ("stop", ("--cancel",), "no controller"),
+                             ("repair", (), "nothing to rebuild")):
+        done = cli(name, str(store.root), *args)
+        assert done.returncode == 0 and says in done.stdout, done.stderr
+        assert f"warning: {frozen}, this run's configuration as frozen when it started, holds " \
+               "values this llmzero-slurm" in done.stderr and refused in done.stderr
+    assert (store.root / "report" / "index.html").exists()
+    resume = cli("start", str(store.root))
+    assert resume.returncode == 2 and "Traceback" not in resume.stderr, resume.stderr
+    assert refused in resume.stderr and "set it in that file to one it accepts to resume with " \
+        "this release (llmzero-status, -report and -stop read the run as it is)" in resume.stderr
+    assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten

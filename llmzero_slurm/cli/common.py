@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .. import __version__
 from ..errors import LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
 from ..store.meta_repair import open_run_store
@@ -91,7 +92,14 @@ def open_run(path: Path) -> RunStore:
                          "runs/<experiment>)")
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
-    return open_run_store(path)
+    store = open_run_store(path, reading=True)
+    if store.refused:
+        problems = "\n  ".join(map(str, store.refused))
+        print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "
+              f"when it started, holds values this llmzero-slurm ({__version__}) refuses:\n  "
+              f"{problems}\nThey are read as the release that started the run accepted them; a "
+              "resume with this release needs each set to a value it accepts.", file=sys.stderr)
+    return store
 
 
 def group_note(root: Path) -> str | None:

@@ -199,7 +199,7 @@ def _agent_costs(views: dict[int, NodeView],
 
 
 def collect(root: str | Path) -> RunView:
-    store = RunStore.open(root)
+    store = RunStore.open(root, reading=True)
     tree = store.load_tree()
     notes: list[str] = []
     views = {n.id: _node_view(n, tree, store.node_dir(n.id), notes)

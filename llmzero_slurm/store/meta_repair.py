@@ -31,11 +31,11 @@ def other_schema(path: Path) -> bool:
 CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"
 
 
-def open_run_store(root: Path) -> RunStore:
+def open_run_store(root: Path, reading: bool = False) -> RunStore:
     """RunStore.open, its error for a damaged meta.json or frozen config saying how to
     rebuild it."""
     try:
-        return RunStore.open(root)
+        return RunStore.open(root, reading)
     except StateError as exc:
         meta = root / "meta.json"
         if exc.path != meta or not meta.exists() or other_schema(meta):

@@ -73,6 +73,7 @@ class RunStore:
         self.lock: RunLock = make_lock(lock_kind, self.root / "tree.lock", lock_timeout, stale_after)
         self._config = config
         self.corrupt: dict[int, str] = {}   # node id -> why, from the last load_tree
+        self.refused: list[ConfigError] = []   # see `open`
         # Called under the lock before every node write; raises to refuse it (the
         # controller's lease check: a controller that lost its run writes nothing).
         self.fence: Callable[[], None] = lambda: None
@@ -110,21 +111,26 @@ class RunStore:
         return store
 
     @classmethod
-    def open(cls, root: str | Path) -> "RunStore":
-        """Open an existing run, with the lock kind its frozen config asks for."""
+    def open(cls, root: str | Path, reading: bool = False) -> "RunStore":
+        """Open an existing run, with the lock kind its frozen config asks for. `reading` (to
+        show, report or stop it): values of the frozen config that this release refuses and
+        the one that started the run accepted are kept in `refused` instead of raised."""
         root = Path(root)
         read_meta(root)
-        config = cls.config_of(root)
-        return cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s,
-                   config)
+        refused: list[ConfigError] | None = [] if reading else None
+        config = cls.config_of(root, refused)
+        store = cls(root, config.state.lock, config.state.lock_timeout_s,
+                    config.state.stale_after_s, config)
+        store.refused = refused or []
+        return store
 
     @staticmethod
-    def config_of(root: str | Path) -> ExperimentConfig:
+    def config_of(root: str | Path, refused: list[ConfigError] | None = None) -> ExperimentConfig:
         """The frozen experiment.yaml; one this release refuses is named as the run's, frozen
         by another release (not a typo of the user's), with what to do about it."""
         path = Path(root) / "experiment.yaml"
         try:
-            return load_config(path)
+            return load_config(path, refused)
         except ConfigError as exc:
             if exc.key == "<file>":     # unreadable or not YAML: named as it is
                 raise
