@@ -301,6 +301,26 @@ def test_replay_runs_the_strategys_chain(tmp_path):
     assert m.exhausted(create(tree, plan))
 
 
+def test_a_resumed_replay_refuses_a_plan_that_changed_under_it(tmp_path):
+    """Audit (upgrades): the plan of a static method is rebuilt at every start (from the frozen
+    config, this release's defaults and, for replay, the strategy file), and node i is taken to
+    be its phase i. A strategy file rewritten since (its source run resumed, its report made
+    again) or another release's defaults made a resumed run go on, silently, with the phases
+    of another schedule. It is refused, naming the node and what differs."""
+    path = strategy_file(tmp_path, [{"steps": 40, "hparams": {**RECIPE, "lr": 2e-3}},
+                                    {"steps": 30, "hparams": {**RECIPE, "lr": 5e-4}}])
+    cfg = config(method="replay", strategy_file=str(path))
+    tree = create(Tree([]), method(tmp_path, cfg).next_phase(Tree([])))
+    tree = finish(tree, 0, Status.COMPLETED, checkpoints=(20, 40))
+    assert method(tmp_path, cfg).next_phase(tree).hparams["lr"] == 5e-4   # resumed as it was
+    strategy_file(tmp_path, [{"steps": 40, "hparams": {**RECIPE, "lr": 3e-3}},
+                             {"steps": 30, "hparams": {**RECIPE, "lr": 1e-4}}])
+    with pytest.raises(ConfigError, match=r"node 0 ran phase 1 of this replay plan as it was; "
+                       r"this llmzero-slurm plans it otherwise \(lr: 0.002 -> 0.003\) from "
+                       rf"{path} \(the strategy file may have changed\)"):
+        method(tmp_path, cfg).next_phase(tree)
+
+
 @pytest.mark.parametrize("phases, fmt, where", [
     ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),
     ([{"steps": 0, "hparams": RECIPE}], None, "phases[0].steps"),

@@ -17,6 +17,9 @@ from .static import Chain, Planned
 class ReplayMethod(Chain):
     name = "replay"
 
+    def source(self) -> str:
+        return f"{self.ctx.config.search.strategy_file} (the strategy file may have changed)"
+
     def plan(self) -> list[Planned]:
         cfg = self.ctx.config
         if not cfg.search.strategy_file:

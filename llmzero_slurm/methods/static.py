@@ -13,6 +13,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
 from ..search.policy import Action
 from ..search.tree import Kind, Node, Status, Tree
 from .base import MethodContext, PhasePlan, SearchMethod
@@ -34,6 +35,36 @@ class StaticMethod(SearchMethod):
     def __init__(self, ctx: MethodContext):
         super().__init__(ctx)
         self.phases = self.plan()   # built (and checked) once: bad spaces fail at start-up
+        self._resumes_plan = False
+
+    def follows(self, tree: Tree) -> None:
+        """Refuse to go on unless the run's nodes ran this plan's first phases. The plan is
+        rebuilt at every start, from code as well as from the frozen config: after an upgrade
+        (other trainer defaults, default spaces or sampling) or an edited strategy file, its
+        later phases would be another schedule's, mixed silently into this run's results."""
+        if self._resumes_plan:
+            return
+        for node in sorted(tree, key=lambda n: n.id):
+            if not node.hparams or node.id >= len(self.phases):   # an unreadable record
+                continue
+            planned = self.phases[node.id].hparams
+            keys = sorted(k for k in node.hparams.keys() | planned.keys()
+                          if node.hparams.get(k) != planned.get(k))
+            if keys:
+                shown = ", ".join(f"{k}: {node.hparams.get(k)!r} -> {planned.get(k)!r}"
+                                  for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+                raise ConfigError("search", f"node {node.id} ran phase {node.id + 1} of this "
+                                  f"{self.name} plan as it was; this llmzero-slurm plans it "
+                                  f"otherwise ({shown}) from {self.source()}, so its later "
+                                  "phases would belong to another schedule. Resume with the "
+                                  "release and files the run started with, or set the values it "
+                                  "ran with in the run's experiment.yaml (hparams, search.space); "
+                                  "llmzero-status and -report read the run as it is")
+        self._resumes_plan = True
+
+    def source(self) -> str:
+        """Where the plan comes from, for messages."""
+        return "the run's experiment.yaml and this release's defaults"
 
     @abstractmethod
     def plan(self) -> list[Planned]:
@@ -50,6 +81,7 @@ class IndependentTrials(StaticMethod):
     def next_phase(self, tree: Tree) -> PhasePlan | None:
         if self.exhausted(tree):
             return None
+        self.follows(tree)
         phase = self.phases[len(tree)]
         return PhasePlan(Action(Kind.SCRATCH, None), dict(phase.hparams), diagnosis=phase.diagnosis)
 
@@ -68,6 +100,7 @@ class Chain(StaticMethod):
         last = _last(tree)
         if self.exhausted(tree) or last.status.pending:
             return None
+        self.follows(tree)
         phase = self.phases[len(tree)]
         return PhasePlan(Action(Kind.EVOLVE, last.id), dict(phase.hparams),
                          resume_step=max(last.results.checkpoints), diagnosis=phase.diagnosis)
