@@ -254,9 +254,10 @@ def parse_config(data: Any, source: str = "<memory>",
     refused (it would see that key's default, and could report a problem that is none).
 
     With `refused` (a run's frozen copy, which the release that started the run accepted), a
-    file whose every key and name this release knows is returned even when a check refuses a
-    value: those problems go into `refused`, so a later release's stricter check leaves the
-    run readable (status, report, stop) instead of locking its user out of it."""
+    file whose every key, name and `state:` value this release takes is returned even when a
+    check refuses another value: those problems go into `refused`, so a later release's
+    stricter check leaves the run readable (status, report, stop) instead of locking its user
+    out of it."""
     problems = ConfigProblems()
     if isinstance(data, Mapping) and "name" not in data:
         problems.errors.append(ConfigError("name", "is required (a short experiment name used "
@@ -264,8 +265,8 @@ def parse_config(data: Any, source: str = "<memory>",
     cfg = _build(ExperimentConfig, data, "", problems)
     check = problems.check
     _check_names(cfg, problems)
-    readable = not problems.errors
     check(lambda: cfg.state.check("state"))
+    readable = not problems.errors   # what opening a run (its lock) and its commands need
     check(lambda: phase_directives(cfg.slurm))
     check(lambda: cfg.agents.check("agents"))
     _check_hparams(cfg, problems)

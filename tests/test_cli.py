@@ -1129,3 +1129,17 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     assert refused in resume.stderr and "set it in that file to one it accepts to resume with " \
         "this release (llmzero-status, -report and -stop read the run as it is)" in resume.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_a_frozen_state_value_this_release_refuses_is_named_not_a_traceback(tmp_path):
+    """The run's lock is made from `state:`: a value refused there cannot be read past (an
+    unknown lock kind was a ValueError traceback once the rest of the file was read on)."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["state"]["lock"] = "nfs"
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    for name in ("status", "report"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "config key 'state.lock': must be 'flock' or 'soft'" in done.stderr
