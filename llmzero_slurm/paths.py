@@ -2,6 +2,7 @@
 where the cpu trainer caches its base models and task data."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -11,6 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 JOBS = ROOT / "jobs"
 CACHE_ENV = "LLMZERO_CACHE"
+
+
+def install_stamp() -> str:
+    """What this install's code, templates and job programs are now: a digest of every file's
+    path, size and time of change, which an upgrade in place (pip, git pull) changes."""
+    digest = hashlib.sha256()
+    for folder in (ROOT / "llmzero_slurm", TEMPLATES, JOBS):
+        for path in sorted(folder.rglob("*")):
+            if "__pycache__" in path.parts or not path.is_file():   # Python's own writes
+                continue
+            info = path.stat()
+            digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 DEFAULT_CACHE = "~/.cache/llmzero"
 
 

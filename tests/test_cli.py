@@ -1143,3 +1143,38 @@ def test_a_frozen_state_value_this_release_refuses_is_named_not_a_traceback(tmp_
         done = cli(name, str(store.root))
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "config key 'state.lock': must be 'flock' or 'soft'" in done.stderr
+
+
+def test_a_controller_says_when_its_install_is_upgraded_under_it(tmp_path):
+    """Audit (upgrades): an upgrade in place (pip, git pull) under a running controller left it
+    running its old code with the new templates and job programs; the one sign was 'report not
+    updated: UndefinedError: 'best_adapter' is undefined' after every phase. It now says that
+    its files changed, once, and how to run the search on one release."""
+    install = tmp_path / "install"            # a release of its own, upgraded below
+    for name in ("llmzero_slurm", "templates", "jobs", "bin"):
+        shutil.copytree(ROOT / name, install / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    config = tmp_path / "experiment.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "up", "scheduler": "local", "task": {"builtin": "addition"},
+        "hparams": {"total_training_steps": 1000, "save_freq": 1000, "test_freq": 1000},
+        "search": {"method": "practitioner", "poll_interval_s": 1},
+        "agents": {"backend": "heuristic"}}))
+    run, log = tmp_path / "run", tmp_path / "controller.log"
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    env.pop("ANTHROPIC_API_KEY", None)
+    with open(log, "w") as out:
+        controller = subprocess.Popen([str(install / "bin" / "llmzero-start"), str(config),
+                                       "--run-dir", str(run)], stdout=out, stderr=out, env=env,
+                                      cwd=tmp_path)   # python -m puts the working folder first
+    try:
+        wait_for(lambda: "submitted as job" in log.read_text(), 120, "the phase's submission")
+        template = install / "templates" / "report" / "index.html.j2"
+        template.write_text(template.read_text() + "{# the next release #}\n")
+        said = "llmzero-slurm's files changed under this controller (an upgrade?)"
+        wait_for(lambda: said in log.read_text(), 30, "the controller to say so")
+        assert f"llmzero-stop {run}, then llmzero-start {run}" in log.read_text()
+    finally:
+        cli("stop", str(run), "--cancel", "--wait", "60")
+        controller.wait(60)
+    assert log.read_text().count(said) == 1
