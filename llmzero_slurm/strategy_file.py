@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from . import __version__
 from .config import read_yaml
 from .errors import ConfigError
 from .hparams import validate_hparams
@@ -55,6 +56,17 @@ def write_strategy(document: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _format_problem(given: Any) -> str:
+    """Why a strategy of format `given` is not read: another release's is named as such."""
+    version = str(given).removeprefix("llmzero-strategy/")
+    if str(given).startswith("llmzero-strategy/") and version.isdigit():
+        newer = int(version) > int(FORMAT.rsplit("/", 1)[1])
+        return (f"{given!r} is the format of {'a newer' if newer else 'an older'} llmzero-slurm; "
+                f"this one ({__version__}) reads {FORMAT!r}: replay it with "
+                f"{'that release or a later one' if newer else 'the release that wrote it'}")
+    return f"must be {FORMAT!r} (got {given!r})"
+
+
 def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     """Read and check a strategy file; every error names the file and the key."""
     path = Path(path).expanduser()
@@ -66,7 +78,7 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     if not isinstance(data, dict):
         raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")
     if data.get("format") != FORMAT:
-        raise bad("format", f"must be {FORMAT!r} (got {data.get('format')!r})")
+        raise bad("format", _format_problem(data.get("format")))
     raw = data.get("phases")
     if not isinstance(raw, list) or not raw:
         raise bad("phases", "must be a non-empty list of phases")

@@ -341,6 +341,16 @@ def test_replay_refuses_a_malformed_strategy_naming_file_and_key(tmp_path, phase
     assert f"{path}: {where}:" in str(err.value)
 
 
+def test_a_strategy_of_a_newer_release_is_named_as_such(tmp_path):
+    """Audit (upgrades): a strategy.yaml from a colleague's newer release was refused as
+    "must be 'llmzero-strategy/1' (got 'llmzero-strategy/2')", read as a malformed file."""
+    path = strategy_file(tmp_path, [{"steps": 10, "hparams": RECIPE}], "llmzero-strategy/2")
+    with pytest.raises(ConfigError, match=r"format: 'llmzero-strategy/2' is the format of a newer "
+                       r"llmzero-slurm; this one \(.*\) reads 'llmzero-strategy/1': replay it "
+                       r"with that release or a later one"):
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+
+
 def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read .*nope.yaml"):
         method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
