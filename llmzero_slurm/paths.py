@@ -25,6 +25,22 @@ def install_stamp() -> str:
             info = path.stat()
             digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+class InstallWatch:
+    """Tells, once, that this install's files changed under a long-running process: an
+    upgrade in place leaves it running the code it loaded beside the new templates and jobs."""
+
+    def __init__(self) -> None:
+        self._stamp: str | None = install_stamp()     # None once the change was told
+
+    def changed(self) -> bool:
+        if self._stamp is None or install_stamp() == self._stamp:
+            return False
+        self._stamp = None
+        return True
+
+
 DEFAULT_CACHE = "~/.cache/llmzero"
 
 

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 from ..backends import get_backend
 from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
-from ..paths import install_stamp
+from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler, completed_at_limit
 from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
@@ -58,7 +58,7 @@ class Controller:
                                    self.progress)
         self.signals = StopSignals()
         self._quarantine_told: set[int] = set()
-        self._install: str | None = install_stamp()   # None once a change was told
+        self._install = InstallWatch()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -103,7 +103,11 @@ class Controller:
     def _loop(self, cancel_on_stop: bool) -> int:
         while True:
             self.lease.heartbeat()
-            self._tell_if_upgraded()
+            if self._install.changed():
+                root = self.store.root
+                self.progress.event("llmzero-slurm's files changed under this controller (an upgrade?)"
+                                    "; restart it so that one release runs the search (code, "
+                                    f"templates, jobs): llmzero-stop {root}, then llmzero-start {root}")
             tree = self.reconcile()
             request = stop_request_for(self.store, self.lease.token, self.progress.event)
             stop_signal = self.signals.received
@@ -132,15 +136,6 @@ class Controller:
             self.progress.show(tree)
             self._export_curves(tree)
             self._sleep()
-
-    def _tell_if_upgraded(self) -> None:
-        """An upgrade in place mixes two releases (this code, new templates and jobs): said once."""
-        if self._install is not None and install_stamp() != self._install:
-            self._install = None
-            self.progress.event(f"llmzero-slurm's files changed under this controller (an upgrade?"
-                                "): it goes on with the code it loaded but the new templates and "
-                                "job programs; restart it so that one release runs the search: "
-                                f"llmzero-stop {self.store.root}, then llmzero-start {self.store.root}")
 
     def _export_curves(self, tree: Tree) -> None:
         """After each poll, and at the end: the poll that ingests the last phase ends there."""
