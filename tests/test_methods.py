@@ -1,6 +1,7 @@
 """The baseline search methods: what each plans, in which order, and when it waits or stops."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -319,6 +320,19 @@ def test_a_resumed_replay_refuses_a_plan_that_changed_under_it(tmp_path):
                        r"this llmzero-slurm plans it otherwise \(lr: 0.002 -> 0.003\) from "
                        rf"{path} \(the strategy file may have changed\)"):
         method(tmp_path, cfg).next_phase(tree)
+
+
+def test_a_resumed_plan_whose_phase_the_budget_cut_goes_on(tmp_path):
+    """The sample budget cuts a planned phase's steps to what is left (admission.py); one cut
+    and then stopped early gives samples back, so the method is asked again. A restarted
+    controller must not take that cut for another schedule's phase."""
+    path = strategy_file(tmp_path, [{"steps": 40, "hparams": {**RECIPE, "lr": 2e-3}},
+                                    {"steps": 30, "hparams": {**RECIPE, "lr": 5e-4}}])
+    cfg = config(method="replay", strategy_file=str(path))
+    plan = method(tmp_path, cfg).next_phase(Tree([]))
+    cut = dataclasses.replace(plan, hparams={**plan.hparams, "total_training_steps": 25})
+    tree = finish(create(Tree([]), cut), 0, Status.EARLY_STOPPED, checkpoints=(10, 20))
+    assert method(tmp_path, cfg).next_phase(tree).hparams["lr"] == 5e-4
 
 
 @pytest.mark.parametrize("phases, fmt, where", [

@@ -29,6 +29,13 @@ def describe(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
+def _cut(key: str, node: Node, planned: dict[str, Any]) -> bool:
+    """Fewer steps than planned: the sample budget cut the phase to what was left."""
+    steps, meant = node.hparams.get(key), planned.get(key)
+    return key == "total_training_steps" and isinstance(steps, int) and isinstance(meant, int) \
+        and steps < meant
+
+
 class StaticMethod(SearchMethod):
     """A method whose phases are all known up front; `plan()` lists them in order."""
 
@@ -49,7 +56,7 @@ class StaticMethod(SearchMethod):
                 continue
             planned = self.phases[node.id].hparams
             keys = sorted(k for k in node.hparams.keys() | planned.keys()
-                          if node.hparams.get(k) != planned.get(k))
+                          if node.hparams.get(k) != planned.get(k) and not _cut(k, node, planned))
             if keys:
                 shown = ", ".join(f"{k}: {node.hparams.get(k)!r} -> {planned.get(k)!r}"
                                   for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
