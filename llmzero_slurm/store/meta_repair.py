@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import load_config
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError, FrozenConfigError, StateError
 from .atomic import keep_copy, read_json, write_json, write_text
 from .run_store import SCHEMA_VERSION, RunStore, read_meta
 
@@ -42,6 +42,8 @@ def open_run_store(root: Path, reading: bool = False) -> RunStore:
             raise
         raise StateError(meta, f"{exc.problem}; llmzero-repair {root} rebuilds it from the "
                                "node folders") from None
+    except FrozenConfigError:
+        raise       # whole but another release's: the copy holds the same, repair cannot help
     except ConfigError as exc:
         if not (root / CONFIG_COPY).exists():
             raise
@@ -50,13 +52,15 @@ def open_run_store(root: Path, reading: bool = False) -> RunStore:
 
 
 def rebuild_config(root: Path) -> str | None:
-    """Put back a frozen experiment.yaml that cannot be read (or is no valid config) from the
-    copy written with it, keeping the damaged file as experiment.yaml.damaged-<time>; what was
-    wrong, or None when it reads fine. StateError when the copy cannot help either."""
+    """Put back a frozen experiment.yaml that cannot be read from the copy written with it,
+    keeping the damaged file as experiment.yaml.damaged-<time>; what was wrong, or None when
+    it is whole (another release's included). StateError when the copy cannot help either."""
     path, copy = root / CONFIG, root / CONFIG_COPY
     try:
-        load_config(path)
+        RunStore.config_of(root, [])   # values another release wrote are read, not damage
         return None
+    except FrozenConfigError:
+        return None     # whole, another release's: read as it is, never replaced
     except ConfigError as exc:
         damage = str(exc)
     try:
@@ -75,7 +79,7 @@ def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
     fine. next_id follows the highest node folder; created_at is the earliest of the frozen
     config's time and the nodes' records, since wall-clock budgets count from it."""
     path = root / "meta.json"
-    config = RunStore.config_of(root)
+    config = RunStore.config_of(root, [])   # as leniently as the commands read it
     store = RunStore(root, config.state.lock, config.state.lock_timeout_s,
                      config.state.stale_after_s, config)
     with store.lock.hold():
