@@ -6,6 +6,10 @@ Each request takes the next scripted step; the last step repeats forever. Steps:
   {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
   {"body": {...}}                  a 200 answer with exactly this JSON body (a malformed reply)
+  {"text": "...", "stop_reason": "max_tokens"}  an answer the service ended early (cut, refusal;
+                                   OpenAI: "finish_reason": "length")
+Like the real Messages API, a request with an empty message (a turn without text) is refused
+with a 400 invalid_request_error.
 Every request's path, headers and JSON body are kept in `requests`. Usage mimics prompt
 caching: a system block marked cache_control is a cache write the first time, a read after.
 """
@@ -112,6 +116,11 @@ class LoopbackLLM:
                 if "body" in step:
                     return self._send(200, step["body"])
                 anthropic = self.path.endswith("/v1/messages")
+                if anthropic and any(not m.get("content") for m in body.get("messages", [])):
+                    return self._send(400, {"type": "error", "error": {
+                        "type": "invalid_request_error", "message": "messages: all messages "
+                        "must have non-empty content except for the optional final assistant "
+                        "message"}})
                 if status != 200:
                     error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(
                         status, "api_error"), "message": f"scripted {status}"}} if anthropic
@@ -122,14 +131,15 @@ class LoopbackLLM:
                     return self._send(200, {
                         "id": f"msg_{len(service.requests)}", "type": "message",
                         "role": "assistant", "model": body["model"],
-                        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                        "content": [{"type": "text", "text": text}],
+                        "stop_reason": step.get("stop_reason", "end_turn"),
                         "stop_sequence": None, "usage": service._anthropic_usage(body, text)})
                 if self.path.endswith("/chat/completions"):
                     prompt, completion = _tokens(body["messages"]), _tokens(text)
                     return self._send(200, {
                         "id": f"chatcmpl-{len(service.requests)}", "object": "chat.completion",
                         "created": int(time.time()), "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
+                        "choices": [{"index": 0, "finish_reason": step.get("finish_reason", "stop"),
                                      "message": {"role": "assistant", "content": text}}],
                         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                   "total_tokens": prompt + completion}})

@@ -132,6 +132,35 @@ def test_malformed_json_gets_one_repair_round(service, anthropic_proposer, run, 
     assert len(record["answers"]) == 2 and "answer 1 rejected" in record["fallbacks"][0]
 
 
+@pytest.mark.parametrize("backend, ended", [
+    ("anthropic", {"stop_reason": "max_tokens"}), ("anthropic", {"stop_reason": "refusal"}),
+    ("openai", {"finish_reason": "length"})])
+def test_an_answer_the_service_cut_short_is_never_used(service, monkeypatch, run, tmp_path,
+                                                       backend, ended):
+    """A draft block followed by a final one cut at max_tokens: the draft is not the answer."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    cut = good({"lr": 0.05}, step=20) + '\nOn reflection that lr is too high:\n```json\n{"diag'
+    service.reply({"text": cut, **ended}, good())
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.hparams["lr"], p.checkpoint) == (5e-4, 40)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    reason = next(iter(ended.values()))
+    assert record["answers"][0] == cut and reason in record["fallbacks"][0]
+    assert reason in json.dumps(service.requests[1]["body"]["messages"][-1])
+
+
+def test_an_empty_answer_is_repaired_not_resent_as_an_empty_turn(service, anthropic_proposer,
+                                                                  run, tmp_path):
+    node, log = run
+    service.reply("", good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "anthropic" and len(service.requests) == 2
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["answers"][0] == "" and "no JSON object" in record["fallbacks"][0]
+
+
 @pytest.mark.parametrize("changes, needle", [
     ({"learning_rate": 1e-4}, "'learning_rate': is not a known hyperparameter"),
     ({"lr": 3.0}, "'lr': must be <= 0.1"),

@@ -54,6 +54,8 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
             if len(reply.text) > MAX_ANSWER_CHARS:
                 raise AnswerError(f"the answer is {len(reply.text):,} characters long; keep it "
                                   f"under {MAX_ANSWER_CHARS:,} and end with the requested block")
+            if reply.cut:
+                raise AnswerError(reply.cut)
             return parse(reply.text)
         except AnswerError as exc:
             record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")

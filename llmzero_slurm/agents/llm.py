@@ -44,8 +44,10 @@ class Prompt:
         """The same conversation plus the rejected answer and what was wrong with it."""
         note = (f"Your answer could not be used: {problem}\n"
                 "Answer again in the required format, fixing exactly this problem.")
+        # The Messages API refuses an empty turn (400): an empty answer is shown as such.
         return Prompt(self.system, self.text, self.images,
-                      [*self.turns, ("assistant", answer), ("user", note)], self.max_tokens)
+                      [*self.turns, ("assistant", answer.strip() or "(no text)"), ("user", note)],
+                      self.max_tokens)
 
 
 @dataclass
@@ -66,6 +68,24 @@ class Usage:
 class Reply:
     text: str
     usage: Usage
+    cut: str | None = None   # why the service ended the answer early (its text is no answer)
+
+
+# Stop reasons after which the text is not a whole answer: a draft block before the cut, or
+# the start of a refusal, must not be parsed as the agent's decision.
+_CUT = {"max_tokens": "the answer was cut off at the token limit before it ended; answer more "
+                      "briefly and end with the requested block",
+        "model_context_window_exceeded": "the answer was cut off at the model's context "
+                                         "window; answer more briefly",
+        "length": "the answer was cut off at the token limit before it ended; answer more "
+                  "briefly and end with the requested block",
+        "refusal": "the service ended the answer as a refusal",
+        "content_filter": "the service's content filter ended the answer"}
+
+
+def cut_reason(stop: str | None) -> str | None:
+    """What to tell the LLM (and record) when the service ended its answer early."""
+    return f"{_CUT[stop]} (stop reason {stop})" if stop in _CUT else None
 
 
 class Backend(Protocol):
@@ -186,7 +206,7 @@ class AnthropicBackend(_SDKBackend):
         usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens or 0,
                       u.cache_read_input_tokens or 0)
         usage.cost_usd = price(self.cfg, usage)
-        return Reply(text, usage)
+        return Reply(text, usage, cut_reason(getattr(resp, "stop_reason", None)))
 
 
 class OpenAIBackend(_SDKBackend):
@@ -218,7 +238,8 @@ class OpenAIBackend(_SDKBackend):
         usage = Usage((u.prompt_tokens - cached) if u else 0, u.completion_tokens if u else 0,
                       0, cached)
         usage.cost_usd = price(self.cfg, usage)
-        return Reply(resp.choices[0].message.content or "", usage)
+        return Reply(resp.choices[0].message.content or "", usage,
+                     cut_reason(resp.choices[0].finish_reason))
 
 
 def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
