@@ -227,7 +227,8 @@ def _sample(steps: list[int], rows: int) -> list[int]:
 
 def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METRICS) -> str:
     """A compact text table for prompts: per-metric first/min/max/last, then values at evenly
-    spaced steps (every validated step is a candidate row). Test metrics never appear."""
+    spaced steps. Validated steps come first (up to `rows`): training steps only fill the rows
+    left between them, as a checkpoint is chosen by its score. Test metrics never appear."""
     log = log.without_test()
     val = val_score_series(log)
     present = [m for m in metrics if log.get(m)]
@@ -243,12 +244,14 @@ def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METR
         lines.append(f"{m} | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | {_fmt(vs[-1])}")
     columns = ["step"] + (["validation score"] if val else []) + present
     # Validated steps make the best rows (every column is filled there); the last step too.
-    steps = sorted({s for s, _ in val} | {log.last_step or 0} if len(val) >= rows // 2 else
-                   {s for m in present for s, _ in log.get(m)} | {s for s, _ in val})
+    steps = set(_sample([s for s, _ in val], rows - 1)) | {log.last_step or 0}
+    if len(val) < rows // 2 and rows - len(steps) > 1:
+        others = sorted({s for m in present for s, _ in log.get(m)} - steps)
+        steps |= set(_sample(others, rows - len(steps)))
     table = [" | ".join(columns)]
     lookup = {m: dict(log.get(m)) for m in present}
     val_at = dict(val)
-    for step in _sample(steps, rows):
+    for step in sorted(steps):
         cells = [str(step)] + ([_fmt(val_at[step]) if step in val_at else "-"] if val else [])
         cells += [_fmt(lookup[m][step]) if step in lookup[m] else "-" for m in present]
         table.append(" | ".join(cells))

@@ -25,6 +25,14 @@ def rows(n=30, start=0, val_slope=0.01):
     return out
 
 
+def test_the_summary_table_keeps_every_validation_point(tmp_path):
+    """With few validations the table fills with training steps, never in their place: the
+    proposer picks a checkpoint by the scores it is shown (30 steps lost steps 10 and 25)."""
+    log = read_metrics(write(tmp_path / "m.jsonl", rows(30)))
+    table = summarize(log, rows=16).split("\n\n")[1].splitlines()[1:]
+    scored = [int(line.split(" | ")[0]) for line in table if line.split(" | ")[1] != "-"]
+    assert scored == [5, 10, 15, 20, 25, 30] and len(table) == 16
+
 def test_torn_last_line_is_skipped_and_flagged(tmp_path):
     log = read_metrics(write(tmp_path / "m.jsonl", rows(10), '{"step": 11, "data": {"acto'))
     assert log.last_step == 10
