@@ -14,9 +14,10 @@ from llmzero_slurm.hparams import validate_hparams
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.methods.base import PhasePlan, SearchMethod
 from llmzero_slurm.methods.space import GRID_SPACES, GUIDEBOOK_SCHEDULES
-from llmzero_slurm.search.policy import make_child
+from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Results, Status, Tree
 from llmzero_slurm.store.node_dir import NodeDir
+from llm_loopback import LoopbackLLM
 from metrics_files import val_rows, write_metrics
 
 # A small practitioner recipe for the CPU trainer (its batch shape constrains the samplers).
@@ -89,6 +90,28 @@ def test_a_timed_out_phase_goes_on_from_its_own_last_checkpoint(tmp_path):
     child = create(tree, plan)[1]
     assert child.resume is not None and (child.resume.node, child.start_step) == (0, 25)
 
+
+def test_an_llm_fix_of_a_resumed_phase_keeps_the_adapters_lora_settings(tmp_path, monkeypatch):
+    """An OOM fix 'lora_rank: 4' for a phase that resumed a rank-8 adapter made a debug child
+    the trainer refuses (exit 2), which ended the chain; it now goes back to the LLM."""
+    monkeypatch.setenv("LLMZERO_TEST_LLM_KEY", "sk-loopback-0123456789abcdef")
+    fix = '```json\n{"class": "oom", "action": "change", "changes": %s, "message": "m"}\n```'
+    with LoopbackLLM() as llm:
+        cfg = dataclasses.replace(config(method="llmzero", max_evolve_children=1),
+                                  agents=dataclasses.replace(
+            config().agents, backend="anthropic", base_url=llm.url, max_retries=0,
+            api_key_env="LLMZERO_TEST_LLM_KEY"))
+        m = method(tmp_path, cfg)
+        root = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.COMPLETED)
+        evolve = make_child(root, Action(Kind.EVOLVE, 0), 1, root[0].hparams, 25, "evolve")
+        tree = finish(Tree([*root, evolve]), 1, Status.FAILED, checkpoints=())
+        tree[1].submission.scheduler_state = "OUT_OF_MEMORY"
+        llm.reply(fix % '{"lora_rank": 4}', fix % '{"ppo_micro_batch_size_per_gpu": 32}')
+        plan = m.next_phase(tree)
+        assert plan is not None and plan.action.kind is Kind.DEBUG and plan.action.parent == 1
+        assert (plan.hparams["lora_rank"], plan.hparams["ppo_micro_batch_size_per_gpu"]) == (8, 32)
+        assert "'lora_rank' cannot change" in str(llm.requests[1]["body"]["messages"][-1])
+        assert "LoRA settings" in llm.requests[0]["body"]["messages"][0]["content"][-1]["text"]
 
 def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(tmp_path):
     """A phase a person cancelled (llmzero-stop --cancel) counted as a configuration tried, so

@@ -114,18 +114,26 @@ def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
     except HyperparameterError as exc:
         raise AnswerError(f"changes: {exc}") from None
     if resuming:
+        _same_adapter(parent, hparams)
         for key, value in hparams.items():
             param, old = PARAMS[key], parent.get(key)
             if old is None or value == old:
                 continue
-            if param.category == MODEL:
-                raise AnswerError(f"changes: '{key}' cannot change when resuming from a "
-                                  f"checkpoint (the adapter has {key}={old})")
             if param.category == CAPACITY and value < old:
                 raise AnswerError(f"changes: '{key}' may not shrink when resuming (parent "
                                   f"{old}, proposed {value}); capacity only grows along a "
                                   "strategy")
     return {k: hparams[k] for k in changes}, hparams
+
+
+def _same_adapter(parent: Mapping[str, Any], hparams: Mapping[str, Any]) -> None:
+    """A resumed phase loads an adapter trained with the parent's LoRA settings; the trainer
+    refuses another shape (exit 2), which would end the chain."""
+    for key, value in hparams.items():
+        old = parent.get(key)
+        if PARAMS[key].category == MODEL and old is not None and value != old:
+            raise AnswerError(f"changes: '{key}' cannot change when resuming from a "
+                              f"checkpoint (the adapter has {key}={old})")
 
 
 def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_steps: int,
@@ -173,7 +181,8 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
 
 
 def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: TrainerBackend,
-              source: str) -> Fix:
+              source: str, resuming: bool = False) -> Fix:
+    """`resuming`: the debug child loads a checkpoint, so its LoRA settings are fixed."""
     failure, action = data.get("class"), data.get("action")
     if failure not in FAILURE_CLASSES:
         raise AnswerError(f"'class' must be one of {list(FAILURE_CLASSES)}, got {failure!r:.40}")
@@ -193,6 +202,8 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
         merged = merge(hparams, changes, backend.name)
     except HyperparameterError as exc:
         raise AnswerError(f"changes: {exc}") from None
+    if resuming:
+        _same_adapter(hparams, merged)
     if merged == dict(hparams):
         raise AnswerError("'changes' repeat the failed configuration; change something or use "
                           "action 'retry'")

@@ -37,8 +37,9 @@ class ErrorAnalyzer:
 
     def analyze(self, state: str | None, exit_code: int | None, log_text: str,
                 hparams: Mapping[str, Any], out_dir: str | Path,
-                steps_done: int | None = None) -> Fix:
-        """`steps_done`: how far the phase got, which sizes a fix for a time limit."""
+                steps_done: int | None = None, resuming: bool = False) -> Fix:
+        """`steps_done`: how far the phase got, which sizes a fix for a time limit;
+        `resuming`: the fix loads a checkpoint, whose LoRA settings it must keep."""
         tail = log_tail(log_text)
         hparams = self.trainer.effective_hparams(hparams)
 
@@ -53,11 +54,11 @@ class ErrorAnalyzer:
             record = AgentRecord("error_analyzer", llm.name, self.cfg.model)
             system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
                                   state=state or "unknown", exit_code=exit_code,
-                                  steps_done=steps_done,
+                                  steps_done=steps_done, resuming=resuming,
                                   hparams_yaml=as_yaml(hparams), log_tail=tail)
             fix = ask(llm, Prompt(system, task, max_tokens=1024),
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,
-                                             llm.name), fallback, record)
+                                             llm.name, resuming), fallback, record)
         record.result = asdict(fix)
         save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.api_key_env]))
         return fix

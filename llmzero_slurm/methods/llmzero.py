@@ -66,15 +66,16 @@ class LLMZeroMethod(SearchMethod):
         text = files.log_tail()
         last = files.metrics().last_step
         done = last - failed.start_step if last is not None else None
+        saved = [s for s in failed.results.checkpoints if s > failed.start_step]
+        # The child loads the failed phase's starting adapter, or (a time limit) its own.
         fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams,
-                                    records, done)
+                                    records, done, failed.resume is not None or bool(saved))
         if fix.action == "give_up":
             return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix", records)
         hparams = fix.hparams or dict(failed.hparams)
         diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
                                           or "retry unchanged")
         resume_step = None
-        saved = [s for s in failed.results.checkpoints if s > failed.start_step]
         if fix.failure == "timeout" and saved:
             # Go on from the phase's own last checkpoint with what it had left to do, within
             # the steps the analyzer judged to fit the time limit.
