@@ -4,6 +4,8 @@ completions API, so tests drive the real SDKs over real HTTP.
 Each request takes the next scripted step; the last step repeats forever. Steps:
   {"text": "..."}                  a 200 answer
   {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
+  {"status": 401, "message": "..."}  an error saying this ("{key}": the key the request sent,
+                                   as some gateways echo it)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
   {"body": {...}}                  a 200 answer with exactly this JSON body (a malformed reply)
   {"text": "...", "stop_reason": "max_tokens"}  an answer the service ended early (cut, refusal;
@@ -122,10 +124,11 @@ class LoopbackLLM:
                         "must have non-empty content except for the optional final assistant "
                         "message"}})
                 if status != 200:
+                    sent = self.headers.get("x-api-key") or self.headers.get("authorization", "")
+                    said = step.get("message", f"scripted {status}").replace("{key}", sent)
                     error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(
-                        status, "api_error"), "message": f"scripted {status}"}} if anthropic
-                        else {"error": {"message": f"scripted {status}", "type": "server_error",
-                                        "code": None}})
+                        status, "api_error"), "message": said}} if anthropic
+                        else {"error": {"message": said, "type": "server_error", "code": None}})
                     return self._send(status, error)
                 if anthropic:
                     return self._send(200, {

@@ -323,6 +323,22 @@ def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
     assert "no DECISION line" in records[1]["fallbacks"][0]
 
 
+def test_a_key_a_gateway_echoes_is_never_written_even_by_the_monitor(service, monkeypatch,
+                                                                     tmp_path, caplog):
+    """The monitor job gets its key from the controller, not from its environment, so the
+    records' scrub of the environment's key missed it; the warning line was never scrubbed."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = config(service)
+    stopper = Stopper(cfg, choose_backend(cfg, KEY))
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    service.reply({"status": 401, "message": "invalid x-api-key {key}"})
+    d = stopper.decide(StopperInput(phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20), 20, 60,
+                                    best, 0.9), tmp_path)
+    assert d.action == "STOP" and len(service.requests) == 1   # the heuristic, after a 401
+    written = (tmp_path / "early_stop.json").read_text()
+    assert "[redacted]" in written and KEY not in written
+    assert "AuthenticationError" in caplog.text and KEY not in caplog.text
+
 def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)

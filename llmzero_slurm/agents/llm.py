@@ -3,7 +3,8 @@
 `complete` either returns text or raises `LLMUnavailable` (after the SDK's own retries with
 back-off on 429, 5xx and timeouts, and for any other failure of the exchange); agents then fall
 back to the heuristics. The API key is read from the environment here and handed to the SDK;
-it is never stored anywhere else.
+it is never stored anywhere else, and is cut out of every failure's text (a gateway may echo
+it), which reaches records and logs.
 """
 from __future__ import annotations
 
@@ -152,7 +153,14 @@ class _SDKBackend:
         except LLMUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
-            raise LLMUnavailable(f"{self.vendor}: {type(exc).__name__}: {exc}") from None
+            raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {exc}")) \
+                from None
+
+    def redact(self, text: str) -> str:
+        """`text` without the key: the monitor's key is handed over, not in its environment,
+        so the records' scrub of the environment's key would not find it."""
+        key = str(self.client.api_key or "")
+        return text.replace(key, "[redacted]") if len(key) >= 8 else text
 
     def probe(self) -> str:
         """--check's trial of the key and the model: one request for one token. A refusal that
@@ -162,7 +170,7 @@ class _SDKBackend:
         try:
             self.send(self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)))
         except (anthropic.APIStatusError, openai.APIStatusError) as exc:
-            said = f"{type(exc).__name__}: {str(exc)[:300]}"
+            said = f"{type(exc).__name__}: {self.redact(str(exc))[:300]}"
             if exc.status_code in (401, 403):
                 raise ConfigError("agents.api_key_env", f"the {self.vendor} refused the key in "
                                   f"${self.cfg.api_key_env}: {said}") from None
@@ -172,7 +180,7 @@ class _SDKBackend:
                                   f"request to it: {said}") from None
             return f"not verified from here: {said}"
         except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
-            return f"not verified from here: {type(exc).__name__}: {str(exc)[:300]}"
+            return f"not verified from here: {type(exc).__name__}: {self.redact(str(exc))[:300]}"
         return "a one-token request was answered"
 
 
