@@ -227,8 +227,9 @@ def _sample(steps: list[int], rows: int) -> list[int]:
 
 def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METRICS) -> str:
     """A compact text table for prompts: per-metric first/min/max/last, then values at evenly
-    spaced steps. Validated steps come first (up to `rows`): training steps only fill the rows
-    left between them, as a checkpoint is chosen by its score. Test metrics never appear."""
+    spaced steps. Validated steps come first (up to `rows`, the best one always): training
+    steps only fill the rows left, as a checkpoint is chosen by its score. Test metrics never
+    appear."""
     log = log.without_test()
     val = val_score_series(log)
     present = [m for m in metrics if log.get(m)]
@@ -243,8 +244,10 @@ def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METR
         vs = log.values(m)
         lines.append(f"{m} | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | {_fmt(vs[-1])}")
     columns = ["step"] + (["validation score"] if val else []) + present
-    # Validated steps make the best rows (every column is filled there); the last step too.
-    steps = set(_sample([s for s, _ in val], rows - 1)) | {log.last_step or 0}
+    # Validated steps make the best rows (every column is filled there); the last step and
+    # the best validation too, which even spacing over many validations would skip.
+    steps = set(_sample([s for s, _ in val], rows - 2)) | {log.last_step or 0}
+    steps |= {max(val, key=lambda sv: sv[1])[0]} if val else set()
     if len(val) < rows // 2 and rows - len(steps) > 1:
         others = sorted({s for m in present for s, _ in log.get(m)} - steps)
         steps |= set(_sample(others, rows - len(steps)))

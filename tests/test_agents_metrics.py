@@ -32,6 +32,9 @@ def test_the_summary_table_keeps_every_validation_point(tmp_path):
     table = summarize(log, rows=16).split("\n\n")[1].splitlines()[1:]
     scored = [int(line.split(" | ")[0]) for line in table if line.split(" | ")[1] != "-"]
     assert scored == [5, 10, 15, 20, 25, 30] and len(table) == 16
+    peaked = [(s, {**d, VAL: 0.9}) if s == 215 else (s, d) for s, d in rows(400, val_slope=0)]
+    table = summarize(read_metrics(write(tmp_path / "p.jsonl", peaked)), rows=16)
+    assert "215" in [line.split(" | ")[0] for line in table.splitlines()]   # best of 80 kept
 
 def test_torn_last_line_is_skipped_and_flagged(tmp_path):
     log = read_metrics(write(tmp_path / "m.jsonl", rows(10), '{"step": 11, "data": {"acto'))
