@@ -6,10 +6,12 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
 from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
 from llmzero_slurm.controller import ingest
-from llmzero_slurm.metrics import best_val, read_metrics
+from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
 from metrics_files import metrics_line
 
 SCRIPT = verl_metrics.__file__
@@ -131,3 +133,26 @@ def test_a_non_finite_verl_metric_reaches_the_agents_as_nan(tmp_path):
     for name in ("actor/grad_norm", "actor/kl_loss"):
         (first, _), (step, value) = log.get(name)
         assert (first, step) == (14, 15) and math.isnan(value), name
+
+
+def test_a_test_score_with_a_non_finite_data_source_is_no_score(tmp_path):
+    """The test score at the best validation step averaged only the data sources that were
+    finite there: with one source's accuracy NaN (verl writes null), the report's headline test
+    score was the other source's alone, while a validation step with a NaN source has no score."""
+    src, dst = tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl"
+    src.write_text(verl_line(20, **{"val-core/a_val/acc/mean@1": 0.5,
+                                    "val-core/a_test/acc/mean@1": 0.9,
+                                    "val-core/b_test/acc/mean@1": None}))
+    VerlMetricsIngest(src, dst, 0, ["a_test", "b_test"]).poll()
+    log = read_metrics(dst)
+    assert math.isnan(log.get("test-core/b_test/acc/mean@1")[0][1])
+    assert ingest.test_score_at(log, 20) is None
+    assert ingest.test_score_at(log, 30) is None
+
+
+def test_a_test_score_missing_for_one_data_source_is_no_score():
+    """A source with no test accuracy logged at the step is not averaged away either."""
+    log = MetricsLog({"test-core/a/acc/mean@1": [(10, 0.2), (20, 0.9)],
+                      "test-core/b/acc/mean@1": [(10, 0.4)]})
+    assert ingest.test_score_at(log, 10) == pytest.approx(0.3)
+    assert ingest.test_score_at(log, 20) is None

@@ -15,10 +15,12 @@ from ..store.node_dir import NodeDir
 
 
 def test_score_at(log: MetricsLog, step: int) -> float | None:
-    """Mean held-out test accuracy over data sources at one global step (reports only)."""
+    """Mean held-out test accuracy over data sources at one global step (reports only); None
+    unless every source has a finite score there, as a validation step with a NaN source has
+    no score: the mean of the others would be reported as the whole test set's."""
     names = score_names(log.series, "test")
-    values = [v for n in names for s, v in log.get(n) if s == step and math.isfinite(v)]
-    return sum(values) / len(values) if values else None
+    values = [dict(log.get(n)).get(step, math.nan) for n in names]
+    return sum(values) / len(values) if values and all(map(math.isfinite, values)) else None
 
 
 def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:
