@@ -24,7 +24,8 @@ from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.canvas import STATUS_COLOURS
-from llmzero_slurm.report.figures import FIGURES, hparam_figure
+from llmzero_slurm.report.figures import (FIGURES, best_so_far_line, hparam_figure,
+                                          leader_test_by_compute)
 from llmzero_slurm.report.tree_figure import TREE
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
@@ -395,3 +396,25 @@ def test_binary_agent_records_are_noted_not_fatal(tmp_path):
     notes = collect(store.root).notes
     assert any("0000/proposal.json" in n and "not UTF-8" in n for n in notes)
     assert any("0000/early_stop.json" in n and "not UTF-8" in n for n in notes)
+
+
+def test_the_progress_figures_end_at_the_headline_best(tmp_path):
+    """Two phases tie for the best validation and a pruned one (a replaced debug attempt)
+    scored higher: the headline is the older of the two (best_node), but the test-vs-compute
+    curve ended at the tie's first finisher's test score and the best-so-far line at the
+    pruned node's validation score, so the figures contradicted the numbers above them."""
+    store = RunStore.create(tmp_path / "ties", config())
+    for test, finished, pruned, best in ((0.4321, 2.0, False, 0.7), (0.5678, 1.0, False, 0.7),
+                                         (0.6543, 3.0, True, 0.9)):
+        def build(i: int, test=test, finished=finished, pruned=pruned, best=best) -> Node:
+            node = make_child(store.load_tree(), Action(Kind.SCRATCH, None), i, RECIPE)
+            node.status, node.finished_at, node.pruned = Status.COMPLETED, finished, pruned
+            node.results = Results(best_val=best, best_val_step=10, test_at_best=test,
+                                   last_step=10, checkpoints=[10], gpu_hours=0.1)
+            return node
+        store.add_node(build)
+    view = collect(store.root)
+    assert view.best.id == 0 and view.best.results.test_at_best == 0.4321
+    hours, tests = leader_test_by_compute(view)
+    assert tests == [0.5678, 0.4321, 0.4321] and hours == pytest.approx([0.1, 0.2, 0.3])
+    assert best_so_far_line(view) == ([1, 2, 3], [0.7, 0.7, 0.7])

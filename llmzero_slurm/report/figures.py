@@ -51,19 +51,30 @@ def strategy_curve(view: RunView, path: Path) -> Path:
                    "global step", "validation score")
 
 
-def best_so_far(view: RunView, path: Path) -> Path:
-    """Best validation score so far against iteration (phases in creation order)."""
-    fig, ax = new_figure()
-    nodes = sorted(view.tree, key=lambda n: n.id)
-    xs, best, running = [], [], None
-    for i, node in enumerate(nodes, 1):
-        if node.score is not None:
-            ax.scatter([i], [node.score], color=STATUS_COLOURS[node.status], edgecolor="black",
-                       zorder=3, s=25)
+def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
+    """(iteration, best validation score so far) in creation order; a pruned node's score is
+    left out of it, as the headline's best_node leaves it out, so the line ends at that score."""
+    xs: list[int] = []
+    best: list[float] = []
+    running = None
+    for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
+        if node.score is not None and not node.pruned:
             running = node.score if running is None else max(running, node.score)
         if running is not None:
             xs.append(i)
             best.append(running)
+    return xs, best
+
+
+def best_so_far(view: RunView, path: Path) -> Path:
+    """Best validation score so far against iteration (phases in creation order), each scored
+    phase a dot."""
+    fig, ax = new_figure()
+    for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
+        if node.score is not None:
+            ax.scatter([i], [node.score], color=STATUS_COLOURS[node.status], edgecolor="black",
+                       zorder=3, s=25)
+    xs, best = best_so_far_line(view)
     if xs:
         ax.step(xs, best, where="post", color="black", label="best so far")
         ax.legend(fontsize=7)
@@ -73,21 +84,29 @@ def best_so_far(view: RunView, path: Path) -> Path:
                    "iteration (phase created)", "validation score")
 
 
-def test_vs_compute(view: RunView, path: Path) -> Path:
-    """Test score of the best-validation phase so far against cumulative device-hours."""
-    fig, ax = new_figure()
+def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
+    """(cumulative device-hours, test score of the best phase so far) as phases finished. The
+    best is chosen as the headline's (best_node): pruned nodes left out, a tie to the older
+    node, so the curve ends at the test score the page states."""
     done = sorted((n for n in view.tree if n.status.finished),
                   key=lambda n: (n.finished_at or 0.0, n.id))
     hours: list[float] = []
     tests: list[float] = []
-    spent, leader, leading = 0.0, None, -math.inf
+    spent, leader, leading = 0.0, None, (-math.inf, 0)
     for node in done:
         spent += node.results.gpu_hours
-        if node.score is not None and (leader is None or node.score > leading):
-            leader, leading = node, node.score
+        if node.score is not None and not node.pruned and (node.score, -node.id) > leading:
+            leader, leading = node, (node.score, -node.id)
         if leader is not None and leader.results.test_at_best is not None:
             hours.append(spent)
             tests.append(leader.results.test_at_best)
+    return hours, tests
+
+
+def test_vs_compute(view: RunView, path: Path) -> Path:
+    """Test score of the best-validation phase so far against cumulative device-hours."""
+    fig, ax = new_figure()
+    hours, tests = leader_test_by_compute(view)
     if hours:
         ax.step(hours, tests, where="post", marker="o", markersize=3)
     else:
