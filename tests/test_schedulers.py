@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,6 +28,7 @@ from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
 from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
+from llmzero_slurm.store.node_dir import NodeDir
 
 from conftest import TinyBackend, files_of, finish, status_json, wait_for
 
@@ -587,3 +589,33 @@ def test_a_scancel_after_the_time_limit_warning_is_a_cancel(tmp_path, tiny_progr
     assert finish(sched, job).raw == "CANCELLED"
     status = status_json(script)
     assert (status["state"], status["exit_code"]) == ("cancelled", 143), status
+
+
+def test_a_requeued_phase_counts_the_device_time_of_every_run(tmp_path, tiny_program):
+    """A requeue runs the phase's script again under its job id, and each run rewrote
+    status.json with its own start: the phase's device-hours (the report's cost, the
+    budget_gpu_hours budget) counted the last run only, so a phase preempted after hours of
+    training was charged the minutes of its rerun."""
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 8, "seed": 1},
+                   step_s=0.3)
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "0"}
+    first = subprocess.Popen(["bash", str(script)], env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (script.parent / "ckpt" / "global_step_3").exists(), 30, "a checkpoint")
+    os.killpg(first.pid, signal.SIGTERM)              # what Slurm sends on a requeue
+    first.wait(timeout=30)
+    before = status_json(script)
+    earlier = before["finished_at"] - before["started_at"]
+    assert earlier > 0.5
+    rerun = subprocess.run(["bash", str(script)], env={**env, "SLURM_RESTART_COUNT": "1"},
+                           capture_output=True, text=True, timeout=60)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    after = status_json(script)
+    assert after["state"] == "completed" and after["restart_count"] == 1
+    status = NodeDir(script.parent).status()
+    assert status is not None
+    assert status.device_hours(nodes=1) * 3600 == pytest.approx(
+        earlier + after["finished_at"] - after["started_at"], abs=1e-3)
+    again = subprocess.run(["bash", str(script)], env={**os.environ}, capture_output=True,
+                           text=True, timeout=60)      # a rerun by hand starts its own count
+    assert again.returncode == 0 and status_json(script)["earlier_s"] == 0

@@ -22,6 +22,7 @@ Readers here never load an unbounded file whole: metrics are read incrementally 
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class JobStatus:
     restart_count: int = 0
     started_at: float | None = None
     finished_at: float | None = None
+    earlier_s: float = 0.0          # a requeued job's earlier runs: their time held, carried on
     gpus: str = ""
     exit_code: int | None = None
     reason: str | None = None
@@ -71,6 +73,8 @@ class JobStatus:
                    host=data.get("host") or None,
                    restart_count=restarts if isinstance(restarts, int) else 0,
                    started_at=number("started_at"), finished_at=number("finished_at"),
+                   earlier_s=earlier if (earlier := number("earlier_s")) is not None
+                   and math.isfinite(earlier) and earlier > 0 else 0.0,
                    gpus=str(data.get("gpus") or ""),
                    exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
                    reason=data.get("reason") or None)
@@ -81,11 +85,13 @@ class JobStatus:
         return self.job_id is None or self.job_id.startswith("manual-")
 
     def device_hours(self, nodes: int) -> float:
-        """Wall time times the devices held (GPUs, or one CPU slot without GPUs)."""
+        """Wall time times the devices held (GPUs, or one CPU slot without GPUs), a requeued
+        job's earlier runs included."""
         if self.started_at is None or self.finished_at is None:
             return 0.0
         gpus = [g for g in self.gpus.split(",") if g.strip()]
-        return max(self.finished_at - self.started_at, 0.0) / 3600.0 * max(1, len(gpus)) * max(1, nodes)
+        held = max(self.finished_at - self.started_at, 0.0) + self.earlier_s
+        return held / 3600.0 * max(1, len(gpus)) * max(1, nodes)
 
 
 class NodeDir:
