@@ -52,3 +52,25 @@ def test_nodes_and_the_best_strategy_read_as_curves_on_global_steps(tmp_path):
     assert scalars(out / "best-strategy") == [(0, TB_VAL, 0.3), (10, "actor/entropy", 0.9),
                                               (10, TB_VAL, 0.5), (15, "actor/entropy", 0.7),
                                               (20, TB_VAL, 0.7)]
+
+
+def test_a_requeued_phase_that_rewrote_its_metrics_is_shown_as_rewritten(tmp_path):
+    """A requeued phase truncates metrics.jsonl to the checkpoint it resumes and logs the later
+    steps again, with other values where its sampling is not reproducible (verl): its TensorBoard
+    run was only appended past the last step written, so it kept the first run's values (a
+    validation peak the report no longer has) beside the report's."""
+    root = tmp_path / "run"
+    metrics = root / "nodes" / "0000" / "metrics.jsonl"
+    write_metrics(metrics, [(10, {VAL: 0.5}), (20, {VAL: 0.9}), (25, {"actor/entropy": 0.8})])
+    tree = T(N(0, None, S.RUNNING))
+    out = export_tensorboard(root, tree, lambda i: read_metrics(metrics))
+    assert (20, TB_VAL, 0.9) in scalars(out / "node-0000")
+    write_metrics(metrics, [(10, {VAL: 0.5}), (20, {VAL: 0.6}), (25, {"actor/entropy": 0.7}),
+                            (30, {VAL: 0.7})])       # the rerun from the checkpoint at 10
+    tree = T(N(0, None, score=0.7))
+    export_tensorboard(root, tree, lambda i: read_metrics(metrics))
+    expected = [(10, TB_VAL, 0.5), (20, TB_VAL, 0.6), (25, "actor/entropy", 0.7), (30, TB_VAL, 0.7)]
+    assert scalars(out / "node-0000") == expected
+    assert scalars(out / "best-strategy") == expected
+    export_tensorboard(root, tree, lambda i: read_metrics(metrics))    # nothing new: untouched
+    assert scalars(out / "node-0000") == expected

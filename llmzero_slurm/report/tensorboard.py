@@ -5,10 +5,14 @@ strategy line up as one continuous curve; and `best-strategy`, the best path's c
 into one run. Written with tensorboardX: pure Python over protobuf, no TensorFlow and no torch,
 which a login node can afford. Node runs are only ever appended to (`exported.json` keeps the
 last step written per node, so a restarted controller writes no point twice); the best
-strategy's run is written afresh whenever the best path or its progress changes.
+strategy's run is written afresh whenever the best path or its progress changes. A node whose
+points already written changed (a requeued phase rewrote its metrics.jsonl from an earlier
+checkpoint, with other values) has its run written afresh too, so that TensorBoard shows the
+values the report reads, not the first run's.
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import uuid
 from pathlib import Path
@@ -44,6 +48,16 @@ def _write(run_dir: Path, log: MetricsLog, after: int = -1) -> int:
     return max(step for step, _, _ in points)
 
 
+def _digest(log: MetricsLog, until: int) -> str:
+    """A fingerprint of a log's points up to a step: what a TensorBoard run holds of it."""
+    h = hashlib.sha256()
+    for name in sorted(log.series):
+        for step, value in log.series[name]:
+            if step <= until:
+                h.update(f"{name}\0{step}\0{value!r}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def export_tensorboard(root: str | Path, tree: Tree,
                        metrics_of: Callable[[int], MetricsLog]) -> Path:
     """Bring <root>/tensorboard up to date with every node's metrics; return its path."""
@@ -54,15 +68,21 @@ def export_tensorboard(root: str | Path, tree: Tree,
     except StateError:
         state = {}
     done = {str(k): int(v) for k, v in state.get("nodes", {}).items()}
+    digests = {str(k): str(v) for k, v in state.get("digests", {}).items()}
     logs = {node.id: metrics_of(node.id) for node in tree}
     for node in tree:
-        done[str(node.id)] = _write(out / f"node-{node.id:04d}", logs[node.id],
-                                    done.get(str(node.id), -1))
+        key, run = str(node.id), out / f"node-{node.id:04d}"
+        after = done.get(key, -1)
+        if after >= 0 and digests.get(key) != _digest(logs[node.id], after):
+            shutil.rmtree(run, ignore_errors=True)    # its written points changed: afresh
+            after = -1
+        done[key] = _write(run, logs[node.id], after)
+        digests[key] = _digest(logs[node.id], done[key])
     path = best_path(tree)
-    progress = [[n.id, logs[n.id].last_step] for n in path]
+    progress = [[n.id, logs[n.id].last_step, digests[str(n.id)]] for n in path]
     if progress != state.get("best"):
         shutil.rmtree(out / BEST_RUN, ignore_errors=True)
         if path:
             _write(out / BEST_RUN, strategy_curves(path, logs.__getitem__))
-    write_json(out / STATE_FILE, {"nodes": done, "best": progress})
+    write_json(out / STATE_FILE, {"nodes": done, "digests": digests, "best": progress})
     return out
