@@ -1,8 +1,9 @@
 """Selection, branching limits, terminal pruning, debug reparenting, injection, best path."""
 import pytest
 
-from llmzero_slurm.search.policy import (Action, Analysis, best_path, make_child, reparent_fix,
-                                         scratch_ratio, select)
+from llmzero_slurm.search.policy import (Action, Analysis, best_node, best_path, make_child,
+                                         reparent_fix, scratch_ratio, select)
+from llmzero_slurm.search.scoring import ScoreRange, score_range
 from llmzero_slurm.search.settings import SearchSettings
 from llmzero_slurm.search.tree import Kind, Resume, Tree
 from treebuild import N, S, T
@@ -52,6 +53,16 @@ def test_a_cancelled_child_gives_its_branching_slot_back():
     failed = T(N(0, None, S.FAILED), N(1, 0, S.CANCELLED, kind=DBG, resume=Resume(0, 10),
                                       debug_depth=1))
     assert select(failed, SearchSettings(max_debug_children=1)) == Action(DBG, 0)
+
+
+def test_a_phase_a_person_cancelled_is_never_the_best():
+    """Audit (report): a lucky early score of a phase cancelled by hand became the headline
+    best and the end of strategy.yaml, and widened the range every UCT score is normalised
+    by, though a person's cancel is no verdict on the configuration."""
+    tree = T(N(0, None, score=0.6), N(1, 0, S.CANCELLED, score=0.8), N(2, 0, score=0.4))
+    assert best_node(tree).id == 0
+    assert score_range(tree) == ScoreRange(0.4, 0.6)
+    assert best_node(T(N(0, None, S.CANCELLED, score=0.8))) is None
 
 
 def test_a_search_whose_every_root_was_cancelled_starts_a_root_again():

@@ -52,14 +52,14 @@ def strategy_curve(view: RunView, path: Path) -> Path:
 
 
 def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
-    """(iteration, best validation score so far) in creation order; a pruned node's score is
-    left out of it, as the headline's best_node leaves it out, so the line ends at that score."""
+    """(iteration, best validation score so far) in creation order, of the ranked scores the
+    headline's best_node picks from (no pruned or cancelled node), so the line ends at its."""
     xs: list[int] = []
     best: list[float] = []
     running = None
     for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
-        if node.score is not None and not node.pruned:
-            running = node.score if running is None else max(running, node.score)
+        if (score := node.ranked_score) is not None:
+            running = score if running is None else max(running, score)
         if running is not None:
             xs.append(i)
             best.append(running)
@@ -86,8 +86,8 @@ def best_so_far(view: RunView, path: Path) -> Path:
 
 def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
     """(cumulative device-hours, test score of the best phase so far) as phases finished. The
-    best is chosen as the headline's (best_node): pruned nodes left out, a tie to the older
-    node, so the curve ends at the test score the page states."""
+    best is chosen as the headline's (best_node): ranked scores only, a tie to the older node,
+    so the curve ends at the test score the page states."""
     done = sorted((n for n in view.tree if n.status.finished),
                   key=lambda n: (n.finished_at or 0.0, n.id))
     hours: list[float] = []
@@ -95,8 +95,8 @@ def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
     spent, leader, leading = 0.0, None, (-math.inf, 0)
     for node in done:
         spent += node.results.gpu_hours
-        if node.score is not None and not node.pruned and (node.score, -node.id) > leading:
-            leader, leading = node, (node.score, -node.id)
+        if (score := node.ranked_score) is not None and (score, -node.id) > leading:
+            leader, leading = node, (score, -node.id)
         if leader is not None and leader.results.test_at_best is not None:
             hours.append(spent)
             tests.append(leader.results.test_at_best)

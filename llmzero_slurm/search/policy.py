@@ -119,9 +119,9 @@ def scratch_ratio(tree: Tree) -> float:
 
 
 def best_node(tree: Tree) -> Node | None:
-    """The unpruned node with the highest validation score (oldest wins ties)."""
-    scored = [n for n in tree if n.score is not None and not n.pruned]
-    return max(scored, key=lambda n: (n.score, -n.id)) if scored else None
+    """The node with the highest ranked validation score (oldest wins ties)."""
+    scored = [(s, -n.id, n) for n in tree if (s := n.ranked_score) is not None]
+    return max(scored, key=lambda t: t[:2])[2] if scored else None
 
 
 def select(tree: Tree, settings: SearchSettings) -> Action | None:

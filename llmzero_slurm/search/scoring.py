@@ -29,8 +29,8 @@ class ScoreRange:
 
 
 def score_range(tree: Tree) -> ScoreRange | None:
-    """Min and max validation score over scored, unpruned nodes; None before any score."""
-    scores = [n.score for n in tree if n.score is not None and not n.pruned]
+    """Min and max ranked validation score; None before any score."""
+    scores = [s for n in tree if (s := n.ranked_score) is not None]
     if not scores:
         return None
     return ScoreRange(min(scores), max(scores))

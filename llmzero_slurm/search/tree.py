@@ -105,6 +105,12 @@ class Node:
     def score(self) -> float | None:
         return self.results.best_val
 
+    @property
+    def ranked_score(self) -> float | None:
+        """The score the search and the headline rank by: none for a pruned node, nor for one a
+        person cancelled, which is no verdict on its configuration."""
+        return None if self.pruned or self.status is Status.CANCELLED else self.score
+
     def give_up(self, message: str) -> None:
         """End the node's debug chain, saying why under the plan's own diagnosis."""
         self.terminal = True
