@@ -354,8 +354,20 @@ def test_a_phase_that_completed_right_at_its_time_limit_counts_as_completed(tmp_
     fault_outcome(ctl.store, sched.job_dirs())
 
 
+def test_a_timeout_after_the_last_planned_step_was_saved_counts_as_completed(tmp_path):
+    """Audit (report): the time limit struck as the job wound down after saving its last
+    planned step, before it recorded its end. It was recorded failed, and its debug child,
+    'continuing' from that checkpoint with no step left, trained past the plan."""
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}, (10, 20)), "TIMEOUT"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    assert ctl.run() == 0
+    [root] = ctl.store.load_tree()
+    assert root.status is Status.COMPLETED and root.submission.scheduler_state == "TIMEOUT"
+    assert "saved its last planned step (20)" in root.submission.reason
+
+
 def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
-    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "TIMEOUT"]])
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}, (10,)), "TIMEOUT"]])
     ctl, out = controller(tmp_path, sched, [scratch])
     assert ctl.run() == NOTHING_COMPLETED        # issue 15: it said 0 with nothing to show
     assert ctl.store.load_tree()[0].status is Status.FAILED

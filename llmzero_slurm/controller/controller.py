@@ -16,13 +16,13 @@ from ..backends import get_backend
 from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
-from ..schedulers.base import JobState, Scheduler, completed_at_limit
+from ..schedulers.base import JobState, Scheduler
 from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
 from ..store.run_store import RunStore
 from .. import faults
-from .ingest import collect_results
+from .ingest import collect_results, completed_at_limit
 from .admission import Admission
 from .lease import Lease, LeaseLost
 from .outcome import outcome
@@ -271,11 +271,11 @@ class Controller:
             self.progress.event(f"node {node.id}: job {state.job_id} was a duplicate; "
                                 f"watching job {owner}, which claimed the node")
             return False
-        state = completed_at_limit(state, files.path)
+        results = collect_results(node, files, self.backend, self.config.slurm.nodes)
+        state = completed_at_limit(state, node, files, results, self.backend)
         status = state.status
         if status is Status.CANCELLED and files.stop_decided():
             status = Status.EARLY_STOPPED
-        results = collect_results(node, files, self.backend, self.config.slurm.nodes)
         faults.point("while_ingesting")
 
         def finish(n: Node) -> None:

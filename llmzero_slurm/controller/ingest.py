@@ -10,7 +10,9 @@ import math
 from ..backends import TrainerBackend
 from ..errors import ConfigError
 from ..metrics import MetricsLog, best_val, score_names
-from ..search.tree import Node, Results
+from ..schedulers.base import JobState
+from ..search.budget import planned_steps
+from ..search.tree import Node, Results, Status
 from ..store.node_dir import NodeDir
 
 
@@ -42,3 +44,24 @@ def _checkpoints(backend: TrainerBackend, files: NodeDir) -> list[int]:
         return backend.checkpoint_steps(files)
     except ConfigError:   # a phase that died before recording its step offset saved nothing
         return []
+
+
+def completed_at_limit(state: JobState, node: Node, files: NodeDir, results: Results,
+                       backend: TrainerBackend) -> JobState:
+    """A TIMEOUT of a phase that trained every step is a completed phase: Slurm's time limit
+    struck while the job wound down. Either the job recorded its clean end in status.json, or
+    it was killed before that, once it had saved the checkpoint of its last planned step."""
+    if state.raw != "TIMEOUT":
+        return state
+    status = files.status()
+    steps = planned_steps(backend.effective_hparams(node.hparams))
+    last = node.start_step + steps if steps else None
+    if status is not None and status.job_id == str(state.job_id) \
+            and status.state == "completed" and status.exit_code == 0:
+        why = "finished every step with exit 0 at the time limit (Slurm recorded TIMEOUT)"
+    elif last is not None and last in results.checkpoints:
+        why = (f"saved its last planned step ({last}) before the time limit struck (Slurm "
+               "recorded TIMEOUT)")
+    else:
+        return state
+    return JobState(state.job_id, state.raw, Status.COMPLETED, 0, why, state.source)

@@ -118,20 +118,6 @@ def state_from_status_file(job_id: str, node_dir: Path) -> JobState | None:
     return job_state(job_id, raw, status.exit_code, status.reason, "status.json")
 
 
-def completed_at_limit(state: JobState, node_dir: Path) -> JobState:
-    """A TIMEOUT whose job recorded a clean end of its own in status.json is a completed phase:
-    it finished every step with exit 0 and Slurm's time limit struck while the job wound down."""
-    if state.raw != "TIMEOUT":
-        return state
-    status = NodeDir(node_dir).status()
-    if status is None or status.job_id != str(state.job_id) or status.state != "completed" \
-            or status.exit_code != 0:
-        return state
-    return JobState(state.job_id, state.raw, Status.COMPLETED, 0,
-                    "finished every step with exit 0 at the time limit (Slurm recorded TIMEOUT)",
-                    state.source)
-
-
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
