@@ -14,18 +14,9 @@ from typing import Any
 
 from ..config import load_config
 from ..errors import ConfigError, FrozenConfigError, StateError
-from .atomic import keep_copy, read_json, write_json, write_text
-from .run_store import SCHEMA_VERSION, RunStore, read_meta
-
-
-def other_schema(path: Path) -> bool:
-    """A readable meta.json of another release: never rebuilt (that release reads it)."""
-    try:
-        data = read_json(path)
-    except StateError:
-        return False
-    return isinstance(data, dict) and "schema_version" in data \
-        and data["schema_version"] != SCHEMA_VERSION
+from .atomic import keep_copy, write_json, write_text
+from .run_store import RunStore, read_meta
+from .schema import SCHEMA_VERSION, other_schema
 
 
 CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"

@@ -38,3 +38,14 @@ def version_problem(version: Any) -> str:
     return (f"schema_version {version} is from {'a newer' if newer else 'an older'} llmzero-slurm "
             f"({here}); the file is not damaged and llmzero-repair cannot change it: read this "
             f"run with {'that release or a later one' if newer else 'the release that wrote it'}")
+
+
+def other_schema(path: Path) -> bool:
+    """A readable record of another release: never rebuilt by llmzero-repair (that release
+    reads it)."""
+    try:
+        data = read_json(path)
+    except StateError:
+        return False
+    return isinstance(data, dict) and "schema_version" in data \
+        and data["schema_version"] != SCHEMA_VERSION
