@@ -47,13 +47,13 @@ class ScriptedScheduler(Scheduler):
                                 directives.get("job-name", script.name))
         return job_id
 
-    def states(self, job_ids: Iterable[str],
-               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+    def states(self, job_ids: Iterable[str], node_dirs: Mapping[str, Path] | None = None,
+               names: Mapping[str, str] | None = None) -> dict[str, JobState]:
         out = {}
         for job_id in job_ids:
             job = self.jobs.get(job_id)
-            if job is None:
-                continue
+            if job is None or job.name != (names or {}).get(job_id, job.name):
+                continue   # as squeue --name would: the name the job was submitted under
             while job.script and callable(job.script[0]):
                 job.script.pop(0)(job.node)     # what the job does before this poll
             if job.script and (job.state is None or not job.state.final):

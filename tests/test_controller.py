@@ -475,12 +475,12 @@ class DownScheduler(ScriptedScheduler):
         super().__init__(scripts)
         self.down = down_polls
 
-    def states(self, job_ids, node_dirs=None):
+    def states(self, job_ids, node_dirs=None, names=None):
         if self.down:
             self.down -= 1
             raise SchedulerError("polling jobs: squeue kept failing with a transient error",
                                  retryable=True)
-        return super().states(job_ids, node_dirs)
+        return super().states(job_ids, node_dirs, names)
 
 
 @pytest.mark.fault("squeue and sacct down for three polls")

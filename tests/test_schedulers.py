@@ -437,6 +437,21 @@ def test_a_live_job_squeue_omits_is_alive_when_sacct_says_so(tmp_path):
     assert (state.raw, state.status, state.final) == ("RUNNING", Status.RUNNING, False)
 
 
+def test_an_accounting_row_of_another_name_is_another_jobs(tmp_path):
+    """sacct -c ignores --name: its row for a recorded id that another job (of another name)
+    has since taken was read as the phase's end; the phase's own status.json says it."""
+    (tmp_path / "status.json").write_text(json.dumps({"state": "completed", "job_id": "41",
+                                                      "exit_code": 0}))
+    sched = SlurmScheduler(runner=Clients(sacct="41|FAILED|1:0|someone-elses-training\n"),
+                           min_poll_s=0)
+    state = sched.states(["41"], {"41": tmp_path}, {"41": "llmz-x-0001-scratch"})["41"]
+    assert (state.raw, state.source) == ("COMPLETED", "status.json")
+    same = SlurmScheduler(runner=Clients(sacct="41|FAILED|1:0|llmz-x-0001-scratch\n"),
+                          min_poll_s=0)
+    assert same.states(["41"], {"41": tmp_path}, {"41": "llmz-x-0001-scratch"})["41"].raw == \
+        "FAILED"
+
+
 @pytest.mark.parametrize("status", [None, "running"])
 def test_a_job_no_source_knows_is_unknown_for_a_while_then_lost(tmp_path, status):
     """Issue 14.4: absent from squeue, sacct down, no status.json: queued for ever."""

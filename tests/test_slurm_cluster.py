@@ -446,6 +446,31 @@ def test_a_stop_cancels_no_job_that_has_since_taken_a_recorded_id(tmp_path):
         subprocess.run(["scancel", other, ours], check=False)
 
 
+def test_a_phase_whose_job_id_is_now_anothers_is_read_from_its_own_status_file(tmp_path):
+    """A recorded phase job id was polled as it stood: with a run copied to another cluster
+    (or ids wrapped or reset), a phase that had ended showed, and was watched, as the foreign
+    job now holding its id (here waiting in the queue for ever). Only a job that still bears
+    the phase's name is the phase's; its own status.json says how it ended."""
+    from llmzero_slurm.search.tree import Kind, Node, Submission
+    store, tool = controller_job_run(tmp_path, "phreused")
+    other = subprocess.run(["sbatch", "--parsable", "--hold", "--output=/dev/null",
+                            "--job-name=someone-elses-training", "--wrap=sleep 300"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {}, status=Status.RUNNING,
+                                             submission=Submission(f"tok-{i}", other)))
+        folder = store.node_dir(node.id).path
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "status.json").write_text(json.dumps(
+            {"state": "completed", "job_id": other, "exit_code": 0, "finished_at": 2.0}))
+        status = tool("status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["slurm_states"] == {other: "COMPLETED"}
+        assert SlurmScheduler(min_poll_s=0).states([other])[other].raw == "PENDING"
+    finally:
+        subprocess.run(["scancel", other], check=False)
+
+
 def test_a_recorded_controller_job_id_now_anothers_is_neither_shown_nor_cancelled(tmp_path):
     """llmzero-status showed another job that had since taken a recorded controller job's id
     as this run's controller waiting in the queue, and llmzero-stop said it cancelled it (the

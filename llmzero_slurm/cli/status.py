@@ -10,10 +10,11 @@ from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.progress import tree_summary
+from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
-from ..search.tree import Node, Status, Tree
+from ..search.tree import Node, Tree
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main
 
@@ -49,8 +50,7 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
     Status is for looking: when the batch system does not answer it shows the states on file
     at once, rather than retrying for a minute as the controller does; so too when the local
     scheduler's job table is damaged, which must not hide the node records."""
-    jobs = {n.submission.job_id: store.node_dir(n.id).path for n in tree
-            if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
+    jobs = watched_phases(tree)
     if not jobs:
         return {}, None
     try:
@@ -60,7 +60,7 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
     if kind == "slurm" and not SlurmScheduler.reachable():
         return {}, "Slurm did not answer (squeue failed); job states are shown as last recorded"
     try:
-        return make_scheduler(kind, store.root).states(list(jobs), jobs), None
+        return poll_phases(make_scheduler(kind, store.root), store, jobs), None
     except (SchedulerError, StateError) as exc:
         return {}, f"job states are shown as last recorded: {exc}"
 

@@ -31,6 +31,7 @@ from .progress import Progress, warnings_shown
 from .signals import StopSignals
 from .stop_request import stop_phases, stop_request_for
 from .submission import Submitter, submitted
+from .watched import poll_phases, watched_phases
 
 
 class Controller:
@@ -207,13 +208,11 @@ class Controller:
             elif node.status is Status.SUBMITTING:
                 self.submitter.confirm(node)
         tree = self.store.load_tree()
-        watched = {n.submission.job_id: n for n in tree
-                   if n.status in (Status.QUEUED, Status.RUNNING) and n.submission.job_id}
+        watched = watched_phases(tree)
         ended: list[bool] = []
         if watched:
-            dirs = {j: self.store.node_dir(n.id).path for j, n in watched.items()}
             try:
-                states = self.scheduler.states(list(watched), dirs)
+                states = poll_phases(self.scheduler, self.store, watched)
             except SchedulerError as exc:
                 self.progress.event(f"could not poll the scheduler, states kept as they were: {exc}")
                 states = {}

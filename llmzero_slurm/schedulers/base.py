@@ -187,11 +187,13 @@ class Scheduler(ABC):
         """Submit a rendered phase script; return the job id. Its directory is the node dir."""
 
     @abstractmethod
-    def states(self, job_ids: Iterable[str],
-               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+    def states(self, job_ids: Iterable[str], node_dirs: Mapping[str, Path] | None = None,
+               names: Mapping[str, str] | None = None) -> dict[str, JobState]:
         """States of many jobs in one round trip. `node_dirs` (job id -> node dir) lets a job's
         status.json stand in when the scheduler has forgotten it; jobs submitted by this object
-        are known already. A job whose state cannot be learnt yet is absent from the result."""
+        are known already. `names` (job id -> the name it was submitted under) keeps a job that
+        has since taken a recorded id from standing in for it. A job whose state cannot be
+        learnt yet is absent from the result."""
 
     @abstractmethod
     def cancel(self, job_id: str, name: str) -> None:

@@ -148,8 +148,9 @@ class LocalScheduler(Scheduler):
         found = [int(j) for j, job in self._table()["jobs"].items() if job["token"] == token]
         return str(max(found)) if found else None
 
-    def states(self, job_ids: Iterable[str],
-               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+    def states(self, job_ids: Iterable[str], node_dirs: Mapping[str, Path] | None = None,
+               names: Mapping[str, str] | None = None) -> dict[str, JobState]:
+        # `names` adds nothing here: the run's own job table never gives an id out twice.
         self._children = [c for c in self._children if c.poll() is None]
         jobs = self._table()["jobs"]
         out: dict[str, JobState] = {}

@@ -104,6 +104,7 @@ class SlurmScheduler(Scheduler):
         self._live: dict[str, JobState] = {}
         self._final: dict[str, JobState] = {}
         self._dirs: dict[str, Path] = {}
+        self._names: dict[str, str] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
 
@@ -231,17 +232,18 @@ class SlurmScheduler(Scheduler):
                  if f"token={token}" in comment.split(",") and job_id.isdigit()]
         return str(max(found)) if found else None
 
-    def states(self, job_ids: Iterable[str],
-               node_dirs: Mapping[str, Path] | None = None) -> dict[str, JobState]:
+    def states(self, job_ids: Iterable[str], node_dirs: Mapping[str, Path] | None = None,
+               names: Mapping[str, str] | None = None) -> dict[str, JobState]:
         ids = list(dict.fromkeys(str(j) for j in job_ids))
         self._dirs.update({str(k): Path(v) for k, v in (node_dirs or {}).items()})
+        self._names.update({str(k): v for k, v in (names or {}).items()})
         out = {j: self._final[j] for j in ids if j in self._final}
         todo = [j for j in ids if j not in out]
         if not todo:
             return out
         if time.monotonic() < self._next_poll and all(j in self._live for j in todo):
             return out | {j: self._live[j] for j in todo}
-        polled, took = self._poll(["--jobs=" + ",".join(todo)])
+        polled, took = self._poll(["--jobs=" + ",".join(todo), *self._name_filter(todo)])
         found = {s.job_id: s for s in polled}
         missing = [j for j in todo if j not in found]
         if missing:
@@ -268,6 +270,15 @@ class SlurmScheduler(Scheduler):
         if not ids:
             return {}
         return {s.job_id: s for s in self._poll(["--jobs=" + ",".join(ids), f"--name={name}"])[0]}
+
+    def _name_filter(self, job_ids: list[str]) -> list[str]:
+        """squeue's --name option when every job's name is known: squeue then lists only those
+        of them that still bear their names, and a job that has since taken a recorded id (ids
+        wrapped or reset, a run copied to another cluster) is looked up as the recorded job,
+        whose own status.json says how it ended."""
+        if not all(j in self._names for j in job_ids):
+            return []
+        return ["--name=" + ",".join(sorted({self._names[j] for j in job_ids}))]
 
     def _lost(self, unknown: list[str]) -> dict[str, JobState]:
         """Jobs no source knows: absent (too new to be listed, or slurmdbd lagging) until they
@@ -325,9 +336,10 @@ class SlurmScheduler(Scheduler):
         return found
 
     def _accounting(self, argv: list[str], job_ids: list[str], source: str) -> dict[str, JobState]:
-        """Final states from an accounting source; a cluster without it yields nothing."""
+        """Final states from an accounting source; a cluster without it yields nothing, and a
+        row under another name than the job's is another job's (sacct -c ignores --name)."""
         argv = argv + ["--noheader", "--parsable2", "--jobs=" + ",".join(job_ids),
-                       "--format=JobID,State,ExitCode"]
+                       "--format=JobID,State,ExitCode,JobName"]
         try:
             text = self._call(argv, f"reading {source}").text
         except SchedulerError:
@@ -335,7 +347,8 @@ class SlurmScheduler(Scheduler):
         found: dict[str, JobState] = {}
         for line in text.splitlines():   # a requeued job has one row per attempt: the last wins
             fields = line.split("|")
-            if len(fields) >= 3 and fields[0] in job_ids:
+            if len(fields) >= 3 and fields[0] in job_ids and (
+                    len(fields) < 4 or self._names.get(fields[0], fields[3]) == fields[3]):
                 code, signal = _exit_pair(fields[2])
                 state = job_state(fields[0], fields[1], code, signal, source)
                 found[fields[0]] = state
