@@ -107,7 +107,7 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         checked(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
         spec=spec, directives=directives, setup=list(spec.slurm.setup),
-        node_dir=shlex.quote(str(spec.node_dir)),
+        node_dir=shlex.quote(str(spec.node_dir)), install=shlex.quote(str(ROOT)),
         env=[(name, shell_word(value)) for name, value in env.items()],
         command=" ".join(shell_word(a) for a in argv))
 

@@ -306,6 +306,29 @@ def test_a_claim_a_full_disk_cuts_short_is_not_left_to_turn_away_the_requeue(tmp
     assert (s.node_dir / "job.claim").read_text().strip() == "41"
 
 
+@pytest.mark.parametrize("gone", ["install", "program"])
+def test_a_phase_whose_install_is_gone_says_so_and_records_it(tmp_path, gone):
+    """A requeue (or a rerun by hand) after the install was moved or removed died with a bare
+    "No such file or directory", exit 127, and "the trainer exited with code 127" on record."""
+    program = argv_dump(tmp_path)
+    script = write_phase_script(spec(tmp_path, trainer={"python": program}))
+    moved = tmp_path / "old-install"
+    if gone == "install":     # the script as rendered from an install since moved away
+        script.write_text(script.read_text().replace(str(ROOT), str(moved)))
+    else:
+        Path(program).unlink()
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "41"})
+    named = f"the llmzero install this phase was rendered from ({moved})" if gone == "install" \
+        else f"the trainer's program ({program})"
+    assert done.returncode == 127 and f"llmzero: {named} is gone" in done.stderr, done.stderr
+    assert "llmzero-start" in done.stderr
+    status = json.loads((script.parent / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("failed", 127)
+    assert status["reason"].startswith(f"{named} is gone")
+    assert not (script.parent / "argv.json").exists()
+
+
 def test_a_rerun_elsewhere_starts_the_phase_over_there_and_leaves_the_node_alone(tmp_path):
     """LLMZ_RERUN_DIR: the trainer writes to the new folder, which the same command resumes;
     a folder that would mix with the node's files or another run's is refused (exit 2)."""
