@@ -47,9 +47,9 @@ from llmzero_slurm.backends import get_backend
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.methods.space import GRID_SPACES, grid_points
-from llmzero_slurm.search.budget import node_samples, samples_per_step
+from llmzero_slurm.search.budget import Budget, node_samples, samples_per_step
 from llmzero_slurm.search.policy import best_node
-from llmzero_slurm.search.tree import Status
+from llmzero_slurm.search.usage import usage
 from llmzero_slurm.store.run_store import RunStore
 from llmzero_slurm.tasks import get_task
 from llmzero_slurm.tasks.dataset import generate_rows
@@ -100,6 +100,7 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
     defaults = get_backend("cpu").defaults()
     best = best_node(tree)
     root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(test_key(task))
+    spent = usage(tree, Budget(len(tree), defaults=defaults))
     curve, used, best_val, best_test = [], 0, -math.inf, math.nan
     for node in sorted((n for n in tree if n.status.finished), key=lambda n: n.finished_at or 0):
         used += node_samples(node, defaults)
@@ -111,11 +112,8 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
     return {"test": best.results.test_at_best if best else math.nan,
             "val": best.score if best else math.nan,
             "base_test": root_test[0][1] if root_test and root_test[0][0] == 0 else math.nan,
-            "samples": used,
-            "planned": sum(node_samples(n, defaults, planned=n.status is Status.EARLY_STOPPED)
-                           for n in tree),
-            "phases": len(tree), "early": sum(n.status is Status.EARLY_STOPPED for n in tree),
-            "curve": curve}
+            "samples": spent.trained, "planned": spent.planned,
+            "phases": len(tree), "early": spent.early_stopped, "curve": curve}
 
 
 def phase_steps_of(row: dict[str, Any]) -> int | None:

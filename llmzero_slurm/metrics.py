@@ -202,6 +202,25 @@ def val_score(row: Mapping[str, float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def test_score_at(log: MetricsLog, step: int) -> float | None:
+    """Mean held-out test accuracy over data sources at one global step (reports only); None
+    unless every source has a finite score there, as a validation step with a NaN source has
+    no score: the mean of the others would be reported as the whole test set's."""
+    names = score_names(log.series, "test")
+    values = [dict(log.get(n)).get(step, math.nan) for n in names]
+    return sum(values) / len(values) if values and all(map(math.isfinite, values)) else None
+
+
+def base_scores(tree: Iterable[Node], metrics_of: Callable[[int], MetricsLog]) -> tuple[float | None, float | None]:
+    """The base model's validation and test scores: step 0 of the oldest phase that starts from
+    it and validated before training (the cpu trainer always does; verl's val_before_train)."""
+    for node in sorted((n for n in tree if n.resume is None), key=lambda n: n.id):
+        log = metrics_of(node.id).until(0)
+        if (val := dict(val_score_series(log)).get(0)) is not None:
+            return val, test_score_at(log, 0)
+    return None, None
+
+
 def score_names(names: Iterable[str], split: str = "val") -> list[str]:
     """The metrics a validation (or test) score averages: the accuracies, else the rewards."""
     scored = [n for n in names if _SCORES[split].match(n)]

@@ -10,15 +10,16 @@ from llmzero_slurm.methods.base import PhasePlan
 from llmzero_slurm.search.budget import Budget, node_samples
 from llmzero_slurm.search.policy import Action
 from llmzero_slurm.search.tree import Kind, Node, Resume, Results, Status, Tree
+from llmzero_slurm.search.usage import gain_line, usage
 
 DEFAULTS = {"train_batch_size": 32, "rollout_n": 8}
 
 
 def node(i: int, status: Status, last_step: int | None, steps: int = 20,
-         resume: Resume | None = None, **hp) -> Node:
+         resume: Resume | None = None, finished_at: float | None = None, **hp) -> Node:
     return Node(i, resume.node if resume else None, Kind.EVOLVE if resume else Kind.SCRATCH,
                 {"total_training_steps": steps, **hp}, resume=resume, status=status,
-                results=Results(last_step=last_step))
+                results=Results(last_step=last_step), finished_at=finished_at)
 
 
 def test_phases_are_charged_what_they_trained_or_still_plan():
@@ -75,3 +76,33 @@ def test_no_room_for_a_step_closes_the_budget_until_an_early_stop_gives_samples_
     assert admission.closed(stopped) is None
     admitted = admission.admit(stopped, plan)
     assert admitted is not None and admitted.hparams["total_training_steps"] == 5
+
+
+def test_usage_counts_what_early_stopping_gave_back_against_the_planned_ends():
+    """What search_quality.py reports per search (samples, the stopper's saving), for any run:
+    a stopped phase's unrun steps are the saving; a running phase's unrun plan is no saving
+    yet, but the budget holds it."""
+    tree = Tree([node(0, Status.COMPLETED, 20, finished_at=100.0),
+                 node(1, Status.EARLY_STOPPED, 25, resume=Resume(0, 20), finished_at=160.0),
+                 node(2, Status.EARLY_STOPPED, 28, steps=10, resume=Resume(0, 20),
+                      finished_at=130.0),
+                 node(3, Status.RUNNING, 3, rollout_n=4)])
+    budget = Budget(16, samples=100_000, defaults=DEFAULTS, started_at=40.0)
+    use = usage(tree, budget, now=400.0)
+    assert use.trained == (20 + 5 + 8) * 256 + 3 * 128
+    assert use.saved == (15 + 2) * 256 and use.early_stopped == 2
+    assert use.planned == use.trained + use.saved
+    assert use.committed == (20 + 5 + 8) * 256 + 20 * 128
+    assert use.wall_s == 360.0                       # a phase still runs: until now
+    done = usage(Tree([n for n in tree if n.id != 3]), budget, now=400.0)
+    assert done.wall_s == 120.0                      # all finished: until the last end
+    assert done.saved_share == (17 * 256) / ((20 + 5 + 8 + 17) * 256)
+    lines = [*done.lines(), *gain_line("validation", 0.4, 0.6)]
+    assert lines[0] == ("training samples: 8,448 trained of 100,000; early stopping saved "
+                        "4,352 of 12,800 planned (34%, 2 phases)")
+    assert lines[1] == "device-hours 0.00; wall time 0:02:00 since the run was created"
+    assert lines[2] == "gain: validation 0.400 -> 0.600 (+0.200, +50% over the base)"
+    assert gain_line("test", None, 0.6) == []
+    assert usage(Tree([tree.nodes[0]]), Budget(16), now=0.0).lines() == [
+        "training samples: 0 trained; early stopping saved none",
+        "device-hours 0.00; wall time 0:00:00 since the run was created"]

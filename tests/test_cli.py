@@ -26,6 +26,7 @@ from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import TinyBackend, finish, wait_for
+from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
 COMMANDS = ("start", "status", "stop", "report", "repair")
@@ -640,6 +641,27 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
     assert not (store.root / "stop.json").exists()    # no request left for a later controller
+
+
+def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_the_base(tmp_path):
+    """What benchmarks/search_quality.py measures of a search, shown for the user's own run:
+    the base model's score is node 0's validation before its first step."""
+    store = two_phase_run(tmp_path, search={"budget_samples": 40_960})
+    write_metrics(store.node_dir(0).metrics_file, [(0, {VAL: 0.4, TEST: 0.38}), (10, {VAL: 0.45})])
+    store.update_node(1, lambda n: (setattr(n, "status", Status.EARLY_STOPPED),
+                                    setattr(n.results, "last_step", 30),
+                                    n.hparams.update(total_training_steps=50)))
+    store.update_node(0, lambda n: setattr(n.results, "last_step", 10))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    per_step = 32 * 8                                    # the cpu trainer's default batch shape
+    assert (f"training samples: {30 * per_step:,} trained of 40,960; early stopping saved "
+            f"{30 * per_step:,} of {60 * per_step:,} planned (50%, 1 phase)") in table.stdout
+    assert "gain: validation 0.400 -> 0.500 (+0.100, +25% over the base)" in table.stdout
+    assert "0.38" not in table.stdout                    # test scores are for the report only
+    used = json.loads(cli("status", str(store.root), "--json").stdout)["usage"]
+    assert used["samples_trained"] == 30 * per_step and used["base_val"] == 0.4
+    assert used["samples_saved_by_early_stopping"] == 30 * per_step
 
 
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])

@@ -49,9 +49,10 @@ def config(**search):
 
 def metrics(files: NodeDir, start: int, end: int, best_step: int, best: float,
             test: float | None) -> None:
-    """verl file-logger lines: training metrics every step, validation (and test) every 10."""
+    """verl file-logger lines: training metrics every step, validation (and test) every 10,
+    and a phase from the base model validated before its first step."""
     rows = []
-    for step in range(start + 1, end + 1):
+    for step in range(start + (start > 0), end + 1):
         data = {"critic/rewards/mean": 0.3 + step / 1000, "actor/entropy": 1.0 - step / 1000}
         if step % 10 == 0:
             data[VAL] = best if step == best_step else best - 0.05 - (step % 20) / 1000
@@ -106,7 +107,7 @@ def run(tmp_path_factory) -> Path:
     d(1).proposal_file.write_text(json.dumps(record("proposer", 1000, 0.25,
                                                           diagnosis="plateau")))
 
-    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 3e-3}, Status.EARLY_STOPPED,
+    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 3e-3, "total_training_steps": 50}, Status.EARLY_STOPPED,
         scored(25, 40, 40, 0.30, None, [], 0.05), resume=25, finished_at=2.0)
     metrics(d(2), 25, 40, 40, 0.30, None)
     d(2).early_stop_file.write_text(json.dumps([
@@ -343,6 +344,19 @@ def test_costs_sum_device_hours_tokens_and_dollars(run):
     stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
     assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "600", "60", "0", "10", "0.0200"]
     assert "0.2700" in costs
+
+
+def test_costs_say_the_samples_trained_the_stoppers_saving_and_the_gain_over_the_base(run):
+    """The figures benchmarks/search_quality.py reports of a search, for this run: node 2
+    stopped 15 steps into a 50-step plan; the base is node 0's validation before step 1."""
+    costs = html(run).split("<h2>Costs</h2>")[1].split("<h2>")[0]
+    per_step, wide = 16 * 8, 16 * 12                    # rollout_n 12 from node 1 on
+    trained = 60 * per_step + 50 * wide + 15 * per_step + 50 * wide
+    saved = 35 * per_step
+    assert (f"training samples: {trained:,} trained; early stopping saved {saved:,} of "
+            f"{trained + saved:,} planned (13%, 1 phase)") in costs
+    assert "gain: validation 0.400 -&gt; 0.700 (+0.300, +75% over the base)" in costs
+    assert "gain: test 0.100 -&gt; 0.654 (+0.554, +554% over the base)" in costs
 
 
 def test_strategy_yaml_is_the_best_path_without_test_scores(run):

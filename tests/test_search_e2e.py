@@ -7,6 +7,7 @@ the offline stopper, with no noise margin, cancels dominated phases through the 
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 import yaml
 
 from llmzero_slurm.paths import ROOT
-from llmzero_slurm.search.policy import best_path
+from llmzero_slurm.metrics import val_score_series
+from llmzero_slurm.search.policy import best_node, best_path
 from llmzero_slurm.search.tree import Kind, Status
 from llmzero_slurm.store.run_store import RunStore
 
@@ -123,6 +125,15 @@ def test_search_with_local_processes(tmp_path, cache):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "search finished" in done.stdout
     check_search(tmp_path / "run", 7)
+    # Its last lines say what it spent and gained against the base its root measured at step 0.
+    store = RunStore.open(tmp_path / "run")
+    tree = store.load_tree()
+    base = dict(val_score_series(store.node_dir(0).metrics()))[0]
+    best = best_node(tree)
+    assert f"gain: validation {base:.3f} -> {best.score:.3f} (" in done.stdout
+    stopped = sum(n.status is Status.EARLY_STOPPED for n in tree)
+    assert re.search(rf"training samples: [\d,]+ trained; early stopping saved [\d,]+ "
+                     rf"of [\d,]+ planned \(\d+%, {stopped} phases?\)", done.stdout)
 
 
 @pytest.mark.slurm

@@ -10,8 +10,8 @@ import pytest
 
 from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
 from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
-from llmzero_slurm.controller import ingest
 from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
+from llmzero_slurm.metrics import test_score_at as held_out_score_at
 from metrics_files import metrics_line
 
 SCRIPT = verl_metrics.__file__
@@ -118,7 +118,7 @@ def test_scores_of_data_sources_with_slashes_count(tmp_path):
     VerlMetricsIngest(src, dst, 0, ["openai/gsm8k_test"]).poll()
     log = read_metrics(dst)
     assert best_val(log.without_test()) == (20, 0.6)
-    assert ingest.test_score_at(log, 20) == 0.5
+    assert held_out_score_at(log, 20) == 0.5
 
 
 def test_a_non_finite_verl_metric_reaches_the_agents_as_nan(tmp_path):
@@ -146,13 +146,13 @@ def test_a_test_score_with_a_non_finite_data_source_is_no_score(tmp_path):
     VerlMetricsIngest(src, dst, 0, ["a_test", "b_test"]).poll()
     log = read_metrics(dst)
     assert math.isnan(log.get("test-core/b_test/acc/mean@1")[0][1])
-    assert ingest.test_score_at(log, 20) is None
-    assert ingest.test_score_at(log, 30) is None
+    assert held_out_score_at(log, 20) is None
+    assert held_out_score_at(log, 30) is None
 
 
 def test_a_test_score_missing_for_one_data_source_is_no_score():
     """A source with no test accuracy logged at the step is not averaged away either."""
     log = MetricsLog({"test-core/a/acc/mean@1": [(10, 0.2), (20, 0.9)],
                       "test-core/b/acc/mean@1": [(10, 0.4)]})
-    assert ingest.test_score_at(log, 10) == pytest.approx(0.3)
-    assert ingest.test_score_at(log, 20) is None
+    assert held_out_score_at(log, 10) == pytest.approx(0.3)
+    assert held_out_score_at(log, 20) is None

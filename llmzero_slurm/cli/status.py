@@ -15,6 +15,7 @@ from ..errors import ConfigError, SchedulerError, StateError
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
+from ..spent import spent
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main
 
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     waiting, job_note = ([], None) if running else waiting_jobs(store)
     path = [n.id for n in best_path(tree)]
     monitor = monitor_heartbeat(store)
+    used = spent(store, tree)
+    use = used.usage
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "controller": lease, "best_path": path,
@@ -91,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
                                               if (r := s.pending_reason)},
                           "live_states_note": note,
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
-                          "monitor": monitor},
+                          "monitor": monitor,
+                          "usage": {"samples_trained": use.trained, "samples_committed": use.committed,
+                                    "samples_saved_by_early_stopping": use.saved,
+                                    "samples_planned": use.planned, "early_stopped": use.early_stopped,
+                                    "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),
+                                    "base_val": used.base_val}},
                          indent=2, sort_keys=True))
         return 0
     holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
@@ -99,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
+    print("\n".join(used.lines()))
     for said in (note, job_note):
         if said:
             print(f"note: {said}")

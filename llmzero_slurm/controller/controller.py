@@ -17,9 +17,9 @@ from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
-from ..search.budget import Budget
 from ..search.policy import make_child, reparent_fix
 from ..search.tree import Node, Status, Tree
+from ..spent import run_budget, spent
 from ..store.run_store import RunStore
 from .. import faults
 from .ingest import collect_results, completed_at_limit
@@ -52,11 +52,7 @@ class Controller:
         self.lease = Lease(store)
         self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s)
         self.backend = get_backend(self.config.backend)
-        s = self.config.search
-        self.admission = Admission(Budget(s.budget_iterations, s.budget_samples,
-                                          s.budget_gpu_hours, s.budget_wall_hours,
-                                          self.backend.defaults(), started_at=store.created_at),
-                                   self.progress)
+        self.admission = Admission(run_budget(store), self.progress)
         self.signals = StopSignals()
         self._quarantine_told: set[int] = set()
         self._install = InstallWatch()
@@ -148,7 +144,7 @@ class Controller:
 
     def _finished(self, tree: Tree, reason: str) -> int:
         self._export_curves(tree)
-        self.progress.finished(tree, reason)
+        self.progress.finished(tree, reason, spent(self.store, tree, self.admission.budget).lines())
         code, said = outcome(tree, self.store)
         for line in said:
             self.progress.event(line)

@@ -5,24 +5,13 @@ gives the same answer -- a controller killed while ingesting simply ingests agai
 """
 from __future__ import annotations
 
-import math
-
 from ..backends import TrainerBackend
 from ..errors import ConfigError
-from ..metrics import MetricsLog, best_val, score_names
+from ..metrics import best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
 from ..store.node_dir import NodeDir
-
-
-def test_score_at(log: MetricsLog, step: int) -> float | None:
-    """Mean held-out test accuracy over data sources at one global step (reports only); None
-    unless every source has a finite score there, as a validation step with a NaN source has
-    no score: the mean of the others would be reported as the whole test set's."""
-    names = score_names(log.series, "test")
-    values = [dict(log.get(n)).get(step, math.nan) for n in names]
-    return sum(values) / len(values) if values and all(map(math.isfinite, values)) else None
 
 
 def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:

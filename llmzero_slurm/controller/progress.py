@@ -52,9 +52,10 @@ class Progress:
             self._last = summary
             self.event(summary)
 
-    def finished(self, tree: Tree, reason: str) -> None:
+    def finished(self, tree: Tree, reason: str, said: list[str]) -> None:
         self.event(f"search finished: {reason}")
-        self.event(tree_summary(tree))
+        for line in (tree_summary(tree), *said):
+            self.event(line)
 
 
 class _AsProgress(logging.Handler):

@@ -16,6 +16,7 @@ from ..config import ExperimentConfig
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
 from ..search.tree import Node, Tree
+from ..spent import Spent, spent
 from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
@@ -98,10 +99,7 @@ class RunView:
     best_curves: MetricsLog | None      # the best strategy stitched on the global-step axis
     agent_costs: dict[str, AgentCost]
     notes: list[str]
-
-    @property
-    def gpu_hours(self) -> float:
-        return sum(n.results.gpu_hours for n in self.tree)
+    spent: Spent                        # samples, the stopper's saving, the gain over the base
 
     @property
     def best(self) -> Node | None:
@@ -207,4 +205,5 @@ def collect(root: str | Path) -> RunView:
     phases = _phases(tree, views)
     best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
-    return RunView(store.root, store.config, tree, views, phases, best, costs, notes)
+    return RunView(store.root, store.config, tree, views, phases, best, costs, notes,
+                   spent(store, tree))

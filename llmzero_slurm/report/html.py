@@ -33,7 +33,8 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
     return env.get_template(TEMPLATE).render(
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         best_adapter=view.best_adapter,
-        views=list(view.nodes.values()), gpu_hours=view.gpu_hours, agent_costs=view.agent_costs,
-        totals=totals, token_fields=TOKEN_FIELDS, notes=view.notes, strategy_file=strategy_file,
+        views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,
+        agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
+        spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
         tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves,
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt)
