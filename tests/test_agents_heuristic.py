@@ -18,6 +18,7 @@ from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
+from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
 from llmzero_slurm.search.tree import Kind, Node, Results
 
@@ -300,3 +301,48 @@ def test_an_error_line_too_long_to_quote_says_it_was_cut(tmp_path):
     fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("FAILED", 2, line + "\n", BASE, tmp_path)
     assert line[:900] in fix.message and "x\u2026 (cut; the whole line is in the job log); " \
         "this chain is not retried" in fix.message
+
+
+BOUNDS = parse_bounds({"lr": {"loguniform": [5e-4, 1.5e-3]}, "rollout_n": [8, 12],
+                       "temperature": {"uniform": [0.8, 1.2]}, "kl_loss_coef": 0.04,
+                       "total_training_steps": {"uniform": [20, 30]}}, "cpu")
+
+
+@pytest.mark.parametrize("rule, curves", [
+    ("vanishing", dict(grad=lambda s: 1.0 if s < 20 else 0.1, val=lambda s: 0.4)),  # lr x2, n x2
+    ("plateau", dict(val=lambda s: 0.4)),                               # temperature -0.3
+    ("healthy", dict(val=lambda s: 0.2 + 0.01 * s)),                    # lr x0.5, KL x1.5
+])
+def test_the_offline_proposer_moves_each_knob_only_as_far_as_search_space_allows(rule, curves):
+    """A user who bounds the search (a GPU's memory caps rollout_n, a known-good lr range)
+    gets no phase outside it: the rule's change is cut at the bound, a knob fixed by the
+    space stays, and the phase's length keeps to its range too."""
+    names = {"grad": "actor/grad_norm", "val": "val-core/x/acc/mean@1"}
+    log = series(**{"critic/rewards/mean": lambda s: 0.3, **{names[k]: f for k, f in curves.items()}})
+    log.series[names["val"]] = [p for p in log.series[names["val"]] if p[0] % 5 == 0]
+    assert diagnose(Signals.of(log))[0] == rule
+    taken: list[dict] = []
+    for _ in range(3):                                  # the rule's change, then alternatives
+        p = offline_proposer.propose(BASE, log, [20, 40], 40, CPU, taken=taken, bounds=BOUNDS)
+        assert BOUNDS.problem(p.hparams) is None, p.hparams
+        taken.append(p.hparams)
+    first = offline_proposer.propose(BASE, log, [20, 40], 40, CPU, bounds=BOUNDS)
+    assert first.hparams["total_training_steps"] == 30 and first.hparams["kl_loss_coef"] == 0.04
+    if rule == "vanishing":
+        assert (first.hparams["lr"], first.hparams["rollout_n"]) == (1.5e-3, 12)
+    if rule == "plateau":
+        assert first.hparams["temperature"] == 0.8
+
+
+def test_the_offline_error_analyzer_keeps_to_search_space(tmp_path):
+    """An OOM fix halves the micro batches the user's bound lets it halve; a time-limit fix
+    keeps the phase length in its range."""
+    hp = {**BASE, "ppo_micro_batch_size_per_gpu": 8, "total_training_steps": 30}
+    bounds = parse_bounds({"ppo_micro_batch_size_per_gpu": [8, 16],
+                           "total_training_steps": {"uniform": [20, 30]}}, "cpu")
+    analyzer = ErrorAnalyzer(OFFLINE, CPU, None, bounds)
+    oom = analyzer.analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path / "oom")
+    assert oom.action == "change" and oom.hparams["ppo_micro_batch_size_per_gpu"] == 8
+    assert "ppo_micro_batch_size_per_gpu" not in oom.changes and oom.changes
+    late = analyzer.analyze("TIMEOUT", 0, "DUE TO TIME LIMIT", hp, tmp_path / "t", steps_done=10)
+    assert late.action == "change" and late.hparams["total_training_steps"] == 20

@@ -16,6 +16,7 @@ from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import ConfigError
+from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results
 from metrics_files import write_metrics
@@ -186,6 +187,30 @@ def test_missing_checkpoint_is_repaired(service, anthropic_proposer, run, tmp_pa
     p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
     assert p.checkpoint == 20 and p.source == "anthropic"
     assert "45 is not a saved step; choose one of [20, 40, 60]" in \
+        service.requests[1]["body"]["messages"][2]["content"]
+
+
+def test_an_llm_proposal_outside_search_space_is_returned_to_it_with_the_bounds(
+        service, monkeypatch, run, tmp_path):
+    """The prompt states the user's bounds; an answer outside them goes back naming the bound,
+    and the fallback keeps to them too."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    bounds = parse_bounds({"lr": {"loguniform": [2e-4, 1.2e-3]}, "rollout_n": [8, 16],
+                           "total_training_steps": {"uniform": [20, 80]}}, "cpu")
+    proposer = Proposer(cfg, CPU, choose_backend(cfg), bounds)
+    node, log = run
+    service.reply(good({"lr": 2e-3}), good({"lr": 4e-4, "rollout_n": 16}))
+    p = proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "a")
+    assert (p.source, p.hparams["lr"], p.hparams["rollout_n"]) == ("anthropic", 4e-4, 16)
+    system = service.requests[0]["body"]["system"][0]["text"]
+    assert "lr: from 0.0002 to 0.0012" in system and "rollout_n: one of [8, 16]" in system
+    assert ("lr 0.002 is outside search.space (lr: from 0.0002 to 0.0012)"
+            in service.requests[1]["body"]["messages"][2]["content"])
+    service.reply(good({"rollout_n": 12}, extra=" again"))           # 12 is not a choice, twice
+    fallback = proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "b")
+    assert fallback.source == "heuristic" and bounds.problem(fallback.hparams) is None
+    assert "rollout_n 12 is outside search.space" in \
         service.requests[1]["body"]["messages"][2]["content"]
 
 

@@ -211,6 +211,9 @@ def test_check_refuses_prompts_and_answers_that_do_not_fit(tmp_path, hparams, me
     ({"method": "grid", "space": {"max_response_length": [4, 8], "lr": [1.0e-3]}},
      "search.space gives no phase more than max_response_length=8"),
     ({"method": "random", "space": {"max_response_length": {"choice": [6, 8]}}},
+     "search.space gives no phase more than max_response_length=8"),
+    # llmzero's agents grow capacity, but never past the user's bound
+    ({"method": "llmzero", "space": {"max_response_length": {"uniform": [4, 8]}}},
      "search.space gives no phase more than max_response_length=8")])
 def test_check_counts_answers_against_the_lengths_the_method_runs(tmp_path, search, given):
     """Only hparams were checked: a space whose every phase is shorter than the answers passed

@@ -213,6 +213,23 @@ def test_a_space_that_breaks_the_recipe_is_refused_at_start(tmp_path):
     assert err.value.key == "search.space"
 
 
+def test_llmzero_reads_search_space_as_bounds_its_own_hparams_must_keep(tmp_path):
+    """search.space was refused for llmzero, so a user could not keep the agents from, say,
+    a rollout count their GPUs cannot hold. It is now the agents' bounds (tests in
+    test_agents_*); the root runs the experiment's hparams, so they must lie inside."""
+    space = {"lr": {"loguniform": [5e-4, 2e-3]}, "rollout_n": [4, 8]}
+    root = method(tmp_path, config(method="llmzero", space=space)).next_phase(Tree([]))
+    assert root.hparams["lr"] == RECIPE["lr"]
+    with pytest.raises(ConfigError, match=r"does not hold the experiment's own hparams: rollout_n "
+                                          r"8 is outside search.space \(rollout_n: one of \[12, 16\]\)"
+                       ) as err:
+        method(tmp_path, config(method="llmzero", space={"rollout_n": [12, 16]}))
+    assert err.value.key == "search.space"
+    with pytest.raises(ConfigError) as bad:
+        method(tmp_path, config(method="llmzero", space={"lr": {"normal": [0.0, 0.1]}}))
+    assert bad.value.key == "search.space.lr"
+
+
 def test_a_space_for_a_method_that_reads_none_is_refused():
     with pytest.raises(ConfigError) as err:
         config(method="practitioner", space={"lr": [1e-3]})

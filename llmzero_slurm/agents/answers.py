@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from ..backends.base import TrainerBackend
 from ..errors import HyperparameterError
 from ..hparams import CAPACITY, MODEL, PARAMS, merge
+from ..methods.space import Bounds
 
 SCHEDULE_KEYS = ("total_training_steps", "total_epochs")   # computed in code, never by the LLM
 PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
@@ -152,8 +153,16 @@ def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_step
     return merge({}, out, backend.name)
 
 
+def _within(bounds: Bounds | None, hparams: Mapping[str, Any]) -> None:
+    """The user's search.space holds for the whole configuration, the phase's length too."""
+    problem = bounds.problem(hparams) if bounds else None
+    if problem:
+        raise AnswerError(problem)
+
+
 def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
-                   scratch_only: bool, backend: TrainerBackend, source: str) -> Proposal:
+                   scratch_only: bool, backend: TrainerBackend, source: str,
+                   bounds: Bounds | None = None) -> Proposal:
     """Every rule a proposal must meet, whoever wrote it (LLM or heuristic)."""
     unknown = sorted(str(k) for k in data if k not in PROPOSAL_FIELDS)
     if unknown:
@@ -176,12 +185,13 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
     if step is not None and not changes and data.get("no_change") is not True:
         raise AnswerError("'changes' is empty, so the child would repeat its parent; give the "
                           "changes, or set \"no_change\": true to continue training unchanged")
-    return Proposal(diagnosis.strip()[:4000], changes, step, additional,
-                    schedule(parent, hparams, additional, backend), source)
+    planned = schedule(parent, hparams, additional, backend)
+    _within(bounds, planned)
+    return Proposal(diagnosis.strip()[:4000], changes, step, additional, planned, source)
 
 
 def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: TrainerBackend,
-              source: str, resuming: bool = False) -> Fix:
+              source: str, resuming: bool = False, bounds: Bounds | None = None) -> Fix:
     """`resuming`: the debug child loads a checkpoint, so its LoRA settings are fixed."""
     failure, action = data.get("class"), data.get("action")
     if failure not in FAILURE_CLASSES:
@@ -204,6 +214,7 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
         raise AnswerError(f"changes: {exc}") from None
     if resuming:
         _same_adapter(hparams, merged)
+    _within(bounds, merged)
     if merged == dict(hparams):
         raise AnswerError("'changes' repeat the failed configuration; change something or use "
                           "action 'retry'")

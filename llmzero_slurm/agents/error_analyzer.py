@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
+from ..methods.space import NO_BOUNDS, Bounds
 from ..metrics import strip_test_text
 from ..store.node_dir import NodeDir
 from .answers import Fix, check_fix, extract_json
@@ -32,8 +33,9 @@ def log_tail(text: str) -> str:
 
 
 class ErrorAnalyzer:
-    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None):
-        self.cfg, self.trainer, self.llm = cfg, trainer, llm
+    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None,
+                 bounds: Bounds = NO_BOUNDS):
+        self.cfg, self.trainer, self.llm, self.bounds = cfg, trainer, llm, bounds
 
     def analyze(self, state: str | None, exit_code: int | None, log_text: str,
                 hparams: Mapping[str, Any], out_dir: str | Path,
@@ -44,7 +46,8 @@ class ErrorAnalyzer:
         hparams = self.trainer.effective_hparams(hparams)
 
         def fallback() -> Fix:
-            return offline.analyze(state, exit_code, tail, hparams, self.trainer, steps_done)
+            return offline.analyze(state, exit_code, tail, hparams, self.trainer, steps_done,
+                                   self.bounds)
 
         llm = self.llm
         if llm is None or offline.cannot_succeed_by_retrying(exit_code):
@@ -53,12 +56,13 @@ class ErrorAnalyzer:
         else:
             record = AgentRecord("error_analyzer", llm.name, self.cfg.model)
             system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
+                                  bounds=self.bounds.lines(),
                                   state=state or "unknown", exit_code=exit_code,
                                   steps_done=steps_done, resuming=resuming,
                                   hparams_yaml=as_yaml(hparams), log_tail=tail)
             fix = ask(llm, Prompt(system, task, max_tokens=1024),
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,
-                                             llm.name, resuming), fallback, record)
+                                             llm.name, resuming, self.bounds), fallback, record)
         record.result = asdict(fix)
         save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.api_key_env]))
         return fix

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
+from ..methods.space import NO_BOUNDS, Bounds
 from ..metrics import MetricsLog, summarize
 from ..plots import metric_plots
 from ..search.tree import Node, Status
@@ -43,8 +44,9 @@ class ProposerInput:
 
 
 class Proposer:
-    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None):
-        self.cfg, self.trainer, self.llm = cfg, trainer, llm
+    def __init__(self, cfg: AgentConfig, trainer: TrainerBackend, llm: Backend | None,
+                 bounds: Bounds = NO_BOUNDS):
+        self.cfg, self.trainer, self.llm, self.bounds = cfg, trainer, llm, bounds
 
     def propose(self, inp: ProposerInput, out_dir: str | Path) -> Proposal:
         """Propose the child, writing the plots it was shown and proposal.json to out_dir."""
@@ -56,7 +58,8 @@ class Proposer:
         def fallback() -> Proposal:
             return offline.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
                                    self.trainer, inp.scratch_only,
-                                   [self.trainer.effective_hparams(t) for t in inp.taken])
+                                   [self.trainer.effective_hparams(t) for t in inp.taken],
+                                   self.bounds)
 
         llm = self.llm
         if llm is None:
@@ -67,7 +70,7 @@ class Proposer:
             prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
             proposal = ask(llm, prompt, lambda text: check_proposal(
                 extract_json(text), parent_hp, checkpoints, inp.scratch_only,
-                self.trainer, llm.name), fallback, record)
+                self.trainer, llm.name, self.bounds), fallback, record)
         record.result = asdict(proposal)
         save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.api_key_env]))
         return proposal
@@ -77,6 +80,7 @@ class Proposer:
         system, task = render(
             "proposer", metric_guide=metric_guide(),
             hparam_guide=hparam_guide(self.trainer, exclude=SCHEDULE_KEYS),
+            bounds=self.bounds.lines(),
             parent_yaml=as_yaml(self.trainer.effective_hparams(inp.parent.hparams)),
             early_stopped=inp.parent.status == Status.EARLY_STOPPED,
             start_step=inp.parent.start_step, last_step=metrics.last_step or 0,

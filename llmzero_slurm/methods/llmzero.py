@@ -12,9 +12,11 @@ from pathlib import Path
 from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
+from ..errors import ConfigError
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Status, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
+from .space import parse_bounds
 
 
 class LLMZeroMethod(SearchMethod):
@@ -25,8 +27,14 @@ class LLMZeroMethod(SearchMethod):
         super().__init__(ctx)
         cfg = ctx.config
         llm = choose_backend(cfg.agents)
-        self.proposer = Proposer(cfg.agents, ctx.backend, llm)
-        self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm)
+        bounds = parse_bounds(cfg.search.space, ctx.backend.name)
+        # The root runs the experiment's configuration: it must lie within the bounds it sets.
+        outside = bounds.problem(ctx.backend.effective_hparams(ctx.hparams))
+        if outside:
+            raise ConfigError("search.space", f"does not hold the experiment's own hparams: "
+                              f"{outside}; widen the space or change hparams")
+        self.proposer = Proposer(cfg.agents, ctx.backend, llm, bounds)
+        self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm, bounds)
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \

@@ -13,8 +13,9 @@ METHODS: dict[str, str] = {
     "guidebook": "llmzero_slurm.methods.guidebook:GuidebookMethod",
     "replay": "llmzero_slurm.methods.replay:ReplayMethod",
 }
-# The methods whose plan is drawn from `search.space` (methods/space.py).
-READS_SPACE = ("random", "grid", "guidebook")
+# The methods whose plan is drawn from `search.space` (methods/space.py), and llmzero, whose
+# agents keep to it.
+READS_SPACE = ("random", "grid", "guidebook", "llmzero")
 
 
 def check_method(method: str, has_space: bool) -> None:

@@ -1,4 +1,5 @@
-"""The hyperparameter spaces of the static baselines, with documented defaults per backend.
+"""The hyperparameter spaces of the static baselines, with documented defaults per backend,
+and the bounds of llmzero's agents.
 
 `search.space` in experiment.yaml replaces the method's default space. It has one shape for
 every method: each key is a hyperparameter of `hparams.PARAMS`; its value is either a plain
@@ -7,6 +8,8 @@ value (fixed in every trial or phase) or the method's kind of entry:
     random     {loguniform: [low, high]} | {uniform: [low, high]} | {choice: [a, b, ...]}
     grid       [a, b, ...]       swept; points are the Cartesian product in key order
     guidebook  [v1, v2, ...]     one value per phase; every list has the phase count's length
+    llmzero    random's entries, or [a, b, ...] as a choice: bounds every proposal keeps to
+               (no default: unset, the agents range over the vocabulary)
 
 Defaults. verl follows the paper (Appendix B.2 / E.1, Tables 13-14). The cpu backend uses an
 analogue scaled to the embedded trainer, whose tiny model learns at lr ~1e-3 and collapses at
@@ -70,8 +73,10 @@ def length_limit(method: str, space: Mapping[str, Any], backend: str,
     where it comes from; None when its phases keep hparams' value. Answers longer than that
     can never be written; a smaller value that cuts some off is a deliberate trade (a grid's
     cheap trials, a guidebook's curriculum), so it is not what binds."""
-    defaults = {"random": RANDOM_SPACES, "grid": GRID_SPACES,
-                "guidebook": GUIDEBOOK_SCHEDULES}.get(method)
+    spaces: dict[str, dict[str, dict[str, Any]]] = {
+        "random": RANDOM_SPACES, "grid": GRID_SPACES, "guidebook": GUIDEBOOK_SCHEDULES,
+        "llmzero": {backend: {}}}      # llmzero's agents: only what the bounds set
+    defaults = spaces.get(method)
     if defaults is None:
         return None
     spec = (space or defaults[backend]).get(key)
@@ -129,6 +134,31 @@ class Distribution:
             return round(value)
         return min(max(_round(value), low), high)   # rounding must not leave [low, high]
 
+    def admits(self, value: Any) -> bool:
+        if self.kind in ("fixed", "choice"):
+            return value in self.values
+        return self.values[0] <= value <= self.values[1]
+
+    def nearest(self, value: Any) -> Any:
+        """The admitted value closest to `value` (by ratio for positive numbers)."""
+        if self.admits(value):
+            return value
+        if self.kind in ("uniform", "loguniform"):
+            return min(max(value, self.values[0]), self.values[1])
+        numbers = isinstance(value, (int, float)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values)
+        if not numbers:
+            return self.values[0]
+        ratio = value > 0 and all(v > 0 for v in self.values)
+        return min(self.values, key=lambda v: abs(math.log(v / value)) if ratio else abs(v - value))
+
+    def text(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed at {self.values[0]}"
+        if self.kind == "choice":
+            return f"one of {list(self.values)}"
+        return f"from {self.values[0]} to {self.values[1]}"
+
 
 def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Distribution]:
     out: dict[str, Distribution] = {}
@@ -154,6 +184,36 @@ def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Dist
                 raise ConfigError(f"{_where(key)}.{kind}", "needs low > 0")
         out[key] = Distribution(kind, tuple(values))
     return out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """search.space of the llmzero method: what every phase the agents plan keeps to. An LLM's
+    answer outside it goes back to the LLM; the offline agents move their knobs only as far as
+    it allows. Empty: the vocabulary's own ranges alone."""
+
+    keys: Mapping[str, Distribution]
+
+    def problem(self, hparams: Mapping[str, Any]) -> str | None:
+        for key, dist in self.keys.items():
+            if key in hparams and not dist.admits(hparams[key]):
+                return f"{key} {hparams[key]} is outside search.space ({key}: {dist.text()})"
+        return None
+
+    def clamp(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: self.keys[k].nearest(v) if k in self.keys else v for k, v in values.items()}
+
+    def lines(self) -> list[str]:
+        return [f"{key}: {dist.text()}" for key, dist in self.keys.items()]
+
+
+NO_BOUNDS = Bounds({})
+
+
+def parse_bounds(space: Mapping[str, Any], backend: str) -> Bounds:
+    """random's grammar, a plain list being a choice too (as a grid or guidebook writes one)."""
+    return Bounds(parse_random_space({k: {"choice": v} if isinstance(v, list) else v
+                                      for k, v in space.items()}, backend))
 
 
 def sample(space: Mapping[str, Distribution], seed: int, trial: int) -> dict[str, Any]:

@@ -48,7 +48,8 @@ class SearchSettings:
     poll_interval_s: float | None = None
     seed: int = 0
     strategy_file: str | None = None   # replay: a strategy.yaml from an earlier search
-    # random / grid / guidebook: replaces the method's default space (methods/space.py).
+    # random / grid / guidebook: replaces the method's default space; llmzero: bounds its
+    # agents (methods/space.py).
     space: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:

@@ -6,6 +6,7 @@ import re
 from typing import Any, Mapping
 
 from ...backends.base import TrainerBackend
+from ...methods.space import NO_BOUNDS, Bounds
 from ..answers import Fix, check_fix
 from .knobs import scale
 
@@ -72,9 +73,10 @@ TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix 
 
 def analyze(state: str | None, exit_code: int | None, log_tail: str,
             hparams: Mapping[str, Any], backend: TrainerBackend,
-            steps_done: int | None = None) -> Fix:
-    """Classify a failure and pick the smallest fix that addresses it. A phase that hit its
-    time limit after `steps_done` steps is re-planned to fit: a share of what it managed."""
+            steps_done: int | None = None, bounds: Bounds = NO_BOUNDS) -> Fix:
+    """Classify a failure and pick the smallest fix that addresses it, within the user's
+    `bounds` (search.space). A phase that hit its time limit after `steps_done` steps is
+    re-planned to fit: a share of what it managed."""
     failure = classify(state, log_tail)
     data: dict[str, Any]
     if cannot_succeed_by_retrying(exit_code):
@@ -87,13 +89,14 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
                    **scale(hparams, "max_num_seqs", 0.5)}
         if backend.reads("gpu_memory_utilization"):
             changes.update(scale(hparams, "gpu_memory_utilization", 0.85, 0.3))
-        changes = {k: v for k, v in changes.items() if hparams.get(k) != v}
+        changes = {k: v for k, v in bounds.clamp(changes).items() if hparams.get(k) != v}
         data = ({"action": "change", "changes": changes} if changes else
                 {"action": "give_up", "message": "out of memory with the smallest batches: use "
                  "more GPUs per node or a shorter max_response_length"})
     elif failure == "timeout":
         changes = ({"total_training_steps": max(1, int(steps_done * TIME_LIMIT_SHARE))}
                    if steps_done else scale(hparams, "total_training_steps", 0.6))
+        changes = {k: v for k, v in bounds.clamp(changes).items() if hparams.get(k) != v}
         data = ({"action": "change", "changes": changes} if changes else
                 {"action": "give_up", "message": "the phase hit its time limit: raise slurm.time "
                  "in experiment.yaml"})
@@ -104,4 +107,4 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
                 f"{_quoted_error(log_tail)}; {NOT_RETRIED}"}
     else:
         data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
-    return check_fix({"class": failure, **data}, hparams, backend, "heuristic")
+    return check_fix({"class": failure, **data}, hparams, backend, "heuristic", bounds=bounds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from ...backends.base import TrainerBackend
+from ...methods.space import NO_BOUNDS, Bounds
 from ...metrics import MetricsLog
 from ..answers import AnswerError, Proposal, check_proposal
 from .knobs import add, clamp, kl, scale
@@ -70,15 +71,20 @@ def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
 
 def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int],
             phase_steps: int, backend: TrainerBackend, scratch_only: bool = False,
-            taken: Sequence[Mapping[str, Any]] = ()) -> Proposal:
-    """A validated proposal; `taken` holds the siblings' configurations to avoid repeating."""
+            taken: Sequence[Mapping[str, Any]] = (), bounds: Bounds = NO_BOUNDS) -> Proposal:
+    """A validated proposal; `taken` holds the siblings' configurations to avoid repeating;
+    each knob moves only as far as the user's `bounds` (search.space) allow."""
     sig = Signals.of(log.without_test())
     rule, why = diagnose(sig)
     step = None if scratch_only else _resume_step(checkpoints, sig, rule)
-    steps = max(1, phase_steps) if step is not None else max(1, log.last_step or phase_steps)
+
+    def length(steps: int) -> int:
+        return bounds.clamp({"total_training_steps": max(1, steps)})["total_training_steps"]
+    fresh = length(log.last_step or phase_steps)     # a new strategy: as long as the parent
+    steps = length(phase_steps) if step is not None else fresh
     tried = []
     for label, make in (("", _RULES[rule]), *_ALTERNATIVES):
-        changes = {k: v for k, v in make(parent_hp).items() if parent_hp.get(k) != v}
+        changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
         if scratch_only and not changes:
             continue   # a fresh strategy should not replay the parent's configuration
         # An alternative says so: the diagnosis alone would claim the rule's own change.
@@ -87,7 +93,7 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
                 "checkpoint_step": step, "additional_steps": steps}
         try:
             proposal = check_proposal(data, parent_hp, checkpoints, scratch_only, backend,
-                                      "heuristic")
+                                      "heuristic", bounds)
         except AnswerError as exc:
             tried.append(str(exc))
             continue
@@ -96,5 +102,5 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
     # Every variant was taken or invalid: restart the parent's configuration from scratch.
     return check_proposal({"diagnosis": f"{rule}: {why}; no new variant left ({tried})",
                            "changes": {}, "checkpoint_step": None,
-                           "additional_steps": max(1, log.last_step or phase_steps)},
-                          parent_hp, checkpoints, True, backend, "heuristic")
+                           "additional_steps": fresh},
+                          parent_hp, checkpoints, True, backend, "heuristic", bounds)
