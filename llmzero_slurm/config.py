@@ -85,7 +85,7 @@ class AgentConfig:
     base_url: str | None = None
     api_key_env: str = "ANTHROPIC_API_KEY"
     max_tokens: int = 2048
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0       # the most one call may take, retries included
     max_retries: int = 4
     image_max_px: int = 768
     # The offline stopper's allowance for validation noise: STOP only when the projected

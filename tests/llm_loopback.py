@@ -7,12 +7,16 @@ Each request takes the next scripted step; the last step repeats forever. Steps:
   {"status": 401, "message": "..."}  an error saying this ("{key}": the key the request sent,
                                    as some gateways echo it)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
+  {"trickle": 4.0, "text": "..."}  a 200 answer whose body arrives in small pieces spread over
+                                   this many seconds (a proxy that trickles bytes: no read waits
+                                   long, the whole reply does)
   {"body": {...}}                  a 200 answer with exactly this JSON body (a malformed reply)
   {"text": "...", "stop_reason": "max_tokens"}  an answer the service ended early (cut, refusal;
                                    OpenAI: "finish_reason": "length")
 Like the real Messages API, a request with an empty message (a turn without text) is refused
 with a 400 invalid_request_error.
-Every request's path, headers and JSON body are kept in `requests`. Usage mimics prompt
+Every request's path, headers and JSON body are kept in `requests`; the paths of replies the
+client hung up on before their end, in `dropped`. Usage mimics prompt
 caching: a system block marked cache_control is a cache write the first time, a read after.
 """
 from __future__ import annotations
@@ -48,6 +52,7 @@ class LoopbackLLM:
     def __init__(self) -> None:
         self.script: list[dict[str, Any]] = [{"text": "no answer scripted"}]
         self.requests: list[dict[str, Any]] = []
+        self.dropped: list[str] = []
         self.cached: set[str] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -70,6 +75,7 @@ class LoopbackLLM:
         """Script the next responses; plain strings are 200 answers."""
         self.script = [{"text": s} if isinstance(s, str) else s for s in steps]
         self.requests.clear()
+        self.dropped.clear()
 
     def _next(self, path: str, headers: dict[str, str], body: Any) -> dict[str, Any]:
         with self.lock:
@@ -97,7 +103,7 @@ class LoopbackLLM:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def _send(self, status: int, payload: Any) -> None:
+            def _send(self, status: int, payload: Any, trickle: float = 0.0) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -105,10 +111,15 @@ class LoopbackLLM:
                 if status >= 400:
                     self.send_header("retry-after-ms", "20")
                 self.end_headers()
+                pieces = max(1, int(trickle / 0.1))
+                size = -(-len(data) // pieces)
                 try:
-                    self.wfile.write(data)
+                    for start in range(0, len(data), size):
+                        self.wfile.write(data[start:start + size])
+                        self.wfile.flush()
+                        time.sleep(trickle / pieces)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
+                    service.dropped.append(self.path)  # the client gave up (timeout tests)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -136,7 +147,8 @@ class LoopbackLLM:
                         "role": "assistant", "model": body["model"],
                         "content": [{"type": "text", "text": text}],
                         "stop_reason": step.get("stop_reason", "end_turn"),
-                        "stop_sequence": None, "usage": service._anthropic_usage(body, text)})
+                        "stop_sequence": None, "usage": service._anthropic_usage(body, text)},
+                        step.get("trickle", 0.0))
                 if self.path.endswith("/chat/completions"):
                     prompt, completion = _tokens(body["messages"]), _tokens(text)
                     return self._send(200, {
@@ -145,7 +157,7 @@ class LoopbackLLM:
                         "choices": [{"index": 0, "finish_reason": step.get("finish_reason", "stop"),
                                      "message": {"role": "assistant", "content": text}}],
                         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                  "total_tokens": prompt + completion}})
+                                  "total_tokens": prompt + completion}}, step.get("trickle", 0.0))
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         return Handler

@@ -4,13 +4,14 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 
 import pytest
 from PIL import Image
 
 from llm_loopback import LoopbackLLM
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
-from llmzero_slurm.agents.llm import choose_backend
+from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
@@ -281,11 +282,41 @@ def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service, timeout_s=0.3, max_retries=1)
     node, log = run
-    service.reply({"delay": 1.0, "text": good()})
+    service.reply({"delay": 1.0, "status": 500}, good())
     p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
-    assert p.source == "heuristic" and len(service.requests) == 2   # retried once
+    assert p.source == "heuristic"
     record = json.loads((tmp_path / "proposal.json").read_text())
-    assert "APITimeoutError" in record["fallbacks"][0]
+    assert "no complete answer within agents.timeout_s = 0.3 s" in record["fallbacks"][0]
+    time.sleep(1.5)
+    assert len(service.requests) == 1    # the abandoned call did not retry after its 500
+
+
+@pytest.mark.parametrize("backend, vendor", [("anthropic", "Anthropic API"),
+                                             ("openai", "OpenAI-compatible API")])
+def test_a_reply_that_trickles_in_is_given_up_at_timeout_s(service, monkeypatch, run, tmp_path,
+                                                          backend, vendor):
+    """timeout_s was the HTTP client's limit on each read, so a proxy passing the reply on a
+    few bytes at a time held one call as long as it liked (and every retry as long again). It
+    now bounds the whole call, retries included: the heuristic answers, the record says why,
+    and the abandoned call sends no further request."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend, timeout_s=1.0, max_retries=2)
+    llm = choose_backend(cfg)
+    service.reply({"trickle": 4.0, "text": good()})
+    started = time.monotonic()
+    with pytest.raises(LLMUnavailable) as raised:
+        llm.complete(Prompt("Answer.", "Ready?"))
+    assert time.monotonic() - started < 2.0
+    said = (f"{vendor}: no complete answer within agents.timeout_s = 1 s (the service's "
+            "retries included); the call was abandoned")
+    assert str(raised.value) == said
+    node, log = run
+    p = Proposer(cfg, CPU, llm).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert p.source == "heuristic"
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"] == [f"LLM unavailable: {said}", "used the heuristic agent instead"]
+    time.sleep(4.5)            # when both replies would have ended: both were hung up on
+    assert len(service.requests) == 2 and len(service.dropped) == 2
 
 
 def test_openai_compatible_server(service, monkeypatch, run, tmp_path):

@@ -1,10 +1,10 @@
 """LLM backends behind one small interface: a prompt in, a reply with tokens and dollars out.
 
 `complete` either returns text or raises `LLMUnavailable` (after the SDK's own retries with
-back-off on 429, 5xx and timeouts, and for any other failure of the exchange); agents then fall
-back to the heuristics. The API key is read from the environment here and handed to the SDK;
-it is never stored anywhere else, and is cut out of every failure's text (a gateway may echo
-it), which reaches records and logs.
+back-off on 429, 5xx and timeouts, when `agents.timeout_s` has passed, and for any other
+failure of the exchange); agents then fall back to the heuristics. The API key is read from
+the environment here and handed to the SDK; it is never stored anywhere else, and is cut out
+of every failure's text (a gateway may echo it), which reaches records and logs.
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from PIL import Image
 
 from ..config import AgentConfig
 from ..errors import ConfigError
+from .deadline import HOOKS, OutOfTime, within
 from .route import address, proxy_for
+from .usage import Usage, price
 
 
 class LLMUnavailable(Exception):
@@ -49,20 +51,6 @@ class Prompt:
         return Prompt(self.system, self.text, self.images,
                       [*self.turns, ("assistant", answer.strip() or "(no text)"), ("user", note)],
                       self.max_tokens)
-
-
-@dataclass
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def add(self, other: "Usage") -> None:
-        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens",
-                     "cost_usd"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 @dataclass
@@ -118,24 +106,19 @@ def user_content(prompt: Prompt, max_px: int, image_block: Callable[[str], dict[
     return content
 
 
-def price(cfg: AgentConfig, usage: Usage) -> float:
-    return (usage.input_tokens * cfg.price_input_per_mtok
-            + usage.output_tokens * cfg.price_output_per_mtok
-            + usage.cache_write_tokens * cfg.price_cache_write_per_mtok
-            + usage.cache_read_tokens * cfg.price_cache_read_per_mtok) / 1e6
-
-
 class _SDKBackend:
     """A vendor SDK client; the SDK retries 429/5xx/timeouts itself with exponential back-off
-    (honouring retry-after), `max_retries` times."""
+    (honouring retry-after), `max_retries` times, all within `timeout_s` (deadline.py)."""
 
     sdk: type
+    http_client: type   # the SDK's own HTTP client class, its defaults kept
     vendor: str     # how a failure is named in the agent's record
 
     def __init__(self, cfg: AgentConfig, api_key: str):
         self.cfg = cfg
         self.client = self.sdk(api_key=api_key, base_url=cfg.base_url, timeout=cfg.timeout_s,
-                               max_retries=cfg.max_retries)
+                               max_retries=cfg.max_retries,
+                               http_client=self.http_client(event_hooks=HOOKS))
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         raise NotImplementedError
@@ -149,9 +132,11 @@ class _SDKBackend:
         the API promises must also end in the agents' fallback, never crash the controller."""
         body = self.request(prompt)
         try:
-            return self.send(body)
+            return within(self.cfg.timeout_s, lambda: self.send(body))
         except LLMUnavailable:
             raise
+        except OutOfTime as exc:
+            raise LLMUnavailable(f"{self.vendor}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
             raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {exc}")) \
                 from None
@@ -168,7 +153,8 @@ class _SDKBackend:
         ConfigError naming the key, since every agent call would fall back to the heuristics;
         any other failure (the network, 429, 5xx) is said only, as the agents retry those."""
         try:
-            self.send(self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)))
+            body = self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1))
+            within(self.cfg.timeout_s, lambda: self.send(body))
         except (anthropic.APIStatusError, openai.APIStatusError) as exc:
             said = f"{type(exc).__name__}: {self.redact(str(exc))[:300]}"
             if exc.status_code in (401, 403):
@@ -190,6 +176,7 @@ class AnthropicBackend(_SDKBackend):
     name = "anthropic"
     vendor = "Anthropic API"
     sdk = anthropic.Anthropic
+    http_client = anthropic.DefaultHttpxClient
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         """The Messages API request body (also used by the cost benchmark)."""
@@ -223,6 +210,7 @@ class OpenAIBackend(_SDKBackend):
     name = "openai"
     vendor = "OpenAI-compatible API"
     sdk = openai.OpenAI
+    http_client = openai.DefaultHttpxClient
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         content = user_content(prompt, self.cfg.image_max_px, lambda data: {

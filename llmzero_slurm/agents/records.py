@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..store.atomic import read_json, write_json
-from .llm import Prompt, Usage
+from .llm import Prompt
+from .usage import Usage
 
 
 @dataclass

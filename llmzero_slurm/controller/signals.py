@@ -2,7 +2,7 @@
 stop cleanly.
 
 One exception: a signal while an agent is asked interrupts it at once. An LLM that does not
-answer holds a call for timeout_s x (max_retries + 1), ten minutes by default, and its answer
+answer holds a call for agents.timeout_s, two minutes by default, and its answer
 is not wanted once the user (or the keeper replacing a silent monitor) has said stop. The
 controller creates nothing before the search method's plan returns, so an interrupted plan
 leaves only its agents' records in proposals/, as a controller killed there would; the
