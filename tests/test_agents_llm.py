@@ -511,6 +511,36 @@ def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, 
     assert record["result"]["action"] == "CONTINUE" and "overruled" in record["fallbacks"][-1]
 
 
+def test_an_overruled_stop_is_not_asked_again_until_a_new_validation_point(service, monkeypatch,
+                                                                           tmp_path):
+    """After the leader rule overruled the LLM's STOP, the LLM was asked again at every monitor
+    pass (every new training step) and paid each time for an answer overruled again. The
+    overruled answer now stands until the phase has a new validation point, or until the phase
+    no longer leads the best strategy (then the LLM is asked, as the comparison has changed)."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    stopper = Stopper(cfg, choose_backend(cfg))
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    service.reply("REASON: the curve looks noisy.\nDECISION: STOP")
+
+    def judge(steps, best_val=0.6):
+        leader = phase_log(tmp_path, "cur.jsonl", 20, 0.02, steps)   # 0.70 at step 40
+        return stopper.decide(StopperInput(leader, 20, 60, best, best_val), tmp_path)
+
+    for steps in (20, 22, 24):     # validation every 5 steps: 22 and 24 add none after 40
+        d = judge(steps)
+        assert (d.action, d.val_step) == ("CONTINUE", 40) and "STOP overruled" in d.reason
+    assert len(service.requests) == 1
+    records = json.loads((tmp_path / "early_stop.json").read_text())
+    assert len(records) == 3 and [r["backend"] for r in records] == ["anthropic", "rule", "rule"]
+    assert records[2]["result"]["reason"].startswith("no validation point since step 40, "
+                                                     "judged then: STOP overruled")
+    assert judge(24, best_val=0.8).action == "STOP"       # no longer the leader: asked again
+    assert len(service.requests) == 2
+    judge(25)                                             # a new validation point: asked again
+    assert len(service.requests) == 3
+
+
 def test_a_job_that_refused_its_input_is_not_sent_to_the_llm(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)

@@ -58,6 +58,7 @@ class Decision:
     step: int | None = None
     source: str = "rule"
     val_step: int | None = None     # the last validation point the decision saw
+    overruled: bool = False         # a rule overruled the LLM's STOP (stopper.py)
 
 
 def extract_json(text: str) -> dict[str, Any]:

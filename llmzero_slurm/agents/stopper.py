@@ -3,8 +3,8 @@
 CONTINUE is the answer unless the validation trajectory clearly cannot win. Before 10 steps
 into the phase, without a best strategy to compare to, without a validation point, within
 one validation interval of the planned end (stopping then saves little), or when the LLM
-already judged the latest validation point, no LLM is consulted; an unparsable answer counts
-as CONTINUE.
+already judged the latest validation point (its STOP overruled by the leader rule included,
+while the phase still leads), no LLM is consulted; an unparsable answer counts as CONTINUE.
 """
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ class Stopper:
             record.backend = "heuristic"
             decision = heuristic()
             decision.source = "heuristic"
-        elif earlier := _judged(files.stop_records(), val[-1][0], self.llm.name):
+        elif earlier := _judged(files.stop_records(), val[-1][0], self.llm.name,
+                                _leads(val, inp.best_val)):
             decision = Decision(earlier["action"], f"no validation point since step "
                                 f"{val[-1][0]}, judged then: {earlier['reason']}", step)
         else:
@@ -110,27 +111,33 @@ class Stopper:
         return Prompt(system, task, [image], max_tokens=300)
 
 
-def _judged(records: list[dict[str, Any]], val_step: int, source: str) -> dict[str, Any] | None:
+def _judged(records: list[dict[str, Any]], val_step: int, source: str,
+            leads: bool) -> dict[str, Any] | None:
     """The LLM's earlier decision at this validation point, if any: only the validation
-    trajectory can justify STOP, so asking again before it moves would buy the same answer."""
+    trajectory can justify STOP, so asking again before it moves would buy the same answer.
+    A STOP the leader rule overruled stands while the phase `leads`: asked again, the LLM
+    would be overruled again."""
     for entry in reversed(records):
         result = entry.get("result")
-        if result and result.get("val_step") == val_step and result.get("source") == source:
+        if result and result.get("val_step") == val_step and (
+                result.get("source") == source or (result.get("overruled") and leads)):
             return result
     return None
+
+
+def _leads(val: list[tuple[int, float]], best_val: float | None) -> bool:
+    """Whether the phase's best validation is at or above the best finished strategy's."""
+    return best_val is not None and bool(val) and max(v for _, v in val) >= best_val
 
 
 def _not_the_leader(decision: Decision, val: list[tuple[int, float]], best_val: float | None,
                     record: AgentRecord) -> Decision:
     """STOP is for phases that cannot win: one already at or above the best finished strategy
     is kept running whatever the answer said, and the record says it was overruled."""
-    if decision.action != "STOP" or best_val is None or not val:
+    if decision.action != "STOP" or not _leads(val, best_val):
         return decision
-    own = max(v for _, v in val)
-    if own < best_val:
-        return decision
-    why = (f"STOP overruled: the phase's best validation {own:.3f} is at or above the best "
-           f"finished strategy's {best_val:.3f}")
+    why = (f"STOP overruled: the phase's best validation {max(v for _, v in val):.3f} is at or "
+           f"above the best finished strategy's {best_val:.3f}")
     record.fallbacks.append(why)
     return Decision("CONTINUE", f"{why} (the answer said: {decision.reason[:300]})",
-                    decision.step, "rule")
+                    decision.step, "rule", overruled=True)
