@@ -255,7 +255,7 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
      "LLM unavailable: Anthropic API: RuntimeError: could not resolve response"),
     ("anthropic", {}, {"body": {"type": "message", "id": "msg_0"}},
      "LLM unavailable: Anthropic API: the reply is not a Messages API answer (no content "
-     "blocks or no usage)"),
+     "blocks)"),
     ("openai", {}, {"body": {"object": "chat.completion", "choices": [{"index": 0}]}},
      "LLM unavailable: OpenAI-compatible API: the reply has no choice with a message"),
 ], ids=["anthropic-sdk-fails", "anthropic-reply-not-a-message", "openai-choice-without-message"])
@@ -276,6 +276,41 @@ def test_a_client_failure_that_is_no_api_error_falls_back_and_is_recorded(
     # and said as it happens, not only in the record (the controller shows warnings)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"proposer: {record['fallbacks'][0]}; the heuristic agent answers instead"]
+
+
+def without_usage(backend: str, text: str) -> dict:
+    """A 200 reply as a gateway that leaves out `usage` sends it."""
+    if backend == "anthropic":
+        return {"body": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                         "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                         "stop_sequence": None}}
+    return {"body": {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": text}}]}}
+
+
+@pytest.mark.parametrize("backend, vendor", [("anthropic", "Anthropic API"),
+                                             ("openai", "OpenAI-compatible API")])
+def test_an_answer_without_usage_is_used_and_its_cost_recorded_as_unknown(
+        service, monkeypatch, run, tmp_path, backend, vendor):
+    """A gateway that leaves `usage` out of a 200 reply cost the user the LLM's answer (the
+    heuristic answered instead, the answer unrecorded), or had it recorded as costing 0."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    service.reply(without_usage(backend, good()))
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == (backend, 5e-4)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"] == [] and record["answers"] == [good()]
+    assert record["usage"] == {
+        "input_tokens": None, "output_tokens": None, "cache_write_tokens": None,
+        "cache_read_tokens": None, "cost_usd": None,
+        "unknown": f"the {vendor}'s reply gave no usage: its tokens and cost are unknown"}
+    service.reply(without_usage(backend, "no json here"), good())   # known after unknown
+    Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    usage = json.loads((tmp_path / "proposal.json").read_text())["usage"]
+    assert usage["cost_usd"] is None and usage["input_tokens"] is None and usage["unknown"]
 
 
 def test_timeout_falls_back(service, monkeypatch, run, tmp_path):

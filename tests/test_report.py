@@ -359,6 +359,22 @@ def test_costs_say_the_samples_trained_the_stoppers_saving_and_the_gain_over_the
     assert "gain: test 0.100 -&gt; 0.654 (+0.554, +554% over the base)" in costs
 
 
+def test_an_answer_of_unknown_cost_is_said_beside_the_sums(tmp_path):
+    """A record whose service gave no usage (tokens and dollars null) was summed as costing 0."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 20, 20, 0.4, None, [], 0.1))
+    unknown = {"input_tokens": None, "output_tokens": None, "cache_write_tokens": None,
+               "cache_read_tokens": None, "cost_usd": None, "unknown": "no usage given"}
+    store.node_dir(0).early_stop_file.write_text(json.dumps([
+        record("stopper", 300, 0.01, action="CONTINUE"),
+        {**record("stopper", 0, 0, action="CONTINUE"), "usage": unknown}]))
+    write_report(store.root)
+    costs = html(store.root).split("<h2>Costs</h2>")[1].split("<h2>")[0]
+    stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
+    assert "0.0100 + the unknown cost of 1 answer" in stopper
+    assert re.search(r"agents in total.*0\.0100 \+ the unknown cost of 1 answer", costs, re.S)
+
+
 def test_strategy_yaml_is_the_best_path_without_test_scores(run):
     text = (run / "report" / "strategy.yaml").read_text()
     doc = yaml.safe_load(text)

@@ -25,7 +25,7 @@ from ..config import AgentConfig
 from ..errors import ConfigError
 from .deadline import HOOKS, OutOfTime, within
 from .route import address, proxy_for
-from .usage import Usage, price
+from .usage import Usage, anthropic_usage, openai_usage
 
 
 class LLMUnavailable(Exception):
@@ -193,14 +193,11 @@ class AnthropicBackend(_SDKBackend):
 
     def send(self, body: dict[str, Any]) -> Reply:
         resp = self.client.messages.create(**body)
-        if not isinstance(getattr(resp, "content", None), list) or getattr(resp, "usage", None) is None:
+        if not isinstance(getattr(resp, "content", None), list):
             raise LLMUnavailable(f"{self.vendor}: the reply is not a Messages API answer (no "
-                                 f"content blocks or no usage): {str(resp)[:200]}")
+                                 f"content blocks): {str(resp)[:200]}")
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
-        u = resp.usage
-        usage = Usage(u.input_tokens, u.output_tokens, u.cache_creation_input_tokens or 0,
-                      u.cache_read_input_tokens or 0)
-        usage.cost_usd = price(self.cfg, usage)
+        usage = anthropic_usage(self.cfg, getattr(resp, "usage", None), self.vendor)
         return Reply(text, usage, cut_reason(getattr(resp, "stop_reason", None)))
 
 
@@ -227,13 +224,7 @@ class OpenAIBackend(_SDKBackend):
         if not resp.choices or getattr(resp.choices[0], "message", None) is None:
             raise LLMUnavailable(f"{self.vendor}: the reply has no choice with a message: "
                                  f"{str(resp)[:200]}")
-        u = resp.usage
-        cached = 0
-        if u is not None and u.prompt_tokens_details is not None:
-            cached = u.prompt_tokens_details.cached_tokens or 0
-        usage = Usage((u.prompt_tokens - cached) if u else 0, u.completion_tokens if u else 0,
-                      0, cached)
-        usage.cost_usd = price(self.cfg, usage)
+        usage = openai_usage(self.cfg, resp.usage, self.vendor)
         return Reply(resp.choices[0].message.content or "", usage,
                      cut_reason(resp.choices[0].finish_reason))
 

@@ -78,12 +78,14 @@ class AgentCost:
     calls: int = 0
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
     dollars: float = 0.0
+    unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
 
     def add(self, record: dict[str, Any]) -> None:
         self.calls += 1
         usage = record.get("usage")
         if not isinstance(usage, dict):
             usage = {}
+        self.unknown += bool(usage.get("unknown"))
         for name in TOKEN_FIELDS:
             self.tokens[name] += int(_number(usage.get(name)))
         self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))

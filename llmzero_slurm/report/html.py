@@ -28,6 +28,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
     for cost in view.agent_costs.values():
         totals.calls += cost.calls
         totals.dollars += cost.dollars
+        totals.unknown += cost.unknown
         for name in TOKEN_FIELDS:
             totals.tokens[name] += cost.tokens[name]
     return env.get_template(TEMPLATE).render(
