@@ -30,6 +30,7 @@ from PIL import Image
 from llmzero_slurm.agents.llm import AnthropicBackend, Prompt
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
+from llmzero_slurm.agents.usage import write_price
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.metrics import KEY_METRICS, read_metrics
@@ -95,7 +96,7 @@ def image_tokens(prompt: Prompt, max_px: int) -> int:
 def call_cost(cfg: AgentConfig, system: int, text: int, images: int, output: int,
               cache: str) -> float:
     """Dollars of one call; cache is 'write', 'read' or 'none' for the system block."""
-    system_price = {"write": cfg.price_cache_write_per_mtok, "read": cfg.price_cache_read_per_mtok,
+    system_price = {"write": write_price(cfg, cfg.cache_ttl), "read": cfg.price_cache_read_per_mtok,
                     "none": cfg.price_input_per_mtok}[cache if system >= MIN_CACHEABLE_TOKENS
                                                        else "none"]
     return (system * system_price + (text + images) * cfg.price_input_per_mtok
@@ -129,7 +130,7 @@ def main() -> int:
                 read_metrics(work / "current.jsonl"), 60, 210, read_metrics(work / "best.jsonl"),
                 0.6), work)}
         print(f"model {cfg.model}; prices per MTok: input ${cfg.price_input_per_mtok}, output "
-              f"${cfg.price_output_per_mtok}, cache write ${cfg.price_cache_write_per_mtok} "
+              f"${cfg.price_output_per_mtok}, cache write ${write_price(cfg, cfg.cache_ttl)} "
               f"({cfg.cache_ttl}), cache read ${cfg.price_cache_read_per_mtok}; images <= "
               f"{cfg.image_max_px}px; text tokens "
               + ("from count_tokens" if args.count_with_api else

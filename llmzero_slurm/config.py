@@ -93,10 +93,12 @@ class AgentConfig:
     stop_margin: float = 0.05
     images: bool = True            # openai: false for text-only models
     # 1h: the stopper asks every 15 min, so a 5 min cache would expire between calls.
-    cache_ttl: str = "1h"          # 5m | 1h (the write price below must match)
+    cache_ttl: str = "1h"          # 5m | 1h
     price_input_per_mtok: float = 3.0
     price_output_per_mtok: float = 15.0
-    price_cache_write_per_mtok: float = 6.0
+    # Cache writes: each reply says how many tokens it wrote for 1 hour and for 5 minutes.
+    price_cache_write_per_mtok: float = 6.0      # 1-hour writes
+    price_cache_write_5m_per_mtok: float = 3.75
     price_cache_read_per_mtok: float = 0.30
 
     def check(self, where: str) -> None:
@@ -117,6 +119,7 @@ class AgentConfig:
             check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
                          non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
                                        "price_output_per_mtok", "price_cache_write_per_mtok",
+                                       "price_cache_write_5m_per_mtok",
                                        "price_cache_read_per_mtok"))
         problems.raise_all()
 

@@ -83,18 +83,23 @@ class LoopbackLLM:
                                   "headers": {k.lower(): v for k, v in headers.items()}})
             return self.script.pop(0) if len(self.script) > 1 else self.script[0]
 
-    def _anthropic_usage(self, body: dict[str, Any], text: str) -> dict[str, int]:
-        write = read = 0
+    def _anthropic_usage(self, body: dict[str, Any], text: str) -> dict[str, Any]:
+        read = 0
+        write = {"5m": 0, "1h": 0}      # by the TTL the block asked for, as the API reports it
         for block in body.get("system") or []:
             if isinstance(block, dict) and block.get("cache_control"):
                 key = hashlib.sha256(block["text"].encode()).hexdigest()
                 with self.lock:
                     hit = key in self.cached
                     self.cached.add(key)
-                read, write = (read + _tokens(block["text"]), write) if hit else (
-                    read, write + _tokens(block["text"]))
+                if hit:
+                    read += _tokens(block["text"])
+                else:
+                    write[block["cache_control"].get("ttl", "5m")] += _tokens(block["text"])
         return {"input_tokens": _tokens(body.get("messages")), "output_tokens": _tokens(text),
-                "cache_creation_input_tokens": write, "cache_read_input_tokens": read}
+                "cache_creation_input_tokens": sum(write.values()),
+                "cache_creation": {f"ephemeral_{ttl}_input_tokens": n for ttl, n in write.items()},
+                "cache_read_input_tokens": read}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         service = self

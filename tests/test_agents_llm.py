@@ -305,12 +305,36 @@ def test_an_answer_without_usage_is_used_and_its_cost_recorded_as_unknown(
     assert record["fallbacks"] == [] and record["answers"] == [good()]
     assert record["usage"] == {
         "input_tokens": None, "output_tokens": None, "cache_write_tokens": None,
-        "cache_read_tokens": None, "cost_usd": None,
+        "cache_write_1h_tokens": None, "cache_read_tokens": None, "cost_usd": None,
         "unknown": f"the {vendor}'s reply gave no usage: its tokens and cost are unknown"}
     service.reply(without_usage(backend, "no json here"), good())   # known after unknown
     Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     usage = json.loads((tmp_path / "proposal.json").read_text())["usage"]
     assert usage["cost_usd"] is None and usage["input_tokens"] is None and usage["unknown"]
+
+
+@pytest.mark.parametrize("ttl, written, cost", [
+    ("1h", {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+     100 * 3.75 + 200 * 6.0),
+    ("5m", None, 300 * 3.75),         # a gateway without the breakdown: the TTL asked for
+    ("1h", None, 300 * 6.0)])
+def test_cache_writes_are_priced_by_their_ttl(service, monkeypatch, run, tmp_path, ttl, written,
+                                              cost):
+    """Every cache write was priced at the one configured write price (1-hour's by default),
+    though Anthropic prices 5-minute writes lower and each reply says how many of each it made."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, cache_ttl=ttl)
+    node, log = run
+    usage = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 300,
+             "cache_read_input_tokens": 0, **({"cache_creation": written} if written else {})}
+    reply = without_usage("anthropic", good())
+    service.reply({"body": {**reply["body"], "usage": usage}})
+    Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    record = json.loads((tmp_path / "proposal.json").read_text())["usage"]
+    assert record["cost_usd"] == pytest.approx((10 * 3.0 + 5 * 15.0 + cost) / 1e6)
+    assert record["cache_write_tokens"] == 300
+    assert record["cache_write_1h_tokens"] == (written or {}).get(
+        "ephemeral_1h_input_tokens", 300 if ttl == "1h" else 0)
 
 
 def test_timeout_falls_back(service, monkeypatch, run, tmp_path):
