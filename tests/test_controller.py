@@ -180,6 +180,49 @@ def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_noth
     assert "search finished" not in out.getvalue()
 
 
+def test_a_stop_request_abandons_an_llm_call_in_flight(tmp_path, monkeypatch):
+    """llmzero-stop while the proposer waited on an LLM that did not answer: the controller
+    read the request only once the call ended (up to agents.timeout_s, two minutes by
+    default), as long as llmzero-stop waits by default. The call is now abandoned within about
+    a second, and the search stops as asked, creating no phase."""
+    import threading
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
+    from llmzero_slurm.config import AgentConfig
+    monkeypatch.setenv("LLMZERO_TEST_LLM_KEY", "sk-loopback-0123456789")
+    store = new_run(tmp_path, budget_iterations=3, concurrency=2)
+    said = []
+    with LoopbackLLM() as service:
+        service.reply({"delay": 20, "text": "too late"})
+        llm = choose_backend(AgentConfig(backend="anthropic", base_url=service.url,
+                                         api_key_env="LLMZERO_TEST_LLM_KEY", max_retries=0))
+
+        def asks_the_llm(tree: Tree) -> PhasePlan | None:
+            if tree[0].status.pending:
+                return None
+            try:
+                llm.complete(Prompt("Propose.", "What next?"))
+            except LLMUnavailable as exc:
+                said.append(str(exc))
+            return evolve(0, 10)(tree)
+
+        def the_user() -> None:
+            while not service.requests:
+                time.sleep(0.05)
+            request_stop(store, cancel=False)
+        threading.Thread(target=the_user, daemon=True).start()
+        sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+        ctl, out = controller(tmp_path, sched, [scratch, asks_the_llm, asks_the_llm], store=store)
+        began = time.monotonic()
+        assert ctl.run() == 0
+        assert time.monotonic() - began < 10, out.getvalue()
+    assert said == ["Anthropic API: the call was abandoned: llmzero-stop asked the controller "
+                    "to stop"]
+    assert len(ctl.store.load_tree()) == 1 and len(sched.jobs) == 1, out.getvalue()
+    assert "stopped; 0 phase(s) keep running" in out.getvalue()
+    assert read_stop_request(store) is None
+
+
 def test_a_stop_request_made_while_an_agent_answers_creates_no_phase(tmp_path):
     """llmzero-stop while the proposer waited on a slow LLM: the controller created and
     submitted the phase it was answered, then asked for the next one, and read the request only

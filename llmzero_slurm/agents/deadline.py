@@ -1,4 +1,5 @@
-"""One LLM call bounded as a whole by `agents.timeout_s`, retries included.
+"""One LLM call bounded as a whole by `agents.timeout_s`, retries included, and abandoned
+as soon as its caller no longer wants the answer.
 
 The SDKs hand their timeout to the HTTP client as the limit on each read, so a proxy that
 passes a reply on a few bytes at a time held a call as long as it liked, and the SDK's retries
@@ -6,21 +7,38 @@ and their back-off came on top. The call now runs in a worker thread that the ca
 for timeout_s at most; one still running then is abandoned. The HTTP client's hooks (`HOOKS`,
 given to each SDK client) end an abandoned call at its next request or the next piece of its
 reply, so it sends nothing more: no answer is paid for that nobody reads. The caller's wait is
-a plain join, so a stop signal (controller/signals.py) still interrupts it at once.
+a plain join, so a stop signal (controller/signals.py) still interrupts it at once; and within
+`abandoned_when(reason)` the wait looks at `reason()` every second, so the controller can drop
+a call when llmzero-stop asks it to stop (the agents then answer as when the LLM is down).
 """
 from __future__ import annotations
 
 import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Callable, Iterator, TypeVar
 
 import httpx2
 
 T = TypeVar("T")
+LOOK_S = 1.0                     # how often a waiting caller asks whether to abandon the call
 _running = threading.local()     # the call a worker thread runs
+_reason: ContextVar[Callable[[], str | None] | None] = ContextVar("abandon_reason", default=None)
 
 
-class OutOfTime(Exception):
-    """The call did not end within its bound; it was abandoned."""
+class Abandoned(Exception):
+    """The call was abandoned: out of time, or no longer wanted."""
+
+
+@contextmanager
+def abandoned_when(reason: Callable[[], str | None]) -> Iterator[None]:
+    """Within the block, an LLM call is abandoned once `reason()` says why (None: go on)."""
+    token = _reason.set(reason)
+    try:
+        yield
+    finally:
+        _reason.reset(token)
 
 
 class _Abandoned(BaseException):
@@ -66,8 +84,12 @@ HOOKS = {"request": [_before_request], "response": [_on_reply]}
 
 
 def within(seconds: float, work: Callable[[], T]) -> T:
-    """`work()`'s result or exception, or OutOfTime when it has not ended after `seconds`."""
-    call = _Call()
+    """`work()`'s result or exception; Abandoned when it has not ended after `seconds`, or
+    when the reason to abandon it set by `abandoned_when` says so (then it may not start)."""
+    reason = _reason.get()
+    if reason is not None and (why := reason()):
+        raise Abandoned(f"the call was abandoned: {why}")
+    call, deadline = _Call(), time.monotonic() + seconds
     value: list[T] = []
     error: list[BaseException] = []
 
@@ -80,12 +102,17 @@ def within(seconds: float, work: Callable[[], T]) -> T:
 
     worker = threading.Thread(target=run, name="llm-call", daemon=True)
     worker.start()
+    why = None
     try:
-        worker.join(seconds)
+        while why is None and worker.is_alive() and (left := deadline - time.monotonic()) > 0:
+            worker.join(left if reason is None else min(left, LOOK_S))
+            if reason is not None and worker.is_alive():
+                why = reason()
     finally:
         call.abandoned = worker.is_alive()   # also when a stop signal ended the wait
     if call.abandoned:
-        raise OutOfTime(f"no complete answer within agents.timeout_s = {seconds:g} s (the "
+        raise Abandoned(f"the call was abandoned: {why}" if why else
+                        f"no complete answer within agents.timeout_s = {seconds:g} s (the "
                         "service's retries included); the call was abandoned")
     if error:
         raise error[0]

@@ -23,7 +23,7 @@ from PIL import Image
 
 from ..config import AgentConfig
 from ..errors import ConfigError
-from .deadline import HOOKS, OutOfTime, within
+from .deadline import HOOKS, Abandoned, within
 from .route import address, proxy_for
 from .usage import Usage, anthropic_usage, openai_usage
 
@@ -135,7 +135,7 @@ class _SDKBackend:
             return within(self.cfg.timeout_s, lambda: self.send(body))
         except LLMUnavailable:
             raise
-        except OutOfTime as exc:
+        except Abandoned as exc:
             raise LLMUnavailable(f"{self.vendor}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
             raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {exc}")) \

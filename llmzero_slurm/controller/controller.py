@@ -29,7 +29,7 @@ from .outcome import outcome
 from .keeper import MonitorKeeper
 from .progress import Progress, warnings_shown
 from .signals import StopSignals
-from .stop_request import stop_phases, stop_request_for
+from .stop_request import stop_asked, stop_phases, stop_request_for
 from .submission import Submitter, submitted
 from .watched import poll_phases, watched_phases
 
@@ -163,7 +163,8 @@ class Controller:
     def _start_phases(self, tree: Tree, running: int) -> Tree:
         """Create and submit phases until `concurrency` are pending or the method must wait."""
         while running < self.config.search.concurrency and self.admission.closed(tree) is None:
-            plan = self.signals.unless_stopped(partial(self.method.next_phase, tree))
+            plan = self.signals.unless_stopped(partial(self.method.next_phase, tree), partial(
+                stop_asked, self.store, self.lease.token, self.progress.event))
             if plan is None or self._stopping():   # a stop asked for while agents answered
                 break
             if isinstance(plan, PhasePlan):

@@ -7,11 +7,17 @@ is not wanted once the user (or the keeper replacing a silent monitor) has said 
 controller creates nothing before the search method's plan returns, so an interrupted plan
 leaves only its agents' records in proposals/, as a controller killed there would; the
 monitor records a STOP before it cancels, and a monitor started later sends the cancel.
+A stop asked for otherwise (llmzero-stop's request) is looked for while an agent waits on its
+LLM, and abandons the call (agents/deadline.py): the agents answer as when the LLM is down,
+their record says why, and the caller then stops as the request asks.
 """
 from __future__ import annotations
 
 import signal
+from contextlib import nullcontext
 from typing import Callable, TypeVar
+
+from ..agents.deadline import abandoned_when
 
 T = TypeVar("T")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -43,14 +49,17 @@ class StopSignals:
             self._asking = False
             raise _Interrupted
 
-    def unless_stopped(self, ask: Callable[[], T]) -> T | None:
-        """`ask()`, or None when a stop signal came before or while it ran."""
+    def unless_stopped(self, ask: Callable[[], T],
+                       stop_asked: Callable[[], str | None] | None = None) -> T | None:
+        """`ask()`, or None when a stop signal came before or while it ran. `stop_asked()`:
+        why its LLM calls are no longer wanted, when a stop is asked for otherwise."""
         if self.received is not None:
             return None
         try:
             self._asking = True
             try:
-                return ask()
+                with abandoned_when(stop_asked) if stop_asked else nullcontext():
+                    return ask()
             finally:
                 self._asking = False
         except _Interrupted:

@@ -87,6 +87,14 @@ def stop_request_for(store: RunStore, token: str,
     return None     # a request for this controller, written meanwhile, is read at its next poll
 
 
+def stop_asked(store: RunStore, token: str, event: Callable[[str], object]) -> str | None:
+    """Why an agent's LLM call is no longer wanted (agents/deadline.py): llmzero-stop asked the
+    controller holding the lease `token` to stop. None when it did not."""
+    if stop_request_for(store, token, event) is None:
+        return None
+    return "llmzero-stop asked the controller to stop"
+
+
 def clear_stop_request(store: RunStore, token: str | None) -> bool:
     """Remove the request if it is still the one aimed at the lease `token` (a newer one,
     written meanwhile for a live controller, stays); True when removed. Under the run lock and
