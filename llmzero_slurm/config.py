@@ -22,7 +22,7 @@ import yaml
 from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .sbatch_options import cpu_job_directives, phase_directives, placement_directives
-from .hparams import not_a_number, validate_hparams
+from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
 from .search.settings import SearchSettings, check_ranges
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -317,6 +317,9 @@ def _check_for_backend(cfg: ExperimentConfig) -> None:
     if cfg.slurm.gpus_per_node < 1:
         problems.add("slurm.gpus_per_node", f"the {cfg.backend} backend trains on GPUs: give "
                                             "each phase node's GPU count (e.g. 8), not 0")
+    if isinstance(cfg.hparams, Mapping) and "lora_rank" not in cfg.hparams:
+        problems.add("hparams.lora_rank", "the verl backend needs it (e.g. lora_rank: 64 and "
+                                          f"lora_alpha: 64): {VERL_NEEDS_LORA}")
     problems.raise_all()
 
 

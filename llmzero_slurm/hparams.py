@@ -22,6 +22,10 @@ SCHEDULE = "schedule"
 MEMORY = "memory"
 MODEL = "model"
 
+# Why verl, which would train the whole model without a rank, needs one for this search.
+VERL_NEEDS_LORA = ("every phase after the first starts from its parent's LoRA adapter, and with "
+                   "none verl trains the whole model and saves no adapter to start from")
+
 _SAFE_TEXT = re.compile(r"^[A-Za-z0-9_.,:+\-]{1,64}$")
 
 
@@ -159,7 +163,7 @@ PARAMS: dict[str, Param] = dict([
        "Sequences per pass when recomputing log-probabilities.", 1, 4096),
     # LoRA: fixed along a strategy (a child loads its parent's adapter).
     _p("lora_rank", int, MODEL, "LoRA rank; fixed for every phase of a strategy.", 0, 1024,
-       low_for={"cpu": (1, "it trains LoRA adapters only")}),
+       low_for={"cpu": (1, "it trains LoRA adapters only"), "verl": (1, VERL_NEEDS_LORA)}),
     _p("lora_alpha", float, MODEL, "LoRA scaling numerator.", 0.0, 4096.0),
     _p("target_modules", str, MODEL, "Modules that get LoRA adapters (e.g. all-linear)."),
     # Rollout engine memory (verl only).

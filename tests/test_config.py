@@ -160,7 +160,7 @@ def test_every_warm_start_problem_is_named_at_once():
 def test_a_verl_config_names_both_of_its_backend_problems():
     with pytest.raises(ConfigError) as err:
         parse_config({"name": "x", "backend": "verl", "model_path": "m",
-                      "task": {"warm_start": {"steps": 5}}})
+                      "hparams": {"lora_rank": 8}, "task": {"warm_start": {"steps": 5}}})
     assert [e.key for e in err.value.errors] == ["task.warm_start", "slurm.gpus_per_node"]
 
 
@@ -230,23 +230,41 @@ def test_backend_specific_keys_and_merge():
 
 
 def test_the_cpu_trainer_refuses_lora_rank_0_when_the_config_is_read():
-    """lora_rank: 0 passed --check with the cpu backend; every phase job then exited 2. verl
-    takes 0 (full fine-tuning)."""
+    """lora_rank: 0 passed --check with the cpu backend; every phase job then exited 2."""
     assert refused({"name": "x", "hparams": {"lora_rank": 0}}) == \
         "config key 'hparams.lora_rank': must be >= 1 with the cpu backend: it trains LoRA " \
         "adapters only (got 0)"
     with pytest.raises(ConfigError, match="search.space.lora_rank"):
         grid_points({"lora_rank": [0, 8]}, "cpu")
-    assert validate_hparams({"lora_rank": 0}, "verl") == {"lora_rank": 0}
+
+
+
+@pytest.mark.parametrize("hparams, problem", [
+    ({}, "the verl backend needs it (e.g. lora_rank: 64 and lora_alpha: 64)"),
+    ({"lora_rank": 0}, "must be >= 1 with the verl backend"),
+], ids=["unset", "0"])
+def test_verl_refuses_a_config_without_lora_when_it_is_read(hparams, problem):
+    """A verl config without lora_rank (or with 0: verl then trains the whole model) was
+    valid; --check failed at the evolve script with "needs the parent's lora_rank > 0" and no
+    word of what to set, and every start was refused so. The search resumes its phases from
+    LoRA adapters, so the config check says that, and what to set."""
+    base = {"name": "x", "backend": "verl", "model_path": "m", "slurm": {"gpus_per_node": 8}}
+    why = ": every phase after the first starts from its parent's LoRA adapter, and with " \
+          "none verl trains the whole model and saves no adapter to start from"
+    assert refused({**base, "hparams": hparams}).startswith(
+        f"config key 'hparams.lora_rank': {problem}{why}")
+    assert parse_config({**base, "hparams": {"lora_rank": 64}}).hparams == {"lora_rank": 64}
 
 
 def test_verl_needs_gpus_per_node():
     """backend: verl with slurm.gpus_per_node left at 0 passed --check; verl was then asked
     for trainer.n_gpus_per_node=0 in every phase."""
-    assert refused({"name": "x", "backend": "verl", "model_path": "m"}) == \
+    assert refused({"name": "x", "backend": "verl", "model_path": "m",
+                    "hparams": {"lora_rank": 8}}) == \
         "config key 'slurm.gpus_per_node': the verl backend trains on GPUs: give each phase " \
         "node's GPU count (e.g. 8), not 0"
     assert parse_config({"name": "x", "backend": "verl", "model_path": "m",
+                         "hparams": {"lora_rank": 8},
                          "slurm": {"gpus_per_node": 1}}).slurm.gpus_per_node == 1
 
 
@@ -311,5 +329,6 @@ def test_a_model_folder_relative_to_the_config_is_made_absolute(tmp_path, monkey
     for model, expected in ((given, str(tmp_path / "exp" / "models" / "qwen3")),
                             ("Qwen/Qwen3-4B", "Qwen/Qwen3-4B")):
         path = tmp_path / "exp" / "experiment.yaml"
-        path.write_text(f"name: demo\nbackend: verl\nmodel_path: {model}\nslurm: {{gpus_per_node: 1}}\n")
+        path.write_text(f"name: demo\nbackend: verl\nmodel_path: {model}\n"
+                        "hparams: {lora_rank: 8}\nslurm: {gpus_per_node: 1}\n")
         assert load_config(path).model_path == expected
