@@ -228,6 +228,7 @@ STUB_PYTHON = """#!/bin/bash
 if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
     printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
     printf 'RAY_TMPDIR=%s\\nRAY_ADDRESS=%s\\n' "${RAY_TMPDIR:-}" "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
+    printf '%s\\n' "${HF_HUB_OFFLINE-unset}" "${TRANSFORMERS_OFFLINE-unset}" >"$STUB_LOG/main_ppo.hub"
     for arg in "$@"; do
         case $arg in +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=*)
             log=${arg#*=}; log=${log//\\"/} ;;
@@ -291,6 +292,27 @@ def test_ray_sockets_fit_whatever_the_sites_tmpdir(tmp_path, tmpdir):
     if tmpdir == "short":
         assert ray_tmp == f"{site_tmp}/llmz-ray-{job_id}"       # the site's own, where it fits
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("model, offline", [("/models/Qwen3-8B", ["1", "1"]),
+                                            ("Qwen/Qwen3-8B", ["unset", "unset"])],
+                         ids=["folder", "hub-id"])
+def test_a_model_in_a_folder_is_trained_without_asking_the_hub(tmp_path, model, offline):
+    """verl phases ran with the hub online: with the model in a folder, a compute node
+    without internet still had each hub call transformers or vLLM makes wait for its
+    timeout. Such a phase now runs offline (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE); a hub id
+    is left to the environment, since a node may download it."""
+    phase = spec(tmp_path, model_path=model)
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    env, log, _ = stub_programs(tmp_path)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(name, None)
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"}, check=True,
+                   capture_output=True, timeout=120)
+    assert (log / "main_ppo.hub").read_text().split() == offline
 
 
 @pytest.mark.parametrize("validated", [True, False])

@@ -146,6 +146,11 @@ class VerlBackend(TrainerBackend):
                "LLMZ_TEST_SOURCES": " ".join(held_out_sources(spec.task, settings)),
                "LLMZ_GPUS_PER_NODE": str(spec.slurm.gpus_per_node),
                "LLMZ_RAY_CPUS": str(ray_cpus(spec.slurm))}
+        if spec.model_path and Path(spec.model_path).is_absolute():
+            # A model in a folder needs nothing from the hub, and on a node without internet
+            # each hub call transformers or vLLM makes would wait for its timeout. A hub id
+            # (never absolute: the config anchors folders) may be downloaded.
+            env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         if spec.resume_dir is not None:
             if self.carries_validation(spec):
                 env["LLMZ_PARENT_METRICS"] = str(Path(spec.resume_dir) / "metrics.jsonl")
