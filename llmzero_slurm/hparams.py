@@ -40,8 +40,9 @@ class Param:
     choices: tuple[Any, ...] | None = None
     backends: tuple[str, ...] = ("cpu", "verl")
     nullable: bool = False
-    # A trainer that needs more than `low`: {backend: (its low, why)}.
+    # A trainer that needs more than `low`, or takes less than `high`: {backend: (bound, why)}.
     low_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    high_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
     def check(self, value: Any, backend: str | None = None, written: bool = False) -> Any:
         """Return the value coerced to the declared type, or raise naming the key. `written`:
@@ -79,10 +80,11 @@ class Param:
             raise HyperparameterError(self.name, value, f"must be >= {self.low}")
         if self.high is not None and value > self.high:
             raise HyperparameterError(self.name, value, f"must be <= {self.high}")
-        low, why = self.low_for.get(backend or "", (None, ""))
-        if low is not None and value < low:
-            raise HyperparameterError(self.name, value, f"must be >= {low:g} with the {backend} "
-                                                        f"backend: {why}")
+        for sign, bounds in ((">=", self.low_for), ("<=", self.high_for)):
+            bound, why = bounds.get(backend or "", (None, ""))
+            if bound is not None and (value < bound if sign == ">=" else value > bound):
+                raise HyperparameterError(self.name, value, f"must be {sign} {bound:g} with the "
+                                                            f"{backend} backend: {why}")
         return value
 
 
@@ -163,7 +165,10 @@ PARAMS: dict[str, Param] = dict([
        "Sequences per pass when recomputing log-probabilities.", 1, 4096),
     # LoRA: fixed along a strategy (a child loads its parent's adapter).
     _p("lora_rank", int, MODEL, "LoRA rank; fixed for every phase of a strategy.", 0, 1024,
-       low_for={"cpu": (1, "it trains LoRA adapters only"), "verl": (1, VERL_NEEDS_LORA)}),
+       low_for={"cpu": (1, "it trains LoRA adapters only"), "verl": (1, VERL_NEEDS_LORA)},
+       # verl 0.9.1 raises as its vLLM rollout starts (get_vllm_max_lora_rank); peft takes any.
+       high_for={"verl": (512, "vLLM, verl's rollout engine, serves no LoRA rank above 512, "
+                               "and verl fails such a phase as it starts")}),
     _p("lora_alpha", float, MODEL, "LoRA scaling numerator.", 0.0, 4096.0),
     _p("target_modules", str, MODEL, "Modules that get LoRA adapters (e.g. all-linear)."),
     # Rollout engine memory (verl only).

@@ -256,6 +256,18 @@ def test_verl_refuses_a_config_without_lora_when_it_is_read(hparams, problem):
     assert parse_config({**base, "hparams": {"lora_rank": 64}}).hparams == {"lora_rank": 64}
 
 
+def test_verl_refuses_a_lora_rank_its_rollout_engine_refuses():
+    """lora_rank: 768 passed every check (the vocabulary allows 1024); verl's vLLM rollout then
+    refused any rank above 512 as each phase started, once the model was loaded on its GPUs."""
+    base = {"name": "x", "backend": "verl", "model_path": "m", "slurm": {"gpus_per_node": 8}}
+    assert refused({**base, "hparams": {"lora_rank": 768}}) == \
+        "config key 'hparams.lora_rank': must be <= 512 with the verl backend: vLLM, verl's " \
+        "rollout engine, serves no LoRA rank above 512, and verl fails such a phase as it " \
+        "starts (got 768)"
+    assert parse_config({**base, "hparams": {"lora_rank": 512}}).hparams == {"lora_rank": 512}
+    assert validate_hparams({"lora_rank": 768}, "cpu") == {"lora_rank": 768}
+
+
 def test_verl_needs_gpus_per_node():
     """backend: verl with slurm.gpus_per_node left at 0 passed --check; verl was then asked
     for trainer.n_gpus_per_node=0 in every phase."""
