@@ -157,6 +157,40 @@ def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
                     check_lengths(parse_config(config)))
 
 
+def long_prompt_config(tmp_path, max_prompt_length: int | None) -> tuple[dict, Path]:
+    """The verl example with the one-token-a-character tokenizer and a training file of one
+    600-token prompt; the file's path."""
+    from llmzero_slurm.tasks.dataset import write_parquet
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    config["model_path"] = str(char_tokenizer(
+        tmp_path / "chat", "{% for m in messages %}{{ m['content'] }}{% endfor %}"))
+    config["hparams"]["max_prompt_length"] = max_prompt_length
+    if max_prompt_length is None:
+        del config["hparams"]["max_prompt_length"]
+    long = tmp_path / "long.parquet"
+    write_parquet([{"data_source": "s", "prompt": [{"role": "user", "content": "1+" * 300}],
+                    "reward_model": {"style": "rule", "ground_truth": "300"}}], long)
+    config["task"]["train_files"] = [str(long)]
+    return config, long
+
+
+def test_check_counts_a_verl_prompts_tokens_not_its_tokenizers_fields(tmp_path):
+    """With transformers 5, whose apply_chat_template returns input_ids and attention_mask
+    together, --check counted every verl prompt as 2 tokens: none was ever too long, and verl
+    cut every prompt over max_prompt_length to its last tokens, a warning in a worker's log
+    the only trace."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.errors import LLMZeroError
+    config, long = long_prompt_config(tmp_path, 512)
+    with pytest.raises(LLMZeroError, match=re.escape(
+            f"{long}: 1 of 1 prompts need more than max_prompt_length=512 tokens (the longest "
+            "600, counted with ")):
+        check_lengths(parse_config(config))
+    config["hparams"]["max_prompt_length"] = 600
+    assert check_lengths(parse_config(config)).startswith("longest prompt 600 and answer ")
+
+
 def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
     """The CPU trainer writes printable ASCII only: an answer holding 'ä' or a newline can
     never be produced, so those rows score 0 for good; --check said [ok]."""

@@ -105,8 +105,9 @@ class VerlBackend(TrainerBackend):
                 raise LLMZeroError(f"{model_path}'s tokenizer has no chat template, and verl "
                                    "applies one to every prompt: use a model (or tokenizer "
                                    "folder) that has one")
+            # The ids alone: transformers 5 returns them with their attention mask by default.
             return len(tok.apply_chat_template(list(messages), add_generation_prompt=True,
-                                               tokenize=True))
+                                               tokenize=True, return_dict=False))
         return TokenCounter(prompt, lambda text: len(tok.encode(text, add_special_tokens=False))
                             + 1, f"{model_path}'s tokenizer")
 
