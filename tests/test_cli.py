@@ -191,6 +191,20 @@ def test_check_counts_a_verl_prompts_tokens_not_its_tokenizers_fields(tmp_path):
     assert check_lengths(parse_config(config)).startswith("longest prompt 600 and answer ")
 
 
+def test_check_counts_verl_prompts_against_verls_own_limit_when_none_is_set(tmp_path):
+    """With max_prompt_length left out, --check said "no length setting to check them
+    against", and verl cut every prompt over its own default (512 tokens) to its last 512."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.errors import LLMZeroError
+    config, long = long_prompt_config(tmp_path, None)
+    with pytest.raises(LLMZeroError, match=re.escape(
+            f"{long}: 1 of 1 prompts need more than max_prompt_length=512 tokens (the longest "
+            "600, counted with ") + ".*" + re.escape(
+            "; it is verl's default: set hparams.max_prompt_length higher or shorten them")):
+        check_lengths(parse_config(config))
+
+
 def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
     """The CPU trainer writes printable ASCII only: an answer holding 'ä' or a newline can
     never be produced, so those rows score 0 for good; --check said [ok]."""

@@ -65,6 +65,12 @@ class TrainerBackend(ABC):
         so agents reason about (and scale) actual values rather than missing ones."""
         return {**self.defaults(), **hparams}
 
+    def own_default(self, key: str) -> Any:
+        """What the trainer itself runs with for `key` when neither the experiment nor
+        defaults() sets it, for checks of what a phase will meet; None when unknown here. Not
+        in defaults(): it may be read from an install this machine need not have."""
+        return None
+
     def reads(self, key: str) -> bool:
         """Whether this trainer has the vocabulary's hyperparameter `key`."""
         return self.name in PARAMS[key].backends

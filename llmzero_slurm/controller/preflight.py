@@ -120,9 +120,9 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
 
 
 def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
-    """Every prompt fits max_prompt_length and every ground truth max_response_length, counted
-    with the trainer's own tokenizer: a prompt too long fails the job at start, an answer too
-    long is cut off in every rollout and can never score."""
+    """Every prompt fits max_prompt_length and every ground truth max_response_length (unset:
+    the trainer's default), counted with its tokenizer: a prompt too long is cut (verl) or fails
+    the job, an answer too long is cut off in every rollout and can never score."""
     from ..tasks.dataset import read_examples
 
     read = read or read_examples
@@ -131,13 +131,14 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         return f"builtin task {task.builtin}: its answer lengths are part of its design"
     backend = get_backend(cfg.backend)
     hp = backend.effective_hparams(cfg.hparams)
-    limits = {"max_prompt_length": hp.get("max_prompt_length"),
-              "max_response_length": hp.get("max_response_length")}
-    given: dict[str, str] = {}    # a limit the method's space sets in place of hparams'
+    limits = {key: hp.get(key) for key in ("max_prompt_length", "max_response_length")}
+    fixes: dict[str, str] = {}    # where a limit other than hparams' comes from, and the fix
     for key in limits:
         bound = length_limit(cfg.search.method, cfg.search.space, cfg.backend, key)
         if bound is not None:
-            limits[key], given[key] = bound
+            limits[key], fixes[key] = bound[0], f"{bound[1]}: raise it"
+        elif limits[key] is None and (own := backend.own_default(key)) is not None:
+            limits[key], fixes[key] = own, f"it is {cfg.backend}'s default: set hparams.{key} higher"
     try:
         count = backend.token_counter(cfg.model_path)
     except LLMZeroError as exc:
@@ -160,10 +161,9 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             over = sum(v > limit for v in values) if limit else 0
             if over:
                 what = "prompts" if key == "max_prompt_length" else "ground-truth answers"
-                fix = (f"{given[key]}: raise it" if key in given else f"raise hparams.{key}")
-                raise LLMZeroError(f"{path}: {over} of {len(values)} {what} need more than "
-                                   f"{key}={limit} tokens (the longest {max(values)}, counted "
-                                   f"with {count.name}); {fix} or shorten them")
+                raise LLMZeroError(f"{path}: {over} of {len(values)} {what} need more than {key}={limit} tokens "
+                                   f"(the longest {max(values)}, counted with {count.name}); "
+                                   f"{fixes.get(key, f'raise hparams.{key}')} or shorten them")
     within = ", ".join(f"{k}={v}" for k, v in limits.items() if v)
     return (f"longest prompt {longest['max_prompt_length']} and answer "
             f"{longest['max_response_length']} tokens ({count.name}): "

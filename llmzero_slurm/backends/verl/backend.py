@@ -13,9 +13,9 @@ from ..spec import PhaseSpec
 from .data import held_out_sources
 from ...store.node_dir import NodeDir
 from .metrics_copy import scores_at
-from .keys import STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
+from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides, ray_cpus
-from .schema import check_overrides
+from .schema import check_overrides, verl_default
 from .settings import VerlSettings
 
 
@@ -40,6 +40,10 @@ class VerlBackend(TrainerBackend):
     def python(self, trainer: Mapping[str, Any]) -> str:
         """verl runs from the cluster's own environment (slurm.setup), not this one's."""
         return str(trainer.get("python") or "python3")
+
+    def own_default(self, key: str) -> Any:
+        """verl's config file's value (read where hydra and verl's config are installed)."""
+        return verl_default(HPARAM_KEYS[key][0]) if key in HPARAM_KEYS else None
 
     def overrides(self, spec: PhaseSpec) -> list[str]:
         """The phase's Hydra overrides, except trainer.nnodes (the job fills in $SLURM_NNODES)."""

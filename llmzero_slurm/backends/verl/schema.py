@@ -78,6 +78,18 @@ def compose(overrides: Sequence[str]) -> Any:
     return cfg
 
 
+def verl_default(key: str) -> Any:
+    """verl's own value of `key` where no override sets it, or None where its config cannot
+    be read here."""
+    if unavailable_reason():
+        return None
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return OmegaConf.select(hydra_compose(CONFIG_NAME), key)
+
+
 def _check_gpu_split(cfg: Any) -> None:
     """verl's rules for splitting the work over the job's GPUs: its validate_config refuses
     the first batch rule as the job starts, after its wait in the queue; the rollout replica
