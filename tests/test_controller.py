@@ -309,6 +309,27 @@ def test_a_successful_fix_moves_beside_the_failure_it_fixes(tmp_path):
 
 
 @pytest.mark.fault("killed between intent and sbatch, and between sbatch and the job id")
+def test_a_resumed_run_scores_the_phases_an_earlier_release_left_unscored(tmp_path):
+    """An earlier release did not read val-core/openai/gsm8k/... (verl's own name for GSM8K
+    rows holds a slash) as a score: its phases were recorded unscored, and a run resumed with
+    the release that reads them still passed over them; only new phases were scored."""
+    store = new_run(tmp_path, budget_iterations=2)
+    store.add_node(lambda j: Node(j, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=Results(last_step=20, checkpoints=[10, 20]),
+                                  submission=Submission("tok0", "99")))
+    write_metrics(store.node_dir(0).metrics_file,
+                  [*val_rows({10: 0.3, 20: 0.5}, "val-core/openai/gsm8k/acc/mean@1"),
+                   (20, {"test-core/openai/gsm8k_test/acc/mean@1": 0.4})])
+    sched = ScriptedScheduler([["RUNNING", trained({30: 0.6}, (30,)), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, evolve(0, 20)], store=store)
+    assert ctl.run() == 0
+    root = ctl.store.load_tree()[0]
+    assert (root.results.best_val, root.results.best_val_step, root.results.test_at_best) == \
+        (0.5, 20, 0.4)
+    assert (root.results.last_step, root.results.checkpoints) == (20, [10, 20])
+    assert "node 0: scored from its metrics.jsonl (best val 0.500 at step 20)" in out.getvalue()
+
+
 def test_a_restarted_controller_finds_submitted_jobs_and_submits_the_rest(tmp_path, fault_outcome):
     """Killed between recording intent and sbatch, or between sbatch and the job id."""
     store = new_run(tmp_path, budget_iterations=3, concurrency=3)

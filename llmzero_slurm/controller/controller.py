@@ -22,7 +22,7 @@ from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
 from ..store.run_store import RunStore
 from .. import faults
-from .ingest import collect_results, completed_at_limit
+from .ingest import collect_results, completed_at_limit, rescore
 from .admission import Admission
 from .lease import Lease, LeaseLost
 from .outcome import outcome
@@ -71,6 +71,7 @@ class Controller:
         self.signals.install()
         lost = False
         try:
+            rescore(self.store, self.progress.event)   # once: what an earlier release missed
             code = self._loop(cancel_on_stop)
             self.lease.heartbeat()   # taken over since its last write? then its monitor is not ours
             return code

@@ -5,6 +5,8 @@ gives the same answer -- a controller killed while ingesting simply ingests agai
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ..backends import TrainerBackend
 from ..errors import ConfigError
 from ..metrics import best_val, test_score_at
@@ -12,20 +14,40 @@ from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
 from ..store.node_dir import NodeDir
+from ..store.run_store import RunStore
 
 
 def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:
     """The node's results from its files: best validation (and test at that step), last step,
     checkpoints and device-hours."""
     log = files.metrics().after(node.start_step)
-    best = best_val(log.without_test())
     status = files.status()
     results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, files),
                       gpu_hours=status.device_hours(nodes) if status else 0.0)
+    _score(results, log)
+    return results
+
+
+def _score(results: Results, log: MetricsLog) -> None:
+    """The best validation score of the phase's own steps, and the test score there."""
+    best = best_val(log.without_test())
     if best is not None:
         results.best_val_step, results.best_val = best
         results.test_at_best = test_score_at(log, best[0])
-    return results
+
+
+def rescore(store: RunStore, say: Callable[[str], None]) -> None:
+    """Score the finished phases recorded without a score that their metrics hold: an earlier
+    release did not read a data source with a slash (verl's openai/gsm8k) as a score, so the
+    search passed over those phases. From the phase's own files, as at its end."""
+    for node in store.load_tree():
+        if not node.status.finished or node.results.best_val is not None:
+            continue
+        log = store.node_dir(node.id).metrics().after(node.start_step)
+        if best_val(log.without_test()) is not None:
+            node = store.update_node(node.id, lambda n: _score(n.results, log))  # noqa: B023 - called at once
+            say(f"node {node.id}: scored from its metrics.jsonl (best val "
+                f"{node.results.best_val:.3f} at step {node.results.best_val_step})")
 
 
 def _checkpoints(backend: TrainerBackend, files: NodeDir) -> list[int]:
