@@ -16,9 +16,8 @@ from .store.run_store import RunStore
 def run_budget(store: RunStore) -> Budget:
     """The trainer's defaults fill the batch shape a phase leaves unset; the wall clock counts
     from the run's creation, across restarts."""
-    s = store.config.search
-    return Budget(s.budget_iterations, s.budget_samples, s.budget_gpu_hours, s.budget_wall_hours,
-                  get_backend(store.config.backend).defaults(), started_at=store.created_at)
+    return Budget.of(store.config.search, get_backend(store.config.backend).defaults(),
+                     store.created_at)
 
 
 @dataclass(frozen=True)

@@ -953,6 +953,22 @@ def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
                      r"record: parent 42 is no such node in this run", status.stdout)
 
 
+def test_status_says_a_damaged_record_holds_back_the_sample_budget(tmp_path):
+    """The samples and device-hours of a phase whose record cannot be read were counted as
+    none; status showed the node left out, not that no phase may start until it is rebuilt."""
+    store = two_phase_run(tmp_path, search={"budget_samples": 100000})
+    store.node_path(1).write_text('{"schema_version": 1, "id": 1')
+    status = cli("status", str(store.root))
+    assert status.returncode == 0, status.stderr
+    assert (f"warning: node 1's record cannot be read, so what it used of the budget is unknown: "
+            f"no phase is created until it is rebuilt (llmzero-repair {store.root} 1)"
+            ) in status.stdout
+    data = json.loads(cli("status", str(store.root), "--json").stdout)
+    assert data["budget_closed"].startswith("node 1's record cannot be read")
+    store.rebuild_node(1)
+    assert json.loads(cli("status", str(store.root), "--json").stdout)["budget_closed"] is None
+
+
 def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
     """A colleague's `llmzero-stop --cancel` on the group's run without Slurm (local
     processes) met a phase the owner started: os.kill raised PermissionError, a traceback

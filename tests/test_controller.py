@@ -569,12 +569,37 @@ def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path, fault_out
     assert tree[0].pruned and tree[0].status is Status.FAILED and 0 in ctl.store.corrupt
     assert tree[1].status is Status.COMPLETED
     assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
-    assert out.getvalue().count("node 0: left out of the search (llmzero-repair rebuilds it)") == 1
+    assert out.getvalue().count(f"node 0: left out of the search (llmzero-repair {store.root} 0 "
+                                "rebuilds it): ") == 1
     assert (f"the search ended with node 0 left out: a job of its own that still runs was not "
             f"watched; llmzero-repair {store.root}, then llmzero-start {store.root}") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
     assert store.rebuild_node(0).status is Status.COMPLETED      # from the copy beside it
     assert not store.load_tree()[0].pruned and not store.corrupt
+
+
+def test_a_damaged_record_stops_a_sample_budget_from_starting_phases_until_it_is_rebuilt(tmp_path):
+    """A damaged node.json was charged nothing, so the controller started phases with the
+    samples that phase had used as if they were left."""
+    per_phase = HP["total_training_steps"] * 32 * 8     # the CPU trainer's batch shape
+    store = new_run(tmp_path, budget_iterations=10, budget_samples=per_phase + 10 * 32 * 8)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=Results(best_val=0.4, last_step=20)))
+    store.node_path(0).write_text('{"schema_version": 1, "id": 0, "kind": "scr')
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.5}), "COMPLETED"]] * 3)
+    ctl, out = controller(tmp_path, sched, [scratch] * 3, store=store)
+    assert ctl.run() == 3          # corrupt state: the search did not end, it cannot go on
+    assert len(ctl.store.load_tree()) == 1
+    said = out.getvalue()
+    assert (f"node 0: left out of the search (llmzero-repair {store.root} 0 rebuilds it; until "
+            "then no phase is created: what it used of the budget is unknown)") in said
+    assert "search stopped: node 0's record cannot be read, so what it used of the budget" in said
+    assert f"llmzero-repair {store.root}, then llmzero-start {store.root}" in said
+    store.rebuild_node(0)
+    ctl, out = controller(tmp_path, ScriptedScheduler([["RUNNING", trained({10: 0.5}), "COMPLETED"]]),
+                          [scratch] * 3, store=store)
+    assert ctl.run() == 0 and [n.hparams["total_training_steps"] for n in
+                               ctl.store.load_tree()] == [20, 10]
 
 
 # -- submissions that were not confirmed (issue 14.3) ---------------------------------------

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                               if (r := s.pending_reason)},
                           "live_states_note": note,
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
+                          "budget_closed": use.budget.spent(tree),
                           "monitor": monitor,
                           "usage": {"samples_trained": use.trained, "samples_committed": use.committed,
                                     "samples_saved_by_early_stopping": use.saved,
@@ -115,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:
         print(f"llmzero-repair {store.root} rebuilds unreadable records from their copies")
+    unknown = use.budget.unknown(tree)
+    if unknown:
+        print(f"warning: {unknown} (llmzero-repair {store.root} "
+              f"{' '.join(map(str, use.budget.uncounted(tree)))})")
     if monitor.get("llm_unreachable"):
         print(f"early stopper: the offline heuristics, in the monitor job on "
               f"{monitor.get('host')}: the LLM endpoint {monitor['llm_unreachable']}")

@@ -28,6 +28,11 @@ class Admission:
             return f"less than a step of training samples is left ({left:,})"
         return spent
 
+    def halted(self, tree: Tree) -> bool:
+        """Closed only until unreadable records are rebuilt (no limit is reached): a search
+        that ends here has stopped, not finished."""
+        return bool(self.budget.uncounted(tree)) and self.budget.limit_reached(tree) is None
+
     def admit(self, tree: Tree, plan: PhasePlan) -> PhasePlan | None:
         """The plan, its steps cut to what the sample budget has left; None when nothing is
         (said, with where the agents' records of the plan stay)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
+from ..errors import LLMZeroError, SchedulerError, StateError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
@@ -145,11 +145,13 @@ class Controller:
 
     def _finished(self, tree: Tree, reason: str) -> int:
         self._export_curves(tree)
-        self.progress.finished(tree, reason, spent(self.store, tree, self.admission.budget).lines())
+        halted = self.admission.halted(tree)
+        self.progress.finished(tree, reason, spent(self.store, tree, self.admission.budget).lines(),
+                               "stopped" if halted else "finished")
         code, said = outcome(tree, self.store)
         for line in said:
             self.progress.event(line)
-        return code
+        return StateError.exit_code if halted else code
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s
@@ -218,9 +220,12 @@ class Controller:
         tree = self._reparent_fixes()
         if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
             self.refresh_report()
-        for node_id in set(self.store.corrupt) - self._quarantine_told:
+        for node_id in sorted(set(self.store.corrupt) - self._quarantine_told):
+            held = ("; until then no phase is created: what it used of the budget is unknown"
+                    if node_id in self.admission.budget.uncounted(tree) else "")
             self.progress.event(f"node {node_id}: left out of the search (llmzero-repair "
-                                f"rebuilds it): {self.store.corrupt[node_id]}")
+                                f"{self.store.root} {node_id} rebuilds it{held}): "
+                                f"{self.store.corrupt[node_id]}")
             self._quarantine_told.add(node_id)
         return tree
 

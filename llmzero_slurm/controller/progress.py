@@ -52,8 +52,8 @@ class Progress:
             self._last = summary
             self.event(summary)
 
-    def finished(self, tree: Tree, reason: str, said: list[str]) -> None:
-        self.event(f"search finished: {reason}")
+    def finished(self, tree: Tree, reason: str, said: list[str], ended: str = "finished") -> None:
+        self.event(f"search {ended}: {reason}")
         for line in (tree_summary(tree), *said):
             self.event(line)
 

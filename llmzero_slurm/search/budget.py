@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .settings import SearchSettings
 from .tree import Node, Status, Tree
 
 
@@ -54,8 +55,18 @@ class Budget:
     def samples_committed(self, tree: Tree) -> int:
         return sum(node_samples(n, self.defaults) for n in tree)
 
+    @classmethod
+    def of(cls, search: SearchSettings, defaults: Mapping[str, Any], started_at: float) -> "Budget":
+        """The run's budget: its search settings, the trainer's defaults, its creation time."""
+        return cls(search.budget_iterations, search.budget_samples, search.budget_gpu_hours,
+                   search.budget_wall_hours, defaults, started_at)
+
     def spent(self, tree: Tree) -> str | None:
-        """Why the budget is spent, or None while phases may still be created."""
+        """Why no phase may be created now, or None while phases may still be created."""
+        return self.limit_reached(tree) or self.unknown(tree)
+
+    def limit_reached(self, tree: Tree) -> str | None:
+        """Which limit is used up, or None."""
         cancelled = sum(n.status is Status.CANCELLED for n in tree)   # a person's, no verdict
         if len(tree) - cancelled >= self.iterations:
             return (f"{len(tree) - cancelled} of {self.iterations} phases created"
@@ -70,6 +81,24 @@ class Budget:
         if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
             return f"wall-clock budget of {self.wall_hours} h reached"
         return None
+
+    def uncounted(self, tree: Tree) -> list[int]:
+        """The nodes whose record cannot be read while samples or device-hours are budgeted:
+        what they used is unknown, and counting it as nothing could overspend the budget."""
+        if self.samples is None and self.gpu_hours is None:
+            return []
+        return sorted(n.id for n in tree if n.unreadable)
+
+    def unknown(self, tree: Tree) -> str | None:
+        """Why what is left cannot be known (records to rebuild first), or None."""
+        ids = self.uncounted(tree)
+        if not ids:
+            return None
+        which = (f"node {ids[0]}'s record cannot be read, so what it used" if len(ids) == 1 else
+                 f"the records of nodes {', '.join(map(str, ids))} cannot be read, so what they "
+                 "used")
+        return (f"{which} of the budget is unknown: no phase is created until "
+                f"{'it is' if len(ids) == 1 else 'they are'} rebuilt")
 
     def fit_steps(self, tree: Tree, hparams: Mapping[str, Any]) -> int | None:
         """The training steps a new phase with `hparams` may take: its planned steps, cut to

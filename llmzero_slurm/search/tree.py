@@ -73,6 +73,7 @@ class Submission:
 
 
 GAVE_UP = "debugging stopped: "   # how a node's diagnosis says its debug chain ended
+UNREADABLE = "record unreadable, left out of the search: "   # see `quarantined`
 
 
 @dataclass
@@ -121,6 +122,11 @@ class Node:
         """Why debugging the node's failure stopped; the rest of its diagnosis is the plan's."""
         return next((ln for ln in reversed(self.diagnosis.splitlines()) if ln.startswith(GAVE_UP)),
                     None)
+
+    @property
+    def unreadable(self) -> bool:
+        """The stand-in for a record that cannot be read: what it trained is unknown."""
+        return self.pruned and self.diagnosis.startswith(UNREADABLE)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -208,7 +214,7 @@ def quarantined(node_id: int, why: str) -> Node:
     """The stand-in for a node whose record cannot be read: failed, final and out of the
     search, so the rest of the tree stays visible and running; its files are left as they are."""
     return Node(node_id, None, Kind.SCRATCH, {}, status=Status.FAILED, terminal=True,
-                pruned=True, diagnosis=f"record unreadable, left out of the search: {why}")
+                pruned=True, diagnosis=UNREADABLE + why)
 
 
 class Tree:
