@@ -37,6 +37,11 @@ def recorded(name: str) -> tuple[Node, MetricsLog]:
     return node, read_metrics(DATA / name / "metrics.jsonl")
 
 
+def child(hparams: dict) -> Node:
+    """A phase already tried from the recorded one (node 1)."""
+    return Node(2, 1, Kind.EVOLVE, hparams)
+
+
 def propose(name: str, tmp_path: Path, **kw):
     node, log = recorded(name)
     return node, log, Proposer(OFFLINE, CPU, None).propose(
@@ -70,7 +75,7 @@ def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_p
     assert p.changes == {"lr": node.hparams["lr"] * 0.5,
                          "kl_loss_coef": node.hparams["kl_loss_coef"] * 1.5}
     assert p.checkpoint == max(node.results.checkpoints)
-    _, _, second = propose("healthy", tmp_path / "b", taken=[p.hparams])
+    _, _, second = propose("healthy", tmp_path / "b", siblings=[child(p.hparams)])
     assert "taken or invalid: a bolder variant" in second.diagnosis
     assert second.hparams["lr"] > node.hparams["lr"]
     for key in ("rollout_n", "max_response_length"):
@@ -79,7 +84,7 @@ def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_p
 
 def test_siblings_are_not_repeated_and_scratch_hides_checkpoints(tmp_path):
     node, log, first = propose("collapse", tmp_path / "a")
-    _, _, second = propose("collapse", tmp_path / "b", taken=[first.hparams])
+    _, _, second = propose("collapse", tmp_path / "b", siblings=[child(first.hparams)])
     assert second.hparams != first.hparams
     _, _, scratch = propose("collapse", tmp_path / "c", scratch_only=True)
     assert scratch.checkpoint is None and scratch.additional_steps == log.last_step

@@ -113,6 +113,42 @@ def test_an_llm_fix_of_a_resumed_phase_keeps_the_adapters_lora_settings(tmp_path
         assert "'lora_rank' cannot change" in str(llm.requests[1]["body"]["messages"][-1])
         assert "LoRA settings" in llm.requests[0]["body"]["messages"][0]["content"][-1]["text"]
 
+def test_the_llm_proposer_is_told_the_budget_left_and_how_each_sibling_did(tmp_path,
+                                                                          monkeypatch):
+    """The proposer planned a phase's length without knowing what the search had left, and
+    saw the configurations already tried from its parent without how they did."""
+    import json
+    monkeypatch.setenv("LLMZERO_TEST_LLM_KEY", "sk-loopback-0123456789abcdef")
+    answer = {"diagnosis": "d", "changes": {"lr": 2e-3}, "checkpoint_step": 50,
+              "additional_steps": 30}
+    with LoopbackLLM() as llm:
+        cfg = dataclasses.replace(
+            config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50},
+                   budget_iterations=6, budget_samples=400 * 16 * 8, budget_gpu_hours=2.0),
+            agents=dataclasses.replace(config().agents, backend="anthropic", base_url=llm.url,
+                                       max_retries=0, api_key_env="LLMZERO_TEST_LLM_KEY"))
+        m = method(tmp_path, cfg)
+        tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.COMPLETED)
+        tree[0].results.gpu_hours = 0.5
+        write_metrics(NodeDir(tmp_path / "0000").metrics_file,
+                      val_rows({s: 0.3 + s / 500 for s in (10, 20, 30, 40, 50)}))
+        sibling = make_child(tree, Action(Kind.EVOLVE, 0), 1, {**tree[0].hparams, "lr": 5e-4},
+                             25, "evolve")
+        tree = finish(Tree([*tree, sibling]), 1, Status.EARLY_STOPPED)
+        tree[1].results.best_val, tree[1].results.test_at_best = 0.3125, 0.987654
+        tree[1].results.last_step = 40
+        llm.reply(f"```json\n{json.dumps(answer)}\n```")
+        plan = m.next_phase(tree)
+        assert isinstance(plan, PhasePlan) and plan.action.parent == 0
+        text = " ".join(llm.requests[0]["body"]["messages"][0]["content"][-1]["text"].split())
+        assert ("Budget left for the whole search (this phase included): 4 of 6 phases; "
+                "42,880 of 51,200 training samples; 1.50 of 2 device-hours. A training step "
+                "of the configuration above takes 128 samples") in text
+        assert ("from step 25, early_stopped at step 40, best validation score 0.3125"
+                in text)
+        assert "0.9876" not in json.dumps([r["body"] for r in llm.requests])   # test scores
+
+
 def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(tmp_path):
     """A phase a person cancelled (llmzero-stop --cancel) counted as a configuration tried, so
     on resume the proposer took another variant, and with both cancelled it replayed the

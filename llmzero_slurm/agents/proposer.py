@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..methods.space import NO_BOUNDS, Bounds
 from ..metrics import MetricsLog, summarize
 from ..plots import metric_plots
+from ..search.budget import samples_per_step
 from ..search.tree import Node, Status
 from ..store.node_dir import NodeDir
 from .answers import SCHEDULE_KEYS, Proposal, check_proposal, extract_json
@@ -34,7 +34,8 @@ class ProposerInput:
     metrics: MetricsLog                  # the parent phase's own metrics.jsonl
     best_val: float | None               # best validation score anywhere in the tree
     scratch_only: bool = False           # forced from-scratch injection
-    taken: list[dict[str, Any]] = field(default_factory=list)  # siblings' configurations
+    siblings: list[Node] = field(default_factory=list)   # children already tried from here
+    budget_left: list[str] = field(default_factory=list)  # Budget.left: the LLM plans within it
 
     @property
     def phase_steps(self) -> int:
@@ -58,7 +59,7 @@ class Proposer:
         def fallback() -> Proposal:
             return offline.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
                                    self.trainer, inp.scratch_only,
-                                   [self.trainer.effective_hparams(t) for t in inp.taken],
+                                   [self.trainer.effective_hparams(s.hparams) for s in inp.siblings],
                                    self.bounds)
 
         llm = self.llm
@@ -86,5 +87,17 @@ class Proposer:
             start_step=inp.parent.start_step, last_step=metrics.last_step or 0,
             summary=summarize(metrics, rows=SUMMARY_ROWS), best_val_text=score_text(inp.best_val),
             scratch_only=inp.scratch_only, checkpoints=checkpoints,
-            taken=[as_yaml(t).replace("\n", ", ") for t in inp.taken])
+            taken=[f"{as_yaml(s.hparams)} | {tried(s)}".replace("\n", ", ") for s in inp.siblings],
+            budget_left=inp.budget_left,
+            step_samples=samples_per_step(self.trainer.effective_hparams(inp.parent.hparams)))
         return Prompt(system, task, metric_plots(metrics, plot_dir), max_tokens=2048)
+
+
+def tried(node: Node) -> str:
+    """How a phase already tried from the parent did: by validation only (its test score is
+    for reports, never for an agent)."""
+    last = node.results.last_step
+    ended = f" at step {last}" if node.status.finished and last is not None else ""
+    start = f"from step {node.resume.step}" if node.resume else "from the base model"
+    return (f"{start}, {node.status.value}{ended}, best validation score "
+            f"{score_text(node.score)}")

@@ -13,6 +13,7 @@ from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
 from ..errors import ConfigError
+from ..search.budget import Budget
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Status, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
@@ -35,6 +36,7 @@ class LLMZeroMethod(SearchMethod):
                               f"{outside}; widen the space or change hparams")
         self.proposer = Proposer(cfg.agents, ctx.backend, llm, bounds)
         self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm, bounds)
+        self.budget = Budget.of(cfg.search, ctx.backend.defaults())   # told to the proposer
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
@@ -57,10 +59,10 @@ class LLMZeroMethod(SearchMethod):
         parent = tree[action.parent]
         best = best_node(tree)
         # A child a person cancelled never ran its course: its configuration is still open.
-        siblings = [c.hparams for c in tree.children(parent.id) if c.status is not Status.CANCELLED]
+        siblings = [c for c in tree.children(parent.id) if c.status is not Status.CANCELLED]
         inp = ProposerInput(parent, self.ctx.node_dir(parent.id).metrics(),
                             best.score if best else None, scratch_only=action.injected,
-                            taken=siblings)
+                            siblings=siblings, budget_left=self.budget.left(tree))
         proposal = self.proposer.propose(inp, records)
         if proposal.checkpoint is None:
             action = Action(Kind.SCRATCH, action.parent, action.injected)

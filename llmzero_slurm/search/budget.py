@@ -56,10 +56,33 @@ class Budget:
         return sum(node_samples(n, self.defaults) for n in tree)
 
     @classmethod
-    def of(cls, search: SearchSettings, defaults: Mapping[str, Any], started_at: float) -> "Budget":
+    def of(cls, search: SearchSettings, defaults: Mapping[str, Any],
+           started_at: float | None = None) -> "Budget":
         """The run's budget: its search settings, the trainer's defaults, its creation time."""
         return cls(search.budget_iterations, search.budget_samples, search.budget_gpu_hours,
-                   search.budget_wall_hours, defaults, started_at)
+                   search.budget_wall_hours, defaults, time.time() if started_at is None
+                   else started_at)
+
+    @staticmethod
+    def phases(tree: Tree) -> int:
+        """Phases created; one a person cancelled gives no verdict and is not counted."""
+        return sum(n.status is not Status.CANCELLED for n in tree)
+
+    @staticmethod
+    def gpu_hours_used(tree: Tree) -> float:
+        return sum(n.results.gpu_hours for n in tree)
+
+    def left(self, tree: Tree) -> list[str]:
+        """What is left of each limit in phases, samples and device-hours the run set (what
+        a proposer plans a phase's length within), e.g. '4 of 16 phases'."""
+        said = [f"{max(0, self.iterations - self.phases(tree))} of {self.iterations} phases"]
+        if self.samples is not None:
+            said.append(f"{max(0, self.samples - self.samples_committed(tree)):,} of "
+                        f"{self.samples:,} training samples")
+        if self.gpu_hours is not None:
+            said.append(f"{max(0.0, self.gpu_hours - self.gpu_hours_used(tree)):.2f} of "
+                        f"{self.gpu_hours:g} device-hours")
+        return said
 
     def spent(self, tree: Tree) -> str | None:
         """Why no phase may be created now, or None while phases may still be created."""
@@ -67,15 +90,16 @@ class Budget:
 
     def limit_reached(self, tree: Tree) -> str | None:
         """Which limit is used up, or None."""
-        cancelled = sum(n.status is Status.CANCELLED for n in tree)   # a person's, no verdict
-        if len(tree) - cancelled >= self.iterations:
-            return (f"{len(tree) - cancelled} of {self.iterations} phases created"
+        created = self.phases(tree)
+        if created >= self.iterations:
+            cancelled = len(tree) - created
+            return (f"{created} of {self.iterations} phases created"
                     + (f" ({cancelled} cancelled, not counted)" if cancelled else ""))
         if self.samples is not None:
             committed = self.samples_committed(tree)
             if committed >= self.samples:
                 return f"{committed:,} of {self.samples:,} training samples used or committed"
-        used = sum(n.results.gpu_hours for n in tree)
+        used = self.gpu_hours_used(tree)
         if self.gpu_hours is not None and used >= self.gpu_hours:
             return f"{used:.2f} of {self.gpu_hours} device-hours used"
         if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
