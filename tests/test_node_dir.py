@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from llmzero_slurm.metrics import MetricsReader
 from llmzero_slurm.store.node_dir import NodeDir
@@ -92,3 +95,21 @@ def test_the_kept_best_adapter_is_read_defensively(tmp_path):
         assert files.best_adapter_step() is None, text
     files.best_adapter_record.write_text(json.dumps({"step": 40, "val_score": 1}))
     assert files.best_adapter_step() == (40, 1.0)
+
+
+def test_a_run_that_died_without_its_end_record_is_charged_until_its_last_write(tmp_path):
+    """A requeued phase whose last run was killed outright (no finished_at) was charged no
+    device-hours at all, its earlier runs' included: the report's cost and budget_gpu_hours
+    counted hours of training as free."""
+    from llmzero_slurm.backends import get_backend
+    from llmzero_slurm.controller.ingest import collect_results
+    from llmzero_slurm.search.tree import Kind, Node
+    files = NodeDir(tmp_path)
+    files.status_file.write_text(json.dumps({
+        "state": "running", "job_id": "12", "restart_count": 1, "started_at": 10000.0,
+        "earlier_s": 7200.0, "gpus": "0,1"}))
+    write_metrics(files.metrics_file, val_rows({1: 0.5}))
+    os.utime(files.status_file, (10000.0, 10000.0))
+    os.utime(files.metrics_file, (13600.0, 13600.0))      # its last step, an hour in
+    results = collect_results(Node(0, None, Kind.SCRATCH, {}), files, get_backend("cpu"))
+    assert results.gpu_hours == pytest.approx((7200 + 3600) / 3600 * 2)

@@ -609,6 +609,29 @@ def test_a_scancel_after_the_time_limit_warning_is_a_cancel(tmp_path, tiny_progr
     assert (status["state"], status["exit_code"]) == ("cancelled", 143), status
 
 
+def test_a_run_killed_before_its_end_record_counts_until_its_last_metrics_write(tmp_path,
+                                                                                 tiny_program):
+    """A run killed outright (SIGKILL, a node lost) writes no finished_at; its requeue carried
+    on none of the time it had held the devices, as if it had never run."""
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 12, "seed": 1},
+                   step_s=0.3)
+    env = {**os.environ, "SLURM_JOB_ID": "4243", "SLURM_RESTART_COUNT": "0"}
+    first = subprocess.Popen(["bash", str(script)], env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: len(steps(script)) >= 6 if (script.parent / "metrics.jsonl").exists()
+             else False, 30, "six steps")
+    os.killpg(first.pid, signal.SIGKILL)              # no trap runs: no end record
+    first.wait(timeout=30)
+    before = status_json(script)
+    assert "finished_at" not in before
+    held = (script.parent / "metrics.jsonl").stat().st_mtime - before["started_at"]
+    assert held > 1.5
+    rerun = subprocess.run(["bash", str(script)], env={**env, "SLURM_RESTART_COUNT": "1"},
+                           capture_output=True, text=True, timeout=60)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert status_json(script)["earlier_s"] == pytest.approx(held, abs=0.05)
+
+
 def test_a_requeued_phase_counts_the_device_time_of_every_run(tmp_path, tiny_program):
     """A requeue runs the phase's script again under its job id, and each run rewrote
     status.json with its own start: the phase's device-hours (the report's cost, the

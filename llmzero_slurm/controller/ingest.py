@@ -23,7 +23,7 @@ def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: 
     log = files.metrics().after(node.start_step)
     status = files.status()
     results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, files),
-                      gpu_hours=status.device_hours(nodes) if status else 0.0)
+                      gpu_hours=status.device_hours(nodes, files.last_write()) if status else 0.0)
     _score(results, log)
     return results
 

@@ -84,13 +84,15 @@ class JobStatus:
         """Run by a person with `bash phase.sbatch` (no scheduler job id)."""
         return self.job_id is None or self.job_id.startswith("manual-")
 
-    def device_hours(self, nodes: int) -> float:
+    def device_hours(self, nodes: int, last_write: float | None = None) -> float:
         """Wall time times the devices held (GPUs, or one CPU slot without GPUs), a requeued
-        job's earlier runs included."""
-        if self.started_at is None or self.finished_at is None:
+        job's earlier runs included. A run that died without its end record (finished_at) is
+        counted until `last_write`, when the phase's files were last written."""
+        if self.started_at is None:
             return 0.0
         gpus = [g for g in self.gpus.split(",") if g.strip()]
-        held = max(self.finished_at - self.started_at, 0.0) + self.earlier_s
+        end = self.finished_at if self.finished_at is not None else last_write
+        held = max((end or self.started_at) - self.started_at, 0.0) + self.earlier_s
         return held / 3600.0 * max(1, len(gpus)) * max(1, nodes)
 
 
@@ -191,6 +193,17 @@ class NodeDir:
         return sorted(self.path.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
 
     # -- reading --------------------------------------------------------------------------
+
+    def last_write(self) -> float | None:
+        """When the phase's job last wrote its metrics, output or status (file times): the
+        least a run that died without its end record held its devices until."""
+        times = []
+        for path in (self.metrics_file, self.status_file, *self.path.glob("slurm-*.out")):
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                continue
+        return max(times, default=None)
 
     def status(self) -> JobStatus | None:
         """What the job last wrote in status.json; None when it is missing or unreadable."""
