@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..backends import TrainerBackend
 from ..errors import ConfigError
-from ..metrics import best_val, test_score_at
+from ..metrics import MetricsLog, best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
