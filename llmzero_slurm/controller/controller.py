@@ -146,11 +146,9 @@ class Controller:
     def _finished(self, tree: Tree, reason: str) -> int:
         self._export_curves(tree)
         halted = self.admission.halted(tree)
-        self.progress.finished(tree, reason, spent(self.store, tree, self.admission.budget).lines(),
-                               "stopped" if halted else "finished")
         code, said = outcome(tree, self.store)
-        for line in said:
-            self.progress.event(line)
+        self.progress.finished(tree, reason, [*spent(self.store, tree, self.admission.budget).lines(),
+                                              *said], "stopped" if halted else "finished")
         return StateError.exit_code if halted else code
 
     def _sleep(self) -> None:
