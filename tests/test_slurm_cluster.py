@@ -211,12 +211,14 @@ def test_status_says_why_a_phase_is_waiting(tmp_path, tiny_program):
     from llmzero_slurm.store.run_store import RunStore
     store = RunStore.create(tmp_path / "run", parse_config({
         "name": "why", "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"}}))
-    script = phase(tmp_path, tiny_program, 3, {"total_training_steps": 1})
-    job = subprocess.run(["sbatch", "--parsable", "--hold", str(script)], capture_output=True,
-                         text=True, check=True).stdout.strip().split(";")[0]
+    script = phase(tmp_path, tiny_program, 0, {"total_training_steps": 1})
+    # under the name of this run's node 0: a job of another name under its id is not the phase
+    named = f"--job-name={phase_job_name('why', 0, 'scratch')}"
+    job = subprocess.run(["sbatch", "--parsable", "--hold", named, str(script)],
+                         capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     try:
         store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {}, status=Status.QUEUED,
-                                      submission=Submission("tok-3", job)))
+                                      submission=Submission("tok-0", job)))
         cmd = [str(ROOT / "bin" / "llmzero-status"), str(store.root)]
         env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
         table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
