@@ -234,6 +234,47 @@ def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path)
     assert "adapter_model.safetensors" in modes and set(modes.values()) == {"0o664"}
 
 
+SAVE_ONE = """
+import sys, torch
+from pathlib import Path
+from llmzero_slurm.cputrain.checkpoint import save
+from llmzero_slurm.cputrain.model import random_model, with_lora
+from llmzero_slurm.cputrain.tokenizer import CharTokenizer
+model = with_lora(random_model(CharTokenizer(), 0), "base-x", 8, 16.0, "all-linear")
+save(Path(sys.argv[1]), 5, model, {"x": torch.zeros(1)})
+"""
+
+
+def test_a_checkpoint_is_on_disk_before_its_folder_takes_its_name(tmp_path):
+    """The files of a checkpoint were renamed into place unsynced: a power loss (or a file
+    server's crash) after the rename could leave global_step_N whole by name with empty or
+    short files, the step a child phase or a requeue then fails to load. Seen with strace: each
+    file and the folder are fsynced before the rename, the folder holding it after."""
+    import re
+    import shutil
+    if not shutil.which("strace"):
+        pytest.skip("needs strace to see the system calls of a save")
+    log = tmp_path / "strace.log"
+    subprocess.run(["strace", "-f", "-qq", "-y", "-o", str(log), "-e",
+                    "trace=fsync,fdatasync,rename,renameat,renameat2", sys.executable, "-c",
+                    SAVE_ONE, str(tmp_path / "ckpt")], check=True, capture_output=True, timeout=300)
+    calls = []
+    for line in log.read_text().splitlines():
+        if synced := re.search(r"\b(?:fsync|fdatasync)\(\d+<([^>]*)>\) = 0", line):
+            calls.append(("fsync", synced[1]))
+        elif moved := re.search(r"\brename(?:at2?)?\(.*?\"([^\"]+)\", .*?\"([^\"]+)\".*\) = 0", line):
+            calls.append(("rename", moved[2], moved[1]))
+    final = (tmp_path / "ckpt" / "global_step_5").resolve()
+    [at] = [i for i, call in enumerate(calls) if call[:2] == ("rename", str(final))]
+    tmp = Path(calls[at][2])
+    synced = {call[1] for call in calls[:at] if call[0] == "fsync"}
+    files = [p.relative_to(final) for p in final.rglob("*") if p.is_file()]
+    assert "trainer_state.pt" in map(str, files) and "adapter_model.safetensors" in map(str, files)
+    assert {str(tmp / f) for f in files} <= synced, sorted(synced)
+    assert str(tmp) in synced
+    assert ("fsync", str(final.parent)) in calls[at + 1:]
+
+
 def test_a_job_killed_while_replacing_its_best_adapter_leaves_a_whole_one(tmp_path, monkeypatch):
     """The older best adapter was deleted in place: a job killed midway (the OOM killer, the
     end of KillWait, a lost node) left best.json beside no weights, which the report offers

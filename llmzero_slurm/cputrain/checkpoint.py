@@ -2,7 +2,8 @@
 
 `ckpt/global_step_N/` holds adapter_config.json + adapter_model.safetensors (loadable by
 peft, and the contract a child phase starts from) and trainer_state.pt (optimizer, RNGs and
-data position) so a requeued job resumes exactly. Folders appear by rename, never half-written.
+data position) so a requeued job resumes exactly. Folders appear by rename, never half-written,
+their files fsynced first (a power loss cannot leave a named folder of empty files).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..store.atomic import umask
+from ..store.atomic import fsync_dir, fsync_tree, umask
 
 STATE_FILE = "trainer_state.pt"
 _FOLDER = re.compile(r"^global_step_(\d+)$")
@@ -54,11 +55,13 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
             raise OSError(int(code[1]), os.strerror(int(code[1])), str(tmp)) from exc
     extra(tmp)
     take_umask(tmp)
+    fsync_tree(tmp)     # on disk before the rename, as store/atomic.py's JSON files are
     old = final.parent / f".{final.name}.{os.getpid()}.old"
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
+    fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
     return final
 

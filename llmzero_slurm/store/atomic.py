@@ -27,6 +27,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(folder: Path) -> None:
+    """fsync every file under `folder`, then each folder below it and itself: what a folder
+    written in full and then renamed into place (a checkpoint) needs before the rename, or a
+    power loss can leave it whole by name with empty files."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            fsync_dir(path)
+        elif path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    fsync_dir(folder)
+
+
 def umask() -> int:
     """This process's umask, read without setting it (os.umask would, for every thread)."""
     try:
