@@ -21,6 +21,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
 from llmzero_slurm.store.node_dir import NodeDir
 from conftest import files_of
+from full_disk import on_full_disk
 from verl_stubs import stub_merger, verl_checkpoint
 
 HP = {"lr": 5e-5, "kl_loss_coef": 0.001, "use_kl_loss": True, "clip_ratio_high": 0.28,
@@ -333,6 +334,33 @@ def test_a_requeued_phase_does_not_validate_its_checkpoint_again(tmp_path, valid
                    capture_output=True, timeout=120)
     args = (log / "main_ppo.args").read_text().splitlines()
     assert ("trainer.val_before_train=false" in args) == validated
+
+
+@pytest.mark.parametrize("requeue", [True, False])
+def test_a_phase_on_a_full_disk_keeps_its_first_step_or_stops(tmp_path, requeue):
+    """verl_step_offset was written by a shell redirection, which empties the file before it
+    writes: a requeue on a full disk left it empty, and the job went on, so the controller
+    could no longer read the phase's checkpoints nor a child start from one ("missing or
+    unreadable"). Now it is replaced atomically: a requeue keeps the record it had, and a job
+    that cannot write it stops there, naming the file and the cause."""
+    phase = spec(tmp_path)                        # a scratch phase, first global step 0
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    if requeue:
+        (node_dir / "verl_step_offset").write_text("0\n")
+    env, log, _ = stub_programs(tmp_path)
+    job = on_full_disk(node_dir, ["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"})
+    assert job.returncode == 1, job.stdout[-2000:] + job.stderr[-2000:]
+    assert f"llmzero: could not write {node_dir}/verl_step_offset (No space left on device)" \
+        in job.stderr
+    assert not (log / "main_ppo.args").exists()        # stopped before training
+    if requeue:
+        assert VerlBackend().step_offset(node_dir) == 0
+    else:
+        assert not (node_dir / "verl_step_offset").exists()
+    assert not list(node_dir.glob("*.tmp*"))
 
 
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")

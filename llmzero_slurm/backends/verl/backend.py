@@ -11,6 +11,7 @@ from ...paths import ROOT
 from ..base import TokenCounter, TrainerBackend
 from ..spec import PhaseSpec
 from .data import held_out_sources
+from ...store.atomic import write_text
 from ...store.node_dir import NodeDir
 from .metrics_copy import scores_at
 from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
@@ -118,7 +119,7 @@ class VerlBackend(TrainerBackend):
     def record_start(self, node_dir: Path, start_step: int) -> None:
         """The job writes its first global step (verl numbers steps from 0 in every phase)."""
         Path(node_dir).mkdir(parents=True, exist_ok=True)
-        (Path(node_dir) / STEP_OFFSET_FILE).write_text(f"{start_step}\n")
+        write_text(Path(node_dir) / STEP_OFFSET_FILE, f"{start_step}\n")
 
     def checkpoint_steps(self, files: NodeDir) -> list[int]:
         """Only complete checkpoints: at or below verl's tracker (written after the shards)
