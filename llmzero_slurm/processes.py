@@ -36,3 +36,19 @@ def runs(pid: Any, marker: str) -> bool:
         return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def command_lines(marker: str) -> dict[int, list[str]]:
+    """The arguments of each process of this host whose command line holds `marker` as one of
+    them (a supervisor whose record of its pid was lost, found by its module's name)."""
+    found: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = [os.fsdecode(a) for a in (entry / "cmdline").read_bytes().split(b"\0")]
+        except OSError:
+            continue
+        if marker in argv and alive(int(entry.name)):
+            found[int(entry.name)] = argv
+    return found

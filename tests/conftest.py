@@ -174,3 +174,25 @@ def finish(sched: Any, job_id: str, timeout: float = 60) -> Any:
 def status_json(script: Path) -> dict:
     """The status.json the phase wrote beside its script."""
     return json.loads((script.parent / "status.json").read_text())
+
+
+def local_phases(store: Any, program: str, steps: Iterable[int]) -> list[str]:
+    """One tiny-trainer phase per entry of `steps` (its total_training_steps, 0.5 s a step),
+    each a node of `store` submitted through the run's local scheduler: the job ids. As a
+    controller killed after its submits leaves them: every node `submitting`, its token
+    recorded and its job id not."""
+    from llmzero_slurm.config import SlurmConfig
+    from llmzero_slurm.render import PhaseSpec, write_phase_script
+    from llmzero_slurm.schedulers import LocalScheduler
+    from llmzero_slurm.search.tree import Kind, Node, Status, Submission
+    sched, jobs = LocalScheduler(store.root / "local-jobs"), []
+    for total in steps:
+        node = store.add_node(lambda i, total=total: Node(
+            i, None, Kind.SCRATCH, {"total_training_steps": total}, status=Status.SUBMITTING,
+            submission=Submission(f"tok-{i}")))
+        script = write_phase_script(PhaseSpec(
+            store.config.name, node.id, "scratch", store.node_dir(node.id).path, f"tok-{node.id}",
+            node.hparams, slurm=SlurmConfig(time="00:05:00"),
+            trainer={"program": program, "step_s": 0.5}), TinyBackend())
+        jobs.append(sched.submit(script, f"tok-{node.id}"))
+    return jobs

@@ -16,16 +16,15 @@ import pytest
 import yaml
 
 from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
-from llmzero_slurm.config import SlurmConfig, parse_config
+from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
-from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
-from conftest import TinyBackend, finish, wait_for
+from conftest import finish, local_phases, wait_for
 from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
@@ -1029,18 +1028,11 @@ def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny
     left the monitor job running and the LLM key file on disk."""
     store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
     sched = LocalScheduler(store.root / "local-jobs")
-    jobs = []
-    for status in (Status.RUNNING, Status.SUBMITTING):
-        node = store.add_node(lambda i, status=status: Node(
-            i, None, Kind.SCRATCH, {"total_training_steps": 200}, status=status,
-            submission=Submission(f"tok-{i}")))
-        script = write_phase_script(PhaseSpec(
-            "demo", node.id, "scratch", store.node_dir(node.id).path, f"tok-{node.id}",
-            node.hparams, slurm=SlurmConfig(time="00:05:00"),
-            trainer={"program": tiny_program, "step_s": 0.5}), TinyBackend())
-        jobs.append(sched.submit(script, f"tok-{node.id}"))
-        wait_for((script.parent / "metrics.jsonl").exists, 30, "the first step")
-    store.update_node(0, lambda n: setattr(n.submission, "job_id", jobs[0]))   # 1: never recorded
+    jobs = local_phases(store, tiny_program, [200, 200])
+    for node_id in (0, 1):
+        wait_for(store.node_dir(node_id).metrics_file.exists, 30, "the first step")
+    store.update_node(0, lambda n: (setattr(n.submission, "job_id", jobs[0]),   # 1: never recorded
+                                    setattr(n, "status", Status.RUNNING)))
     # The monitor job (a process standing for it: its command line names submitit) and the key
     # handed over to it, as a controller killed -9 leaves them.
     (store.root / "monitor").mkdir()

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -30,7 +31,7 @@ from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
 
-from conftest import TinyBackend, files_of, finish, status_json, wait_for
+from conftest import TinyBackend, files_of, finish, local_phases, status_json, wait_for
 
 BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
 
@@ -336,6 +337,54 @@ def test_a_binary_local_job_table_is_named(tmp_path):
     (tmp_path / "jobs" / "jobs.json").write_bytes(b"\xff\xfe")
     with pytest.raises(StateError, match=r"jobs/jobs.json: corrupt JSON: not UTF-8 text"):
         sched.find_by_token("tok", "llmz-x-0001-scratch")
+
+
+def test_a_damaged_local_job_table_is_named_with_its_repair_and_rebuilt_by_it(tmp_path,
+                                                                             tiny_program):
+    """A damaged local-jobs/jobs.json (an editor, a disk error) stopped every resume with exit
+    3 naming the file only, and nothing rebuilt it. The error now says how, and llmzero-repair
+    keeps the damaged file and rebuilds the table from the node records, the jobs' own
+    status.json and the supervisors still running: a finished job keeps its end, a running
+    one (its id never recorded: a controller killed after the submit) is found by its token and
+    can be cancelled, and no job id is given out twice."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.store.run_store import RunStore
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    sched = LocalScheduler(store.root / "local-jobs")
+    jobs = local_phases(store, tiny_program, [2, 200])
+    names = [read_directives(store.node_dir(i).script.read_text())["job-name"] for i in (0, 1)]
+    store.update_node(0, lambda n: (setattr(n.submission, "job_id", jobs[0]),   # 1: never recorded
+                                    setattr(n, "status", Status.RUNNING)))
+    finish(sched, jobs[0])
+    wait_for((store.node_dir(1).metrics_file).exists, 30, "the first step of node 1")
+    table = store.root / "local-jobs" / "jobs.json"
+    table.write_text('{"jobs": ')
+
+    def command(name: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "bin" / f"llmzero-{name}"), str(store.root)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    resumed = command("start")
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+    assert f"error: {table}: corrupt JSON (line 1, column 10): Expecting value; llmzero-repair " \
+           f"{store.root} rebuilds it from the node folders" in resumed.stderr
+    repaired = command("repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    [kept] = table.parent.glob("jobs.json.damaged-*")
+    assert kept.read_text() == '{"jobs": '
+    assert "local-jobs/jobs.json: corrupt JSON (line 1, column 10): Expecting value; rebuilt " \
+           "from the node folders (2 job(s), 1 still running; next job id 3), the damaged file " \
+           f"kept as {kept.name}" in repaired.stdout
+    fresh = LocalScheduler(store.root / "local-jobs")          # what a resumed controller builds
+    assert fresh.states([jobs[0]])[jobs[0]].status is Status.COMPLETED
+    assert fresh.find_by_token("tok-1", names[1]) == jobs[1]
+    assert fresh.states([jobs[1]])[jobs[1]].status is Status.RUNNING
+    fresh.cancel(jobs[1], names[1])
+    assert finish(fresh, jobs[1]).status is Status.CANCELLED
+    again = fresh.submit(store.node_dir(0).script, "tok-0")
+    assert int(again) > int(jobs[1])
+    finish(fresh, again)
 
 
 def test_a_failed_monitor_submission_is_a_scheduler_error(tmp_path, monkeypatch):

@@ -6,7 +6,9 @@ out of the search, its folder untouched (llmzero-status names it, shown as faile
 together with a copy beside it (node.json.bak), and this command puts the record back from
 that copy, keeping the damaged file as node.json.damaged-<time>; a damaged meta.json (which
 every command reads first) is rebuilt from the node folders the same way, and a damaged frozen
-experiment.yaml from the copy written with it. A running controller
+experiment.yaml from the copy written with it, and a damaged local-jobs/jobs.json (the local
+scheduler's job table) from the node records, the jobs' status.json and the supervisors still
+running. A running controller
 picks the node up again at its next poll; a finished phase keeps its results, and one still
 queued or running is watched again through its job id."""
 from __future__ import annotations
@@ -14,7 +16,10 @@ from __future__ import annotations
 import argparse
 
 from ..errors import StateError, UsageError
+from ..schedulers import LOCAL_JOBS
+from ..schedulers.local_table import TABLE, KnownJob, rebuild_table
 from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
+from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main
 
 
@@ -29,6 +34,43 @@ def _listed(ids: list[int]) -> str:
         else:
             runs.append([i, i])
     return "its nodes: " + ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def _known_jobs(store: RunStore) -> dict[str, KnownJob]:
+    """Each local job the node folders name: the id in the node's record, and the ids its own
+    status.json and job.claim hold (a job whose id was never recorded: a controller killed
+    after the submit), each with the node's token and script."""
+    known = {}
+    for node in store.load_tree():
+        files = store.node_dir(node.id)
+        status = files.status()
+        ids = {node.submission.job_id, files.claimed_by(),
+               status.job_id if status and not status.by_hand else None}
+        for job_id in ids:
+            if node.submission.token and job_id and job_id.isdigit():
+                known[job_id] = KnownJob(node.submission.token, files.script, node.submitted_at)
+    return known
+
+
+def _rebuild_nodes(store: RunStore, nodes: list[int]) -> int | None:
+    """Rebuild the records `nodes` names (default: every unreadable one); how many could not
+    be, or None when none needed it."""
+    store.load_tree()
+    targets = nodes or sorted(store.corrupt)
+    failed = 0
+    for node_id in targets:
+        try:
+            node = store.rebuild_node(node_id)
+        except StateError as exc:
+            failed += 1
+            print(f"node {node_id}: cannot be rebuilt, left out of the search: {exc}")
+            continue
+        if node is None:
+            print(f"node {node_id}: its record reads fine, left as it is")
+        else:
+            print(f"node {node_id}: rebuilt from {store.node_dir(node_id).record_copy.name} "
+                  f"({node.kind.value}, {node.status.value})")
+    return failed if targets else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,24 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [str(i) for i in dict.fromkeys(args.nodes) if i not in known]
     if unknown:
         raise UsageError(f"no node {' or '.join(unknown)} in {store.root} ({_listed(known)})")
-    store.load_tree()
-    targets = args.nodes or sorted(store.corrupt)
-    if not targets:
-        print("every node record reads fine: nothing to rebuild")
-        return 0
-    failed = 0
-    for node_id in targets:
-        try:
-            node = store.rebuild_node(node_id)
-        except StateError as exc:
-            failed += 1
-            print(f"node {node_id}: cannot be rebuilt, left out of the search: {exc}")
-            continue
-        if node is None:
-            print(f"node {node_id}: its record reads fine, left as it is")
-        else:
-            print(f"node {node_id}: rebuilt from {store.node_dir(node_id).record_copy.name} "
-                  f"({node.kind.value}, {node.status.value})")
+    failed = _rebuild_nodes(store, args.nodes)
+    jobs = store.root / LOCAL_JOBS
+    table = rebuild_table(jobs, _known_jobs(store)) if (jobs / TABLE).exists() else None
+    if table is not None:
+        print(f"{LOCAL_JOBS}/{TABLE}: {table.damage}; rebuilt from the node folders "
+              f"({table.jobs} job(s), {table.running} still running; next job id "
+              f"{table.next_id}), the damaged file kept as {table.kept.name}")
+        for line in table.skipped:
+            print(f"  left out: {line}")
+    if failed is None:
+        print("every node record reads fine" + ("" if table else ": nothing to rebuild"))
     return StateError.exit_code if failed else 0
 
 

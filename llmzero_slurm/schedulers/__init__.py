@@ -9,12 +9,13 @@ from .base import JobState, Scheduler, job_state
 from .local import LocalScheduler
 from .slurm import SlurmScheduler, conf_problem
 
-__all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state",
+__all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state", "LOCAL_JOBS",
            "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler", "resolve_scheduler_kind"]
 
 # The one list of scheduler names experiment.yaml may give: "auto" or a scheduler's own name.
 SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (SlurmScheduler, LocalScheduler)}
 SCHEDULER_KINDS = ("auto", *SCHEDULERS)
+LOCAL_JOBS = "local-jobs"   # the local scheduler's folder in a run (its job table, results)
 
 
 def check_scheduler_kind(kind: str) -> None:
@@ -47,4 +48,4 @@ def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = (),
         if poll_s is not None:
             return SlurmScheduler(secret_names=secret_names, min_poll_s=poll_s, max_poll_s=poll_s)
         return SlurmScheduler(secret_names=secret_names)
-    return LocalScheduler(Path(run_dir) / "local-jobs", secret_names)
+    return LocalScheduler(Path(run_dir) / LOCAL_JOBS, secret_names)

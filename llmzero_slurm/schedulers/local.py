@@ -24,19 +24,17 @@ from ..errors import SchedulerError, StateError
 from ..processes import runs
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
-from ..store.locks import FlockLock
-from .base import (SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, parse_time, read_submission,
-                   state_from_status_file)
-from .directives import expand_output
+from .base import SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
+from .local_table import SUPERVISOR, job_entry, read_table
+from .local_table import lock as table_lock
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
-_SUPERVISOR = "llmzero_slurm.schedulers.local"
 
 
 def _alive(pid: int | None) -> bool:
     """True when `pid` is one of our supervisors (a reused pid is not mistaken for one)."""
-    return runs(pid, _SUPERVISOR)
+    return runs(pid, SUPERVISOR)
 
 
 def _terminate(pid: int, what: str) -> None:
@@ -63,19 +61,13 @@ class LocalScheduler(Scheduler):
         self.secret_names = tuple(secret_names)
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock = FlockLock(self.dir / "jobs.lock", timeout=60)
+        self._lock = table_lock(self.dir)
         self._children: list[subprocess.Popen] = []
 
     # -- the job table ----------------------------------------------------------------------
 
     def _table(self) -> dict[str, Any]:
-        path = self.dir / "jobs.json"
-        if not path.exists():
-            return {"next_id": 1, "jobs": {}}
-        table = read_json(path)
-        if not isinstance(table, dict) or "jobs" not in table:
-            raise StateError(path, "not a local job table")
-        return table
+        return read_table(self.dir)
 
     def _result(self, job_id: str) -> dict[str, Any] | None:
         try:
@@ -87,27 +79,15 @@ class LocalScheduler(Scheduler):
 
     def submit(self, script: Path, token: str) -> str:
         script = Path(script).resolve()
-        directives = read_submission(script, token)
-        try:
-            limit = parse_time(directives["time"]) if "time" in directives else None
-        except ValueError as exc:
-            raise SchedulerError(f"submitting {script}: --time: {exc}") from None
         with self._lock.hold():
             table = self._table()
             job_id = str(table["next_id"])
-            name = directives.get("job-name", script.name)
-            output = Path(os.getcwd(), expand_output(
-                directives.get("output", "slurm-%j.out"), job_id, name))
+            table["jobs"][job_id] = job_entry(script, token, job_id, os.getcwd(), time.time())
             table["next_id"] += 1
-            table["jobs"][job_id] = {
-                "token": token, "script": str(script), "name": name, "output": str(output),
-                "submit_dir": os.getcwd(), "time_limit_s": limit,
-                "cpus_per_task": directives.get("cpus-per-task", "1"),
-                "submitted_at": time.time(), "supervisor_pid": None}
             write_json(self.dir / "jobs.json", table)
             log = open(self.dir / f"{job_id}.supervisor.log", "ab")
             proc = subprocess.Popen(
-                [sys.executable, "-m", _SUPERVISOR, str(self.dir), job_id],
+                [sys.executable, "-m", SUPERVISOR, str(self.dir), job_id],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 env=new_job_environment(names=self.secret_names))
             log.close()
