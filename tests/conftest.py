@@ -176,23 +176,29 @@ def status_json(script: Path) -> dict:
     return json.loads((script.parent / "status.json").read_text())
 
 
-def local_phases(store: Any, program: str, steps: Iterable[int]) -> list[str]:
-    """One tiny-trainer phase per entry of `steps` (its total_training_steps, 0.5 s a step),
-    each a node of `store` submitted through the run's local scheduler: the job ids. As a
-    controller killed after its submits leaves them: every node `submitting`, its token
-    recorded and its job id not."""
+def tiny_phase(store: Any, program: str, total: int, step_s: float = 0.5) -> tuple[Any, Path]:
+    """A node of `store` running `program` as the tiny trainer (`total` steps): the node, its
+    script. As a controller killed after the submit leaves it: `submitting`, its token
+    recorded, no job id."""
     from llmzero_slurm.config import SlurmConfig
     from llmzero_slurm.render import PhaseSpec, write_phase_script
-    from llmzero_slurm.schedulers import LocalScheduler
     from llmzero_slurm.search.tree import Kind, Node, Status, Submission
+    node = store.add_node(lambda i: Node(
+        i, None, Kind.SCRATCH, {"total_training_steps": total}, status=Status.SUBMITTING,
+        submission=Submission(f"tok-{i}")))
+    script = write_phase_script(PhaseSpec(
+        store.config.name, node.id, "scratch", store.node_dir(node.id).path, f"tok-{node.id}",
+        node.hparams, slurm=SlurmConfig(time="00:05:00"),
+        trainer={"program": program, "step_s": step_s}), TinyBackend())
+    return node, script
+
+
+def local_phases(store: Any, program: str, steps: Iterable[int]) -> list[str]:
+    """A tiny_phase for each entry of `steps`, each submitted through the run's local
+    scheduler: the job ids."""
+    from llmzero_slurm.schedulers import LocalScheduler
     sched, jobs = LocalScheduler(store.root / "local-jobs"), []
     for total in steps:
-        node = store.add_node(lambda i, total=total: Node(
-            i, None, Kind.SCRATCH, {"total_training_steps": total}, status=Status.SUBMITTING,
-            submission=Submission(f"tok-{i}")))
-        script = write_phase_script(PhaseSpec(
-            store.config.name, node.id, "scratch", store.node_dir(node.id).path, f"tok-{node.id}",
-            node.hparams, slurm=SlurmConfig(time="00:05:00"),
-            trainer={"program": program, "step_s": 0.5}), TinyBackend())
-        jobs.append(sched.submit(script, f"tok-{node.id}"))
+        node, script = tiny_phase(store, program, total)
+        jobs.append(sched.submit(script, node.submission.token))
     return jobs

@@ -31,7 +31,8 @@ from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
 
-from conftest import TinyBackend, files_of, finish, local_phases, status_json, wait_for
+from conftest import TinyBackend, files_of, finish, local_phases, status_json, tiny_phase, wait_for
+from full_disk import on_full_disk
 
 BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
 
@@ -119,6 +120,70 @@ def test_a_local_job_killed_with_its_supervisor_is_lost_not_running(tmp_path, ti
                      30, "the job to be seen gone")
     assert (state.status, state.raw) == (Status.FAILED, "LOST")
     assert "status.json still says 'running'" in state.reason
+
+
+FILL_THE_DISK = r"""
+import pathlib, sys
+out = pathlib.Path(sys.argv[sys.argv.index("--output-dir") + 1])
+try:
+    with open(out / "ckpt.bin", "wb") as fh:
+        while True:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+except OSError as exc:
+    sys.exit(f"error: {exc}")
+"""
+# Submit the script argv[2] under the token argv[3] and print its end state, inside the mount
+# namespace of the full disk.
+SUBMIT_AND_WAIT = r"""
+import json, sys, time
+from pathlib import Path
+from llmzero_slurm.schedulers import LocalScheduler
+sched = LocalScheduler(Path(sys.argv[1]))
+job = sched.submit(Path(sys.argv[2]), sys.argv[3])
+for _ in range(600):
+    state = sched.states([job]).get(job)
+    if state is not None and state.final:
+        break
+    time.sleep(0.1)
+print(json.dumps([job, state.raw, state.exit_code, state.reason]))
+"""
+
+
+def test_a_local_job_that_fills_the_disk_ends_with_the_cause_on_record(tmp_path):
+    """On a full disk the local scheduler's supervisor could not write <id>.result.json and
+    died with a traceback nobody reads: the job was shown as lost, "died without recording
+    its end", and nothing said the disk was full. The supervisor now keeps space for the end
+    record, and frees it to say why: the state, the exit code and a reason naming the full
+    disk, which a line in the job's output repeats for the error analyzer, and llmzero-status
+    shows before a controller has recorded it."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.store.run_store import RunStore
+    program = tmp_path / "fill.py"
+    program.write_text(FILL_THE_DISK)
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    node, script = tiny_phase(store, str(program), 1)
+    local_jobs = store.root / "local-jobs"
+    ended = on_full_disk(store.root, [sys.executable, "-c", SUBMIT_AND_WAIT, str(local_jobs),
+                                      str(script), node.submission.token], fill=False)
+    assert ended.returncode == 0, ended.stdout[-2000:] + ended.stderr[-2000:]
+    job, raw, exit_code, reason = json.loads(ended.stdout.splitlines()[-1])
+    assert (raw, exit_code) == ("FAILED", 1), reason
+    assert reason == f"the disk holding {local_jobs} was full when the job ended " \
+                     "(No space left on device)"
+    log = (script.parent / f"slurm-{job}.out").read_text()
+    assert f"llmzero-local: error: {reason}" in log
+    assert sorted(p.name for p in local_jobs.glob(f"{job}.*")) == [
+        f"{job}.result.json", f"{job}.supervisor.log"]
+    store.update_node(0, lambda n: (setattr(n.submission, "job_id", job),
+                                    setattr(n, "status", Status.RUNNING)))
+    (store.node_dir(0).path / "ckpt.bin").unlink()
+    shown = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert shown.returncode == 0, shown.stderr
+    assert f"note: node 0: job {job} ended FAILED (exit 1): {reason}" in shown.stdout
 
 
 def test_find_by_token_after_a_controller_restart(sched, tmp_path, tiny_program):

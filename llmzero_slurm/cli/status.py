@@ -112,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     for said in (note, job_note):
         if said:
             print(f"note: {said}")
+    watched = watched_phases(tree)
+    for job_id, state in states.items():   # ended since a controller last recorded it
+        if state.final and state.reason and job_id in watched:
+            code = f" (exit {state.exit_code})" if state.exit_code else ""
+            print(f"note: node {watched[job_id].id}: job {job_id} ended {state.raw}{code}: "
+                  f"{state.reason}")
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:
