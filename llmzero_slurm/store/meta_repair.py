@@ -15,8 +15,8 @@ from typing import Any
 from ..config import load_config
 from ..errors import ConfigError, FrozenConfigError, StateError
 from .atomic import keep_copy, write_json, write_text
-from .run_store import RunStore, read_meta
-from .schema import SCHEMA_VERSION, other_schema
+from .run_store import RunStore
+from .schema import SCHEMA_VERSION, other_schema, read_meta
 
 
 CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"

@@ -6,7 +6,6 @@ on that snapshot.
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -22,22 +21,7 @@ from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
-from .schema import SCHEMA_VERSION, versioned
-
-
-def read_meta(root: Path) -> dict[str, Any]:
-    """meta.json, its fields checked: a wrong next_id would crash (or misnumber) the next
-    node, a wrong created_at every wall-clock budget, so either stops here naming the field."""
-    path = root / "meta.json"
-    meta = versioned(path)
-    next_id = meta.get("next_id")
-    if isinstance(next_id, bool) or not isinstance(next_id, int) or next_id < 0:
-        got = f"{next_id!r:.60}" if "next_id" in meta else "nothing"
-        raise StateError(path, f"next_id must be a non-negative integer (got {got})")
-    created = meta.get("created_at", 0.0)     # older runs may lack it
-    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
-        raise StateError(path, f"created_at must be a time in seconds since 1970 (got {created!r:.60})")
-    return meta
+from .schema import SCHEMA_VERSION, read_meta, versioned
 
 
 CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory

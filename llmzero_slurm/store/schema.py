@@ -1,5 +1,5 @@
-"""The version of the run's own records (meta.json, node.json), and what a reader says of one
-it does not read.
+"""The version of the run's own records (meta.json, node.json), what a reader says of one it
+does not read, and meta.json's reader.
 
 A run outlives installs: a colleague on an older release, or a user who upgraded mid-search,
 meets records of another version. That is no damage (llmzero-repair cannot mend it, and must
@@ -7,6 +7,7 @@ not be suggested); the message says which release can read the file instead.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,18 @@ def other_schema(path: Path) -> bool:
         return False
     return isinstance(data, dict) and "schema_version" in data \
         and data["schema_version"] != SCHEMA_VERSION
+
+
+def read_meta(root: Path) -> dict[str, Any]:
+    """meta.json, its fields checked: a wrong next_id would crash (or misnumber) the next
+    node, a wrong created_at every wall-clock budget, so either stops here naming the field."""
+    path = root / "meta.json"
+    meta = versioned(path)
+    next_id = meta.get("next_id")
+    if isinstance(next_id, bool) or not isinstance(next_id, int) or next_id < 0:
+        got = f"{next_id!r:.60}" if "next_id" in meta else "nothing"
+        raise StateError(path, f"next_id must be a non-negative integer (got {got})")
+    created = meta.get("created_at", 0.0)     # older runs may lack it
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
+        raise StateError(path, f"created_at must be a time in seconds since 1970 (got {created!r:.60})")
+    return meta
