@@ -175,6 +175,31 @@ def test_llmzero_repair_rebuilds_a_damaged_record_from_its_copy(tmp_path):
     assert again.returncode == 0 and "nothing to rebuild" in again.stdout
 
 
+def test_a_node_whose_record_is_gone_but_its_copy_is_there_is_found_by_status_and_repair(
+        tmp_path):
+    """A node folder holding node.json.bak but no node.json (a full disk or a kill between a
+    new node's two writes, a partial copy of the run, a slip of rm) was rebuilt only when its
+    id was named, `llmzero-repair RUN N`: a plain repair said every record read fine, and
+    status said nothing of the node. Both now find it; a folder with neither file (an id taken,
+    nothing written) is no node and is left alone."""
+    store = new_store(tmp_path)
+    add_root(store), add_root(store)
+    store.node_path(1).unlink()
+    (store.nodes_dir / "0002").mkdir()
+    shown = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "LLMZERO_PYTHON": sys.executable})
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: node 1 is left out of the search: {store.node_path(1)}: missing, but its " \
+           "copy node.json.bak is there" in shown.stdout
+    assert f"llmzero-repair {store.root} rebuilds unreadable records from their copies" in shown.stdout
+    assert "node 2" not in shown.stdout
+    done = repair(store.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node 1: rebuilt from node.json.bak (scratch, proposed)" in done.stdout
+    assert [n.id for n in store.load_tree()] == [0, 1] and not store.corrupt
+
+
 def test_llmzero_repair_rebuilds_a_meta_json_emptied_by_a_crash(tmp_path):
     """Every command opens a run through meta.json: emptied by a crash outside us, status,
     report and resume all stopped on it and repair did too, though the node folders hold

@@ -268,7 +268,8 @@ class RunStore:
     def load_tree(self) -> Tree:
         """A snapshot of every node. A record that cannot be read stands in the tree as a
         quarantined placeholder (see `quarantined`) and is listed in `self.corrupt`: one bad
-        file must not hide or stop the rest of the run."""
+        file must not hide or stop the rest of the run. A record gone but for its copy is
+        listed too, for llmzero-repair and status to name, with no node in the tree."""
         nodes, self.corrupt = [], {}
         ids = self.node_ids()
         known = set(ids)
@@ -278,4 +279,9 @@ class RunStore:
             except StateError as exc:
                 self.corrupt[node_id] = str(exc)
                 nodes.append(quarantined(node_id, str(exc)))
+        for node_id in sorted(set(self.folder_ids()) - known):
+            files = self.node_dir(node_id)
+            if files.record_copy.exists():
+                self.corrupt[node_id] = str(StateError(
+                    files.record, f"missing, but its copy {files.record_copy.name} is there"))
         return Tree(nodes)
