@@ -1,3 +1,5 @@
 """llmzero-slurm: LLM-agent search over multi-stage GRPO training strategies, run as Slurm jobs."""
 
-__version__ = "0.1.0"
+# The one place the version is written: setup.cfg reads it (version = attr: ...), meta.json
+# records it as the release that created a run, and the CPU trainer in its trainer_state.pt.
+__version__ = "0.2.0"

@@ -92,18 +92,25 @@ class FrozenConfigError(ConfigError):
     it, so the cause is a change of release (a newer one wrote a key this one lacks, or this
     one checks a value more strictly), not the user's typing: said so, with the way on."""
 
-    def __init__(self, path: Any, refused: ConfigError, version: str):
+    def __init__(self, path: Any, refused: ConfigError, version: str, created_by: str | None):
         super().__init__(refused.key, refused.problem)
         self._errors = refused.errors
         problems = "\n  ".join(map(str, refused.errors))
+        if created_by:      # meta.json names it (runs made from 0.2.0 on)
+            accepted = f"llmzero-slurm {created_by}, which started the run"
+            newer = starter = f"llmzero-slurm {created_by}"
+            newer = f"that one ({newer}) or a later one"
+        else:
+            accepted, newer = "the llmzero-slurm that started the run", "that one (or later)"
+            starter = "the release that started the run"
         self.args = (
             f"{path}, this run's configuration as frozen when it started, is refused by this "
             f"llmzero-slurm ({version}):\n  {problems}\n"
-            "It was accepted by the llmzero-slurm that started the run. A key unknown here was "
-            "written by a newer release: read, stop and resume the run with that one (or later). "
+            f"It was accepted by {accepted}. A key unknown here was written by a newer release: "
+            f"read, stop and resume the run with {newer}. "
             "A value refused here is checked more strictly by this release: set it in that file "
             "to one it accepts to resume with this release (llmzero-status, -report and -stop "
-            "read the run as it is), or carry on with the release that started the run.",)
+            f"read the run as it is), or carry on with {starter}.",)
 
     @property
     def errors(self) -> list[ConfigError]:

@@ -1163,6 +1163,44 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
 
 
+def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrades(tmp_path):
+    """The version stayed 0.1.0 whatever the release (setup.cfg kept a copy of its own), and
+    no run recorded which release created it: status and the report could not say a run was
+    another release's, and a frozen config a newer release wrote only said to use "that one".
+    setup.cfg now reads the one version; meta.json records the creating release (older runs,
+    without it, still read), status notes a run of another release, the report names it, and
+    the message for a refused frozen config names the release to use."""
+    from setuptools.config.setupcfg import read_configuration
+    import llmzero_slurm
+    version = llmzero_slurm.__version__
+    assert read_configuration(ROOT / "setup.cfg")["metadata"]["version"] == version
+    store = two_phase_run(tmp_path)
+    meta = store.root / "meta.json"
+    assert json.loads(meta.read_text())["created_by"] == version
+    shown = cli("status", str(store.root))
+    assert shown.returncode == 0 and "note: this run was created by" not in shown.stdout
+    assert json.loads(cli("status", str(store.root), "--json").stdout)["created_by"] == version
+    assert cli("report", str(store.root)).returncode == 0
+    page = (store.root / "report" / "index.html").read_text()
+    assert f"run created by llmzero-slurm {version}" in page
+    record = json.loads(meta.read_text())
+    write_json(meta, {k: v for k, v in record.items() if k != "created_by"})   # an older run
+    shown = cli("status", str(store.root))
+    assert shown.returncode == 0, shown.stderr
+    assert "note: this run was created by a release its meta.json does not name (as before " \
+           f"llmzero-slurm 0.2.0); this is llmzero-slurm {version}" in shown.stdout
+    write_json(meta, {**record, "created_by": "9.9.9"})                          # a newer one's
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["search"]["budget_tokens"] = 5
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = cli("start", str(store.root))
+    assert done.returncode == 2, done.stderr
+    assert "It was accepted by llmzero-slurm 9.9.9, which started the run. A key unknown here " \
+           "was written by a newer release: read, stop and resume the run with that one " \
+           "(llmzero-slurm 9.9.9) or a later one." in done.stderr
+
+
 def test_records_of_a_newer_release_are_named_as_such_not_as_damage(tmp_path):
     """Audit (upgrades): a colleague's older install met a newer release's records: meta.json
     was 'schema_version 2 is not supported ...; use the matching release' (which one?), and a

@@ -217,6 +217,30 @@ def test_a_phase_that_fills_the_disk_says_so_in_one_line_and_resumes_once_freed(
     assert [line["step"] for line in read_metrics(tmp_path)] == list(range(7))
 
 
+def test_a_checkpoint_names_its_release_and_one_another_release_wrote_says_so(cache_dir, tmp_path,
+                                                                             capsys):
+    """trainer_state.pt said nothing of the release that wrote it, so a requeue after an
+    upgrade that could not read an older state failed with a bare KeyError traceback. It now
+    carries the release, and a state this release cannot resume is named with it and the way
+    on (a rerun from the start, or that release)."""
+    import llmzero_slurm
+    args = ("save_freq=2", "test_freq=2")
+    assert run_phase(cache_dir, tmp_path, "total_training_steps=2", *args) == 0
+    folder = tmp_path / "ckpt" / "global_step_2"
+    state = load_state(folder)
+    assert state["llmzero_version"] == llmzero_slurm.__version__
+    del state["sampler"]                                 # as a release that kept no sampler
+    save_state({**state, "llmzero_version": "9.9.9"}, folder / "trainer_state.pt")
+    capsys.readouterr()
+    assert run_phase(cache_dir, tmp_path, "total_training_steps=4", *args) == 1
+    err = capsys.readouterr().err
+    assert f"cpu_grpo: error: {folder / 'trainer_state.pt'}: written by llmzero-slurm 9.9.9, " \
+           f"which this llmzero-slurm ({llmzero_slurm.__version__}) cannot resume (no " \
+           "'sampler'): rerun the phase from its start into a folder of its own " \
+           "(LLMZ_RERUN_DIR), or resume it with that release" in err, err[-2000:]
+    assert "Traceback" not in err
+
+
 def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path):
     """safetensors writes adapter_model.safetensors 0600 whatever the umask: under a group's
     umask 002 a colleague resuming the shared run could not load a parent's adapter."""

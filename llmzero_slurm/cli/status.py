@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import __version__
 from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
@@ -17,6 +18,7 @@ from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
 from ..spent import spent
 from ..store.run_store import RunStore
+from ..store.schema import created_by, release_note
 from .common import add_run_dir, open_run, run_main
 
 
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     use = used.usage
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
+                          "created_by": created_by(store.root), "llmzero_slurm": __version__,
                           "controller": lease, "best_path": path,
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
                           "controller_jobs_note": job_note,
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
               else "; ".join(map(waiting_line, waiting)) or "controller not running")
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
+    if (release := release_note(store.root)) is not None:
+        print(f"note: {release}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
     print("\n".join(used.lines()))

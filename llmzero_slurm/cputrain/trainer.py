@@ -16,10 +16,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import DataError
+from .. import __version__
+from ..errors import DataError, StateError
 from ..metrics import best_val, read_metrics, val_score
 from ..store.atomic import write_json
 from ..store.node_dir import NodeDir
+from ..store.schema import FIRST_RECORDED
 from ..tasks.dataset import Example
 from ..tasks.reward_file import Judgement, RewardFn, judge
 from . import checkpoint, grpo, policy
@@ -78,7 +80,7 @@ class GRPOTrainer:
                                        self.hp["seed"], phase.step_offset)
         self.metrics = MetricsLog(self.files.metrics_file)
         if resume:
-            self._restore(checkpoint.load_state(resume[1]))
+            self._restore(checkpoint.load_state(resume[1]), resume[1] / checkpoint.STATE_FILE)
             log(f"resumed own checkpoint {resume[1].name} (phase step {self.local_step})")
             self.metrics.truncate_after(self.global_step)
         else:
@@ -238,7 +240,7 @@ class GRPOTrainer:
         state = {"local_step": self.local_step, "global_step": self.global_step,
                  "epoch": self.data.epoch, "position": self.data.position,
                  "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
-                 "hparams": self.hp}
+                 "hparams": self.hp, "llmzero_version": __version__}
         checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
 
     def _keep_if_best(self, data: dict[str, float]) -> None:
@@ -259,12 +261,24 @@ class GRPOTrainer:
                         .without_test())
         return best[1] if best else -math.inf
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        self.local_step = state["local_step"]
-        self.data = DataStream(self.data.size, self.data.batch_size, self.data.seed,
-                               state["epoch"], state["position"])
-        self.optim.load_state_dict(state["optimizer"])
-        self.sampler.set_state(state["sampler"])
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        """Go on from a saved state; one another release wrote in a form this one cannot
+        resume is named, with that release (its "llmzero_version"), not a bare KeyError."""
+        try:
+            self.local_step = state["local_step"]
+            self.data = DataStream(self.data.size, self.data.batch_size, self.data.seed,
+                                   state["epoch"], state["position"])
+            self.optim.load_state_dict(state["optimizer"])
+            self.sampler.set_state(state["sampler"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            made = state.get("llmzero_version")
+            by = f"llmzero-slurm {made}" if made else \
+                f"a release before llmzero-slurm {FIRST_RECORDED}"
+            why = f"no {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0][:200]
+            raise StateError(path, f"written by {by}, which this llmzero-slurm ({__version__}) "
+                             f"cannot resume ({why}): rerun the phase from its start into a "
+                             "folder of its own (LLMZ_RERUN_DIR), or resume it with that "
+                             "release") from None
 
     def _check_prompt_lengths(self, split: str, examples: Sequence[Example]) -> None:
         limit = self.hp["max_prompt_length"]

@@ -7,7 +7,9 @@ import time
 
 import jinja2
 
+from .. import __version__
 from ..paths import TEMPLATES
+from ..store.schema import creator
 from .collect import TOKEN_FIELDS, AgentCost, RunView
 from .figures import Drawn
 from .tree_figure import TREE
@@ -38,4 +40,5 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
         agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
         spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
         tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves,
-        generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt)
+        generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt, creator=creator(view.root),
+        version=__version__)

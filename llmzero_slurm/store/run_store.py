@@ -21,7 +21,7 @@ from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .node_dir import NodeDir
-from .schema import SCHEMA_VERSION, read_meta, versioned
+from .schema import SCHEMA_VERSION, created_by, new_meta, read_meta, versioned
 
 
 CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory
@@ -90,8 +90,7 @@ class RunStore:
             frozen = yaml.safe_dump(config.to_dict(), sort_keys=False)
             write_text(root / "experiment.yaml.bak", frozen)   # llmzero-repair's copy
             write_text(root / "experiment.yaml", frozen)
-            write_json(root / "meta.json", {"schema_version": SCHEMA_VERSION, "next_id": 0,
-                                            "created_at": time.time()})
+            write_json(root / "meta.json", new_meta(0, time.time()))
         return store
 
     @classmethod
@@ -118,7 +117,7 @@ class RunStore:
         except ConfigError as exc:
             if exc.key == "<file>":     # unreadable or not YAML: named as it is
                 raise
-            raise FrozenConfigError(path, exc, __version__) from None
+            raise FrozenConfigError(path, exc, __version__, created_by(root)) from None
 
     @property
     def config(self) -> ExperimentConfig:

@@ -16,6 +16,10 @@ from ..errors import StateError
 from .atomic import read_json
 
 SCHEMA_VERSION = 1
+# meta.json's name for the release that created the run. Added without a new schema version:
+# older releases read past it; a run made before FIRST_RECORDED has none (nor has a meta.json
+# llmzero-repair rebuilt: the damaged one's record of it is lost).
+CREATED_BY, FIRST_RECORDED = "created_by", "0.2.0"
 
 
 def versioned(path: Path) -> dict[str, Any]:
@@ -65,3 +69,35 @@ def read_meta(root: Path) -> dict[str, Any]:
     if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
         raise StateError(path, f"created_at must be a time in seconds since 1970 (got {created!r:.60})")
     return meta
+
+
+def new_meta(next_id: int, created_at: float) -> dict[str, Any]:
+    """A run's first meta.json, naming this release as the one that created it."""
+    return {"schema_version": SCHEMA_VERSION, "next_id": next_id, "created_at": created_at,
+            CREATED_BY: __version__}
+
+
+def created_by(root: str | Path) -> str | None:
+    """The release that created the run at `root`, as its meta.json records it; None for a
+    run made before releases were recorded (or a meta.json that says nothing readable)."""
+    try:
+        meta = read_json(Path(root) / "meta.json")
+    except StateError:
+        return None
+    made = meta.get(CREATED_BY) if isinstance(meta, dict) else None
+    return made if isinstance(made, str) and made else None
+
+
+def creator(root: str | Path) -> str:
+    """The release that created the run, in words, for status and the report."""
+    made = created_by(root)
+    return f"llmzero-slurm {made}" if made else \
+        f"a release its meta.json does not name (as before llmzero-slurm {FIRST_RECORDED})"
+
+
+def release_note(root: str | Path) -> str | None:
+    """What llmzero-status says when another release created the run (its records, frozen
+    config and plan may read otherwise here); None for a run of this release."""
+    if created_by(root) == __version__:
+        return None
+    return f"this run was created by {creator(root)}; this is llmzero-slurm {__version__}"
