@@ -17,14 +17,16 @@ validation so far against samples used, each method's mean over seeds.
 
     python benchmarks/search_quality.py [--tasks expand addition] [--seeds 0 1 2 3 4]
                                         [--methods llmzero grid random] [--dir DIR]
-                                        [--phase-steps 50] [--results FILE]
+                                        [--phase-steps 50] [--test-freq 10]
+                                        [--results FILE]
 
 Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
 ends; searches found there are not run again, and with --dir a search cut off midway resumes
 from its run directory. A whole table takes hours on two cores; it can be finished across
 several sittings. `--phase-steps` sets the length of llmzero's phases (50 by default; grid and
-random trials stay at 100 steps); a results file holds one phase length, and its figures are
-named after it.
+random trials stay at 100 steps) and `--test-freq` how often every method validates (10 by
+default); a results file holds one phase length and one validation interval, and its figures
+are named after it.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "search_quality.json"
 TRIAL_STEPS = 100                   # the grid: the CPU space (lr x LoRA rank), 100 steps a point
 GRID = {**GRID_SPACES["cpu"], "total_training_steps": TRIAL_STEPS}
 PHASE_STEPS = 50                    # llmzero's phases by default (evolve phases resume one)
+TEST_FREQ = 10                      # validation every N steps, every method (protocols A and B)
 
 
 def room(task: str) -> int:
@@ -69,7 +72,7 @@ def room(task: str) -> int:
 
 
 def search_config(task: str, method: str, seed: int, cache: Path,
-                  phase_steps: int) -> dict[str, Any]:
+                  phase_steps: int, test_freq: int = TEST_FREQ) -> dict[str, Any]:
     """The example's experiment for one search, with room for every answer in every method's
     starting point: a response budget that cuts answers off would decide the comparison (and
     lower the base's measured score) instead of the strategy."""
@@ -79,7 +82,7 @@ def search_config(task: str, method: str, seed: int, cache: Path,
     config.update(name=f"quality-{task}-{method}-{seed}", scheduler="local",
                   trainer={"cache_dir": str(cache)}, task={"builtin": task})
     given = hp.get("max_response_length") or get_backend("cpu").defaults()["max_response_length"]
-    hp.update(seed=seed, test_freq=10, max_response_length=max(given, room(task)),
+    hp.update(seed=seed, test_freq=test_freq, max_response_length=max(given, room(task)),
               total_training_steps=phase_steps if method == "llmzero" else TRIAL_STEPS)
     config["search"].update(method=method, seed=seed, budget_iterations=64,
                             budget_samples=len(grid_points(GRID, "cpu")) * TRIAL_STEPS * per_step)
@@ -122,11 +125,17 @@ def phase_steps_of(row: dict[str, Any]) -> int | None:
     return row.get("phase_steps", PHASE_STEPS) if row["method"] == "llmzero" else None
 
 
-def run(task: str, method: str, seed: int, root: Path, phase_steps: int) -> dict[str, Any]:
+def test_freq_of(row: dict[str, Any]) -> int:
+    """How often a results row's search validated (rows written before the setting: 10)."""
+    return int(row.get("test_freq", TEST_FREQ))
+
+
+def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
+        test_freq: int) -> dict[str, Any]:
     name = f"{task}-{method}-{seed}"
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(search_config(task, method, seed, root / "cache",
-                                                 phase_steps)))
+                                                 phase_steps, test_freq)))
     started = time.time()
     with open(root / f"{name}.log", "a") as log:
         subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
@@ -134,7 +143,9 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int) -> dict
                        env={"LLMZERO_PYTHON": sys.executable, "PATH": os.environ["PATH"],
                             "HOME": os.environ.get("HOME", "/tmp"), "HF_HUB_OFFLINE": "1"})
     phases = {"phase_steps": phase_steps} if method == "llmzero" else {}
-    result = {"task": task, "method": method, "seed": seed, **phases, **measure(root / name, task),
+    validated = {"test_freq": test_freq} if test_freq != TEST_FREQ else {}
+    result = {"task": task, "method": method, "seed": seed, **phases, **validated,
+              **measure(root / name, task),
               "wall_s": round(time.time() - started)}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
@@ -214,6 +225,8 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--phase-steps", type=int, default=PHASE_STEPS,
                         help="training steps of each llmzero phase (default %(default)s)")
+    parser.add_argument("--test-freq", type=int, default=TEST_FREQ,
+                        help="validate every N steps, every method (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="tabulate what is on file")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = json.loads(args.results.read_text()) \
@@ -222,6 +235,10 @@ def main() -> None:
     if other:
         sys.exit(f"{args.results} holds llmzero searches with {sorted(other)}-step phases, not "
                  f"{args.phase_steps}: give --phase-steps to match it, or another --results")
+    if any(test_freq_of(r) != args.test_freq for r in runs):
+        sys.exit(f"{args.results} holds searches that validated every "
+                 f"{sorted({test_freq_of(r) for r in runs})} steps, not {args.test_freq}: give "
+                 "--test-freq to match it, or another --results")
     have = {(r["task"], r["method"], r["seed"]) for r in runs}
     todo = [(t, m, s) for t in args.tasks for s in args.seeds for m in args.methods
             if (t, m, s) not in have]
@@ -231,7 +248,7 @@ def main() -> None:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         for task, method, seed in [] if args.report_only else todo:
-            runs.append(run(task, method, seed, root, args.phase_steps))
+            runs.append(run(task, method, seed, root, args.phase_steps, args.test_freq))
             args.results.write_text(json.dumps(runs, indent=1) + "\n")
     report(runs, args.tasks, args.methods, args.results)
 
