@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
+import sys
 
 from llmzero_slurm.paths import ROOT
 
@@ -44,3 +46,29 @@ def test_long_modules_say_why_in_their_docstring():
             if not any(line.startswith("Long:") for line in doc.splitlines()):
                 long.append(str(path.relative_to(ROOT)))
     assert long == []
+
+
+IMPORT_NAMES = {"PIL": "pillow", "yaml": "pyyaml"}   # where a package's import name differs
+
+
+def test_every_package_the_login_node_modules_import_is_declared():
+    """agents/deadline.py imported httpx2 and agents/llm.py PIL, packages only others brought
+    (the SDKs from anthropic 1.0 and openai 3.0 on, matplotlib), so a release the declared
+    ranges admitted broke the login-node install. Every module-level import outside cputrain
+    (the cpu extra's trainer) is a package install_requires names."""
+    from setuptools.config.setupcfg import read_configuration
+    declared = {re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0].lower()
+                for r in read_configuration(ROOT / "setup.cfg")["options"]["install_requires"]}
+    imported = {}
+    for path in sorted((ROOT / "llmzero_slurm").rglob("*.py")):
+        if "cputrain" in path.parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "llmzero_slurm":
+                    imported.setdefault(IMPORT_NAMES.get(top, top).lower(), path.name)
+    assert {k: v for k, v in imported.items() if k not in declared} == {}
