@@ -44,6 +44,14 @@ class Param:
     low_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     high_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
+    def bounds(self, backend: str | None = None) -> tuple[float | None, float | None]:
+        """The range a trainer takes: the general one narrowed by its own bounds."""
+        low, high = self.low, self.high
+        own_low, _ = self.low_for.get(backend or "", (low, ""))
+        own_high, _ = self.high_for.get(backend or "", (high, ""))
+        return (own_low if low is None or own_low is None else max(low, own_low),
+                own_high if high is None or own_high is None else min(high, own_high))
+
     def check(self, value: Any, backend: str | None = None, written: bool = False) -> Any:
         """Return the value coerced to the declared type, or raise naming the key. `written`:
         see validate_hparams."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from llmzero_slurm.backends import get_backend
+from llmzero_slurm.agents.knowledge import hparam_guide
 from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
                                           parse_decision)
 
@@ -84,3 +85,12 @@ def test_decision_parsing():
     d = parse_decision("REASON: flat and far below.\nDECISION: **STOP**", 40, "x")
     assert d.action == "STOP" and d.reason == "flat and far below." and d.step == 40
     assert parse_decision("I would stop this run.", 40, "x") is None
+
+
+@pytest.mark.parametrize("backend, shown", [("verl", "lora_rank (int in [1, 512])"),
+                                            ("cpu", "lora_rank (int in [1, 1024])")])
+def test_the_agents_guide_shows_the_range_the_trainer_takes(backend, shown):
+    """The guide an agent answers from gave lora_rank 0-1024 whatever the trainer, so an answer
+    inside it (verl at 0 or 1024) came back refused and cost a repair round."""
+    guide = hparam_guide(get_backend(backend))
+    assert shown in guide

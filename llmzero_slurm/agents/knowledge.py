@@ -58,14 +58,15 @@ _CATEGORY_NOTES = {
 }
 
 
-def _range(param: Param) -> str:
+def _range(param: Param, backend: str) -> str:
     if param.choices:
         return "one of " + ", ".join(map(str, param.choices))
     if param.type is bool:
         return "true/false"
-    if param.low is not None and param.high is not None:
-        low, high = (int(param.low), int(param.high)) if param.type is int else (
-            f"{param.low:g}", f"{param.high:g}")
+    low_bound, high_bound = param.bounds(backend)
+    if low_bound is not None and high_bound is not None:
+        low, high = (int(low_bound), int(high_bound)) if param.type is int else (
+            f"{low_bound:g}", f"{high_bound:g}")
         return f"{param.type.__name__} in [{low}, {high}]"
     return param.type.__name__
 
@@ -78,7 +79,7 @@ def hparam_guide(backend: TrainerBackend, exclude: tuple[str, ...] = ()) -> str:
     """The vocabulary an answer may use for this trainer backend, grouped by category."""
     sections = []
     for category, title in _CATEGORY_NOTES.items():
-        rows = [f"- {p.name} ({_range(p)}): {p.description}" for p in PARAMS.values()
+        rows = [f"- {p.name} ({_range(p, backend.name)}): {p.description}" for p in PARAMS.values()
                 if p.category == category and backend.reads(p.name) and p.name not in exclude]
         if rows:
             sections.append(f"{title}:\n" + "\n".join(rows))
