@@ -471,6 +471,28 @@ def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
     assert_no_secret_or_test_metric(service, tmp_path)
 
 
+def test_an_unreadable_answer_is_asked_again_once_per_validation_point(service, monkeypatch,
+                                                                         tmp_path):
+    """An answer without a DECISION line was never taken as judged, so every monitor pass
+    (15 minutes) asked again at the same validation point, paying for the same prompt all
+    along a model's bad spell. A second try is worth its price; a third is not."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    stopper = Stopper(cfg, choose_backend(cfg))
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    service.reply(*["I am not sure what to do."] * 4)
+    for _ in range(4):
+        d = stopper.decide(StopperInput(phase_log(tmp_path, "c.jsonl", 20, 0.0, 20), 20, 60,
+                                        best, 0.9), tmp_path)
+        assert d.action == "CONTINUE" and d.val_step == 40
+    assert len(service.requests) == 2
+    assert "could not be read" in d.reason
+    service.reply("REASON: flat at 0.30 against a best of 0.90.\nDECISION: STOP")
+    d = stopper.decide(StopperInput(phase_log(tmp_path, "c.jsonl", 20, 0.0, 25), 20, 60, best,
+                                    0.9), tmp_path)
+    assert d.action == "STOP" and len(service.requests) == 1    # a new point is asked
+
+
 def test_stopper_never_asks_before_step_10_or_at_the_planned_end(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)
     cfg = config(service)

@@ -59,6 +59,7 @@ class Decision:
     source: str = "rule"
     val_step: int | None = None     # the last validation point the decision saw
     overruled: bool = False         # a rule overruled the LLM's STOP (stopper.py)
+    unread: bool = False            # CONTINUE because the LLM's answer could not be read
 
 
 def extract_json(text: str) -> dict[str, Any]:

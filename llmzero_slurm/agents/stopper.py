@@ -4,7 +4,8 @@ CONTINUE is the answer unless the validation trajectory clearly cannot win. Befo
 into the phase, without a best strategy to compare to, without a validation point, within
 one validation interval of the planned end (stopping then saves little), or when the LLM
 already judged the latest validation point (its STOP overruled by the leader rule included,
-while the phase still leads), no LLM is consulted; an unparsable answer counts as CONTINUE.
+while the phase still leads), no LLM is consulted; an unparsable answer counts as CONTINUE,
+and the same validation point is asked about at most `TRIES_PER_POINT` times.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from .records import AgentRecord, append_record, secrets_from_env
 
 # Latest values given as context beside the validation trajectory (the plot shows the rest).
 CONTEXT = ("critic/rewards/mean", "actor/entropy", "actor/kl_loss", "response_length/mean")
+# Asks at one validation point whose answers could not be read: a second try often reads, and
+# more would pay for the same prompt every monitor pass of a model's bad spell.
+TRIES_PER_POINT = 2
 
 
 @dataclass
@@ -87,7 +91,8 @@ class Stopper:
 
             def unreadable() -> Decision:
                 record.fallbacks.append("CONTINUE by default")
-                return Decision("CONTINUE", "the answer could not be read", step, "rule")
+                return Decision("CONTINUE", "the answer could not be read", step, "rule",
+                                unread=True)
 
             inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val)
             decision = ask(llm, self.prompt(inp, out_dir), parse, heuristic, record,
@@ -116,13 +121,14 @@ def _judged(records: list[dict[str, Any]], val_step: int, source: str,
     """The LLM's earlier decision at this validation point, if any: only the validation
     trajectory can justify STOP, so asking again before it moves would buy the same answer.
     A STOP the leader rule overruled stands while the phase `leads`: asked again, the LLM
-    would be overruled again."""
-    for entry in reversed(records):
-        result = entry.get("result")
-        if result and result.get("val_step") == val_step and (
-                result.get("source") == source or (result.get("overruled") and leads)):
+    would be overruled again. Answers that could not be read count once `TRIES_PER_POINT`
+    of them were."""
+    here = [r for r in (e.get("result") for e in records) if r and r.get("val_step") == val_step]
+    for result in reversed(here):
+        if result.get("source") == source or (result.get("overruled") and leads):
             return result
-    return None
+    unread = [r for r in here if r.get("unread")]
+    return unread[-1] if len(unread) >= TRIES_PER_POINT else None
 
 
 def _leads(val: list[tuple[int, float]], best_val: float | None) -> bool:
