@@ -122,6 +122,24 @@ def test_a_local_job_killed_with_its_supervisor_is_lost_not_running(tmp_path, ti
     assert "status.json still says 'running'" in state.reason
 
 
+def test_a_local_job_whose_output_cannot_be_opened_fails_saying_so(tmp_path, tiny_program):
+    """Its supervisor died opening the output, and the job was shown as a node failure
+    ('the local supervisor died before the job ended'), the cause only in a log nobody reads.
+    Like slurmstepd, it now fails the job and its end record names the file and the error."""
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    script = phase(tmp_path, tiny_program)
+    missing = tmp_path / "gone" / "slurm-%j.out"
+    text = script.read_text()
+    script.write_text(text.replace(f"--output={script.parent}/slurm-%j.out",
+                                   f"--output={missing}"))
+    job = sched.submit(script, "tok-1")
+    state = finish(sched, job)
+    assert (state.raw, state.status) == ("FAILED", Status.FAILED)
+    assert f"{tmp_path / 'gone' / f'slurm-{job}.out'}" in state.reason
+    assert "No such file or directory" in state.reason
+    assert not (script.parent / "metrics.jsonl").exists()
+
+
 FILL_THE_DISK = r"""
 import pathlib, sys
 out = pathlib.Path(sys.argv[sys.argv.index("--output-dir") + 1])

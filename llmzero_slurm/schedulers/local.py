@@ -227,11 +227,22 @@ def supervise(state_dir: Path, job_id: str) -> int:
     stop_reason: list[str] = []
     signal.signal(signal.SIGTERM, lambda *_: stop_reason.append("CANCELLED"))
     started = time.time()
+
+    def end(record: dict[str, Any]) -> int:
+        _record_end(result_path, {**record, "started_at": started, "finished_at": time.time()},
+                    output, reserve)
+        reserve.unlink(missing_ok=True)
+        return 0
+
     _hold_space(reserve)
-    with open(output, "ab") as out:
-        proc = subprocess.Popen(["bash", job["script"]], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, cwd=job["submit_dir"],
-                                env=_job_env(job_id, job), start_new_session=True)
+    try:
+        with open(output, "ab") as out:
+            proc = subprocess.Popen(["bash", job["script"]], stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=job["submit_dir"],
+                                    env=_job_env(job_id, job), start_new_session=True)
+    except OSError as exc:    # as slurmstepd fails a job whose output or folder it cannot open
+        return end({"state": "FAILED", "exit_code": 1, "pgid": None,
+                    "reason": f"could not start the job: {exc}"})
     try:
         write_json(result_path, {"state": "RUNNING", "pgid": proc.pid, "started_at": started})
     except StorageError:
@@ -251,10 +262,7 @@ def supervise(state_dir: Path, job_id: str) -> int:
         pass
     code, reason = (rc, None) if rc >= 0 else (128 - rc, f"signal {-rc}")
     state = stop_reason[0] if stop_reason else ("COMPLETED" if rc == 0 else "FAILED")
-    _record_end(result_path, {"state": state, "exit_code": code, "reason": reason, "pgid": proc.pid,
-                              "started_at": started, "finished_at": time.time()}, output, reserve)
-    reserve.unlink(missing_ok=True)
-    return 0
+    return end({"state": state, "exit_code": code, "reason": reason, "pgid": proc.pid})
 
 
 def _stop(proc: subprocess.Popen, output: Path, job_id: str, timeout: bool) -> None:
