@@ -363,7 +363,7 @@ def test_a_sample_budget_cuts_the_last_phase_to_what_is_left_and_ends_the_search
     assert ctl.run() == 0
     tree = ctl.store.load_tree()
     assert [n.hparams["total_training_steps"] for n in tree] == [20, 10]
-    assert "cut to 10 steps" in tree[1].diagnosis
+    assert "cut to 10 of its 20 steps" in tree[1].diagnosis
     assert "training samples used or committed" in out.getvalue()
 
 

@@ -166,6 +166,31 @@ def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(t
     assert again.hparams == first.hparams and again.resume_step == first.resume_step
 
 
+def test_the_children_of_a_phase_the_sample_budget_cut_plan_the_configured_length(tmp_path):
+    """A child (an evolve, a debug fix) took its parent's steps as its own length, so one cut
+    by the budget to 20 of its 50 steps passed the cut on to every phase below it."""
+    import io
+    from llmzero_slurm.controller.admission import Admission
+    from llmzero_slurm.controller.progress import Progress
+    from llmzero_slurm.search.budget import Budget
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    budget = Budget(iterations=10, samples=20 * 16 * 8, defaults=m.ctx.backend.defaults())
+    plan = Admission(budget, Progress(io.StringIO())).admit(Tree([]), m.next_phase(Tree([])))
+    assert plan is not None and plan.hparams["total_training_steps"] == 20
+    tree = create(Tree([]), plan)
+    tree[0].status = Status.COMPLETED
+    tree[0].results = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
+    write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({10: 0.4, 20: 0.5}))
+    child = m.next_phase(tree)
+    assert isinstance(child, PhasePlan) and child.action.kind is Kind.EVOLVE
+    assert child.hparams["total_training_steps"] == 50
+    tree[0].status = Status.FAILED
+    tree[0].submission.scheduler_state = "OUT_OF_MEMORY"
+    fix = m.next_phase(tree)
+    assert isinstance(fix, PhasePlan) and fix.action.kind is Kind.DEBUG
+    assert fix.hparams["total_training_steps"] == 50
+
+
 # -- random ---------------------------------------------------------------------------------
 
 def test_random_plans_budget_many_independent_roots(tmp_path):

@@ -14,7 +14,7 @@ from ..config import AgentConfig
 from ..methods.space import NO_BOUNDS, Bounds
 from ..metrics import MetricsLog, summarize
 from ..plots import metric_plots
-from ..search.budget import samples_per_step
+from ..search.budget import planned_length, samples_per_step
 from ..search.tree import Node, Status
 from ..store.node_dir import NodeDir
 from .answers import SCHEDULE_KEYS, Proposal, check_proposal, extract_json
@@ -36,10 +36,11 @@ class ProposerInput:
     scratch_only: bool = False           # forced from-scratch injection
     siblings: list[Node] = field(default_factory=list)   # children already tried from here
     budget_left: list[str] = field(default_factory=list)  # Budget.left: the LLM plans within it
+    configured_steps: int | None = None  # the experiment's phase length
 
     @property
     def phase_steps(self) -> int:
-        planned = self.parent.hparams.get("total_training_steps")
+        planned = planned_length(self.parent, self.configured_steps)
         trained = (self.metrics.last_step or 0) - self.parent.start_step
         return int(planned or trained or 1)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..methods.base import PhasePlan
-from ..search.budget import Budget
+from ..search.budget import Budget, cut_note, planned_steps
 from ..search.tree import Tree
 from .progress import Progress
 
@@ -47,6 +47,6 @@ class Admission:
             return None
         if steps is None or steps == plan.hparams.get("total_training_steps"):
             return plan
+        planned = planned_steps({**self.budget.defaults, **plan.hparams}) or steps
         return replace(plan, hparams={**plan.hparams, "total_training_steps": steps},
-                       diagnosis=f"{plan.diagnosis} [cut to {steps} steps: what is left of "
-                       "the sample budget]".lstrip())
+                       diagnosis=f"{plan.diagnosis} {cut_note(steps, planned)}".lstrip())

@@ -13,7 +13,7 @@ from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
 from ..errors import ConfigError
-from ..search.budget import Budget
+from ..search.budget import Budget, planned_length, planned_steps
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Status, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
@@ -37,6 +37,10 @@ class LLMZeroMethod(SearchMethod):
         self.proposer = Proposer(cfg.agents, ctx.backend, llm, bounds)
         self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm, bounds)
         self.budget = Budget.of(cfg.search, ctx.backend.defaults())   # told to the proposer
+
+    @property
+    def _configured_steps(self) -> int | None:
+        return planned_steps(self.ctx.hparams)
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
@@ -62,7 +66,8 @@ class LLMZeroMethod(SearchMethod):
         siblings = [c for c in tree.children(parent.id) if c.status is not Status.CANCELLED]
         inp = ProposerInput(parent, self.ctx.node_dir(parent.id).metrics(),
                             best.score if best else None, scratch_only=action.injected,
-                            siblings=siblings, budget_left=self.budget.left(tree))
+                            siblings=siblings, budget_left=self.budget.left(tree),
+                            configured_steps=self._configured_steps)
         proposal = self.proposer.propose(inp, records)
         if proposal.checkpoint is None:
             action = Action(Kind.SCRATCH, action.parent, action.injected)
@@ -83,6 +88,9 @@ class LLMZeroMethod(SearchMethod):
         if fix.action == "give_up":
             return GiveUp(failed.id, fix.message or f"{fix.failure}: no automatic fix", records)
         hparams = fix.hparams or dict(failed.hparams)
+        planned = planned_length(failed, self._configured_steps)
+        if planned and hparams.get("total_training_steps") == failed.hparams.get("total_training_steps"):
+            hparams["total_training_steps"] = planned   # the budget's cut is no part of a fix
         diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
                                           or "retry unchanged")
         resume_step = None

@@ -7,6 +7,7 @@ so concurrent phases cannot overrun the budget between two looks at the tree.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -28,6 +29,24 @@ def trained_steps(node: Node) -> int:
 def planned_steps(hparams: Mapping[str, Any]) -> int | None:
     steps = hparams.get("total_training_steps")
     return int(steps) if steps else None
+
+
+_CUT = re.compile(r"\[cut to \d+(?: of its (\d+))? steps: what is left of the sample budget\]")
+
+
+def cut_note(steps: int, planned: int) -> str:
+    """What a phase's diagnosis says when the sample budget cut its plan (read back below)."""
+    return f"[cut to {steps} of its {planned} steps: what is left of the sample budget]"
+
+
+def planned_length(node: Node, configured: int | None) -> int | None:
+    """The steps `node`'s plan asked for before the sample budget cut it: the length a child
+    plans (the budget cuts it again only if it must), not the cut one. `configured` (the
+    experiment's) stands in where an earlier release recorded a cut without the plan's."""
+    cuts = _CUT.findall(node.diagnosis)
+    if not cuts:
+        return planned_steps(node.hparams)
+    return int(cuts[-1]) if cuts[-1] else configured or planned_steps(node.hparams)
 
 
 def node_samples(node: Node, defaults: Mapping[str, Any], planned: bool = False) -> int:
