@@ -37,10 +37,7 @@ class LLMZeroMethod(SearchMethod):
         self.proposer = Proposer(cfg.agents, ctx.backend, llm, bounds)
         self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm, bounds)
         self.budget = Budget.of(cfg.search, ctx.backend.defaults())   # told to the proposer
-
-    @property
-    def _configured_steps(self) -> int | None:
-        return planned_steps(self.ctx.hparams)
+        self._configured_steps = planned_steps(ctx.hparams)   # a phase's length before any cut
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
