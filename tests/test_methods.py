@@ -436,6 +436,22 @@ def test_a_resumed_plan_whose_phase_the_budget_cut_goes_on(tmp_path):
     assert method(tmp_path, cfg).next_phase(tree).hparams["lr"] == 5e-4
 
 
+def test_a_resumed_plan_goes_on_after_a_gap_in_the_node_ids(tmp_path):
+    """A kill or a full disk inside node creation takes an id for good with no node behind it
+    (run_store.add_node). Plan phases follow the nodes in creation order, not their ids: after
+    ids 0, 1, 3 the next phase is the plan's fourth, and a restart accepts the run as it is."""
+    cfg = config(method="random", budget_iterations=6, seed=3)
+    tree = Tree([])
+    for node_id in (0, 1, 3):
+        plan = method(tmp_path, cfg).next_phase(tree)
+        node = make_child(tree, plan.action, node_id, plan.hparams, plan.resume_step,
+                          plan.diagnosis)
+        tree = Tree([*tree, node])
+    phases = method(tmp_path, cfg).phases
+    assert [tree[i].hparams for i in (0, 1, 3)] == [p.hparams for p in phases[:3]]
+    assert method(tmp_path, cfg).next_phase(tree).hparams == phases[3].hparams
+
+
 @pytest.mark.parametrize("phases, fmt, where", [
     ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),
     ([{"steps": 0, "hparams": RECIPE}], None, "phases[0].steps"),

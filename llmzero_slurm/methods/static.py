@@ -51,16 +51,18 @@ class StaticMethod(SearchMethod):
         later phases would be another schedule's, mixed silently into this run's results."""
         if self._resumes_plan:
             return
-        for node in sorted(tree, key=lambda n: n.id):
-            if not node.hparams or node.id >= len(self.phases):   # an unreadable record
+        # Phases follow the nodes in creation order, as next_phase counts them: ids may have
+        # gaps (an id taken for good by a kill inside run_store.add_node).
+        for index, node in enumerate(sorted(tree, key=lambda n: n.id)):
+            if not node.hparams or index >= len(self.phases):   # an unreadable record
                 continue
-            planned = self.phases[node.id].hparams
+            planned = self.phases[index].hparams
             keys = sorted(k for k in node.hparams.keys() | planned.keys()
                           if node.hparams.get(k) != planned.get(k) and not _cut(k, node, planned))
             if keys:
                 shown = ", ".join(f"{k}: {node.hparams.get(k)!r} -> {planned.get(k)!r}"
                                   for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
-                raise ConfigError("search", f"node {node.id} ran phase {node.id + 1} of this "
+                raise ConfigError("search", f"node {node.id} ran phase {index + 1} of this "
                                   f"{self.name} plan as it was; this llmzero-slurm plans it "
                                   f"otherwise ({shown}) from {self.source()}, so its later "
                                   "phases would belong to another schedule. Resume with the "
