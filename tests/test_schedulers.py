@@ -348,7 +348,7 @@ def test_a_finished_cpu_phase_reruns_from_its_start_into_another_folder(sched, t
 
 
 @pytest.mark.parametrize("raw, status", [
-    ("PENDING", Status.QUEUED), ("REQUEUED", Status.QUEUED), ("PREEMPTED", Status.QUEUED),
+    ("PENDING", Status.QUEUED), ("REQUEUED", Status.QUEUED), ("PREEMPTED", Status.FAILED),
     ("RUNNING", Status.RUNNING), ("COMPLETING", Status.RUNNING), ("COMPLETED", Status.COMPLETED),
     ("CANCELLED by 1000", Status.CANCELLED), ("TIMEOUT", Status.FAILED),
     ("OUT_OF_MEMORY", Status.FAILED), ("NODE_FAIL", Status.FAILED), ("BOOT_FAIL", Status.FAILED),

@@ -28,7 +28,6 @@ from .directives import read_directives
 SLURM_STATUS: dict[str, Status] = {
     "PENDING": Status.QUEUED,
     "CONFIGURING": Status.QUEUED,
-    "PREEMPTED": Status.QUEUED,       # requeueable jobs come back after a preemption
     "REQUEUED": Status.QUEUED,
     "REQUEUE_HOLD": Status.QUEUED,
     "REQUEUE_FED": Status.QUEUED,
@@ -42,6 +41,10 @@ SLURM_STATUS: dict[str, Status] = {
     "COMPLETED": Status.COMPLETED,
     "CANCELLED": Status.CANCELLED,
     "FAILED": Status.FAILED,
+    # A job requeued after a preemption shows COMPLETING/REQUEUED, then PENDING (sacct without
+    # --duplicates gives its newest instance): PREEMPTED shown means it ended for good
+    # (PreemptMode=CANCEL, or a job that may not be requeued).
+    "PREEMPTED": Status.FAILED,
     "TIMEOUT": Status.FAILED,
     "OUT_OF_MEMORY": Status.FAILED,
     "NODE_FAIL": Status.FAILED,
