@@ -584,6 +584,18 @@ def test_an_accounting_row_of_another_name_is_another_jobs(tmp_path):
         "FAILED"
 
 
+@pytest.mark.parametrize("shown, code, reason", [
+    ("512", 2, None), ("9", 0, "signal 9"),         # Slurm before 23.02: a raw wait status
+    ("2:0", 2, None), ("0:9", 0, "signal 9")])      # 23.02 and later: code:signal, as sacct
+def test_squeue_exit_codes_are_read_in_either_format(shown, code, reason):
+    """squeue's exit_code became 'code:signal' in Slurm 23.02; read as a wait status, it gave
+    no exit code at all, so a trainer's exit 2 (bad input) looked retryable."""
+    sched = SlurmScheduler(runner=Clients(squeue=f"41|FAILED|None|{shown}|llmz:node=1\n"),
+                           min_poll_s=0)
+    state = sched.states(["41"])["41"]
+    assert (state.exit_code, state.reason) == (code, reason)
+
+
 @pytest.mark.parametrize("status", [None, "running"])
 def test_a_job_no_source_knows_is_unknown_for_a_while_then_lost(tmp_path, status):
     """Issue 14.4: absent from squeue, sacct down, no status.json: queued for ever."""

@@ -50,10 +50,13 @@ def run_command(argv: Sequence[str], secret_names: Iterable[str] = ()) -> subpro
                           env=new_job_environment(names=secret_names))
 
 
-def _exit_status(wait_status: str) -> tuple[int | None, str | None]:
-    """squeue's exit_code is a raw wait status: exit code in the high byte, signal below."""
+def _exit_status(shown: str) -> tuple[int | None, str | None]:
+    """squeue's exit_code: a raw wait status (exit code in the high byte, signal below) before
+    Slurm 23.02, 'code:signal' as in sacct since."""
+    if ":" in shown:
+        return _exit_pair(shown)
     try:
-        value = int(wait_status)
+        value = int(shown)
     except ValueError:
         return None, None
     signal = value & 0x7F
