@@ -83,7 +83,7 @@ class AgentConfig:
     backend: str = "auto"          # auto | anthropic | openai | heuristic
     model: str = "claude-sonnet-4-6"   # the paper's backbone (4-5 reaches end of life 2026-11-30)
     base_url: str | None = None
-    api_key_env: str = "ANTHROPIC_API_KEY"
+    api_key_env: str | None = None     # None: the backend's own variable (key_env)
     max_tokens: int = 2048
     timeout_s: float = 120.0       # the most one call may take, retries included
     max_retries: int = 4
@@ -101,6 +101,14 @@ class AgentConfig:
     price_cache_write_5m_per_mtok: float = 3.75
     price_cache_read_per_mtok: float = 0.30
 
+    @property
+    def key_env(self) -> str:
+        """The variable holding the key. One default for every backend sent the Anthropic key
+        of the user's shell to an OpenAI-compatible server (often plain http://)."""
+        if self.api_key_env is not None:
+            return self.api_key_env
+        return "OPENAI_API_KEY" if self.backend == "openai" else "ANTHROPIC_API_KEY"
+
     def check(self, where: str) -> None:
         """A negative max_retries makes the SDK fail every call; zero tokens, timeouts or
         image sizes can never answer; a negative price would make the cost figures lie."""
@@ -112,7 +120,7 @@ class AgentConfig:
         if self.base_url is not None and not _http_url(self.base_url):
             problems.add(f"{where}.base_url", "must be an http:// or https:// URL with a host, "
                          f"e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.key_env):
             problems.add(f"{where}.api_key_env", "must name an environment variable (letters, "
                                                  "digits, '_'), e.g. ANTHROPIC_API_KEY")
         with problems.collect():

@@ -15,7 +15,7 @@ from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
-from llmzero_slurm.config import AgentConfig
+from llmzero_slurm.config import AgentConfig, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import read_metrics
@@ -396,6 +396,24 @@ def test_openai_compatible_server(service, monkeypatch, run, tmp_path):
     service.reply(good())
     Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert all(c["type"] == "text" for c in service.requests[0]["body"]["messages"][1]["content"])
+
+
+def test_an_openai_server_is_not_sent_the_anthropic_key(service, monkeypatch, run, tmp_path):
+    """With backend openai and no api_key_env, the Anthropic key of the user's shell went to
+    the OpenAI-compatible server (often plain http:// on a compute node) as its bearer token.
+    That backend's own variable is OPENAI_API_KEY."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-9998887776")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = parse_config({"name": "t", "agents": {"backend": "openai", "base_url": service.url,
+                                               "model": "qwen-vl"}}).agents
+    node, log = run
+    service.reply(good())
+    Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert "sk-ant" not in service.requests[0]["headers"].get("authorization", "")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-1112223334")
+    service.reply(good())
+    Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert service.requests[0]["headers"]["authorization"] == "Bearer sk-test-1112223334"
 
 
 def test_backend_choice(monkeypatch):

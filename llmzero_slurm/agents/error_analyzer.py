@@ -64,5 +64,5 @@ class ErrorAnalyzer:
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,
                                              llm.name, resuming, self.bounds), fallback, record)
         record.result = asdict(fix)
-        save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.api_key_env]))
+        save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.key_env]))
         return fix

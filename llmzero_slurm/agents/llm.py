@@ -159,7 +159,7 @@ class _SDKBackend:
             said = f"{type(exc).__name__}: {self.redact(str(exc))[:300]}"
             if exc.status_code in (401, 403):
                 raise ConfigError("agents.api_key_env", f"the {self.vendor} refused the key in "
-                                  f"${self.cfg.api_key_env}: {said}") from None
+                                  f"${self.cfg.key_env}: {said}") from None
             if exc.status_code in (400, 404):
                 raise ConfigError("agents.model", f"the {self.vendor} at {self.client.base_url} "
                                   f"has no model {self.cfg.model!r}, or refused a one-token "
@@ -234,15 +234,15 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
 
     `auto` uses Anthropic when there is a key and the heuristics otherwise, so a cluster
     without outbound access still runs a full search. `key`: one handed over outside the
-    environment (the monitor job's); by default the variable `api_key_env`.
+    environment (the monitor job's); by default the variable `key_env` names.
     """
-    key = os.environ.get(cfg.api_key_env, "") if key is None else key
+    key = os.environ.get(cfg.key_env, "") if key is None else key
     if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
         return None
     if cfg.backend in ("auto", "anthropic"):
         if not key:
             raise ConfigError("agents.api_key_env",
-                              f"backend anthropic needs the API key in ${cfg.api_key_env}")
+                              f"backend anthropic needs the API key in ${cfg.key_env}")
         return AnthropicBackend(cfg, key)
     if cfg.backend == "openai":
         if not cfg.base_url:

@@ -74,7 +74,7 @@ class Proposer:
                 extract_json(text), parent_hp, checkpoints, inp.scratch_only,
                 self.trainer, llm.name, self.bounds), fallback, record)
         record.result = asdict(proposal)
-        save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.api_key_env]))
+        save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.key_env]))
         return proposal
 
     def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],

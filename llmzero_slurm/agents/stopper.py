@@ -100,7 +100,7 @@ class Stopper:
             decision = _not_the_leader(decision, val, inp.best_val, record)
         decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
-        append_record(files.early_stop_file, record, secrets_from_env([self.cfg.api_key_env]))
+        append_record(files.early_stop_file, record, secrets_from_env([self.cfg.key_env]))
         return decision
 
     def prompt(self, inp: StopperInput, out_dir: Path) -> Prompt:

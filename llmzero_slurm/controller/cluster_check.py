@@ -106,7 +106,7 @@ def cluster_checks(cfg: ExperimentConfig, folder: Path, timeout_s: float,
     endpoint = endpoint_job(cfg)
     if not isinstance(endpoint, str):
         planned.append(endpoint)
-    sched = SlurmScheduler(min_poll_s=1.0, max_poll_s=10.0, secret_names=[cfg.agents.api_key_env])
+    sched = SlurmScheduler(min_poll_s=1.0, max_poll_s=10.0, secret_names=[cfg.agents.key_env])
     jobs: dict[str, CheckJob] = {}
     states: dict[str, JobState] = {}
     try:

@@ -71,7 +71,7 @@ def submit_controller(store: RunStore, command: list[str],
     try:
         done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
                               text=True, timeout=120,
-                              env=new_job_environment(names=[agents.api_key_env]))
+                              env=new_job_environment(names=[agents.key_env]))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SchedulerError(f"submitting {script}: {exc}") from None
     job = done.stdout.strip().split(";")[0]
@@ -87,10 +87,10 @@ def take_key(store: RunStore) -> None:
     """A controller without the LLM key in its environment (the controller job) takes the one
     `llmzero-start --submit` left."""
     agents = store.config.agents
-    if not os.environ.get(agents.api_key_env):
+    if not os.environ.get(agents.key_env):
         key = llm_key.take(store.root / KEY_DIR, agents)
         if key:
-            os.environ[agents.api_key_env] = key
+            os.environ[agents.key_env] = key
 
 
 def withdraw_key(store: RunStore) -> None:

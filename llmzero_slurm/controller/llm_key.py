@@ -21,12 +21,12 @@ KEY_FILE = "llm-key.json"
 def hand_over(folder: Path, agents: AgentConfig) -> None:
     """Leave this process's key (if it has one) for the monitor job, unless its agents are
     the offline heuristics: a key on disk that nothing reads is only a risk."""
-    key = os.environ.get(agents.api_key_env, "")
+    key = os.environ.get(agents.key_env, "")
     path = folder / KEY_FILE
     if not key or agents.backend == "heuristic":
         path.unlink(missing_ok=True)
         return
-    write_json(path, {"name": agents.api_key_env, "value": key}, mode=0o600)
+    write_json(path, {"name": agents.key_env, "value": key}, mode=0o600)
 
 
 def take(folder: Path, agents: AgentConfig) -> str | None:
@@ -35,7 +35,7 @@ def take(folder: Path, agents: AgentConfig) -> str | None:
         data = read_json(folder / KEY_FILE)
     except StateError:
         return None
-    if not isinstance(data, dict) or data.get("name") != agents.api_key_env:
+    if not isinstance(data, dict) or data.get("name") != agents.key_env:
         return None
     return str(data.get("value") or "") or None
 
