@@ -176,6 +176,22 @@ def test_an_llm_endpoint_without_a_route_is_found_out_in_seconds(monkeypatch):
     assert why is not None and f"through the proxy 127.0.0.1:{port}" in why
 
 
+def test_the_endpoint_checked_is_the_one_the_sdk_calls(monkeypatch):
+    """The anthropic SDK calls $ANTHROPIC_BASE_URL (a site's gateway) when agents.base_url is
+    unset; the probe checked api.anthropic.com, and a monitor that could reach its gateway
+    judged offline for its whole life."""
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.agents.llm import unreachable
+    from llmzero_slurm.config import AgentConfig
+    with LoopbackLLM() as service:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", service.url)
+        assert unreachable(AgentConfig(), timeout_s=2) is None
+    port = closed_port()
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    why = unreachable(AgentConfig(), timeout_s=2)
+    assert why is not None and f"127.0.0.1:{port}" in why
+
+
 def test_a_monitor_cut_off_from_its_llm_judges_offline_and_says_so(tmp_path, monkeypatch):
     """Issue 16: on a compute node without a route out, every stopper call spent minutes on
     retries before falling back, and nothing told the user."""

@@ -254,6 +254,12 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
 ANTHROPIC_URL = "https://api.anthropic.com"
 
 
+def endpoint(cfg: AgentConfig) -> str:
+    """The URL the backend's SDK calls: agents.base_url, else (anthropic) the SDK's own
+    $ANTHROPIC_BASE_URL, a site's gateway, else the public API."""
+    return cfg.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
+
+
 def unreachable(cfg: AgentConfig, timeout_s: float = 5.0) -> str | None:
     """Why the configured LLM endpoint cannot be reached from this machine, or None.
 
@@ -262,7 +268,7 @@ def unreachable(cfg: AgentConfig, timeout_s: float = 5.0) -> str | None:
     minutes per call. An open connection is no proof the service answers, only that a route
     exists; the SDK's own errors cover the rest.
     """
-    url = cfg.base_url or ANTHROPIC_URL
+    url = endpoint(cfg)
     target = urlsplit(url).hostname or ""
     proxy = proxy_for(url)
     host, port = address(proxy or url)

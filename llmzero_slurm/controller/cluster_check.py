@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from ..agents.llm import ANTHROPIC_URL, choose_backend
+from ..agents.llm import choose_backend, endpoint
 from ..backends import get_backend
 from ..backends.verl import VerlBackend
 from ..cluster_probe import END, PREFIX
@@ -86,7 +86,7 @@ def endpoint_job(cfg: ExperimentConfig) -> Planned | str:
     s, m = cfg.slurm, cfg.monitor
     job = CheckJob("endpoint", "monitor", sys.executable, m.partition or s.partition,
                    m.account or s.account, m.qos or s.qos, time=ENDPOINT_TIME, setup=list(s.setup))
-    return job, {"mode": "endpoint", "url": cfg.agents.base_url or ANTHROPIC_URL,
+    return job, {"mode": "endpoint", "url": endpoint(cfg.agents),
                  "timeout_s": ENDPOINT_TIMEOUT_S}
 
 
