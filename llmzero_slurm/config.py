@@ -254,8 +254,19 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, "must be a mapping")
         value = dict(value)
     elif "str" in text and not isinstance(value, str):
-        raise ConfigError(path, "must be a string")
+        raise ConfigError(path, "must be a string" + _base_60(value, path))
     return value
+
+
+def _base_60(value: Any, path: str) -> str:
+    """YAML 1.1's trap for Slurm times: PyYAML reads an unquoted 12:00:00 as 43200."""
+    if not path.endswith(".time") or isinstance(value, bool) or not isinstance(value, int):
+        return ""
+    hours, rest = divmod(value, 3600)
+    written = f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else \
+        f"{rest // 60}:{rest % 60:02d}"
+    return f"; YAML reads an unquoted {written} as the number {value} (base 60): quote it: " \
+           f'"{written}"'
 
 
 def parse_config(data: Any, source: str = "<memory>",

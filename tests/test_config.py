@@ -1,5 +1,6 @@
 """experiment.yaml and hyperparameter checks name the offending key."""
 import pytest
+import yaml
 
 from llmzero_slurm.config import load_config, parse_config
 from llmzero_slurm.errors import ConfigError
@@ -57,6 +58,18 @@ def test_bad_config_names_the_key(data, key):
         parse_config(data)
     assert err.value.key == key
     assert f"'{key}'" in str(err.value)
+
+
+@pytest.mark.parametrize("written, key, shown", [
+    ("slurm: {time: 12:00:00}", "slurm.time", '"12:00:00"'),
+    ("controller: {time: 30:00}", "controller.time", '"30:00"')])
+def test_an_unquoted_slurm_time_is_named_as_yamls_base_60_trap(written, key, shown):
+    """YAML 1.1 reads 12:00:00 as the integer 43200; 'must be a string' named no reason."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", **yaml.safe_load(written)})
+    assert err.value.key == key and f"quote it: {shown}" in str(err.value)
+    assert parse_config({"name": "x", **yaml.safe_load(written.replace(
+        shown.strip('"'), shown))})      # quoted, it is taken
 
 
 def test_a_missing_name_is_named():
