@@ -37,6 +37,8 @@ def test_defaults_are_the_papers():
     ({"name": "x", "search": {"budget_gpu_hours": 0}}, "search.budget_gpu_hours"),
     ({"name": "x", "search": {"budget_wall_hours": 0}}, "search.budget_wall_hours"),
     ({"name": "x", "search": {"temperature": float("nan")}}, "search.temperature"),
+    # f_T's e^{1/T} overflows below T = 0.0014: every selection raised OverflowError.
+    ({"name": "x", "search": {"temperature": 0.001}}, "search.temperature"),
     ({"name": "x", "agents": {"max_retries": -1}}, "agents.max_retries"),
     ({"name": "x", "agents": {"timeout_s": -1}}, "agents.timeout_s"),
     ({"name": "x", "agents": {"timeout_s": 0}}, "agents.timeout_s"),

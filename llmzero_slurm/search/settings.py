@@ -7,6 +7,8 @@ from typing import Any, Iterable
 
 from ..errors import ConfigError, ConfigProblems
 
+MIN_TEMPERATURE = 0.01   # of f_T (scoring.shape)
+
 
 def check_ranges(section: str, settings: object, positive: Iterable[str] = (),
                  non_negative: Iterable[str] = ()) -> None:
@@ -64,6 +66,10 @@ class SearchSettings:
                                        "virtual_loss", "min_scratch_ratio", "fail_forgiven",
                                        "max_evolve_children", "max_debug_children",
                                        "max_debug_depth"))
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            problems.add("search.temperature", f"must be at least {MIN_TEMPERATURE} (got "
+                         f"{self.temperature}): f_T's e^(1/T) overflows below 0.0014, and "
+                         "below 0.01 only the best phase counts already")
         if self.method == "replay" and not self.strategy_file:
             problems.add("search.strategy_file", "is required when search.method is replay")
         problems.raise_all()
