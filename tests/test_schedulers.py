@@ -804,3 +804,21 @@ def test_a_requeued_phase_counts_the_device_time_of_every_run(tmp_path, tiny_pro
     again = subprocess.run(["bash", str(script)], env={**os.environ}, capture_output=True,
                            text=True, timeout=60)      # a rerun by hand starts its own count
     assert again.returncode == 0 and status_json(script)["earlier_s"] == 0
+
+
+def test_ctrl_c_on_a_phase_run_by_hand_stops_its_trainer(tmp_path, tiny_program):
+    """Ctrl-C (SIGINT to the terminal's process group) on `bash phase.sbatch`: the script
+    recorded 'cancelled' and passed SIGINT on to the trainer, which a background job of a
+    non-interactive shell ignores, so training went on to its end under a cancelled record."""
+    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100, "seed": 1},
+                   step_s=0.3)
+    by_hand = subprocess.Popen(["bash", str(script)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
+    os.killpg(by_hand.pid, signal.SIGINT)
+    assert by_hand.wait(timeout=20) == 130
+    status = status_json(script)
+    assert (status["state"], status["exit_code"]) == ("cancelled", 130), status
+    trained = len(steps(script))
+    time.sleep(1.0)
+    assert len(steps(script)) == trained < 100          # the trainer is gone too
