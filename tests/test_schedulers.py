@@ -614,6 +614,19 @@ def test_a_job_no_source_knows_is_unknown_for_a_while_then_lost(tmp_path, status
     assert sched.states(["41"])["41"].status is Status.RUNNING
 
 
+def test_a_poll_for_other_jobs_keeps_an_unknown_jobs_clock(tmp_path):
+    """The monitor keeper asks about its own job through the controller's scheduler; each of
+    its polls wiped the first-seen time of every unknown phase job, so one its sources had all
+    forgotten was never declared lost while proposals kept the keeper polling."""
+    sched = SlurmScheduler(runner=Clients(squeue="77|RUNNING|None|0|llmz:monitor\n",
+                                          sacct=None), min_poll_s=0, retries=0, lost_after_s=0.2)
+    assert "41" not in sched.states(["41"], {"41": tmp_path})
+    assert sched.states(["77"])["77"].status is Status.RUNNING      # the keeper's poll
+    assert "41" not in sched.states(["41"])
+    time.sleep(0.25)
+    assert sched.states(["41"])["41"].raw == "LOST"
+
+
 ENV_DUMP = """import os
 node = os.environ["LLMZ_NODE_DIR"]
 with open(os.path.join(node, "environs"), "wb") as fh:

@@ -251,7 +251,7 @@ class SlurmScheduler(Scheduler):
         missing = [j for j in todo if j not in found]
         if missing:
             found.update(self._forgotten(missing))
-        found.update(self._lost([j for j in todo if j not in found]))
+        found.update(self._lost(todo, [j for j in todo if j not in found]))
         changed = any(self._live.get(j) != s for j, s in found.items())
         for j, s in found.items():
             if s.final:
@@ -283,13 +283,14 @@ class SlurmScheduler(Scheduler):
             return []
         return ["--name=" + ",".join(sorted({self._names[j] for j in job_ids}))]
 
-    def _lost(self, unknown: list[str]) -> dict[str, JobState]:
+    def _lost(self, asked: list[str], unknown: list[str]) -> dict[str, JobState]:
         """Jobs no source knows: absent (too new to be listed, or slurmdbd lagging) until they
-        have been unknown for `lost_after_s` across several polls, then failed as lost."""
+        have been unknown for `lost_after_s` across several polls, then failed as lost. A
+        job's clock is reset only when a poll that asked about it found it."""
         now = time.monotonic()
-        for j in list(self._unknown_since):
+        for j in asked:
             if j not in unknown:
-                del self._unknown_since[j]
+                self._unknown_since.pop(j, None)
         lost = {}
         for j in unknown:
             first, misses = self._unknown_since.get(j, (now, 0))
