@@ -25,7 +25,7 @@ _EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Directives the controller relies on; extra_directives may not replace them.
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
-                     "no-requeue", "parsable", "wrap", "chdir"})
+                     "no-requeue", "parsable", "wrap", "chdir", "signal"})
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -138,6 +138,10 @@ def _extra(key: str, line: str) -> None:
                                f"spaces, quotes or shell characters (got {line[:60]!r})")
     if match.group(1) in MANAGED:
         raise ConfigError(key, f"--{match.group(1)} is set by llmzero-slurm itself")
+    if match.group(1) == "array":
+        raise ConfigError(key, "--array would make one phase several jobs, which squeue and sacct "
+                               "list as <id>_<task>: the controller tracks one job per phase. "
+                               "Run other seeds as experiments of their own")
     if match.group(1) in ("cluster", "clusters"):
         raise ConfigError(key, "--clusters would send phases to another cluster while squeue, "
                                "sacct and scancel ask this one; run llmzero-start where that "

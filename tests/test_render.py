@@ -213,6 +213,10 @@ def shellcheck(path: Path) -> None:
     ({"slurm": SlurmConfig(extra_directives=["--mail-user=$(id)"])}, "slurm.extra_directives[0]"),
     # Issue 14.4: every later squeue/sacct/scancel would have asked the wrong cluster.
     ({"slurm": SlurmConfig(extra_directives=["--clusters=gpu2"])}, "slurm.extra_directives[0]"),
+    # squeue and sacct list an array's tasks as 123_0, 123_1: the recorded 123 is never found.
+    ({"slurm": SlurmConfig(extra_directives=["--array=0-3"])}, "slurm.extra_directives[0]"),
+    # The script's own --signal=B:USR1@120 is how it learns that its time limit is near.
+    ({"slurm": SlurmConfig(extra_directives=["--signal=TERM@60"])}, "slurm.extra_directives[0]"),
     ({"slurm": SlurmConfig(setup=["module load a", "echo ok\nrm -rf ~"])}, "slurm.setup[1]"),
 ])
 def test_hostile_values_are_refused_naming_the_key(tmp_path, changes, key):
