@@ -506,3 +506,34 @@ def test_sampled_floats_are_rounded_but_in_range(tmp_path):
     for p in plans:
         lr = p.hparams["lr"]
         assert lr == float(f"{lr:.3g}") and math.isfinite(lr)
+
+
+def test_llmzero_returns_a_plan_its_jobs_gpus_cannot_split_to_the_agent(tmp_path):
+    """The vocabulary's batch rule (the micro-batch divides ppo_mini_batch_size x rollout_n)
+    knows no GPUs; verl's divides each GPU's share. A proposal of rollout_n 12 on 8 GPUs was
+    taken, then its script refused at render: the node failed, its budget spent, with no
+    repair round for the agent that wrote it."""
+    from llmzero_slurm.agents.answers import AnswerError, check_proposal
+    from llmzero_slurm.backends.verl.schema import unavailable_reason
+    if unavailable_reason():
+        pytest.skip(f"verl schema unavailable: {unavailable_reason()}")
+    recipe = {"lr": 5e-5, "train_batch_size": 128, "ppo_mini_batch_size": 16, "rollout_n": 8,
+              "ppo_micro_batch_size_per_gpu": 16, "log_prob_micro_batch_size_per_gpu": 8,
+              "lora_rank": 64, "lora_alpha": 64.0, "save_freq": 10, "test_freq": 10,
+              "total_training_steps": 40}
+    cfg = parse_config({"name": "t", "backend": "verl", "model_path": "Qwen/Qwen3-8B",
+                        "hparams": recipe, "search": {"method": "llmzero"},
+                        "task": {"train_files": ["/data/train.parquet"],
+                                 "val_files": ["/data/val.parquet"]},
+                        "slurm": {"gpus_per_node": 8}, "agents": {"backend": "heuristic"}})
+    m = method(tmp_path, cfg)
+    parent = m.proposer.trainer.effective_hparams(cfg.hparams)
+    answer = {"diagnosis": "truncated answers: more rollouts", "changes": {"rollout_n": 12},
+              "checkpoint_step": 40, "additional_steps": 40}
+    with pytest.raises(AnswerError, match="ppo_micro_batch_size_per_gpu: is 16, but must divide "
+                                          "the 24 responses each of the 8 GPUs"):
+        check_proposal(answer, parent, [40], False, m.proposer.trainer, "anthropic",
+                       m.proposer.bounds)
+    answer["changes"] = {"rollout_n": 16}                   # 32 per GPU: taken
+    assert check_proposal(answer, parent, [40], False, m.proposer.trainer, "anthropic",
+                          m.proposer.bounds).hparams["rollout_n"] == 16

@@ -75,6 +75,12 @@ class TrainerBackend(ABC):
         """Whether this trainer has the vocabulary's hyperparameter `key`."""
         return self.name in PARAMS[key].backends
 
+    def plan_problem(self, spec: PhaseSpec) -> str | None:
+        """Why the trainer would refuse this phase's hyperparameters, asked before the phase
+        is recorded so an agent can mend its answer (a refusal at render time fails the node);
+        None when it would run them or cannot tell on this machine."""
+        return None
+
     @abstractmethod
     def command(self, spec: PhaseSpec) -> list[str]:
         """The trainer's argv for this phase (unquoted)."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
+from ..backends.spec import PhaseSpec
 from ..errors import ConfigError
 from ..search.budget import Budget, planned_length, planned_steps
 from ..search.policy import Action, best_node, select
@@ -28,16 +30,24 @@ class LLMZeroMethod(SearchMethod):
         super().__init__(ctx)
         cfg = ctx.config
         llm = choose_backend(cfg.agents)
-        bounds = parse_bounds(cfg.search.space, ctx.backend.name)
+        space = parse_bounds(cfg.search.space, ctx.backend.name)
         # The root runs the experiment's configuration: it must lie within the bounds it sets.
-        outside = bounds.problem(ctx.backend.effective_hparams(ctx.hparams))
+        outside = space.problem(ctx.backend.effective_hparams(ctx.hparams))
         if outside:
             raise ConfigError("search.space", f"does not hold the experiment's own hparams: "
                               f"{outside}; widen the space or change hparams")
+        bounds = space.keeping(self._job_problem)
         self.proposer = Proposer(cfg.agents, ctx.backend, llm, bounds)
         self.analyzer = ErrorAnalyzer(cfg.agents, ctx.backend, llm, bounds)
         self.budget = Budget.of(cfg.search, ctx.backend.defaults())   # told to the proposer
         self._configured_steps = planned_steps(ctx.hparams)   # a phase's length before any cut
+
+    def _job_problem(self, hparams: Mapping[str, Any]) -> str | None:
+        """What the trainer says of a planned configuration on this experiment's job."""
+        cfg = self.ctx.config
+        spec = PhaseSpec(cfg.name, 0, Kind.EVOLVE.value, self.ctx.scratch_dir, "plan", hparams,
+                         cfg.backend, cfg.slurm, cfg.task, cfg.trainer, cfg.model_path)
+        return self.ctx.backend.plan_problem(spec)
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \

@@ -21,8 +21,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError
 from ..hparams import PARAMS, merge, validate_hparams
@@ -190,15 +191,20 @@ def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Dist
 class Bounds:
     """search.space of the llmzero method: what every phase the agents plan keeps to. An LLM's
     answer outside it goes back to the LLM; the offline agents move their knobs only as far as
-    it allows. Empty: the vocabulary's own ranges alone."""
+    it allows. Empty: the vocabulary's own ranges alone. `job`: why the experiment's job
+    could not run a configuration (a batch its GPUs cannot split), asked after the space."""
 
     keys: Mapping[str, Distribution]
+    job: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def problem(self, hparams: Mapping[str, Any]) -> str | None:
         for key, dist in self.keys.items():
             if key in hparams and not dist.admits(hparams[key]):
                 return f"{key} {hparams[key]} is outside search.space ({key}: {dist.text()})"
-        return None
+        return self.job(hparams) if self.job else None
+
+    def keeping(self, job: Callable[[Mapping[str, Any]], str | None]) -> "Bounds":
+        return dataclasses.replace(self, job=job)
 
     def clamp(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return {k: self.keys[k].nearest(v) if k in self.keys else v for k, v in values.items()}

@@ -16,7 +16,7 @@ from ...store.node_dir import NodeDir
 from .metrics_copy import scores_at
 from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides, ray_cpus
-from .schema import check_overrides, verl_default
+from .schema import check_overrides, compose, unavailable_reason, verl_default
 from .settings import VerlSettings
 
 
@@ -62,6 +62,19 @@ class VerlBackend(TrainerBackend):
         return [o for o in build_overrides(spec, spec.hparams, settings, adapter,
                                            carried=self.carries_validation(spec))
                 if not o.startswith("trainer.nnodes=")]
+
+    def plan_problem(self, spec: PhaseSpec) -> str | None:
+        """verl's config composed with the phase's overrides: its batch rules depend on the
+        job's GPUs, which the vocabulary's own checks do not know. Problems of the experiment
+        rather than of the hyperparameters are the render's to report."""
+        if unavailable_reason():
+            return None
+        try:
+            compose(self.overrides(spec))
+        except ConfigError as exc:
+            key = exc.key.removeprefix("hparams.")
+            return f"{key}: {exc.problem}" if key != exc.key else None
+        return None
 
     def carries_validation(self, spec: PhaseSpec) -> bool:
         """Whether the parent validated the resume step: then the phase carries those scores
