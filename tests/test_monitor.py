@@ -154,6 +154,39 @@ def test_a_monitor_no_source_lists_is_judged_by_its_heartbeat(tmp_path):
     assert sched.cancelled == ["901"] and len(sched.calls) == 2
 
 
+class MonitorEndsAtOnceScheduler(MonitorOnlyScheduler):
+    """Every monitor job has ended when asked: one that fails as it starts (a broken
+    environment on the monitor's partition)."""
+
+    def call_state(self, job_id: str) -> Status | None:
+        return None
+
+
+def test_a_monitor_that_dies_before_its_first_heartbeat_is_resubmitted_with_a_back_off(
+        tmp_path, monkeypatch):
+    """A monitor job that failed as it started was submitted again at every poll (every few
+    seconds), each one failing the same way, and nothing told the user."""
+    monkeypatch.setattr("llmzero_slurm.controller.keeper.START_RETRY_S", 0.5)
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorEndsAtOnceScheduler()
+    keeper = MonitorKeeper(store, sched)
+    assert keeper.ensure(True) is None and sched.calls == ["llmz-mon-monitor"]
+    news = keeper.ensure(True)
+    assert news is not None and "monitor job 901 ended before its first heartbeat" in news
+    assert keeper.ensure(True) is None and len(sched.calls) == 1     # waits
+    time.sleep(0.6)
+    keeper.ensure(True)
+    assert len(sched.calls) == 2                                     # then tries again
+    assert "in 1 s" in keeper.ensure(True)                           # twice as long
+    monitor_dir = store.root / "monitor"
+    time.sleep(1.1)
+    keeper.ensure(True)
+    assert len(sched.calls) == 3
+    (monitor_dir / "heartbeat.json").write_text("{}")                # this one ran, then ended
+    assert keeper.ensure(True) is None and len(sched.calls) == 4     # replaced at once
+
+
 def closed_port() -> int:
     """A local port nobody listens on."""
     with socket.socket() as sock:

@@ -20,6 +20,10 @@ from . import llm_key
 from .monitor import HEARTBEAT_FILE, run_monitor
 
 STALE_S = 120.0            # a running monitor silent this long is replaced
+# The wait before replacing a monitor that ended before its first heartbeat (a broken
+# environment fails every one the same way); it doubles with each such end, up to MAX_RETRY_S.
+START_RETRY_S = 60.0
+MAX_RETRY_S = 1800.0
 UNLIMITED_S = 7 * 24 * 3600.0   # a monitor's lifetime where jobs need no time limit
 
 
@@ -36,6 +40,9 @@ class MonitorKeeper:
         # A time-limited monitor lives as long as a phase may; the keeper replaces it after that.
         self.lifetime = (max(parse_time(cfg.slurm.time), 4 * self.interval)
                          if scheduler.time_limited else UNLIMITED_S)
+        self._judged: str | None = None     # the last ended monitor job looked at
+        self._early_ends = 0                # monitors in a row that ended before beating
+        self._retry_at = 0.0
 
     def _record(self) -> dict[str, Any]:
         try:
@@ -61,14 +68,35 @@ class MonitorKeeper:
     def job_name(self) -> str:
         return monitor_job_name(self.store.config.name)
 
-    def ensure(self, needed: bool) -> None:
+    def ensure(self, needed: bool) -> str | None:
+        """Submit a monitor when `needed` and none lives; news for the user, or None."""
         record = self._record()
+        job = str(record.get("job_id") or "")
         state = self._state(record)
+        news = None
         if state is Status.RUNNING and self._silent():
-            self.scheduler.cancel_call(str(record.get("job_id")), self.job_name)
-            state = None
-        if needed and state is None:
+            self.scheduler.cancel_call(job, self.job_name)
+            state, self._judged = None, job     # replaced at once: it did start
+        elif state is None:
+            news = self._judge_end(job)
+        if needed and state is None and time.monotonic() >= self._retry_at:
             self._submit()
+        return news
+
+    def _judge_end(self, job_id: str) -> str | None:
+        """A monitor job that ended on its own: one that never beat holds the next back."""
+        if not job_id or job_id == self._judged:
+            return None
+        self._judged = job_id
+        ages = server_ages([self.dir / HEARTBEAT_FILE, self.dir / "monitor.json"])
+        if ages[0] is not None and ages[1] is not None and ages[0] <= ages[1]:
+            self._early_ends = 0
+            return None
+        self._early_ends += 1
+        wait = min(START_RETRY_S * 2 ** (self._early_ends - 1), MAX_RETRY_S)
+        self._retry_at = time.monotonic() + wait
+        return (f"the monitor job {job_id} ended before its first heartbeat (its log is in "
+                f"{self.dir.name}/{job_id}/); submitting another in {wait:.0f} s")
 
     def _submit(self) -> None:
         cfg = self.store.config
