@@ -34,6 +34,9 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.T
     if kind in ("mse", "k2"):
         return 0.5 * diff.square()
     if kind in ("low_var_kl", "k3"):
+        # verl clamps the log-ratio before the exponential: past ~89 nats exp overflows, and
+        # the output clamp alone leaves NaN gradients. Within +-20 the values are unchanged.
+        diff = diff.clamp(-20, 20)
         return (torch.exp(-diff) + diff - 1).clamp(-10, 10)
     raise ValueError(f"unknown KL estimator {kind!r}")
 
