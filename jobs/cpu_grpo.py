@@ -48,7 +48,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     data.add_argument("--train-files", type=Path, help="verl-format parquet of the train split")
     data.add_argument("--val-files", type=Path, help="parquet of the validation split")
     data.add_argument("--test-files", type=Path, help="parquet of the test split")
-    data.add_argument("--reward-path", type=Path, help="python file defining compute_score")
+    data.add_argument("--reward-path", type=Path, help="python file defining the reward")
+    data.add_argument("--reward-name", default="compute_score",
+                      help="the reward function in that file (default compute_score)")
     parser.add_argument("--output-dir", type=Path, required=True,
                         help="phase directory: metrics.jsonl and ckpt/ go here")
     parser.add_argument("--init-adapter", type=Path,

@@ -474,3 +474,24 @@ def test_verl_format_files_and_a_reward_path_train_another_task(cache_dir, tmp_p
     assert [line["step"] for line in lines] == [0, 1, 2]
     assert 0.0 < lines[0]["data"]["val-core/sort/acc/mean@1"] <= 1.0
     assert "test-core/sort/acc/mean@1" in lines[2]["data"]
+
+
+def test_a_reward_function_of_another_name_is_the_one_called(cache_dir, tmp_path):
+    """task.reward_name reached verl and the preflight but not the CPU trainer, which loaded
+    compute_score: a file defining only the named function failed every phase (exit 2), and
+    one defining both trained on the wrong reward."""
+    from llmzero_slurm.tasks.dataset import materialize
+
+    files = materialize("sort", tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, "
+                      "extra_info=None):\n    return 0.0\n\n"
+                      "def lenient(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return 1.0\n")
+    out = tmp_path / "out"
+    assert CLI.main(["--train-files", str(files["train"]), "--val-files", str(files["val"]),
+                     "--test-files", str(files["test"]), "--reward-path", str(reward),
+                     "--reward-name", "lenient", "--warm-start-steps", "0",
+                     "--output-dir", str(out), "--cache-dir", str(cache_dir),
+                     "total_training_steps=1", "test_freq=1", "max_response_length=4"]) == 0
+    assert read_metrics(out)[0]["data"]["val-core/sort/acc/mean@1"] == 1.0

@@ -101,6 +101,9 @@ def test_cpu_trainer_command_follows_its_contract(tmp_path):
                     if line.startswith("llmz_run "))
     assert ("--train-files=/d/train.parquet --val-files=/d/val.parquet "
             "--test-files=/d/test.parquet --reward-path=/d/reward.py") in run_line
+    assert "--reward-name" not in run_line
+    assert "--reward-path=/d/reward.py --reward-name=lenient " in render(
+        spec(tmp_path, task=files_task(reward_name="lenient")))
     with pytest.raises(ConfigError, match="task.train_files"):
         render(spec(tmp_path, task=files_task(train_files=["/d/a.parquet", "/d/b.parquet"])))
     with pytest.raises(ConfigError, match="task.reward_path"):

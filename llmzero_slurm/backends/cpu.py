@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from ..config import TaskConfig
 from ..errors import ConfigError
 from ..paths import JOBS, check_cache_dir
 from .base import TokenCounter, TrainerBackend
@@ -58,6 +59,8 @@ class CpuBackend(TrainerBackend):
             # --opt=value keeps a path that starts with '-' from reading as an option.
             argv += [f"--train-files={task.train_files[0]}", f"--val-files={task.val_files[0]}",
                      f"--test-files={task.test_files[0]}", f"--reward-path={task.reward_path}"]
+            if task.reward_name != TaskConfig.reward_name:
+                argv.append(f"--reward-name={task.reward_name}")
         warm = task.warm_start
         if warm.band is not None:
             argv.append(f"--warm-start-band={warm.band[0]}:{warm.band[1]}")
