@@ -51,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         return SchedulerError.exit_code if refused else 0
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
+    cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         if (lease.read() or {}).get("token") != info.get("token"):
             print("controller stopped", flush=True)
-            cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
+            cancel_controller_jobs(store, queued_only=True)   # one queued since
             return 0
         time.sleep(1.0)
     if args.wait:
