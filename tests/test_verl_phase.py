@@ -336,6 +336,31 @@ def test_a_requeued_phase_does_not_validate_its_checkpoint_again(tmp_path, valid
     assert ("trainer.val_before_train=false" in args) == validated
 
 
+@pytest.mark.parametrize("tracker", ["20", None])
+def test_a_requeued_phase_drops_the_rows_its_discarded_attempt_logged(tmp_path, tracker):
+    """verl resumes a requeued phase from its newest checkpoint; the rows the killed attempt
+    logged after it stayed in metrics.jsonl (as its verl file left them too). A phase stopped
+    again before reaching them kept their scores, though no checkpoint holds those weights,
+    and the monitor saw no new step to judge until it passed them."""
+    phase = spec(tmp_path)                        # a scratch phase, first global step 0
+    node_dir = Path(phase.node_dir)
+    (node_dir / "ckpt").mkdir(parents=True)
+    if tracker:
+        (node_dir / "ckpt" / "latest_checkpointed_iteration.txt").write_text(tracker)
+    rows = [{"step": s, "data": {"val-core/gsm8k/acc/mean@1": s / 100}} for s in range(0, 35, 5)]
+    (node_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (node_dir / "verl_metrics.jsonl").write_text(json.dumps(
+        {"step": 38, "data": {"actor/entropy": 0.5}}) + "\n")     # not yet copied
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    env, _, _ = stub_programs(tmp_path)
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"}, check=True,
+                   capture_output=True, timeout=120)
+    kept = [json.loads(line)["step"] for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
+    # Then the stand-in's own rows (steps 0 and 1 of the new attempt).
+    assert kept == ([0, 5, 10, 15, 20] if tracker else []) + [0, 1]
+
+
 @pytest.mark.parametrize("requeue", [True, False])
 def test_a_phase_on_a_full_disk_keeps_its_first_step_or_stops(tmp_path, requeue):
     """verl_step_offset was written by a shell redirection, which empties the file before it

@@ -20,7 +20,7 @@ training (`trainer.val_before_train=false`, set by the backend only when the sco
 
 Runs on GPU nodes as a plain script (standard library only):
     python3 metrics_copy.py drain|follow --verl-file F --metrics-file M --step-offset K
-        [--test-source S ...] [--pid PID] [--interval SECONDS]
+        [--test-source S ...] [--tracker T] [--pid PID] [--interval SECONDS]
     python3 metrics_copy.py carry --parent-metrics P --parent-node N --metrics-file M
         --step-offset K
     python3 metrics_copy.py validated --tracker T --metrics-file M --step-offset K
@@ -130,11 +130,16 @@ class VerlMetricsIngest:
         data = rename_metrics(data, self.test_sources)
         return json.dumps({"step": step + self.step_offset, "data": data}) + "\n"
 
-    def drain(self) -> int:
-        """Copy what an earlier attempt left, then clear the way for a fresh verl run."""
+    def drain(self, tracker: Path | None = None) -> int:
+        """Copy what an earlier attempt left, then clear the way for a fresh verl run. With
+        `tracker`, drop the rows that attempt logged past the checkpoint the new run resumes
+        from (none: past the phase's start), so that the node keeps one curve: scores no
+        checkpoint holds are never its best, and the monitor sees the new run's steps."""
         copied = self.poll()
         self.verl_file.unlink(missing_ok=True)
         self.pos_file.unlink(missing_ok=True)
+        if tracker is not None:
+            drop_after(self.metrics_file, _tracked_step(tracker, self.step_offset))
         return copied
 
     def follow(self, pid: int, interval: float) -> int:
@@ -183,13 +188,48 @@ def carry(parent_metrics: Path, metrics_file: Path, step: int, parent_node: int)
     return 1
 
 
+def _tracked_step(tracker: Path, step_offset: int) -> int | None:
+    """The global step of the phase's own newest checkpoint (verl's tracker file), if any."""
+    try:
+        return step_offset + int(Path(tracker).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def drop_after(metrics_file: Path, step: int | None) -> None:
+    """Keep the rows of `metrics_file` up to `step` (None: none), replacing it atomically; a
+    line that cannot be read is kept, a torn last line is not."""
+    try:
+        lines = Path(metrics_file).read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            if step is None or int(json.loads(line)["step"]) > step:
+                continue
+        except (ValueError, KeyError, TypeError):
+            if not line.endswith("\n"):
+                continue
+        kept.append(line)
+    if len(kept) == len(lines):
+        return
+    tmp = Path(f"{metrics_file}.tmp{os.getpid()}")
+    with open(tmp, "w") as fh:
+        fh.write("".join(kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, metrics_file)
+    warn(f"dropped {len(lines) - len(kept)} rows an interrupted attempt logged after step "
+         f"{step if step is not None else 'none'} (its run resumes from there)")
+
+
 def validated(tracker: Path, metrics_file: Path, step_offset: int) -> int | None:
     """The global step of the phase's own newest checkpoint (verl's tracker file) when the
     phase already validated it, else None: a requeued or continued phase resumes there, and
     verl need not validate the same weights again before training."""
-    try:
-        step = step_offset + int(Path(tracker).read_text().strip())
-    except (OSError, ValueError):
+    step = _tracked_step(tracker, step_offset)
+    if step is None:
         return None
     return step if any(k.startswith("val-core/") for k in scores_at(metrics_file, step)) else None
 
@@ -223,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "at --step-offset, marked as carried; validated: exit 0 when the "
                              "checkpoint --tracker names was validated already, else 1")
     parser.add_argument("--verl-file", type=Path)
-    parser.add_argument("--tracker", type=Path, help="validated: verl's checkpoint tracker file")
+    parser.add_argument("--tracker", type=Path, help="validated, drain: verl's checkpoint "
+                        "tracker file (drain: drop rows logged after that checkpoint)")
     parser.add_argument("--parent-metrics", type=Path, help="carry: the parent's metrics.jsonl")
     parser.add_argument("--parent-node", type=int, help="carry: the parent's node id")
     parser.add_argument("--metrics-file", type=Path, required=True)
@@ -257,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ingest = VerlMetricsIngest(args.verl_file, args.metrics_file, args.step_offset,
                                args.test_source)
     if args.action == "drain":
-        copied = ingest.drain()
+        copied = ingest.drain(args.tracker)
     else:
         if args.pid is None:
             parser.error("follow needs --pid")
