@@ -95,6 +95,27 @@ def test_follow_copies_while_training_runs_then_stops(tmp_path):
     assert [r["step"] for r in read(dst)] == [5, 6, 7, 8]
 
 
+def test_follow_outlives_a_failing_copy(tmp_path, capsys):
+    """One error of the shared filesystem (ESTALE, EIO) ended the follower for the rest of
+    the phase: nothing verl logged afterwards reached the controller while it trained."""
+    src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
+    src.write_text(verl_line(1, a=1))
+    ingest = VerlMetricsIngest(src, dst, 0)
+    real, calls = ingest.poll, []
+
+    def flaky() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(116, "Stale file handle")
+        return real()
+    ingest.poll = flaky
+    trainer = subprocess.Popen(["sleep", "0.5"])
+    ingest.follow(trainer.pid, 0.1)
+    trainer.wait()
+    assert [r["step"] for r in read(dst)] == [1]
+    assert "Stale file handle" in capsys.readouterr().err
+
+
 def test_cli_refuses_bad_arguments(tmp_path):
     out = subprocess.run([sys.executable, SCRIPT, "follow", "--verl-file", "a",
                           "--metrics-file", "b"], capture_output=True, text=True)

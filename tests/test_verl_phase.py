@@ -239,6 +239,9 @@ if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
         '{"step": 1, "data": {"actor/entropy": 0.7}}' >"$log"
     exit 0
 fi
+if [[ -n ${STUB_FOLLOWER_DIES:-} && ${1:-} == */metrics_copy.py && ${2:-} == follow ]]; then
+    exit 1      # the follower died (an NFS error, a signal) before copying anything
+fi
 exec REAL_PYTHON "$@"
 """
 
@@ -359,6 +362,23 @@ def test_a_requeued_phase_drops_the_rows_its_discarded_attempt_logged(tmp_path, 
     kept = [json.loads(line)["step"] for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
     # Then the stand-in's own rows (steps 0 and 1 of the new attempt).
     assert kept == ([0, 5, 10, 15, 20] if tracker else []) + [0, 1]
+
+
+def test_what_verl_logged_reaches_metrics_even_when_the_follower_died(tmp_path):
+    """The follower copying verl's log while it trains may die (an error of the shared
+    filesystem, a signal); nothing copied the rest when verl ended, so the phase was scored
+    from a partial curve, its final validation missing."""
+    phase = spec(tmp_path)
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    env, _, _ = stub_programs(tmp_path)
+    subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "45",
+                                               "STUB_FOLLOWER_DIES": "1"},
+                   check=True, capture_output=True, timeout=120)
+    kept = [json.loads(line)["step"] for line in (node_dir / "metrics.jsonl").read_text().splitlines()]
+    assert kept == [0, 1]
 
 
 @pytest.mark.parametrize("requeue", [True, False])

@@ -8,8 +8,9 @@ rewritten on the way: step + offset, null (orjson's spelling of NaN) back to NaN
 sources of the test files (agents never see those).
 
 A phase job runs this beside verl (`follow --pid`) so the monitor sees curves while training
-runs; `drain` before verl starts copies what an interrupted earlier attempt left and removes
-that file, so verl's truncation can never destroy lines not yet copied. The byte position
+runs, and `copy` takes what it had not copied once verl ends; `drain` before verl starts
+copies what an interrupted earlier attempt left and removes that file, so verl's truncation
+can never destroy lines not yet copied. The byte position
 already copied is kept in `<metrics>.verl-pos`; a crash between appending and recording it
 repeats a line (same step, same values) rather than losing one.
 
@@ -19,7 +20,7 @@ training (`trainer.val_before_train=false`, set by the backend only when the sco
 `validated` tells the job the same of the phase's own checkpoint a requeue resumes.
 
 Runs on GPU nodes as a plain script (standard library only):
-    python3 metrics_copy.py drain|follow --verl-file F --metrics-file M --step-offset K
+    python3 metrics_copy.py drain|follow|copy --verl-file F --metrics-file M --step-offset K
         [--test-source S ...] [--tracker T] [--pid PID] [--interval SECONDS]
     python3 metrics_copy.py carry --parent-metrics P --parent-node N --metrics-file M
         --step-offset K
@@ -143,12 +144,21 @@ class VerlMetricsIngest:
         return copied
 
     def follow(self, pid: int, interval: float) -> int:
-        """Copy new lines every `interval` seconds while `pid` lives, then once more."""
+        """Copy new lines every `interval` seconds while `pid` lives, then once more. An
+        error of the shared filesystem (ESTALE, EIO, a full disk) waits for the next round:
+        the saved position makes the copy resume where it stopped."""
         copied = 0
         while _alive(pid):
-            copied += self.poll()
+            copied += self._poll_or_warn()
             time.sleep(interval)
         return copied + self.poll()
+
+    def _poll_or_warn(self) -> int:
+        try:
+            return self.poll()
+        except OSError as exc:
+            warn(f"copying {self.verl_file}: {exc}; trying again")
+            return 0
 
 
 _SCORES = ("val-core/", "val-aux/", "test-core/", "test-aux/")
@@ -257,9 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Copy verl's file-logger metrics into a node's metrics.jsonl with global "
                     "steps and test scores renamed to test-core/ (exit 0 ok, 2 bad arguments).")
-    parser.add_argument("action", choices=("drain", "follow", "carry", "validated"),
+    parser.add_argument("action", choices=("drain", "follow", "copy", "carry", "validated"),
                         help="drain: copy leftovers and remove the verl file; "
-                             "follow: copy while --pid runs; carry: copy the parent's scores "
+                             "follow: copy while --pid runs; copy: copy what is new once; "
+                             "carry: copy the parent's scores "
                              "at --step-offset, marked as carried; validated: exit 0 when the "
                              "checkpoint --tracker names was validated already, else 1")
     parser.add_argument("--verl-file", type=Path)
@@ -299,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                args.test_source)
     if args.action == "drain":
         copied = ingest.drain(args.tracker)
+    elif args.action == "copy":
+        copied = ingest.poll()
     else:
         if args.pid is None:
             parser.error("follow needs --pid")
