@@ -186,7 +186,17 @@ def test_a_data_file_the_compute_node_cannot_see_fails_naming_it(tmp_path):
 
 
 def verl_config(tmp_path: Path, setup: list[str], **slurm: Any) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     files = materialize("addition", tmp_path / "data")
+    # The built-in task's splits share one data_source; the test rows get their own, as a
+    # verl run needs to keep their scores out of validation.
+    table = pq.read_table(files["test"])
+    at = table.schema.get_field_index("data_source")
+    files["test"] = tmp_path / "data" / "test-own-source.parquet"
+    pq.write_table(table.set_column(at, "data_source", pa.array(["addition_test"] * len(table))),
+                   files["test"])
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"note": "a stand-in model folder"}')
     config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
@@ -198,7 +208,7 @@ def verl_config(tmp_path: Path, setup: list[str], **slurm: Any) -> dict[str, Any
                             "mem": "4G", "setup": setup, **slurm})
     config.update(model_path=str(tmp_path / "model"), controller={"mem": "1G"},
                   agents={"backend": "heuristic"})
-    config["trainer"]["python"] = sys.executable
+    config["trainer"].update(python=sys.executable, test_data_sources=["addition_test"])
     return config
 
 

@@ -224,6 +224,34 @@ def test_test_sources_come_from_the_parquet_and_must_differ(tmp_path):
             VerlBackend().env(spec(tmp_path, task=task, trainer={}))
 
 
+def test_listed_test_sources_are_checked_against_the_files_that_can_be_read(tmp_path):
+    """trainer.test_data_sources (for test files the login node cannot read) skipped every
+    check: with verl's gsm8k preprocessing, which labels each split openai/gsm8k, and the
+    example's [gsm8k_test], test rows were logged as validation, the search chose on them
+    and the agents saw test scores."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(name, source):
+        path = tmp_path / name
+        pq.write_table(pa.table({"data_source": [source], "prompt": ["a"]}), path)
+        return str(path)
+
+    task = TaskConfig(train_files=[parquet("train.parquet", "openai/gsm8k")],
+                      val_files=[parquet("val.parquet", "openai/gsm8k")],
+                      test_files=[parquet("test.parquet", "openai/gsm8k")])
+    listed = {"test_data_sources": ["gsm8k_test"]}
+    with pytest.raises(ConfigError, match=r"lists \['gsm8k_test'\], but the test files hold "
+                                          r"\['openai/gsm8k'\]"):
+        VerlBackend().env(spec(tmp_path, task=task, trainer=listed))
+    task.test_files = [parquet("test2.parquet", "gsm8k_test")]
+    assert VerlBackend().env(spec(tmp_path, task=task, trainer=listed))["LLMZ_TEST_SOURCES"] \
+        == "gsm8k_test"
+    task.test_files = [str(tmp_path / "on-the-cluster-only.parquet")]     # taken as listed
+    assert VerlBackend().env(spec(tmp_path, task=task, trainer=listed))["LLMZ_TEST_SOURCES"] \
+        == "gsm8k_test"
+
+
 STUB_PYTHON = """#!/bin/bash
 # python3 stand-in: records main_ppo's arguments and writes what verl's file logger would.
 if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then

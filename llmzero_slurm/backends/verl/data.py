@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ...config import TaskConfig
 from ...errors import ConfigError
@@ -32,15 +33,23 @@ def held_out_sources(task: TaskConfig, settings: VerlSettings) -> list[str]:
     """
     if not task.test_files:
         return []
-    sources = set(settings.test_data_sources)
-    if not sources:
+    listed = set(settings.test_data_sources)
+    # The list is for test files this machine cannot read; files it can read are checked.
+    if listed and not all(Path(f).is_file() for f in task.test_files):
+        sources = listed
+    else:
         sources = set().union(*(data_sources(f, "task.test_files") for f in task.test_files))
-        shared = sources & set().union(*(data_sources(f, "task.val_files")
-                                         for f in task.val_files))
-        if shared:
-            raise ConfigError("task.test_files", f"share data_source {sorted(shared)} with "
-                              "task.val_files; verl would log both as one val-core/ score, so "
-                              "give the test rows their own data_source")
+        if listed and listed != sources:
+            raise ConfigError("trainer.test_data_sources", f"lists {sorted(listed)}, but the "
+                              f"test files hold {sorted(sources)}: rows of a source not listed "
+                              "would be logged as validation, and the agents would see test "
+                              "scores; list exactly the test files' sources, or leave it out")
+    val_files = [f for f in task.val_files if not listed or Path(f).is_file()]
+    shared = sources & set().union(*(data_sources(f, "task.val_files") for f in val_files))
+    if shared:
+        raise ConfigError("task.test_files", f"share data_source {sorted(shared)} with "
+                          "task.val_files; verl would log both as one val-core/ score, so "
+                          "give the test rows their own data_source")
     for source in sources:
         if not re.match(r"^[^\s'\"\\$`*?\[\]]{1,200}$", source):
             raise ConfigError("trainer.test_data_sources", f"{source!r}: use a data_source "
