@@ -495,3 +495,18 @@ def test_a_reward_function_of_another_name_is_the_one_called(cache_dir, tmp_path
                      "--output-dir", str(out), "--cache-dir", str(cache_dir),
                      "total_training_steps=1", "test_freq=1", "max_response_length=4"]) == 0
     assert read_metrics(out)[0]["data"]["val-core/sort/acc/mean@1"] == 1.0
+
+
+def test_a_train_split_smaller_than_one_batch_is_refused(cache_dir, tmp_path, capsys):
+    """Every step trained on the whole split instead of train_batch_size prompts, one epoch a
+    step, while the budget counted full batches; verl refuses such a split too."""
+    from llmzero_slurm.tasks import reward_path
+    from llmzero_slurm.tasks.dataset import materialize
+
+    files = materialize("sort", tmp_path / "data")
+    assert CLI.main(["--train-files", str(files["train"]), "--val-files", str(files["val"]),
+                     "--test-files", str(files["test"]), "--reward-path", str(reward_path("sort")),
+                     "--warm-start-steps", "0", "--output-dir", str(tmp_path / "out"),
+                     "--cache-dir", str(cache_dir), "train_batch_size=8192"]) == 2
+    said = capsys.readouterr().err
+    assert "4000 rows, fewer than train_batch_size 8192" in said

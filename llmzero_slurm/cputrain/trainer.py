@@ -55,6 +55,11 @@ class GRPOTrainer:
     def __init__(self, phase: Phase, log: Callable[[str], None] = print):
         self.phase, self.hp, self.log = phase, phase.hparams, log
         self.tok = CharTokenizer()
+        if len(phase.train) < self.hp["train_batch_size"]:
+            # verl's dataloader drops the ragged tail: it would have no batch to train on.
+            raise DataError("the train split", f"has {len(phase.train)} rows, fewer than "
+                            f"train_batch_size {self.hp['train_batch_size']}: lower it, or "
+                            "give the task more training rows")
         for split, examples in (("train", phase.train), ("val", phase.val), ("test", phase.test)):
             self._check_prompt_lengths(split, examples)
         self.files = NodeDir(phase.output_dir)
