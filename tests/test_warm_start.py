@@ -97,3 +97,29 @@ def test_fixed_steps_and_no_warm_start(tmp_path):
     _, record = warmstart.train_base(tok, rows, exact, tmp_path / "r.py",
                                      warmstart.WarmStart(steps=5), "b", print)
     assert (record.mode, record.steps) == ("steps", 5)
+
+
+def test_a_users_reward_function_names_its_base(tmp_path):
+    """A band is reached when the reward says so; a cached base was found by data and plan
+    alone, so a base calibrated under a lenient reward was reused, out of its band, after the
+    user made the reward strict. A built-in task's base keeps the name it had."""
+    from argparse import Namespace
+
+    from llmzero_slurm.cputrain.session import warm_start_plan
+
+    tok, rows = CharTokenizer(), copy_task(200)
+    reward = tmp_path / "reward.py"
+
+    def base(text: str, name: str = "compute_score") -> str:
+        reward.write_text(text)
+        args = Namespace(task=None, reward_path=reward, reward_name=name,
+                         warm_start_band=None, warm_start_max_steps=None, warm_start_steps=None)
+        return warmstart.base_id(tok, rows, warm_start_plan(args))
+    lenient = base("def compute_score(*a, **k):\n    return 1.0\n")
+    assert base("def compute_score(*a, **k):\n    return 0.0\n") != lenient
+    assert base("def compute_score(*a, **k):\n    return 1.0\n", "other") != lenient
+    assert base("def compute_score(*a, **k):\n    return 1.0\n") == lenient
+    builtin = Namespace(task="addition", warm_start_band=None, warm_start_max_steps=None,
+                        warm_start_steps=None)
+    assert warm_start_plan(builtin).key() == warmstart.WarmStart(
+        band=warm_start_plan(builtin).band).key()

@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 
 from ..tasks import dataset, get_task, reward_path
-from ..tasks.reward_file import load_reward
+from ..tasks.reward_file import fingerprint, load_reward
 from .memory import limit_memory
 from .trainer import GRPOTrainer, Phase
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
@@ -34,7 +34,8 @@ def warm_start_plan(args: argparse.Namespace) -> WarmStart:
     """The warm start the arguments ask for; a built-in task brings its own band."""
     band = args.warm_start_band or (get_task(args.task).BASE_BAND if args.task else WARM_START_BAND)
     return WarmStart(band=band, max_steps=args.warm_start_max_steps or WARM_START_MAX_STEPS,
-                     steps=args.warm_start_steps)
+                     steps=args.warm_start_steps,
+                     reward=None if args.task else fingerprint(args.reward_path, args.reward_name))
 
 
 def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool:

@@ -56,6 +56,9 @@ class WarmStart:
     band: tuple[float, float] = WARM_START_BAND
     max_steps: int = WARM_START_MAX_STEPS
     steps: int | None = None
+    # A user's reward function (reward_file.fingerprint): it decides when a band is reached.
+    # A built-in task's reward is fixed with its data, which the base's name holds already.
+    reward: str | None = None
 
     def __post_init__(self) -> None:
         low, high = self.band
@@ -76,8 +79,9 @@ class WarmStart:
         """What decides the result (and so the cache entry)."""
         if self.steps is not None:
             return {"steps": self.steps, "batch": BATCH_SIZE, "lr": LR, "seed": SEED}
-        return {"band": list(self.band), "max_steps": self.max_steps, "batch": BATCH_SIZE,
-                "lr": LR, "seed": SEED, "every": EVAL_EVERY, "probe": PROBE_SIZE}
+        key = {"band": list(self.band), "max_steps": self.max_steps, "batch": BATCH_SIZE,
+               "lr": LR, "seed": SEED, "every": EVAL_EVERY, "probe": PROBE_SIZE}
+        return key if self.reward is None else {**key, "reward": self.reward}
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Loading a reward function from a file, as verl's `reward.custom_reward_function` does."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import math
@@ -14,6 +15,15 @@ from typing import Any, Callable, Iterator
 from ..errors import DataError
 
 RewardFn = Callable[..., Any]
+
+
+def fingerprint(path: str | Path, name: str = "compute_score") -> str:
+    """What names a reward function's code: its file's bytes and the function's name."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise DataError(Path(path), f"cannot be read ({exc.strerror or exc})") from None
+    return hashlib.sha256(text + b"\0" + name.encode()).hexdigest()[:16]
 
 
 def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
