@@ -202,3 +202,20 @@ def local_phases(store: Any, program: str, steps: Iterable[int]) -> list[str]:
         node, script = tiny_phase(store, program, total)
         jobs.append(sched.submit(script, node.submission.token))
     return jobs
+
+
+def verl_task_files(folder: Path) -> dict[str, Path]:
+    """The addition task's splits as a verl run needs them: its splits share one data_source,
+    so the test rows get their own (addition_test), which keeps their scores out of
+    validation. The shipped verl example lists its test sources; the tests list this one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", folder)
+    table = pq.read_table(files["test"])
+    at = table.schema.get_field_index("data_source")
+    files["test"] = folder / "test-own-source.parquet"
+    pq.write_table(table.set_column(at, "data_source", pa.array(["addition_test"] * len(table))),
+                   files["test"])
+    return files

@@ -24,7 +24,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
-from conftest import finish, local_phases, wait_for
+from conftest import finish, local_phases, verl_task_files, wait_for
 from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
@@ -84,13 +84,13 @@ def example_config(name: str, tmp_path) -> dict:
     """A shipped example as a user adapts it: the verl one gets small generated data files and
     a slurm: section that fits the local cluster's one node (8 CPUs, 4 GPUs)."""
     from llmzero_slurm.tasks import reward_path
-    from llmzero_slurm.tasks.dataset import materialize
     config = yaml.safe_load((ROOT / "examples" / name).read_text())
     if config.get("backend") == "verl":
-        files = materialize("addition", tmp_path / "data")
+        files = verl_task_files(tmp_path / "data")
         config["task"].update(train_files=[str(files["train"])], val_files=[str(files["val"])],
                               test_files=[str(files["test"])],
                               reward_path=str(reward_path("addition")))
+        config["trainer"]["test_data_sources"] = ["addition_test"]
         del config["slurm"]["partition"]
         config["slurm"].update(gpus_per_node=4, cpus_per_task=8, mem="4G")
     return config

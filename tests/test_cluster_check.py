@@ -30,7 +30,7 @@ from llmzero_slurm.search.tree import Status
 from llmzero_slurm.tasks import reward_path
 from llmzero_slurm.tasks.dataset import materialize
 
-from conftest import finish
+from conftest import finish, verl_task_files
 from test_render import shellcheck
 from verl_stubs import stub_verl_environment
 
@@ -186,17 +186,7 @@ def test_a_data_file_the_compute_node_cannot_see_fails_naming_it(tmp_path):
 
 
 def verl_config(tmp_path: Path, setup: list[str], **slurm: Any) -> dict[str, Any]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    files = materialize("addition", tmp_path / "data")
-    # The built-in task's splits share one data_source; the test rows get their own, as a
-    # verl run needs to keep their scores out of validation.
-    table = pq.read_table(files["test"])
-    at = table.schema.get_field_index("data_source")
-    files["test"] = tmp_path / "data" / "test-own-source.parquet"
-    pq.write_table(table.set_column(at, "data_source", pa.array(["addition_test"] * len(table))),
-                   files["test"])
+    files = verl_task_files(tmp_path / "data")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"note": "a stand-in model folder"}')
     config = yaml.safe_load((ROOT / "examples" / "verl-qwen3-lora.yaml").read_text())
