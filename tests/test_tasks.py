@@ -237,3 +237,32 @@ def test_expand_decodes_runs_in_order():
     for question, answer in (task.sample(random.Random(i)) for i in range(200)):
         runs = question.rstrip("=")
         assert answer == "".join(c * int(k) for c, k in zip(runs[::2], runs[1::2]))
+
+
+def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
+    """verl hands a reward the file's own value; ground truths were made text for every
+    consumer, so a reward comparing numbers scored 0 on the CPU trainer (its warm start
+    never reached the band) and --check refused a reward verl runs."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller import preflight
+    rows = generate_rows(get_task("addition"), SMALL)
+    paths = {}
+    for split, split_rows in rows.items():
+        paths[split] = tmp_path / f"{split}.parquet"
+        write_parquet([{**r, "reward_model": {"style": "rule", "ground_truth":
+                                              int(r["reward_model"]["ground_truth"])}}
+                       for r in split_rows], paths[split])
+    example = read_examples(paths["val"])[0]
+    assert isinstance(example.ground_truth, int) and example.answer == str(example.ground_truth)
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, "
+                      "extra_info=None):\n    try:\n"
+                      "        return float(abs(float(solution_str) - ground_truth) < 1e-6)\n"
+                      "    except ValueError:\n        return 0.0\n")
+    fn = load_reward(reward)
+    assert judge(fn, reward, example.data_source, example.answer, example.ground_truth,
+                 example.extra_info).score == 1.0
+    cfg = parse_config({"name": "x", "task": {
+        "train_files": [str(paths["train"])], "val_files": [str(paths["val"])],
+        "test_files": [str(paths["test"])], "reward_path": str(reward)}})
+    preflight.check_data(cfg)

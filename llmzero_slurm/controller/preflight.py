@@ -97,7 +97,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         # Its own ground truth, and an answer that is wrong (a model's first answers mostly
         # are): a reward that returns None or raises on those would fail every phase.
         checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
-                  for answer, scoring in ((ex.ground_truth, "its own ground truth"),
+                  for answer, scoring in ((ex.answer, "its own ground truth"),
                                           ("", EMPTY_RESPONSE))]
         for row, ex, answer, scoring in checks:
             try:
@@ -147,8 +147,8 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     for key, path in dataset_files(task):
         examples = read(path, key)
         sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
-                 "max_response_length": [count.answer(ex.ground_truth) for ex in examples]}
-        unwritable = [count.unwritable(ex.ground_truth) for ex in examples]
+                 "max_response_length": [count.answer(ex.answer) for ex in examples]}
+        unwritable = [count.unwritable(ex.answer) for ex in examples]
         if any(unwritable):
             chars = ", ".join(repr(c) for c in sorted(set().union(*unwritable))[:5])
             raise LLMZeroError(f"{path}: {sum(map(bool, unwritable))} of {len(examples)} "

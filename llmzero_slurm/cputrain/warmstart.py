@@ -120,7 +120,7 @@ def base_id(tok: CharTokenizer, examples: Sequence[Example], plan: WarmStart) ->
     """A name for the base model that changes whenever anything that shaped it changes."""
     digest = hashlib.sha256(json.dumps([ARCHITECTURE, plan.key(), tok.fingerprint()]).encode())
     for ex in examples:
-        digest.update(json.dumps([ex.messages, ex.ground_truth]).encode())
+        digest.update(json.dumps([ex.messages, ex.ground_truth], default=str).encode())
     return f"llmzero-tiny-llama-{digest.hexdigest()[:16]}"
 
 
@@ -160,7 +160,7 @@ class _Probe:
                  reward_path: Path):
         self.tok, self.rows, self.reward, self.reward_path = tok, rows, reward, reward_path
         self.prompts = [tok.prompt_ids(ex.messages) for ex in rows]
-        self.max_new = max(len(tok.encode(ex.ground_truth)) for ex in rows) + 1
+        self.max_new = max(len(tok.encode(ex.answer)) for ex in rows) + 1
 
     @torch.no_grad()
     def accuracy(self, model: LlamaForCausalLM) -> float:
@@ -182,7 +182,7 @@ class _Trainer:
         self.model = random_model(tok, SEED)
         self.gen = torch.Generator().manual_seed(SEED)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=LR)
-        self.pairs = [(tok.prompt_ids(ex.messages), tok.encode(ex.ground_truth) + [tok.eos_id])
+        self.pairs = [(tok.prompt_ids(ex.messages), tok.encode(ex.answer) + [tok.eos_id])
                       for ex in rows]
         self.step = 0
         self.model.train()

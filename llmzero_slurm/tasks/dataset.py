@@ -31,8 +31,13 @@ class Example:
 
     data_source: str
     messages: tuple[dict[str, str], ...]
-    ground_truth: str
+    ground_truth: Any           # as the file holds it: verl hands its reward the same
     extra_info: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def answer(self) -> str:
+        """The ground truth as a model would write it: the warm start's target."""
+        return str(self.ground_truth)
 
 
 def generate_rows(task: ModuleType, sizes: dict[str, int] = SPLIT_SIZES,
@@ -148,4 +153,4 @@ def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
     if truth is None:
         raise bad("column 'reward_model' needs a 'ground_truth'")
     messages = tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in prompt)
-    return Example(source, messages, str(truth), row.get("extra_info") or {})
+    return Example(source, messages, truth, row.get("extra_info") or {})

@@ -102,7 +102,7 @@ def _number(path: Any, data_source: str, what: str, value: Any) -> float:
     return float(value)
 
 
-def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: str,
+def judge(fn: RewardFn, path: Any, data_source: str, text: str, ground_truth: Any,
           extra_info: dict) -> Judgement:
     result = fn(data_source, text, ground_truth, extra_info)
     if isinstance(result, dict):
