@@ -127,12 +127,10 @@ class Controller:
                 return self._finished(tree, spent or "the search has no branch left to grow")
             if self.monitor is not None and self.method.early_stopping:
                 try:
-                    news = self.monitor.ensure(any(n.status is Status.RUNNING for n in tree))
-                    if news:
+                    if news := self.monitor.ensure(any(n.status is Status.RUNNING for n in tree)):
                         self.progress.event(news)
                 except SchedulerError as exc:
-                    self.progress.event(f"monitor job not submitted, tried again at the next "
-                                        f"poll: {exc}")
+                    self.progress.event(f"monitor job not submitted, tried again at the next poll: {exc}")
             self.progress.show(tree)
             self._export_curves(tree)
             self._sleep()

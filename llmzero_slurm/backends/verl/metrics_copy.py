@@ -25,6 +25,9 @@ Runs on GPU nodes as a plain script (standard library only):
     python3 metrics_copy.py carry --parent-metrics P --parent-node N --metrics-file M
         --step-offset K
     python3 metrics_copy.py validated --tracker T --metrics-file M --step-offset K
+
+Long: it runs as one plain script in the phase job (standard library, no package import), so
+every metrics action the job script needs lives in this file.
 """
 from __future__ import annotations
 
