@@ -110,10 +110,10 @@ def main() -> int:
                         help="count text tokens with Anthropic's count_tokens endpoint")
     args = parser.parse_args()
     cfg = AgentConfig()
-    if args.count_with_api and not os.environ.get(cfg.api_key_env):
-        print(f"--count-with-api needs ${cfg.api_key_env}", file=sys.stderr)
+    if args.count_with_api and not os.environ.get(cfg.key_env):
+        print(f"--count-with-api needs ${cfg.key_env}", file=sys.stderr)
         return 2
-    backend = AnthropicBackend(cfg, os.environ.get(cfg.api_key_env, "unused"))
+    backend = AnthropicBackend(cfg, os.environ.get(cfg.key_env, "unused"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_phase(work / "parent.jsonl", 0, 150, 1)
