@@ -144,6 +144,15 @@ def main_ppo_overrides(script: str, nnodes: int, node_dir: Path) -> list[str]:
     return words[words.index("verl.trainer.main_ppo") + 1:]
 
 
+def script_of(phase: PhaseSpec) -> Path:
+    """The phase's script, rendered into its node folder (made when missing)."""
+    node_dir = Path(phase.node_dir)
+    node_dir.mkdir(parents=True, exist_ok=True)
+    script = node_dir / "phase.sbatch"
+    script.write_text(render(phase))
+    return script
+
+
 def shell_checks(path: Path) -> None:
     subprocess.run(["bash", "-n", str(path)], check=True)
     if shutil.which("shellcheck") is None:
@@ -308,10 +317,7 @@ def test_ray_sockets_fit_whatever_the_sites_tmpdir(tmp_path, tmpdir):
     put Ray's sockets past the 107-byte limit of a Unix socket path: Ray refused to start,
     and every phase failed after its wait in the queue."""
     phase = spec(tmp_path)
-    node_dir = Path(phase.node_dir)
-    node_dir.mkdir(parents=True)
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
     env, log, _ = stub_programs(tmp_path)
     site_tmp = Path("/tmp") if tmpdir == "short" else tmp_path / "slurm_jobdir/1355700/tmp.t0016"
     site_tmp.mkdir(parents=True, exist_ok=True)
@@ -335,10 +341,7 @@ def test_a_model_in_a_folder_is_trained_without_asking_the_hub(tmp_path, model, 
     timeout. Such a phase now runs offline (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE); a hub id
     is left to the environment, since a node may download it."""
     phase = spec(tmp_path, model_path=model)
-    node_dir = Path(phase.node_dir)
-    node_dir.mkdir(parents=True)
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
     env, log, _ = stub_programs(tmp_path)
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         env.pop(name, None)
@@ -358,8 +361,7 @@ def test_a_requeued_phase_does_not_validate_its_checkpoint_again(tmp_path, valid
     (node_dir / "ckpt" / "latest_checkpointed_iteration.txt").write_text("20")
     scores = {"val-core/gsm8k/acc/mean@1": 0.4} if validated else {"actor/entropy": 0.7}
     (node_dir / "metrics.jsonl").write_text(json.dumps({"step": 20, "data": scores}) + "\n")
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
     env, log, _ = stub_programs(tmp_path)
     subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "43"}, check=True,
                    capture_output=True, timeout=120)
@@ -382,8 +384,7 @@ def test_a_requeued_phase_drops_the_rows_its_discarded_attempt_logged(tmp_path, 
     (node_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (node_dir / "verl_metrics.jsonl").write_text(json.dumps(
         {"step": 38, "data": {"actor/entropy": 0.5}}) + "\n")     # not yet copied
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
     env, _, _ = stub_programs(tmp_path)
     subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"}, check=True,
                    capture_output=True, timeout=120)
@@ -397,10 +398,8 @@ def test_what_verl_logged_reaches_metrics_even_when_the_follower_died(tmp_path):
     filesystem, a signal); nothing copied the rest when verl ended, so the phase was scored
     from a partial curve, its final validation missing."""
     phase = spec(tmp_path)
-    node_dir = Path(phase.node_dir)
-    node_dir.mkdir(parents=True)
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
+    node_dir = script.parent
     env, _, _ = stub_programs(tmp_path)
     subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "45",
                                                "STUB_FOLLOWER_DIES": "1"},
@@ -417,10 +416,8 @@ def test_a_phase_on_a_full_disk_keeps_its_first_step_or_stops(tmp_path, requeue)
     unreadable"). Now it is replaced atomically: a requeue keeps the record it had, and a job
     that cannot write it stops there, naming the file and the cause."""
     phase = spec(tmp_path)                        # a scratch phase, first global step 0
-    node_dir = Path(phase.node_dir)
-    node_dir.mkdir(parents=True)
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
+    node_dir = script.parent
     if requeue:
         (node_dir / "verl_step_offset").write_text("0\n")
     env, log, _ = stub_programs(tmp_path)
@@ -485,10 +482,8 @@ def test_multi_node_script_runs_to_training_on_slurm(tmp_path):
     (parent / "metrics.jsonl").write_text(
         '{"step": 30, "data": {"val-core/gsm8k/acc/mean@1": 0.35, "actor/entropy": 0.5}}\n')
     phase = spec(tmp_path, kind="evolve", resume=True, nodes=2)
-    node_dir = Path(phase.node_dir)
-    node_dir.mkdir(parents=True)
-    script = node_dir / "phase.sbatch"
-    script.write_text(render(phase))
+    script = script_of(phase)
+    node_dir = script.parent
     env, log, merger_log = stub_programs(tmp_path)
     # The local cluster has one node: the 2-node script runs its Ray choreography on it.
     job = subprocess.run(["sbatch", "--parsable", "--nodes=1", str(script)], env=env,
