@@ -45,10 +45,10 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
     device = pick_device()
     if args.task:
         files = dataset.materialize(args.task, Path(args.cache_dir) / "tasks")
-        reward_file, reward_name = reward_path(args.task), "compute_score"
+        reward_file = reward_path(args.task)
     else:
         files = {"train": args.train_files, "val": args.val_files, "test": args.test_files}
-        reward_file, reward_name = args.reward_path, args.reward_name
+        reward_file = args.reward_path
 
     def split(name: str) -> list[dataset.Example]:
         """A split's rows; a file the user named is named with its config key when missing."""
@@ -56,7 +56,7 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     phase = Phase(train=split("train"), val=split("val"), test=split("test"),
-                  reward=load_reward(reward_file, reward_name), reward_path=Path(reward_file),
+                  reward=load_reward(reward_file, args.reward_name), reward_path=Path(reward_file),
                   hparams=args.hparams, output_dir=args.output_dir,
                   cache_dir=Path(args.cache_dir), device=device,
                   warm_start=warm_start_plan(args), init_adapter=args.init_adapter,

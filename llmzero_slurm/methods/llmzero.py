@@ -17,7 +17,7 @@ from ..backends.spec import PhaseSpec
 from ..errors import ConfigError
 from ..search.budget import Budget, planned_length, planned_steps
 from ..search.policy import Action, best_node, select
-from ..search.tree import Kind, Status, Tree
+from ..search.tree import Kind, Node, Status, Tree
 from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
 from .space import parse_bounds
 
@@ -44,10 +44,9 @@ class LLMZeroMethod(SearchMethod):
 
     def _job_problem(self, hparams: Mapping[str, Any]) -> str | None:
         """What the trainer says of a planned configuration on this experiment's job."""
-        cfg = self.ctx.config
-        spec = PhaseSpec(cfg.name, 0, Kind.EVOLVE.value, self.ctx.scratch_dir, "plan", hparams,
-                         cfg.backend, cfg.slurm, cfg.task, cfg.trainer, cfg.model_path)
-        return self.ctx.backend.plan_problem(spec)
+        node = Node(0, None, Kind.SCRATCH, dict(hparams))
+        return self.ctx.backend.plan_problem(
+            PhaseSpec.for_node(self.ctx.config, node, self.ctx.scratch_dir, "plan"))
 
     def exhausted(self, tree: Tree) -> bool:
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
