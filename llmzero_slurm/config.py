@@ -68,9 +68,9 @@ class TaskConfig:
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
         ignored without a word."""
-        problems = ConfigProblems()
-        for name in ("train_files", "val_files", "test_files", "reward_path"):
-            if self.builtin and getattr(self, name):
+        problems, default = ConfigProblems(), TaskConfig()
+        for name in ("train_files", "val_files", "test_files", "reward_path", "reward_name"):
+            if self.builtin and getattr(self, name) != getattr(default, name):
                 problems.add(f"{where}.{name}", f"is not used with {where}.builtin: give a "
                                                 "builtin task or your own files, not both")
         problems.raise_all()

@@ -53,6 +53,8 @@ def test_defaults_are_the_papers():
     ({"name": "x", "task": {"builtin": "addition", "train_files": ["t.parquet"]}},
      "task.train_files"),
     ({"name": "x", "task": {"builtin": "addition", "reward_path": "r.py"}}, "task.reward_path"),
+    # The cpu trainer never passes it for a built-in task, which brings its own reward.
+    ({"name": "x", "task": {"builtin": "addition", "reward_name": "score"}}, "task.reward_name"),
     ({"name": "x", "agents": {"api_key_env": ""}}, "agents.api_key_env"),
 ])
 def test_bad_config_names_the_key(data, key):
