@@ -228,6 +228,14 @@ def test_hostile_values_are_refused_naming_the_key(tmp_path, changes, key):
     assert f"'{key}" in str(err.value)
 
 
+@pytest.mark.parametrize("limit", [0, -512])
+def test_a_memory_limit_below_one_mb_is_refused(tmp_path, limit):
+    """0 meant no limit without a word; a negative one failed inside the job."""
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, trainer={"max_memory_mb": limit}))
+    assert err.value.key == "trainer.max_memory_mb" and "at least 1" in err.value.problem
+
+
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a b; touch PWNED", "x' ; touch PWNED; '",
            '"$HOME" && touch PWNED', "!!", "*", "~", "a\\tb", "-n", "--task=$(id)"]
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import TaskConfig
 from ..errors import ConfigError
@@ -28,6 +28,14 @@ class CpuBackend(TrainerBackend):
     name = "cpu"
     template = "phase/cpu.sbatch.j2"
     trainer_keys = {"python": str, "cache_dir": str, "max_memory_mb": int}
+
+    def check_trainer(self, extras: Mapping[str, Any]) -> dict[str, Any]:
+        """A memory cap of 0 would mean none at all, and a negative one fails in the job."""
+        extras = super().check_trainer(extras)
+        if extras.get("max_memory_mb", 1) < 1:
+            raise ConfigError("trainer.max_memory_mb", "must be at least 1 (MB); leave it out "
+                                                       "for no limit")
+        return extras
 
     def defaults(self) -> dict[str, Any]:
         from ..cputrain.defaults import DEFAULTS
