@@ -233,6 +233,27 @@ def test_test_sources_come_from_the_parquet_and_must_differ(tmp_path):
             VerlBackend().env(spec(tmp_path, task=task, trainer={}))
 
 
+@pytest.mark.parametrize("split", ["val_files", "test_files"])
+def test_a_file_without_data_source_is_named_under_its_own_key(tmp_path, split):
+    """A validation file was reported under trainer.test_data_sources, with advice to list the
+    test sources there: a list that a readable file's check never reads anyway."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def parquet(name, column):
+        path = tmp_path / name
+        pq.write_table(pa.table({column: ["gsm8k"], "prompt": ["a"]}), path)
+        return str(path)
+
+    files = {key: [parquet(f"{key}.parquet", "data_source")]
+             for key in ("train_files", "val_files", "test_files")}
+    files[split] = [parquet("no-source.parquet", "source")]
+    with pytest.raises(ConfigError) as err:
+        VerlBackend().env(spec(tmp_path, task=TaskConfig(**files), trainer={}))
+    assert err.value.key == f"task.{split}" and "no-source.parquet" in err.value.problem
+    assert "test_data_sources" not in err.value.problem
+
+
 def test_listed_test_sources_are_checked_against_the_files_that_can_be_read(tmp_path):
     """trainer.test_data_sources (for test files the login node cannot read) skipped every
     check: with verl's gsm8k preprocessing, which labels each split openai/gsm8k, and the

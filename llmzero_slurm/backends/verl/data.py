@@ -20,8 +20,8 @@ def data_sources(path: str, key: str) -> set[str]:
     try:
         column = pq.read_table(path, columns=["data_source"]).column("data_source")
     except (OSError, KeyError, ValueError) as exc:
-        raise ConfigError("trainer.test_data_sources", f"cannot read data_source from {path} "
-                          f"({exc}); list the test files' data sources there instead") from None
+        raise ConfigError(key, f"cannot read data_source from {path} ({exc}): verl logs each "
+                               "row's validation scores under it; give every row one") from None
     return {str(v) for v in column.to_pylist()}
 
 
