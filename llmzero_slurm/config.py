@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -419,8 +420,10 @@ def load_config(path: str | Path, refused: list[ConfigError] | None = None) -> E
 
 def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
     """Relative file paths mean relative to the config file, not to wherever a controller is
-    restarted: make them absolute once, so the frozen copy is unambiguous."""
+    restarted: make them absolute once, so the frozen copy is unambiguous. `~` is the user's
+    home, as in a shell (no job expands it, and a hub id never starts with it)."""
     def fix(p: str) -> str:
+        p = os.path.expanduser(p)
         return p if Path(p).is_absolute() else str(base / p)
     t = cfg.task
     t.train_files, t.val_files, t.test_files = ([fix(p) for p in files] for files in
@@ -431,7 +434,8 @@ def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
         cfg.search.strategy_file = fix(cfg.search.strategy_file)
     # A hub id (Qwen/Qwen3-4B) reads like a relative path: only an explicit ./ or ../, or a
     # folder that is there beside the config, is one.
-    model = cfg.model_path
+    model = cfg.model_path and os.path.expanduser(cfg.model_path)
     if model and not Path(model).is_absolute() and (
             model.startswith(("./", "../")) or (base / model).is_dir()):
-        cfg.model_path = str((base / model).resolve())
+        model = str((base / model).resolve())
+    cfg.model_path = model

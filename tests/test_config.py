@@ -361,3 +361,22 @@ def test_a_model_folder_relative_to_the_config_is_made_absolute(tmp_path, monkey
         path.write_text(f"name: demo\nbackend: verl\nmodel_path: {model}\n"
                         "hparams: {lora_rank: 8}\nslurm: {gpus_per_node: 1}\n")
         assert load_config(path).model_path == expected
+
+
+def test_a_home_relative_path_is_the_users_home(tmp_path, monkeypatch):
+    """~/data/x.parquet became <config folder>/~/data/x.parquet, and model_path ~/models/X was
+    taken for a hub id."""
+    home = tmp_path / "home"
+    (home / "models" / "qwen3").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: demo\nbackend: verl\nmodel_path: ~/models/qwen3\n"
+                    "hparams: {lora_rank: 8}\nslurm: {gpus_per_node: 1}\n"
+                    "task: {train_files: [~/d/train.parquet], val_files: [~/d/val.parquet], "
+                    "test_files: [~/d/test.parquet], reward_path: ~/d/reward.py}\n"
+                    "search: {method: replay, strategy_file: ~/strategy.yaml}\n")
+    cfg = load_config(path)
+    assert [cfg.model_path, *cfg.task.train_files, *cfg.task.val_files, *cfg.task.test_files,
+            cfg.task.reward_path, cfg.search.strategy_file] == [
+        str(home / p) for p in ("models/qwen3", "d/train.parquet", "d/val.parquet",
+                                "d/test.parquet", "d/reward.py", "strategy.yaml")]
