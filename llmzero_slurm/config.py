@@ -254,20 +254,11 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(path, "must be a mapping")
         value = dict(value)
+    elif path.endswith(".time") and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)   # a Slurm time limit: a plain number is minutes, as sbatch reads it
     elif "str" in text and not isinstance(value, str):
-        raise ConfigError(path, "must be a string" + _base_60(value, path))
+        raise ConfigError(path, "must be a string")
     return value
-
-
-def _base_60(value: Any, path: str) -> str:
-    """YAML 1.1's trap for Slurm times: PyYAML reads an unquoted 12:00:00 as 43200."""
-    if not path.endswith(".time") or isinstance(value, bool) or not isinstance(value, int):
-        return ""
-    hours, rest = divmod(value, 3600)
-    written = f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else \
-        f"{rest // 60}:{rest % 60:02d}"
-    return f"; YAML reads an unquoted {written} as the number {value} (base 60): quote it: " \
-           f'"{written}"'
 
 
 def parse_config(data: Any, source: str = "<memory>",
@@ -366,10 +357,20 @@ def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
                    "search.method")
 
 
+# YAML 1.1's base-60 numbers (12:00:00 is 43200): in a config they are Slurm times.
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping: YAML keeps the last value
-    silently, so an edit lower in the file would quietly undo one above. A `<<` merge may
-    still be overridden; that is what it is for."""
+    """SafeLoader that reads an unquoted 12:00:00 as the text it is, not base 60, and that
+    refuses a key given twice in one mapping: YAML keeps the last value silently, so an edit
+    lower in the file would quietly undo one above. A `<<` merge may still be overridden;
+    that is what it is for."""
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode and implicit[0] and _SEXAGESIMAL.match(value):
+            return "tag:yaml.org,2002:str"
+        return super().resolve(kind, value, implicit)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}

@@ -1,11 +1,11 @@
 """experiment.yaml and hyperparameter checks name the offending key."""
 import pytest
-import yaml
 
 from llmzero_slurm.config import load_config, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.hparams import merge, validate_hparams
 from llmzero_slurm.methods.space import grid_points
+from llmzero_slurm.sbatch_options import cpu_job_directives, phase_directives
 
 
 def refused(data: dict) -> str:
@@ -64,16 +64,26 @@ def test_bad_config_names_the_key(data, key):
     assert f"'{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize("written, key, shown", [
-    ("slurm: {time: 12:00:00}", "slurm.time", '"12:00:00"'),
-    ("controller: {time: 30:00}", "controller.time", '"30:00"')])
-def test_an_unquoted_slurm_time_is_named_as_yamls_base_60_trap(written, key, shown):
-    """YAML 1.1 reads 12:00:00 as the integer 43200; 'must be a string' named no reason."""
-    with pytest.raises(ConfigError) as err:
-        parse_config({"name": "x", **yaml.safe_load(written)})
-    assert err.value.key == key and f"quote it: {shown}" in str(err.value)
-    assert parse_config({"name": "x", **yaml.safe_load(written.replace(
-        shown.strip('"'), shown))})      # quoted, it is taken
+@pytest.mark.parametrize("written, section, time", [
+    ("slurm: {time: 12:00:00}", "slurm", "12:00:00"),
+    ("controller: {time: 30:00}", "controller", "30:00"),
+    ("slurm: {time: 1440}", "slurm", "1440"),          # minutes, as sbatch reads a number
+    ("controller: {time: 90}", "controller", "90")])
+def test_a_slurm_time_means_what_sbatch_reads(tmp_path, written, section, time):
+    """YAML 1.1 reads an unquoted 12:00:00 as the base-60 number 43200, and the config refused
+    the number; time: 1440 (minutes, as sbatch takes it) was refused with advice to write
+    "24:00", which Slurm reads as 24 minutes."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"name: x\n{written}\n")
+    cfg = load_config(path)
+    directives = phase_directives(cfg.slurm) if section == "slurm" else \
+        cpu_job_directives(section, cfg.controller, "controller.time", [])
+    assert getattr(cfg, section).time == time and f"--time={time}" in directives
+
+
+@pytest.mark.parametrize("time", [0, -60, True])
+def test_a_slurm_time_that_is_no_positive_number_of_minutes_is_refused(time):
+    assert refused({"name": "x", "slurm": {"time": time}}).startswith("config key 'slurm.time'")
 
 
 def test_a_missing_name_is_named():
