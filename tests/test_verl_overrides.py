@@ -208,6 +208,18 @@ def test_bad_settings_are_named():
         VerlSettings.from_config({"overrides": ["just words"]})
 
 
+@pytest.mark.parametrize("logger, closest", [("wanbd", "; did you mean 'wandb'?"),
+                                             ("tensorbord", "; did you mean 'tensorboard'?"),
+                                             ("$(id)", " (verl 0.9.1 has ")])
+def test_a_logger_verl_does_not_know_is_refused_with_the_closest(logger, closest):
+    """verl asserts on an unknown logger name as fit() starts: every phase failed on the GPUs."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"extra_loggers": ["wandb", logger]})
+    assert err.value.key == "trainer.extra_loggers[1]"
+    assert err.value.problem.startswith(f"{logger!r} is not a verl logger{closest}")
+    assert VerlSettings.from_config({"extra_loggers": ["tensorboard", "mlflow"]})
+
+
 def test_login_node_without_hydra_skips_with_a_reason():
     code = ("import sys; sys.modules['hydra'] = None\n"
             "import importlib.util as u; real = u.find_spec\n"

@@ -8,6 +8,11 @@ STEP_OFFSET_FILE = "verl_step_offset"      # a verl phase's first global step, w
 # verl's checkpoint tracker, written after a step's shards: steps above it are half-written.
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
+# trainer.logger's names (verl/utils/tracking.py Tracking.supported_backend): fit() asserts
+# on any other, after the job's queue wait and model load.
+LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml",
+           "trackio", "file", "rl_insight")
+
 # Shared vocabulary name -> the verl 0.9.1 keys that read it (read from verl's source).
 HPARAM_KEYS: dict[str, tuple[str, ...]] = {
     "lr": ("actor_rollout_ref.actor.optim.lr",),

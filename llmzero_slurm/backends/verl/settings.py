@@ -1,11 +1,12 @@
 """The `trainer:` section of experiment.yaml when `backend: verl` (see the package docstring)."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...errors import ConfigError
-from .grammar import BARE
+from .keys import LOGGERS
 from .traps import check_raw_overrides
 
 ROLLOUT_ENGINES = ("vllm", "sglang")
@@ -34,8 +35,11 @@ class VerlSettings:
             value = getattr(settings, key)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"trainer.{key}", "must be a list of strings")
-        for logger in settings.extra_loggers:
-            if not BARE.match(logger):
-                raise ConfigError("trainer.extra_loggers", f"{logger!r} is not a logger name")
+        for i, logger in enumerate(settings.extra_loggers):
+            if logger not in LOGGERS:
+                close = difflib.get_close_matches(logger, LOGGERS, n=1)
+                raise ConfigError(f"trainer.extra_loggers[{i}]", f"{logger!r} is not a verl "
+                                  "logger" + (f"; did you mean {close[0]!r}?" if close else "")
+                                  + f" (verl 0.9.1 has {', '.join(LOGGERS)})")
         check_raw_overrides(settings.overrides)
         return settings
