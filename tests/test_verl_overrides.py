@@ -280,7 +280,7 @@ def test_a_phase_that_would_never_save_or_validate_is_refused():
 @pytest.mark.parametrize("changes, key, message", [
     # verl's validate_config refuses it as the job starts, after its wait in the queue.
     ({"train_batch_size": 100, "ppo_mini_batch_size": 50, "rollout_n": 5,
-      "ppo_micro_batch_size_per_gpu": 2},
+      "ppo_micro_batch_size_per_gpu": 2, "log_prob_micro_batch_size_per_gpu": 4},
      "hparams.train_batch_size", "500 responses a step must split evenly over the job's 8 GPUs"),
     # verl asserts these two only at the first actor update: after a validation pass and a
     # rollout on the job's GPUs.
@@ -289,6 +289,9 @@ def test_a_phase_that_would_never_save_or_validate_is_refused():
      "hparams.ppo_mini_batch_size", "6 responses an update must split evenly over 8 GPUs"),
     ({"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 4},
      "hparams.ppo_micro_batch_size_per_gpu", "must divide the 2 responses each of the 8 GPUs"),
+    # ...and this one at the first log-probabilities, after a rollout (prepare_micro_batches).
+    ({"log_prob_micro_batch_size_per_gpu": 256}, "hparams.log_prob_micro_batch_size_per_gpu",
+     "is 256, but must divide the 128 responses each of the 8 GPUs"),
 ])
 def test_batches_that_do_not_split_over_the_gpus_are_refused_before_submission(changes, key, message):
     hp = validate_hparams({**TABLE12, "ppo_micro_batch_size_per_gpu": 4, **changes}, "verl")

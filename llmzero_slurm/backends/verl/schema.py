@@ -94,8 +94,9 @@ def _check_gpu_split(cfg: Any) -> None:
     """verl's rules for splitting the work over the job's GPUs: its validate_config refuses
     the first batch rule as the job starts, after its wait in the queue; the rollout replica
     is checked once the actor is loaded on every GPU (engine_workers.init_model), and the
-    other batch rules only at the first actor update (engine_workers.train_mini_batch,
-    engine.utils.prepare_micro_batches), after a validation pass and a rollout."""
+    other batch rules only at the first log-probabilities or actor update (engine_workers.
+    infer_batch and train_mini_batch, engine.utils.prepare_micro_batches), after a validation
+    pass and a rollout."""
     n_gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     rollout = cfg.actor_rollout_ref.rollout
     replica = (rollout.tensor_model_parallel_size * rollout.data_parallel_size
@@ -130,6 +131,11 @@ def _check_gpu_split(cfg: Any) -> None:
         raise ConfigError("hparams.ppo_micro_batch_size_per_gpu", f"is {micro}, but must divide "
                           f"the {update // ranks} responses each of the {ranks} GPUs gets per "
                           "update (ppo_mini_batch_size x rollout_n / GPUs)")
+    log_prob = rollout.log_prob_micro_batch_size_per_gpu
+    if log_prob and (step // ranks) % log_prob:
+        raise ConfigError("hparams.log_prob_micro_batch_size_per_gpu", f"is {log_prob}, but "
+                          f"must divide the {step // ranks} responses each of the {ranks} GPUs "
+                          "gets per step (train_batch_size x rollout_n / GPUs)")
 
 
 def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str]) -> None:
