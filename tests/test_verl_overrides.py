@@ -10,7 +10,7 @@ import pytest
 
 from llmzero_slurm.backends.spec import PhaseSpec
 from llmzero_slurm.backends.verl.grammar import hydra_value
-from llmzero_slurm.backends.verl.keys import HPARAM_KEYS
+from llmzero_slurm.backends.verl.keys import FOLLOWERS, HPARAM_KEYS
 from llmzero_slurm.backends.verl.overrides import ParentAdapter, build_overrides
 from llmzero_slurm.backends.verl.schema import check_overrides, compose, unavailable_reason
 from llmzero_slurm.backends.verl.settings import VerlSettings
@@ -171,6 +171,37 @@ def test_trap_keys_are_refused_with_the_fix(override, key):
 def test_raw_overrides_cannot_undo_what_the_search_sets(override):
     with pytest.raises(ConfigError, match="hparams|per phase"):
         VerlSettings.from_config({"overrides": [override]})
+
+
+@pytest.mark.parametrize("override, source", [
+    ("actor_rollout_ref.rollout.response_length=4096", "hparams.max_response_length"),
+    ("actor_rollout_ref.rollout.prompt_length=1024", "hparams.max_prompt_length"),
+    ("actor_rollout_ref.actor.rollout_n=8", "hparams.rollout_n"),
+    ("actor_rollout_ref.ref.rollout_n=8", "hparams.rollout_n"),
+    ("critic.ppo_mini_batch_size=64", "hparams.ppo_mini_batch_size"),
+    ("actor_rollout_ref.rollout.n_gpus_per_node=8", "set per phase")])
+def test_raw_overrides_cannot_freeze_what_follows_a_key_the_search_sets(override, source):
+    """verl's default of these interpolates a managed key: overridden, they stayed put while
+    the agents changed that key (a longer max_response_length cut every answer short)."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == f"trainer.overrides: {override.partition('=')[0]}"
+    assert err.value.problem.startswith("follows ") and source in err.value.problem
+
+
+def test_the_keys_said_to_follow_a_managed_key_do_in_verls_config():
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from llmzero_slurm.backends.verl.schema import CONFIG_NAME, verl_config_dir
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        cfg = hydra_compose(CONFIG_NAME)
+    for key, followed in FOLLOWERS.items():
+        section, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, section)
+        assert OmegaConf.is_interpolation(node, leaf), key
+        assert f"{{oc.select:{followed}," in str(node._get_node(leaf)._value()), key
 
 
 def test_adapter_without_lora_rank_is_refused():

@@ -59,3 +59,17 @@ PHASE_KEYS = (
     "trainer.default_local_dir", "trainer.resume_mode", "trainer.nnodes",
     "trainer.n_gpus_per_node", FILE_LOGGER_ENV.lstrip("+"),
 )
+
+# Keys whose verl default interpolates a managed key (${oc.select:<that key>,...} in verl's
+# config): a raw override would freeze them while the search changes the key they follow.
+# Left out: names (trace.*, prometheus.served_model_name) and the distillation teacher's
+# inference settings, a model of its own.
+FOLLOWERS: dict[str, str] = {
+    "actor_rollout_ref.rollout.prompt_length": "data.max_prompt_length",
+    "actor_rollout_ref.rollout.response_length": "data.max_response_length",
+    "actor_rollout_ref.actor.rollout_n": "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.ref.rollout_n": "actor_rollout_ref.rollout.n",
+    "critic.rollout_n": "actor_rollout_ref.rollout.n",
+    "critic.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "trainer.n_gpus_per_node",
+}

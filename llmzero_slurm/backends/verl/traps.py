@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 from ...errors import ConfigError
 from .grammar import parse_override
-from .keys import HPARAM_KEYS, PHASE_KEYS
+from .keys import FOLLOWERS, HPARAM_KEYS, PHASE_KEYS
 
 # Keys that compose in verl 0.9.1 but have no effect there (checked in its source).
 TRAPS: dict[str, str] = {
@@ -32,19 +32,23 @@ def trap_reason(key: str) -> str | None:
 
 
 def check_raw_overrides(overrides: Iterable[str]) -> None:
-    """Refuse user overrides that are traps or that would undo what the search sets per phase."""
+    """Refuse user overrides that are traps or that would undo what the search sets per phase,
+    or freeze a key that follows one of those."""
     managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
     for text in overrides:
         _, key, _ = parse_override(text)
         reason = trap_reason(key)
         if reason:
             raise ConfigError(f"trainer.overrides: {key}", reason)
-        if key in managed:
+        followed = FOLLOWERS.get(key, key)
+        via = "" if followed == key else \
+            f"follows {followed} (verl's default interpolates it), which "
+        if followed in managed:
             raise ConfigError(f"trainer.overrides: {key}",
-                              f"is set from hparams.{managed[key]}; change that instead")
-        if key in PHASE_KEYS:
+                              f"{via}is set from hparams.{managed[followed]}; change that instead")
+        if followed in PHASE_KEYS:
             raise ConfigError(f"trainer.overrides: {key}",
-                              "is set per phase by llmzero (see PHASE_KEYS in "
+                              f"{via}is set per phase by llmzero (see PHASE_KEYS in "
                               "llmzero_slurm/backends/verl/keys.py)")
 
 
