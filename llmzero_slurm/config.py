@@ -331,7 +331,34 @@ def _check_for_backend(cfg: ExperimentConfig) -> None:
     if isinstance(cfg.hparams, Mapping) and "lora_rank" not in cfg.hparams:
         problems.add("hparams.lora_rank", "the verl backend needs it (e.g. lora_rank: 64 and "
                                           f"lora_alpha: 64): {VERL_NEEDS_LORA}")
+    for key in _uncounted(cfg):
+        problems.add(f"hparams.{key}", "search.budget_samples charges each phase "
+                     "total_training_steps x train_batch_size x rollout_n samples, and its "
+                     + ("phases are measured in total_epochs, which no budget can count or "
+                        "cut before they train" if key == "total_training_steps" else
+                        f"phases leave {key} to {cfg.backend}'s own default, unknown here")
+                     + ": set it, or budget in phases with search.budget_iterations")
     problems.raise_all()
+
+
+def _uncounted(cfg: ExperimentConfig) -> list[str]:
+    """What a sample budget needs of a phase (COUNTED_KEYS) and the trainer's defaults, the
+    experiment and the method's space leave unset: that phase would be charged nothing, or
+    could not be cut. Asked of verl only (the cpu trainer's defaults give the batch shape, and
+    its one default epoch of a small split is charged as it trains); a replay's phases take
+    their steps and batches from its strategy file."""
+    from .backends import get_backend
+    from .methods.space import DEFAULT_SPACES, method_space
+    from .search.budget import COUNTED_KEYS
+
+    method = cfg.search.method
+    if cfg.search.budget_samples is None or method == "replay" \
+            or not isinstance(cfg.hparams, Mapping):
+        return []
+    planned = method_space(method, cfg.search.space, cfg.backend) if method in DEFAULT_SPACES \
+        else {}
+    given = {**get_backend(cfg.backend).defaults(), **cfg.hparams, **planned}
+    return [key for key in COUNTED_KEYS if not given.get(key)]
 
 
 def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:

@@ -390,3 +390,39 @@ def test_a_home_relative_path_is_the_users_home(tmp_path, monkeypatch):
             cfg.task.reward_path, cfg.search.strategy_file] == [
         str(home / p) for p in ("models/qwen3", "d/train.parquet", "d/val.parquet",
                                 "d/test.parquet", "d/reward.py", "strategy.yaml")]
+
+
+VERL = {"name": "x", "backend": "verl", "slurm": {"gpus_per_node": 8}}
+COUNTED = {"lora_rank": 8, "train_batch_size": 128, "rollout_n": 8, "total_training_steps": 50}
+
+
+@pytest.mark.parametrize("method, unset, keys", [
+    ("llmzero", {"train_batch_size"}, ["hparams.train_batch_size"]),
+    ("llmzero", {"rollout_n"}, ["hparams.rollout_n"]),
+    ("practitioner", {"total_training_steps"}, ["hparams.total_training_steps"]),
+    # The default spaces measure phases in total_epochs; random's sets the batch shape.
+    ("grid", {"total_training_steps"}, ["hparams.total_training_steps"]),
+    ("random", {"train_batch_size", "rollout_n", "total_training_steps"},
+     ["hparams.total_training_steps"]),
+    ("grid", {"train_batch_size", "total_training_steps"},
+     ["hparams.train_batch_size", "hparams.total_training_steps"]),
+])
+def test_a_sample_budget_refuses_phases_whose_samples_it_cannot_count(method, unset, keys):
+    """verl's phases count samples only from what the experiment sets: without a batch shape
+    each was charged 0 samples, and one measured in epochs was never cut to what was left, so
+    search.budget_samples was never enforced."""
+    hparams = {k: v for k, v in COUNTED.items() if k not in unset}
+    data = {**VERL, "hparams": hparams, "search": {"method": method, "budget_samples": 10**6}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert [e.key for e in err.value.errors] == keys
+    assert "search.budget_iterations" in err.value.problem
+    data["search"].pop("budget_samples")
+    assert parse_config(data)                       # a budget in phases needs none of them
+
+
+def test_a_sample_budget_counts_verl_phases_given_their_batch_and_steps():
+    for method in ("llmzero", "grid", "random"):
+        assert parse_config({**VERL, "hparams": COUNTED,
+                             "search": {"method": method, "budget_samples": 10**6}})
+    assert parse_config({"name": "x", "search": {"budget_samples": 10**6}})  # the cpu defaults

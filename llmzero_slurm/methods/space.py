@@ -68,19 +68,24 @@ GUIDEBOOK_SCHEDULES: dict[str, dict[str, Any]] = {
 }
 
 
+# The methods that draw every phase's values from a space, with their default spaces.
+DEFAULT_SPACES: dict[str, dict[str, dict[str, Any]]] = {
+    "random": RANDOM_SPACES, "grid": GRID_SPACES, "guidebook": GUIDEBOOK_SCHEDULES}
+
+
+def method_space(method: str, space: Mapping[str, Any], backend: str) -> Mapping[str, Any]:
+    """The space `method` reads: search.space, else its default for `backend`; empty for a
+    method without one (llmzero's agents: only what the bounds set)."""
+    return space or DEFAULT_SPACES.get(method, {}).get(backend, {})
+
+
 def length_limit(method: str, space: Mapping[str, Any], backend: str,
                  key: str) -> tuple[Any, str] | None:
     """The largest value of a length `key` any phase of `method` runs, and a phrase saying
     where it comes from; None when its phases keep hparams' value. Answers longer than that
     can never be written; a smaller value that cuts some off is a deliberate trade (a grid's
     cheap trials, a guidebook's curriculum), so it is not what binds."""
-    spaces: dict[str, dict[str, dict[str, Any]]] = {
-        "random": RANDOM_SPACES, "grid": GRID_SPACES, "guidebook": GUIDEBOOK_SCHEDULES,
-        "llmzero": {backend: {}}}      # llmzero's agents: only what the bounds set
-    defaults = spaces.get(method)
-    if defaults is None:
-        return None
-    spec = (space or defaults[backend]).get(key)
+    spec = method_space(method, space, backend).get(key)
     if isinstance(spec, Mapping):        # {choice: [...]} or {uniform: [low, high]}
         spec = next(iter(spec.values()), None)
     values = [v for v in (spec if isinstance(spec, list) else [spec])

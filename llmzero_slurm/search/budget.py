@@ -16,6 +16,11 @@ from .settings import SearchSettings
 from .tree import Node, Status, Tree
 
 
+# What a phase's charge is computed from (samples_per_step x planned_steps): a phase without
+# one is charged nothing, or cannot be cut to what is left.
+COUNTED_KEYS = ("train_batch_size", "rollout_n", "total_training_steps")
+
+
 def samples_per_step(hparams: Mapping[str, Any]) -> int:
     """Responses sampled per training step (prompts x rollouts)."""
     return int(hparams.get("train_batch_size") or 0) * int(hparams.get("rollout_n") or 1)
