@@ -526,7 +526,9 @@ def test_stopper_never_asks_before_step_10_or_at_the_planned_end(service, monkey
 def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):
     cfg = config(service, backend="openai")
     analyzer = ErrorAnalyzer(cfg, CPU, choose_backend(cfg))
-    log = "step:3 - test-core/a/acc/mean@1:0.987654\ntorch.OutOfMemoryError: CUDA out of memory"
+    # verl validates the test files too, so its console names their scores val-core/...
+    log = ("step:3 - val-core/math500/acc/mean@1:0.987654 - test-core/a/acc/mean@1:0.987654"
+           "\ntorch.OutOfMemoryError: CUDA out of memory")
     service.reply('```json\n{"class": "oom", "action": "change", "changes": '
                   '{"ppo_micro_batch_size_per_gpu": 8}, "message": "halved micro batch"}\n```')
     fix = analyzer.analyze("OUT_OF_MEMORY", 137, log, HP, tmp_path)

@@ -1,7 +1,8 @@
 """The error analyzer: why a phase failed and how its debug child should differ.
 
-Its input is what Slurm and the job leave behind (state, exit code, log tail); test-set
-numbers printed in the log are removed before any LLM sees it.
+Its input is what Slurm and the job leave behind (state, exit code, log tail); validation and
+test scores printed in the log are removed before any LLM sees it (a diagnosis needs none, and
+verl prints a test source's score as a validation one).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Mapping
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..methods.space import NO_BOUNDS, Bounds
-from ..metrics import strip_test_text
+from ..metrics import strip_score_text
 from ..store.node_dir import NodeDir
 from .answers import Fix, check_fix, extract_json
 from .ask import ask
@@ -27,9 +28,9 @@ TAIL_CHARS = 8000
 
 
 def log_tail(text: str) -> str:
-    """The last lines of a job log, test metrics removed, bounded in size."""
+    """The last lines of a job log, scores removed, bounded in size."""
     tail = "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
-    return strip_test_text(tail)
+    return strip_score_text(tail)
 
 
 class ErrorAnalyzer:
