@@ -12,7 +12,7 @@ from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
 from llmzero_slurm.agents.offline import proposer as offline_proposer
 from llmzero_slurm.agents.offline import stopper as offline_stopper
 from llmzero_slurm.agents.offline.signals import Signals, diagnose
-from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer, log_tail
+from llmzero_slurm.agents.error_analyzer import TAIL_CHARS, TAIL_LINES, ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
@@ -238,6 +238,19 @@ def test_log_tail_is_bounded_and_has_no_test_metrics():
     text = "\n".join(f"step:{i} - test-core/a/acc/mean@1:0.9{i}" for i in range(500))
     tail = log_tail(text)
     assert len(tail.splitlines()) == 80 and "test-core" not in tail
+
+
+def test_log_tail_strips_scores_before_it_cuts_and_keeps_whole_lines():
+    """The cut to TAIL_CHARS came first: landing inside `val-core/...` it left a name the
+    stripping did not know, and its score went to the LLM; the cut line's start went too."""
+    score = "val-core/addition/acc/mean@1:0.987654"
+    kept = score[len("val-c"):]                      # what a cut after "val-c" leaves
+    text = f"step:1 - {score}\n" + "x" * (TAIL_CHARS - len(kept) - 1)
+    assert "0.9876" not in log_tail(text)
+    long_lines = "\n".join(f"{i:03d}" + "a" * 197 for i in range(TAIL_LINES))
+    tail = log_tail(long_lines)
+    assert len(tail) <= TAIL_CHARS and tail.endswith("a" * 197)
+    assert all(len(line) == 200 for line in tail.splitlines())   # no partial first line
 
 
 def test_corrupt_decision_log_is_reported_not_overwritten(tmp_path):

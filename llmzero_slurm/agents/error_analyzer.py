@@ -28,9 +28,12 @@ TAIL_CHARS = 8000
 
 
 def log_tail(text: str) -> str:
-    """The last lines of a job log, scores removed, bounded in size."""
-    tail = "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
-    return strip_score_text(tail)
+    """The last lines of a job log, scores removed, bounded in size. Scores go before the cut:
+    a cut inside a metric's name would leave a fragment no pattern knows, with its value."""
+    tail = strip_score_text("\n".join(text.splitlines()[-TAIL_LINES:]))
+    if len(tail) <= TAIL_CHARS:
+        return tail
+    return tail[-TAIL_CHARS:].split("\n", 1)[-1]    # drop the partial first line
 
 
 class ErrorAnalyzer:
