@@ -81,6 +81,27 @@ def test_fix_validation():
             check_fix(data, PARENT, CPU, "t")
 
 
+@pytest.mark.parametrize("steps, needle", [
+    (None, "'total_training_steps' must be an integer"),      # unbounded: past the sample budget
+    (500, "'total_training_steps' must be between 1 and 100"),  # longer than the failed plan
+    ("80", "'total_training_steps' must be an integer"),
+])
+def test_a_fix_may_only_shorten_the_failed_phase(steps, needle):
+    """A fix's schedule was merged unchecked: a null or huge step count, or total_epochs,
+    gave the debug child a phase no proposal may plan."""
+    def fix(changes):
+        return check_fix({"class": "timeout", "action": "change", "changes": changes}, PARENT,
+                         CPU, "t")
+    with pytest.raises(AnswerError, match=needle):
+        fix({"total_training_steps": steps})
+    with pytest.raises(AnswerError, match="do not set 'total_epochs'"):
+        fix({"total_epochs": 9})
+    shorter = fix({"total_training_steps": 60})
+    # the parent's 25 steps an epoch: 60 steps need 3 epochs, derived as a proposal's are
+    assert (shorter.hparams["total_training_steps"], shorter.hparams["total_epochs"]) == (60, 3)
+    assert shorter.changes == {"total_training_steps": 60}
+
+
 def test_decision_parsing():
     d = parse_decision("REASON: flat and far below.\nDECISION: **STOP**", 40, "x")
     assert d.action == "STOP" and d.reason == "flat and far below." and d.step == 40

@@ -210,10 +210,7 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
     changes = data.get("changes")
     if not isinstance(changes, dict) or not changes:
         raise AnswerError("action 'change' needs a non-empty 'changes' object")
-    try:
-        merged = merge(hparams, changes, backend.name)
-    except HyperparameterError as exc:
-        raise AnswerError(f"changes: {exc}") from None
+    merged = _fix_schedule(changes, hparams, backend)
     if resuming:
         _same_adapter(hparams, merged)
     _within(bounds, merged)
@@ -222,6 +219,25 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
                           "action 'retry'")
     return Fix(failure, action, {k: merged[k] for k in changes}, merged, message.strip()[:2000],
                source)
+
+
+def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],
+                  backend: TrainerBackend) -> dict[str, Any]:
+    """The fixed configuration. A fix may shorten the failed phase (a time limit), never
+    lengthen it or leave it unbounded past the sample budget; its epochs follow in code, as a
+    proposal's do."""
+    if "total_epochs" in changes:
+        raise AnswerError("do not set 'total_epochs' in changes: the system computes it from "
+                          "total_training_steps")
+    planned = hparams.get("total_training_steps")
+    if "total_training_steps" in changes:
+        _int_field(changes, "total_training_steps", 1, planned or MAX_ADDITIONAL_STEPS)
+    try:
+        merged = merge(hparams, changes, backend.name)
+    except HyperparameterError as exc:
+        raise AnswerError(f"changes: {exc}") from None
+    steps = merged.get("total_training_steps")
+    return schedule(hparams, merged, steps, backend) if steps else merged
 
 
 def parse_decision(text: str, step: int | None, source: str) -> Decision | None:

@@ -59,7 +59,8 @@ class ErrorAnalyzer:
             fix = fallback()
         else:
             record = AgentRecord("error_analyzer", llm.name, self.cfg.model)
-            system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
+            system, task = render("error_analyzer",
+                                  hparam_guide=hparam_guide(self.trainer, exclude=("total_epochs",)),
                                   bounds=self.bounds.lines(),
                                   state=state or "unknown", exit_code=exit_code,
                                   steps_done=steps_done, resuming=resuming,
