@@ -28,6 +28,8 @@ def test_extract_json_prefers_last_fenced_block():
         extract_json('```json\n{"a": 1,}\n```')
     with pytest.raises(AnswerError, match="no JSON object"):
         extract_json("I think lr should go down")
+    with pytest.raises(AnswerError, match="nested too deeply"):     # not a RecursionError
+        extract_json('{"a": ' * 1500 + "1" + "}" * 1500)
 
 
 def test_epochs_follow_the_batch_size_in_code():

@@ -10,9 +10,11 @@ import pytest
 from PIL import Image
 
 from llm_loopback import LoopbackLLM
+from llmzero_slurm.agents.ask import ask
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
+from llmzero_slurm.agents.records import AgentRecord
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig, parse_config
@@ -597,6 +599,40 @@ def test_a_huge_answer_is_capped_before_parsing_storing_and_repairing(service, a
     record = json.loads((tmp_path / "proposal.json").read_text())
     assert all(len(a) < 10_000 and "sha256" in a for a in record["answers"])
     assert (tmp_path / "proposal.json").stat().st_size < 100_000
+
+
+def test_a_deeply_nested_answer_is_repaired_and_recorded(service, anthropic_proposer, run,
+                                                         tmp_path):
+    """A 3 KB answer nested 1500 deep made json.loads raise RecursionError, which crashed the
+    controller before the answer and its cost were saved, and again on every restart."""
+    node, log = run
+    nested = "```json\n" + '{"a": ' * 1500 + "1" + "}" * 1500 + "\n```"
+    service.reply(nested, good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == ("anthropic", 5e-4)
+    assert "nested too deeply" in service.requests[1]["body"]["messages"][2]["content"]
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["answers"] == [nested, good()] and record["usage"]["input_tokens"] > 0
+
+
+def test_a_checker_that_fails_unexpectedly_costs_the_answer_not_the_record(service, monkeypatch,
+                                                                           caplog):
+    """Whatever a parser raises besides AnswerError (a bug of ours, not the LLM's) must not
+    escape ask(): the fallback answers and the record keeps the answer, its cost and why."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    record = AgentRecord("proposer", "anthropic", cfg.model)
+    service.reply("an answer")
+
+    def parse(text: str) -> str:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    got = ask(choose_backend(cfg), Prompt("system", "task"), parse, lambda: "fallback", record)
+    assert got == "fallback" and len(service.requests) == 1      # no repair: not the LLM's fault
+    assert record.answers == ["an answer"] and record.usage.input_tokens > 0
+    assert record.fallbacks == ["answer 1 could not be checked (RecursionError: maximum "
+                                "recursion depth exceeded)", "used the heuristic agent instead"]
+    assert "could not be checked" in caplog.text
 
 
 def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, tmp_path):

@@ -73,6 +73,9 @@ def extract_json(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise AnswerError(f"the JSON block is not valid JSON ({exc.msg} at line {exc.lineno} "
                           f"column {exc.colno})") from None
+    except RecursionError:   # a few KB of brackets exhaust the decoder's stack
+        raise AnswerError("the JSON block is nested too deeply; give one flat object of the "
+                          "requested fields") from None
     if not isinstance(data, dict):
         raise AnswerError("the JSON block must be an object")
     return data
