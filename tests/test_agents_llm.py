@@ -315,6 +315,28 @@ def test_an_answer_without_usage_is_used_and_its_cost_recorded_as_unknown(
     assert usage["cost_usd"] is None and usage["input_tokens"] is None and usage["unknown"]
 
 
+@pytest.mark.parametrize("backend, vendor, usage", [
+    ("anthropic", "Anthropic API", {}),
+    ("anthropic", "Anthropic API", {"input_tokens": 10, "cache_read_input_tokens": 0}),
+    ("openai", "OpenAI-compatible API", {}),
+    ("openai", "OpenAI-compatible API", {"prompt_tokens": 10, "total_tokens": 10})])
+def test_an_answer_whose_usage_lacks_a_count_is_used_and_its_cost_unknown(
+        service, monkeypatch, run, tmp_path, backend, vendor, usage):
+    """`"usage": {}` from an OpenAI-compatible gateway raised TypeError in the cost sum, which
+    turned a valid answer into 'LLM unavailable'; a missing count is an unreported usage."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    reply = without_usage(backend, good())
+    service.reply({"body": {**reply["body"], "usage": usage}})
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == (backend, 5e-4)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"] == [] and record["usage"]["cost_usd"] is None
+    assert record["usage"]["unknown"] == (f"the {vendor}'s reply gave no usage: its tokens and "
+                                          "cost are unknown")
+
+
 @pytest.mark.parametrize("ttl, written, cost", [
     ("1h", {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
      100 * 3.75 + 200 * 6.0),
