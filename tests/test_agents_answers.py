@@ -68,6 +68,17 @@ def test_checkpoint_rules():
         proposal({}, additional="many")
 
 
+def test_changes_that_keep_the_parents_values_must_say_no_change():
+    """Only an empty `changes` needed "no_change": true; {"lr": 0.001} on a parent at 0.001
+    repeated the parent unannounced."""
+    with pytest.raises(AnswerError, match="set \"no_change\": true"):
+        proposal({"lr": 1e-3, "rollout_n": 8})
+    data = {"diagnosis": "d", "changes": {"lr": 1e-3}, "checkpoint_step": 50,
+            "additional_steps": 60, "no_change": True}
+    assert check_proposal(data, PARENT, [50], False, CPU, "test").hparams["lr"] == 1e-3
+    assert proposal({"lr": 1e-3}, step=None).checkpoint is None     # a fresh start is no repeat
+
+
 def test_fix_validation():
     fix = check_fix({"class": "oom", "action": "change",
                      "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, CPU, "t")

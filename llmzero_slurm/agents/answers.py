@@ -187,9 +187,10 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                               f"{checkpoints} or null for scratch")
     additional = _int_field(data, "additional_steps", 1, MAX_ADDITIONAL_STEPS)
     changes, hparams = _changes(data, parent, step is not None, backend)
-    if step is not None and not changes and data.get("no_change") is not True:
-        raise AnswerError("'changes' is empty, so the child would repeat its parent; give the "
-                          "changes, or set \"no_change\": true to continue training unchanged")
+    if step is not None and hparams == dict(parent) and data.get("no_change") is not True:
+        raise AnswerError("'changes' leave the parent's configuration as it is, so the child "
+                          "would repeat its parent; change a value, or set \"no_change\": true "
+                          "to continue training unchanged")
     planned = schedule(parent, hparams, additional, backend)
     _within(bounds, planned)
     return Proposal(diagnosis.strip()[:4000], changes, step, additional, planned, source)
