@@ -228,6 +228,18 @@ def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
         == failure
 
 
+@pytest.mark.parametrize("micro, halved", [(3, 1), (9, 3)])
+def test_an_oom_fix_halves_the_micro_batch_to_a_size_that_divides_the_mini_batch(
+        tmp_path, micro, halved):
+    """ceil(micro / 2) need not divide ppo_mini_batch_size * rollout_n (9 here: 3 -> 2,
+    9 -> 5), and the offline analyzer, which must not fail, raised "must divide"."""
+    hp = {**BASE, "train_batch_size": 3, "ppo_mini_batch_size": 3, "rollout_n": 3,
+          "ppo_micro_batch_size_per_gpu": micro}
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
+    assert (fix.failure, fix.action) == ("oom", "change")
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] == halved
+
+
 def test_oom_at_smallest_batch_gives_up_with_advice(tmp_path):
     hp = {**BASE, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1}
     fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
