@@ -177,6 +177,18 @@ def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
             assert len(differing) >= 2, (a.changes, b.changes)
 
 
+def test_a_sibling_the_budget_cut_short_is_still_taken():
+    """A sibling's hparams hold its length as the sample budget cut it (and its epochs), so
+    the whole-configuration comparison saw no repeat and proposed its knobs again."""
+    flat = series(**{"critic/rewards/mean": lambda s: 0.3})
+    flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
+    first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
+    cut = {**first.hparams, "total_training_steps": 7, "total_epochs": 3}
+    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU, taken=[cut])
+    assert second.checkpoint == first.checkpoint and second.changes != first.changes
+    assert "variant" in second.diagnosis
+
+
 def test_regularisation_moves_both_ways_and_capacity_only_grows():
     def first(**curves):
         names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss",
