@@ -231,6 +231,16 @@ def _check_batches(hp: Mapping[str, Any]) -> None:
         raise HyperparameterError("lora_alpha", 0, "must be > 0 when lora_rank > 0")
 
 
+def micro_batch_within(hp: Mapping[str, Any], at_most: float) -> int:
+    """The largest ppo_micro_batch_size_per_gpu up to `at_most` (at least 1) that divides
+    `hp`'s ppo_mini_batch_size * rollout_n, as _check_batches requires."""
+    limit = max(1, int(at_most))
+    mini, n = hp.get("ppo_mini_batch_size"), hp.get("rollout_n")
+    if mini is None or n is None:
+        return limit
+    return max(d for d in range(1, limit + 1) if (mini * n) % d == 0)
+
+
 def merge(base: Mapping[str, Any], changes: Mapping[str, Any],
           backend: str | None = None) -> dict[str, Any]:
     """A child's configuration: the parent's with the proposed changes, checked as a whole."""

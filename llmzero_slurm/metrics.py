@@ -24,7 +24,7 @@ TEST_PREFIX = "test"     # test-core/..., test-aux/..., test/...
 # A split's score: `<split>-core/<data_source>/(acc|reward)/mean@N`; a data source may hold
 # slashes (verl's own preprocessing names GSM8K rows `openai/gsm8k`).
 _SCORES = {split: re.compile(rf"^{split}-core/.+/(acc|reward)/mean@\d+$") for split in ("val", "test")}
-_TEST_TEXT = re.compile(r"test[-_/][\w@/.\-]*\s*[:=]\s*\S+")
+_SCORE_TEXT = re.compile(r"\b(?:val|test)-\w+/[\w@/.\-]*['\"]?\s*[:=]\s*[^\s,}]+")
 
 # What a prompt summarises, in the order an expert reads it (verl's names).
 KEY_METRICS = (
@@ -78,9 +78,9 @@ def is_test_metric(name: str) -> bool:
     return name.startswith(TEST_PREFIX)
 
 
-def strip_test_text(text: str) -> str:
-    """Remove `test-core/...: value` fragments from free text (verl's console log prints them)."""
-    return _TEST_TEXT.sub("[test metric removed]", text)
+def strip_score_text(text: str) -> str:
+    """A log without validation or test scores: `val-core/<source>/...:0.41`, `=0.41`, `': 0.41`."""
+    return _SCORE_TEXT.sub("[score removed]", text)
 
 
 class MetricsReader:

@@ -28,6 +28,8 @@ def test_extract_json_prefers_last_fenced_block():
         extract_json('```json\n{"a": 1,}\n```')
     with pytest.raises(AnswerError, match="no JSON object"):
         extract_json("I think lr should go down")
+    with pytest.raises(AnswerError, match="nested too deeply"):     # not a RecursionError
+        extract_json('{"a": ' * 1500 + "1" + "}" * 1500)
 
 
 def test_epochs_follow_the_batch_size_in_code():
@@ -66,6 +68,17 @@ def test_checkpoint_rules():
         proposal({}, additional="many")
 
 
+def test_changes_that_keep_the_parents_values_must_say_no_change():
+    """Only an empty `changes` needed "no_change": true; {"lr": 0.001} on a parent at 0.001
+    repeated the parent unannounced."""
+    with pytest.raises(AnswerError, match="set \"no_change\": true"):
+        proposal({"lr": 1e-3, "rollout_n": 8})
+    data = {"diagnosis": "d", "changes": {"lr": 1e-3}, "checkpoint_step": 50,
+            "additional_steps": 60, "no_change": True}
+    assert check_proposal(data, PARENT, [50], False, CPU, "test").hparams["lr"] == 1e-3
+    assert proposal({"lr": 1e-3}, step=None).checkpoint is None     # a fresh start is no repeat
+
+
 def test_fix_validation():
     fix = check_fix({"class": "oom", "action": "change",
                      "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, CPU, "t")
@@ -79,6 +92,27 @@ def test_fix_validation():
                            "changes": {"ppo_micro_batch_size_per_gpu": 3}}, "must divide")]:
         with pytest.raises(AnswerError, match=needle):
             check_fix(data, PARENT, CPU, "t")
+
+
+@pytest.mark.parametrize("steps, needle", [
+    (None, "'total_training_steps' must be an integer"),      # unbounded: past the sample budget
+    (500, "'total_training_steps' must be between 1 and 100"),  # longer than the failed plan
+    ("80", "'total_training_steps' must be an integer"),
+])
+def test_a_fix_may_only_shorten_the_failed_phase(steps, needle):
+    """A fix's schedule was merged unchecked: a null or huge step count, or total_epochs,
+    gave the debug child a phase no proposal may plan."""
+    def fix(changes):
+        return check_fix({"class": "timeout", "action": "change", "changes": changes}, PARENT,
+                         CPU, "t")
+    with pytest.raises(AnswerError, match=needle):
+        fix({"total_training_steps": steps})
+    with pytest.raises(AnswerError, match="do not set 'total_epochs'"):
+        fix({"total_epochs": 9})
+    shorter = fix({"total_training_steps": 60})
+    # the parent's 25 steps an epoch: 60 steps need 3 epochs, derived as a proposal's are
+    assert (shorter.hparams["total_training_steps"], shorter.hparams["total_epochs"]) == (60, 3)
+    assert shorter.changes == {"total_training_steps": 60}
 
 
 def test_decision_parsing():

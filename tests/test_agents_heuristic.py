@@ -12,7 +12,7 @@ from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
 from llmzero_slurm.agents.offline import proposer as offline_proposer
 from llmzero_slurm.agents.offline import stopper as offline_stopper
 from llmzero_slurm.agents.offline.signals import Signals, diagnose
-from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer, log_tail
+from llmzero_slurm.agents.error_analyzer import TAIL_CHARS, TAIL_LINES, ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
@@ -177,6 +177,18 @@ def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
             assert len(differing) >= 2, (a.changes, b.changes)
 
 
+def test_a_sibling_the_budget_cut_short_is_still_taken():
+    """A sibling's hparams hold its length as the sample budget cut it (and its epochs), so
+    the whole-configuration comparison saw no repeat and proposed its knobs again."""
+    flat = series(**{"critic/rewards/mean": lambda s: 0.3})
+    flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
+    first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
+    cut = {**first.hparams, "total_training_steps": 7, "total_epochs": 3}
+    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU, taken=[cut])
+    assert second.checkpoint == first.checkpoint and second.changes != first.changes
+    assert "variant" in second.diagnosis
+
+
 def test_regularisation_moves_both_ways_and_capacity_only_grows():
     def first(**curves):
         names = {"rewards": "critic/rewards/mean", "kl": "actor/kl_loss",
@@ -228,6 +240,18 @@ def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
         == failure
 
 
+@pytest.mark.parametrize("micro, halved", [(3, 1), (9, 3)])
+def test_an_oom_fix_halves_the_micro_batch_to_a_size_that_divides_the_mini_batch(
+        tmp_path, micro, halved):
+    """ceil(micro / 2) need not divide ppo_mini_batch_size * rollout_n (9 here: 3 -> 2,
+    9 -> 5), and the offline analyzer, which must not fail, raised "must divide"."""
+    hp = {**BASE, "train_batch_size": 3, "ppo_mini_batch_size": 3, "rollout_n": 3,
+          "ppo_micro_batch_size_per_gpu": micro}
+    fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
+    assert (fix.failure, fix.action) == ("oom", "change")
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] == halved
+
+
 def test_oom_at_smallest_batch_gives_up_with_advice(tmp_path):
     hp = {**BASE, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1}
     fix = ErrorAnalyzer(OFFLINE, CPU, None).analyze("OUT_OF_MEMORY", 137, "", hp, tmp_path)
@@ -238,6 +262,19 @@ def test_log_tail_is_bounded_and_has_no_test_metrics():
     text = "\n".join(f"step:{i} - test-core/a/acc/mean@1:0.9{i}" for i in range(500))
     tail = log_tail(text)
     assert len(tail.splitlines()) == 80 and "test-core" not in tail
+
+
+def test_log_tail_strips_scores_before_it_cuts_and_keeps_whole_lines():
+    """The cut to TAIL_CHARS came first: landing inside `val-core/...` it left a name the
+    stripping did not know, and its score went to the LLM; the cut line's start went too."""
+    score = "val-core/addition/acc/mean@1:0.987654"
+    kept = score[len("val-c"):]                      # what a cut after "val-c" leaves
+    text = f"step:1 - {score}\n" + "x" * (TAIL_CHARS - len(kept) - 1)
+    assert "0.9876" not in log_tail(text)
+    long_lines = "\n".join(f"{i:03d}" + "a" * 197 for i in range(TAIL_LINES))
+    tail = log_tail(long_lines)
+    assert len(tail) <= TAIL_CHARS and tail.endswith("a" * 197)
+    assert all(len(line) == 200 for line in tail.splitlines())   # no partial first line
 
 
 def test_corrupt_decision_log_is_reported_not_overwritten(tmp_path):

@@ -10,9 +10,11 @@ import pytest
 from PIL import Image
 
 from llm_loopback import LoopbackLLM
+from llmzero_slurm.agents.ask import ask
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
+from llmzero_slurm.agents.records import AgentRecord
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig, parse_config
@@ -313,6 +315,28 @@ def test_an_answer_without_usage_is_used_and_its_cost_recorded_as_unknown(
     assert usage["cost_usd"] is None and usage["input_tokens"] is None and usage["unknown"]
 
 
+@pytest.mark.parametrize("backend, vendor, usage", [
+    ("anthropic", "Anthropic API", {}),
+    ("anthropic", "Anthropic API", {"input_tokens": 10, "cache_read_input_tokens": 0}),
+    ("openai", "OpenAI-compatible API", {}),
+    ("openai", "OpenAI-compatible API", {"prompt_tokens": 10, "total_tokens": 10})])
+def test_an_answer_whose_usage_lacks_a_count_is_used_and_its_cost_unknown(
+        service, monkeypatch, run, tmp_path, backend, vendor, usage):
+    """`"usage": {}` from an OpenAI-compatible gateway raised TypeError in the cost sum, which
+    turned a valid answer into 'LLM unavailable'; a missing count is an unreported usage."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    reply = without_usage(backend, good())
+    service.reply({"body": {**reply["body"], "usage": usage}})
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == (backend, 5e-4)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["fallbacks"] == [] and record["usage"]["cost_usd"] is None
+    assert record["usage"]["unknown"] == (f"the {vendor}'s reply gave no usage: its tokens and "
+                                          "cost are unknown")
+
+
 @pytest.mark.parametrize("ttl, written, cost", [
     ("1h", {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
      100 * 3.75 + 200 * 6.0),
@@ -526,7 +550,9 @@ def test_stopper_never_asks_before_step_10_or_at_the_planned_end(service, monkey
 def test_error_analyzer_through_openai(service, monkeypatch, tmp_path):
     cfg = config(service, backend="openai")
     analyzer = ErrorAnalyzer(cfg, CPU, choose_backend(cfg))
-    log = "step:3 - test-core/a/acc/mean@1:0.987654\ntorch.OutOfMemoryError: CUDA out of memory"
+    # verl validates the test files too, so its console names their scores val-core/...
+    log = ("step:3 - val-core/math500/acc/mean@1:0.987654 - test-core/a/acc/mean@1:0.987654"
+           "\ntorch.OutOfMemoryError: CUDA out of memory")
     service.reply('```json\n{"class": "oom", "action": "change", "changes": '
                   '{"ppo_micro_batch_size_per_gpu": 8}, "message": "halved micro batch"}\n```')
     fix = analyzer.analyze("OUT_OF_MEMORY", 137, log, HP, tmp_path)
@@ -595,6 +621,40 @@ def test_a_huge_answer_is_capped_before_parsing_storing_and_repairing(service, a
     record = json.loads((tmp_path / "proposal.json").read_text())
     assert all(len(a) < 10_000 and "sha256" in a for a in record["answers"])
     assert (tmp_path / "proposal.json").stat().st_size < 100_000
+
+
+def test_a_deeply_nested_answer_is_repaired_and_recorded(service, anthropic_proposer, run,
+                                                         tmp_path):
+    """A 3 KB answer nested 1500 deep made json.loads raise RecursionError, which crashed the
+    controller before the answer and its cost were saved, and again on every restart."""
+    node, log = run
+    nested = "```json\n" + '{"a": ' * 1500 + "1" + "}" * 1500 + "\n```"
+    service.reply(nested, good())
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == ("anthropic", 5e-4)
+    assert "nested too deeply" in service.requests[1]["body"]["messages"][2]["content"]
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert record["answers"] == [nested, good()] and record["usage"]["input_tokens"] > 0
+
+
+def test_a_checker_that_fails_unexpectedly_costs_the_answer_not_the_record(service, monkeypatch,
+                                                                           caplog):
+    """Whatever a parser raises besides AnswerError (a bug of ours, not the LLM's) must not
+    escape ask(): the fallback answers and the record keeps the answer, its cost and why."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    record = AgentRecord("proposer", "anthropic", cfg.model)
+    service.reply("an answer")
+
+    def parse(text: str) -> str:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    got = ask(choose_backend(cfg), Prompt("system", "task"), parse, lambda: "fallback", record)
+    assert got == "fallback" and len(service.requests) == 1      # no repair: not the LLM's fault
+    assert record.answers == ["an answer"] and record.usage.input_tokens > 0
+    assert record.fallbacks == ["answer 1 could not be checked (RecursionError: maximum "
+                                "recursion depth exceeded)", "used the heuristic agent instead"]
+    assert "could not be checked" in caplog.text
 
 
 def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, tmp_path):

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from PIL import Image
 
-from llmzero_slurm.metrics import (best_val, read_metrics, stitch, strip_test_text, summarize,
+from llmzero_slurm.metrics import (best_val, read_metrics, stitch, strip_score_text, summarize,
                                    val_score_series)
 from llmzero_slurm.plots import metric_plots, overlay_plot
 from metrics_files import TEST, VAL
@@ -70,10 +70,20 @@ def test_validation_and_test_are_split_and_test_never_summarised(tmp_path):
     assert best_val(log) == (30, 0.5)
 
 
-def test_strip_test_text_removes_console_metrics():
-    line = "step:5 - val-core/a/acc/mean@1:0.41 - test-core/a/acc/mean@1:0.987 - actor/kl:0.1"
-    out = strip_test_text(line)
-    assert "0.987" not in out and "val-core/a/acc/mean@1:0.41" in out
+def test_strip_score_text_removes_every_validation_and_test_value():
+    """verl validates test files as val_files, so its console prints a test source's score as
+    `val-core/<test source>/...`: the error analyzer, which needs no score, is shown none."""
+    text = ("step:5 - val-core/math500/acc/mean@1:0.987 - val-aux/a/reward/mean@1:0.41 - "
+            "test-core/a/acc/mean@1:0.876 - actor/kl:0.1 - interval=900\n"
+            "step 6: val-core/addition/acc/mean@1=0.765, test-aux/x/score/mean@1=0.654\n"
+            "Initial validation metrics: {'val-core/openai/gsm8k/acc/mean@1': np.float64(0.543), "
+            "'test-core/b/acc/mean@1': 0.432}\n"
+            "error: data/val/x.parquet: row 7: too long")
+    out = strip_score_text(text)
+    for value in ("0.987", "0.41", "0.876", "0.765", "0.654", "0.543", "0.432"):
+        assert value not in out, out
+    assert "actor/kl:0.1" in out and "interval=900" in out
+    assert "error: data/val/x.parquet: row 7: too long" in out      # a path is no metric
 
 
 def test_val_score_averages_data_sources_and_prefers_accuracy(tmp_path):

@@ -291,6 +291,19 @@ def test_llmzero_reads_search_space_as_bounds_its_own_hparams_must_keep(tmp_path
     assert bad.value.key == "search.space.lr"
 
 
+def test_llmzero_refuses_to_bound_the_epochs_it_derives_in_code(tmp_path):
+    """Each phase's total_epochs is computed from its steps; bounded, a proposal was refused
+    for a value the agents cannot set, and the offline proposer's last resort raised out of
+    the controller. Its steps (total_training_steps) stay boundable."""
+    hparams = {**RECIPE, "total_training_steps": 100, "total_epochs": 4}
+    with pytest.raises(ConfigError, match="bound total_training_steps instead") as err:
+        method(tmp_path, config(method="llmzero", hparams=hparams,
+                                space={"total_epochs": {"uniform": [3, 5]}}))
+    assert err.value.key == "search.space.total_epochs"
+    method(tmp_path, config(method="llmzero", hparams=hparams,
+                            space={"total_training_steps": {"uniform": [50, 200]}}))
+
+
 def test_a_space_for_a_method_that_reads_none_is_refused():
     with pytest.raises(ConfigError) as err:
         config(method="practitioner", space={"lr": [1e-3]})

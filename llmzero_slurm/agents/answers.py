@@ -73,6 +73,9 @@ def extract_json(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise AnswerError(f"the JSON block is not valid JSON ({exc.msg} at line {exc.lineno} "
                           f"column {exc.colno})") from None
+    except RecursionError:   # a few KB of brackets exhaust the decoder's stack
+        raise AnswerError("the JSON block is nested too deeply; give one flat object of the "
+                          "requested fields") from None
     if not isinstance(data, dict):
         raise AnswerError("the JSON block must be an object")
     return data
@@ -184,9 +187,10 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                               f"{checkpoints} or null for scratch")
     additional = _int_field(data, "additional_steps", 1, MAX_ADDITIONAL_STEPS)
     changes, hparams = _changes(data, parent, step is not None, backend)
-    if step is not None and not changes and data.get("no_change") is not True:
-        raise AnswerError("'changes' is empty, so the child would repeat its parent; give the "
-                          "changes, or set \"no_change\": true to continue training unchanged")
+    if step is not None and hparams == dict(parent) and data.get("no_change") is not True:
+        raise AnswerError("'changes' leave the parent's configuration as it is, so the child "
+                          "would repeat its parent; change a value, or set \"no_change\": true "
+                          "to continue training unchanged")
     planned = schedule(parent, hparams, additional, backend)
     _within(bounds, planned)
     return Proposal(diagnosis.strip()[:4000], changes, step, additional, planned, source)
@@ -210,10 +214,7 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
     changes = data.get("changes")
     if not isinstance(changes, dict) or not changes:
         raise AnswerError("action 'change' needs a non-empty 'changes' object")
-    try:
-        merged = merge(hparams, changes, backend.name)
-    except HyperparameterError as exc:
-        raise AnswerError(f"changes: {exc}") from None
+    merged = _fix_schedule(changes, hparams, backend)
     if resuming:
         _same_adapter(hparams, merged)
     _within(bounds, merged)
@@ -222,6 +223,25 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
                           "action 'retry'")
     return Fix(failure, action, {k: merged[k] for k in changes}, merged, message.strip()[:2000],
                source)
+
+
+def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],
+                  backend: TrainerBackend) -> dict[str, Any]:
+    """The fixed configuration. A fix may shorten the failed phase (a time limit), never
+    lengthen it or leave it unbounded past the sample budget; its epochs follow in code, as a
+    proposal's do."""
+    if "total_epochs" in changes:
+        raise AnswerError("do not set 'total_epochs' in changes: the system computes it from "
+                          "total_training_steps")
+    planned = hparams.get("total_training_steps")
+    if "total_training_steps" in changes:
+        _int_field(changes, "total_training_steps", 1, planned or MAX_ADDITIONAL_STEPS)
+    try:
+        merged = merge(hparams, changes, backend.name)
+    except HyperparameterError as exc:
+        raise AnswerError(f"changes: {exc}") from None
+    steps = merged.get("total_training_steps")
+    return schedule(hparams, merged, steps, backend) if steps else merged
 
 
 def parse_decision(text: str, step: int | None, source: str) -> Decision | None:

@@ -34,7 +34,8 @@ def bounded(text: str) -> str:
 
 def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Callable[[], T],
         record: AgentRecord, repairs: int = 1, unusable: Callable[[], T] | None = None) -> T:
-    """`parse` raises AnswerError with a message meant for the LLM; `fallback` cannot fail.
+    """`parse` raises AnswerError with a message meant for the LLM (anything else it raises
+    is a fallback, never an escape that would lose the record); `fallback` cannot fail.
 
     A rejected answer is sent back with the problem `repairs` times. `unusable`, when given,
     answers instead of `fallback` once every answer was rejected (the LLM did answer, so the
@@ -60,6 +61,12 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
         except AnswerError as exc:
             record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")
             prompt = prompt.repair(text, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a checker's bug must not lose the record
+            # Not the LLM's mistake, so no repair round: the fallback answers, and the caller
+            # saves the answer and its cost as for any other fallback.
+            record.fallbacks.append(f"answer {attempt + 1} could not be checked "
+                                    f"({type(exc).__name__}: {exc})")
+            break
     else:
         if unusable is not None:
             return unusable()

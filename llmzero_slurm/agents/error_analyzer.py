@@ -1,7 +1,8 @@
 """The error analyzer: why a phase failed and how its debug child should differ.
 
-Its input is what Slurm and the job leave behind (state, exit code, log tail); test-set
-numbers printed in the log are removed before any LLM sees it.
+Its input is what Slurm and the job leave behind (state, exit code, log tail); validation and
+test scores printed in the log are removed before any LLM sees it (a diagnosis needs none, and
+verl prints a test source's score as a validation one).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Mapping
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..methods.space import NO_BOUNDS, Bounds
-from ..metrics import strip_test_text
+from ..metrics import strip_score_text
 from ..store.node_dir import NodeDir
 from .answers import Fix, check_fix, extract_json
 from .ask import ask
@@ -27,9 +28,12 @@ TAIL_CHARS = 8000
 
 
 def log_tail(text: str) -> str:
-    """The last lines of a job log, test metrics removed, bounded in size."""
-    tail = "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
-    return strip_test_text(tail)
+    """The last lines of a job log, scores removed, bounded in size. Scores go before the cut:
+    a cut inside a metric's name would leave a fragment no pattern knows, with its value."""
+    tail = strip_score_text("\n".join(text.splitlines()[-TAIL_LINES:]))
+    if len(tail) <= TAIL_CHARS:
+        return tail
+    return tail[-TAIL_CHARS:].split("\n", 1)[-1]    # drop the partial first line
 
 
 class ErrorAnalyzer:
@@ -55,7 +59,8 @@ class ErrorAnalyzer:
             fix = fallback()
         else:
             record = AgentRecord("error_analyzer", llm.name, self.cfg.model)
-            system, task = render("error_analyzer", hparam_guide=hparam_guide(self.trainer),
+            system, task = render("error_analyzer",
+                                  hparam_guide=hparam_guide(self.trainer, exclude=("total_epochs",)),
                                   bounds=self.bounds.lines(),
                                   state=state or "unknown", exit_code=exit_code,
                                   steps_done=steps_done, resuming=resuming,

@@ -1,9 +1,9 @@
 """What one LLM reply cost: its tokens by kind, and their price in dollars at the configured
 rates (`agents.price_*`).
 
-A reply whose service left out its usage (some gateways do) still gives its answer; its tokens
-and dollars are recorded as unknown (null, with the reason in `unknown`), never as 0, and a sum
-with an unknown part is unknown.
+A reply whose service left out its usage or a count of it (some gateways do, or send
+`"usage": {}`) still gives its answer; its tokens and dollars are recorded as unknown (null,
+with the reason in `unknown`), never as 0, and a sum with an unknown part is unknown.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def price(cfg: AgentConfig, usage: Usage) -> float | None:
 def anthropic_usage(cfg: AgentConfig, u: Any, vendor: str) -> Usage:
     """A Messages API reply's `usage`, priced; its `cache_creation` says which writes were for
     1 hour (without it, as from an older gateway, all were for the TTL asked for)."""
-    if u is None:
+    if u is None or u.input_tokens is None or u.output_tokens is None:
         return Usage.unreported(vendor)
     split = getattr(u, "cache_creation", None)
     written_1h = getattr(split, "ephemeral_1h_input_tokens", None) or 0
@@ -72,7 +72,7 @@ def anthropic_usage(cfg: AgentConfig, u: Any, vendor: str) -> Usage:
 
 def openai_usage(cfg: AgentConfig, u: Any, vendor: str) -> Usage:
     """A chat completion's `usage`, priced; cached prompt tokens count as cache reads."""
-    if u is None:
+    if u is None or u.prompt_tokens is None or u.completion_tokens is None:
         return Usage.unreported(vendor)
     cached = 0
     if u.prompt_tokens_details is not None:

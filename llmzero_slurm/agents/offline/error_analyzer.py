@@ -6,6 +6,7 @@ import re
 from typing import Any, Mapping
 
 from ...backends.base import TrainerBackend
+from ...hparams import micro_batch_within
 from ...methods.space import NO_BOUNDS, Bounds
 from ..answers import Fix, check_fix
 from .knobs import scale
@@ -68,6 +69,13 @@ def cannot_succeed_by_retrying(exit_code: int | None) -> bool:
     return exit_code == BAD_INPUT_EXIT
 
 
+def _halved_micro(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """Half the micro batch, or the largest size below that the mini batch's samples split
+    into evenly (ceil(3 / 2) = 2 does not split 3 x 3)."""
+    micro = hparams.get("ppo_micro_batch_size_per_gpu")
+    return {"ppo_micro_batch_size_per_gpu": micro_batch_within(hparams, micro / 2)} if micro else {}
+
+
 TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix plans
 
 
@@ -84,7 +92,7 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
                 f"{exit_code}): {_quoted_error(log_tail)}; {NOT_RETRIED}"}
         failure = "user_code"
     elif failure == "oom":
-        changes = {**scale(hparams, "ppo_micro_batch_size_per_gpu", 0.5),
+        changes = {**_halved_micro(hparams),
                    **scale(hparams, "log_prob_micro_batch_size_per_gpu", 0.5),
                    **scale(hparams, "max_num_seqs", 0.5)}
         if backend.reads("gpu_memory_utilization"):

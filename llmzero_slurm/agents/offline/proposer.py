@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...backends.base import TrainerBackend
 from ...methods.space import NO_BOUNDS, Bounds
 from ...metrics import MetricsLog
-from ..answers import AnswerError, Proposal, check_proposal
+from ..answers import SCHEDULE_KEYS, AnswerError, Proposal, check_proposal
 from .knobs import add, clamp, kl, scale
 from .signals import Signals, diagnose
 
@@ -60,6 +60,12 @@ _ALTERNATIVES: tuple[tuple[str, Change], ...] = (
     ("sharper", _sharpen))
 
 
+def _knobs(hp: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration without its length: a sibling the sample budget cut short (or one
+    planned longer) tried the same knobs."""
+    return {k: v for k, v in hp.items() if k not in SCHEDULE_KEYS}
+
+
 def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
     if not checkpoints:
         return None
@@ -82,7 +88,7 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
         return bounds.clamp({"total_training_steps": max(1, steps)})["total_training_steps"]
     fresh = length(log.last_step or phase_steps)     # a new strategy: as long as the parent
     steps = length(phase_steps) if step is not None else fresh
-    tried = []
+    tried, siblings = [], [_knobs(hp) for hp in taken]
     for label, make in (("", _RULES[rule]), *_ALTERNATIVES):
         changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
         if scratch_only and not changes:
@@ -97,7 +103,7 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
         except AnswerError as exc:
             tried.append(str(exc))
             continue
-        if proposal.hparams not in taken:
+        if _knobs(proposal.hparams) not in siblings:
             return proposal
     # Every variant was taken or invalid: restart the parent's configuration from scratch.
     return check_proposal({"diagnosis": f"{rule}: {why}; no new variant left ({tried})",
