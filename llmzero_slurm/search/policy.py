@@ -119,8 +119,8 @@ def scratch_ratio(tree: Tree) -> float:
 
 
 def best_node(tree: Tree) -> Node | None:
-    """The node with the highest ranked validation score (oldest wins ties)."""
-    scored = [(s, -n.id, n) for n in tree if (s := n.ranked_score) is not None]
+    """The node with the highest strategy score (oldest wins ties)."""
+    scored = [(s, -n.id, n) for n in tree if (s := n.strategy_score) is not None]
     return max(scored, key=lambda t: t[:2])[2] if scored else None
 
 
