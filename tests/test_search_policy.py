@@ -5,7 +5,7 @@ from llmzero_slurm.search.policy import (Action, Analysis, best_node, best_path,
                                          reparent_fix, scratch_ratio, select)
 from llmzero_slurm.search.scoring import ScoreRange, score_range
 from llmzero_slurm.search.settings import SearchSettings
-from llmzero_slurm.search.tree import Kind, Resume, Tree
+from llmzero_slurm.search.tree import Kind, Resume, Tree, quarantined
 from treebuild import N, S, T
 
 SET = SearchSettings()
@@ -81,6 +81,15 @@ def test_a_failed_phase_is_never_the_best_strategy():
 
 def test_a_search_whose_every_root_was_cancelled_starts_a_root_again():
     assert select(T(N(0, None, S.CANCELLED)), SET) == Action(Kind.SCRATCH, None)
+
+
+def test_an_unreadable_root_is_not_a_search_to_start_again():
+    """Review: a root whose record cannot be read stands in unparented and pruned, so the tree
+    had no root and every one of none counted as cancelled: a fresh root was started and
+    the old tree was left orphaned."""
+    assert select(T(quarantined(0, "corrupt JSON")), SET) is None
+    tree = T(quarantined(0, "corrupt JSON"), N(1, 0, score=0.5))
+    assert select(tree, SET) != Action(Kind.SCRATCH, None)
 
 
 def test_failed_child_gets_a_debug_child():

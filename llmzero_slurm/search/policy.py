@@ -126,7 +126,9 @@ def best_node(tree: Tree) -> Node | None:
 
 def select(tree: Tree, settings: SearchSettings) -> Action | None:
     """The next phase to create, or None when every branch is terminal or waiting on a job."""
-    if all(r.status is Status.CANCELLED for r in tree.roots()):
+    roots = tree.roots()
+    # An unreadable root stands in unparented and pruned (no root): that is no empty search.
+    if not len(tree) or (roots and all(r.status is Status.CANCELLED for r in roots)):
         return Action(Kind.SCRATCH, None)
     best = best_node(tree)
     if best is not None and scratch_ratio(tree) < settings.min_scratch_ratio:
