@@ -108,13 +108,15 @@ def test_usage_counts_what_early_stopping_gave_back_against_the_planned_ends():
         "device-hours 0.00; wall time 0:00:00 since the run was created"]
 
 
-def test_a_record_that_cannot_be_read_closes_a_sample_or_device_hour_budget():
+def test_a_record_that_cannot_be_read_closes_every_budget():
     """A damaged node.json stood in the tree as a placeholder charged nothing, so the samples
-    and device-hours of that phase were free again until it was repaired."""
+    and device-hours of that phase were free again until it was repaired. Review: under a
+    budget of phases alone the search went on blind: with the root unreadable llmzero started
+    a fresh root, and a trial that may have been cancelled may be one to run again."""
     from llmzero_slurm.search.tree import quarantined
     tree = Tree([node(0, Status.COMPLETED, 20), quarantined(1, "corrupt JSON")])
     for budget in (Budget(iterations=100, samples=100 * 256, defaults=DEFAULTS),
-                   Budget(iterations=100, gpu_hours=10.0, defaults=DEFAULTS)):
+                   Budget(iterations=100, gpu_hours=10.0, defaults=DEFAULTS),
+                   Budget(iterations=100, defaults=DEFAULTS)):
         assert budget.spent(tree) == ("node 1's record cannot be read, so what it used of the "
                                       "budget is unknown: no phase is created until it is rebuilt")
-    assert Budget(iterations=100, defaults=DEFAULTS).spent(tree) is None   # counted as a phase

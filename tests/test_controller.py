@@ -558,24 +558,29 @@ def test_a_scheduler_that_cannot_be_polled_is_waited_out(tmp_path, fault_outcome
 
 
 @pytest.mark.fault("a corrupt node.json")
-def test_a_corrupt_node_record_is_left_out_and_the_rest_runs(tmp_path, fault_outcome):
+def test_a_corrupt_node_record_is_left_out_and_no_phase_starts_until_it_is_rebuilt(
+        tmp_path, fault_outcome):
+    """Review: under a budget of phases alone the search went on past an unreadable record;
+    with it the root, llmzero started a fresh root and orphaned the tree it could not see."""
     store = new_run(tmp_path, budget_iterations=3)
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED))
     store.node_path(0).write_text('{"schema_version": 1, "id": 0, "kind": "scr')
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
-    assert ctl.run() == 0
+    assert ctl.run() == 3          # corrupt state: the search did not end, it cannot go on
     tree = ctl.store.load_tree()
-    assert tree[0].pruned and tree[0].status is Status.FAILED and 0 in ctl.store.corrupt
-    assert tree[1].status is Status.COMPLETED
+    assert len(tree) == 1 and tree[0].pruned and tree[0].status is Status.FAILED
     assert store.node_path(0).read_text().endswith('"scr')      # the bytes are kept
-    assert out.getvalue().count(f"node 0: left out of the search (llmzero-repair {store.root} 0 "
-                                "rebuilds it): ") == 1
+    said = out.getvalue()
+    assert said.count(f"node 0: left out of the search (llmzero-repair {store.root} 0 rebuilds "
+                      "it; until then no phase is created") == 1
     assert (f"the search ended with node 0 left out: a job of its own that still runs was not "
-            f"watched; llmzero-repair {store.root}, then llmzero-start {store.root}") in out.getvalue()
-    fault_outcome(ctl.store, sched.job_dirs())
+            f"watched; llmzero-repair {store.root}, then llmzero-start {store.root}") in said
     assert store.rebuild_node(0).status is Status.COMPLETED      # from the copy beside it
     assert not store.load_tree()[0].pruned and not store.corrupt
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 0 and ctl.store.load_tree()[1].status is Status.COMPLETED
+    fault_outcome(ctl.store, sched.job_dirs())
 
 
 def test_a_damaged_record_stops_a_sample_budget_from_starting_phases_until_it_is_rebuilt(tmp_path):

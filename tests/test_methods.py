@@ -465,6 +465,34 @@ def test_a_resumed_plan_goes_on_after_a_gap_in_the_node_ids(tmp_path):
     assert method(tmp_path, cfg).next_phase(tree).hparams == phases[3].hparams
 
 
+def test_a_cancelled_trial_runs_again_as_a_new_node(tmp_path):
+    """Review: trials were indexed and counted by len(tree), cancelled nodes included, while
+    the budget does not count them: with 3 trials and node 1 cancelled the run ended after 2
+    trials and trial 1's configuration never ran. A cancel is no verdict: it runs again, after
+    the plan's own trials, and a restart still finds each node's trial (ids may have gaps)."""
+    cfg = config(method="random", budget_iterations=3, seed=3)
+    phases = method(tmp_path, cfg).phases
+    tree = Tree([])
+
+    def add(node_id: int) -> None:
+        nonlocal tree
+        plan = method(tmp_path, cfg).next_phase(tree)     # a fresh method: a restart each time
+        tree = Tree([*tree, make_child(tree, plan.action, node_id, plan.hparams,
+                                       plan.resume_step, plan.diagnosis)])
+
+    for node_id in (0, 1, 3):
+        add(node_id)
+    tree = finish(tree, 1, Status.CANCELLED)
+    assert not method(tmp_path, cfg).exhausted(tree)
+    add(4)
+    assert tree[4].hparams == phases[1].hparams
+    tree = finish(tree, 0, Status.CANCELLED)          # cancelled after node 4 was created
+    add(5)
+    assert tree[5].hparams == phases[0].hparams
+    assert method(tmp_path, cfg).exhausted(tree)
+    assert method(tmp_path, cfg).next_phase(tree) is None
+
+
 @pytest.mark.parametrize("phases, fmt, where", [
     ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),
     ([{"steps": 0, "hparams": RECIPE}], None, "phases[0].steps"),

@@ -19,7 +19,7 @@ from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, monitor_heart
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
-from llmzero_slurm.search.tree import Kind, Node, Results, Status, Submission
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import finish, wait_for
@@ -70,6 +70,20 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     assert monitor.check_once() == [1]     # a restarted monitor makes sure the cancel went out
     assert monitor.check_once() == []      # and sends it once
     assert [r["result"]["action"] for r in json.loads(records.read_text())] == ["STOP"]
+
+
+def test_the_bar_is_the_best_finished_strategy_not_a_failed_phase(tmp_path):
+    """Review: node 2, node 1's sibling, validated at 0.9 and then hit its time limit. It was
+    the best node, the monitor kept only the finished phases of its path, and the bar fell to
+    the root's 0.5: a phase that could not reach node 1's 0.8 but could pass 0.5 ran on."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "mon", "backend": "cpu"}))
+    for parent, status, score in ((None, Status.COMPLETED, 0.5), (0, Status.COMPLETED, 0.8),
+                                  (0, Status.FAILED, 0.9)):
+        store.add_node(lambda i, parent=parent, status=status, score=score: Node(
+            i, parent, Kind.SCRATCH if parent is None else Kind.EVOLVE, {}, status=status,
+            resume=None if parent is None else Resume(parent, 40),
+            results=Results(best_val=score, checkpoints=[40, 80])))
+    assert Monitor(store, ScriptedScheduler()).best_strategy(store.load_tree())[1] == 0.8
 
 
 def test_a_cancel_slurm_refuses_leaves_the_monitor_judging(tmp_path, monkeypatch, capsys):

@@ -448,3 +448,21 @@ def test_the_progress_figures_end_at_the_headline_best(tmp_path):
     hours, tests = leader_test_by_compute(view)
     assert tests == [0.5678, 0.4321, 0.4321] and hours == pytest.approx([0.1, 0.2, 0.3])
     assert best_so_far_line(view) == ([1, 2, 3], [0.7, 0.7, 0.7])
+
+
+def test_a_failed_phase_is_not_the_headline_best(tmp_path):
+    """Review: a phase that validated at 0.9 and then hit its time limit was the headline, the
+    end of strategy.yaml and the end of the progress figures' lines."""
+    store = RunStore.create(tmp_path / "failed", config())
+    for test, status, best in ((0.4, Status.COMPLETED, 0.7), (0.6, Status.FAILED, 0.9)):
+        def build(i: int, test=test, status=status, best=best) -> Node:
+            node = make_child(store.load_tree(), Action(Kind.SCRATCH, None), i, RECIPE)
+            node.status, node.finished_at = status, float(i)
+            node.results = Results(best_val=best, best_val_step=10, test_at_best=test,
+                                   last_step=10, checkpoints=[10], gpu_hours=0.1)
+            return node
+        store.add_node(build)
+    view = collect(store.root)
+    assert view.best.id == 0
+    assert leader_test_by_compute(view)[1] == [0.4, 0.4]
+    assert best_so_far_line(view) == ([1, 2], [0.7, 0.7])

@@ -5,7 +5,7 @@ from llmzero_slurm.search.policy import (Action, Analysis, best_node, best_path,
                                          reparent_fix, scratch_ratio, select)
 from llmzero_slurm.search.scoring import ScoreRange, score_range
 from llmzero_slurm.search.settings import SearchSettings
-from llmzero_slurm.search.tree import Kind, Resume, Tree
+from llmzero_slurm.search.tree import Kind, Resume, Tree, quarantined
 from treebuild import N, S, T
 
 SET = SearchSettings()
@@ -65,8 +65,31 @@ def test_a_phase_a_person_cancelled_is_never_the_best():
     assert best_node(T(N(0, None, S.CANCELLED, score=0.8))) is None
 
 
+def test_a_failed_phase_is_never_the_best_strategy():
+    """Review: a phase that validated at 0.9 and then hit its time limit was the best node,
+    so the stopper's bar fell back to an ancestor, the proposer was told 0.9, and forced
+    scratch children hung under the failed node, which can only be debugged, never evolved."""
+    tree = T(N(0, None, score=0.5), N(1, 0, score=0.8), N(2, 1, S.FAILED, score=0.9))
+    assert best_node(tree).id == 1
+    assert [n.id for n in best_path(tree)] == [0, 1]
+    assert score_range(tree) == ScoreRange(0.5, 0.9)   # still a measured checkpoint
+    assert best_node(T(N(0, None, S.FAILED, score=0.9))) is None
+    chain = [N(0, None, score=0.3)] + [N(i, i - 1, score=0.3 + i / 100) for i in range(1, 6)]
+    chain.append(N(6, 5, S.FAILED, score=0.99))
+    assert select(T(*chain), SET) == Action(Kind.SCRATCH, 5, injected=True)
+
+
 def test_a_search_whose_every_root_was_cancelled_starts_a_root_again():
     assert select(T(N(0, None, S.CANCELLED)), SET) == Action(Kind.SCRATCH, None)
+
+
+def test_an_unreadable_root_is_not_a_search_to_start_again():
+    """Review: a root whose record cannot be read stands in unparented and pruned, so the tree
+    had no root and every one of none counted as cancelled: a fresh root was started and
+    the old tree was left orphaned."""
+    assert select(T(quarantined(0, "corrupt JSON")), SET) is None
+    tree = T(quarantined(0, "corrupt JSON"), N(1, 0, score=0.5))
+    assert select(tree, SET) != Action(Kind.SCRATCH, None)
 
 
 def test_failed_child_gets_a_debug_child():

@@ -58,8 +58,8 @@ class Monitor:
         return reader.read()
 
     def best_strategy(self, tree: Tree) -> tuple[MetricsLog | None, float | None]:
-        """The best completed strategy's curves on the global-step axis, and its best score."""
-        path = [n for n in best_path(tree) if n.status in (Status.COMPLETED, Status.EARLY_STOPPED)]
+        """The best finished strategy's curves on the global-step axis, and its best score."""
+        path = best_path(tree)
         if not path:
             return None, None
         return strategy_curves(path, self.metrics), path[-1].score

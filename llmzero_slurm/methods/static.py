@@ -4,8 +4,9 @@ Two shapes cover every baseline. Independent trials (practitioner, random, grid)
 roots that can all run at once. A chain (guidebook, replay) trains phase i+1 from phase i's last
 checkpoint, so it waits for each phase to finish and stops for good when one fails.
 
-The i-th node of the run is the i-th planned phase: methods write nothing, so a restarted
-controller rebuilds the same plan and finds its place from the tree alone.
+The i-th node of the run is the i-th planned phase, and a node past the plan reruns a trial a
+person cancelled: methods write nothing, so a restarted controller rebuilds the same plan and
+finds its place from the tree alone.
 """
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def _cut(key: str, node: Node, planned: dict[str, Any]) -> bool:
         and steps < meant
 
 
+def _differences(node: Node, planned: dict[str, Any]) -> list[str]:
+    """The keys in which `node` did not run `planned` as it is (a budget's cut aside)."""
+    return sorted(k for k in node.hparams.keys() | planned.keys()
+                  if node.hparams.get(k) != planned.get(k) and not _cut(k, node, planned))
+
+
 class StaticMethod(SearchMethod):
     """A method whose phases are all known up front; `plan()` lists them in order."""
 
@@ -51,14 +58,11 @@ class StaticMethod(SearchMethod):
         later phases would be another schedule's, mixed silently into this run's results."""
         if self._resumes_plan:
             return
-        # Phases follow the nodes in creation order, as next_phase counts them: ids may have
-        # gaps (an id taken for good by a kill inside run_store.add_node).
-        for index, node in enumerate(sorted(tree, key=lambda n: n.id)):
-            if not node.hparams or index >= len(self.phases):   # an unreadable record
+        for node, index in self.trials(tree)[0]:
+            if not node.hparams:   # an unreadable record
                 continue
             planned = self.phases[index].hparams
-            keys = sorted(k for k in node.hparams.keys() | planned.keys()
-                          if node.hparams.get(k) != planned.get(k) and not _cut(k, node, planned))
+            keys = _differences(node, planned)
             if keys:
                 shown = ", ".join(f"{k}: {node.hparams.get(k)!r} -> {planned.get(k)!r}"
                                   for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
@@ -70,6 +74,30 @@ class StaticMethod(SearchMethod):
                                   "ran with in the run's experiment.yaml (hparams, search.space); "
                                   "llmzero-status and -report read the run as it is")
         self._resumes_plan = True
+
+    def trials(self, tree: Tree) -> tuple[list[tuple[Node, int]], list[int]]:
+        """Which planned phase each node ran, and the phases whose last run a person cancelled
+        (no verdict on the configuration), to run again as new nodes, oldest cancel first.
+
+        Nodes follow the plan in creation order, as next_phase counts them: ids may have gaps
+        (an id taken for good by a kill inside run_store.add_node). A node past the plan is a
+        rerun; the trial it reruns is the one whose configuration it holds, since a trial may
+        be cancelled after a later one's rerun was created."""
+        ran: list[tuple[Node, int]] = []
+        again: list[int] = []
+        for position, node in enumerate(sorted(tree, key=lambda n: n.id)):
+            if position < len(self.phases):
+                index = position
+            elif again:
+                index = next((i for i in again if not _differences(node, self.phases[i].hparams)),
+                             again[0])
+                again.remove(index)
+            else:
+                continue
+            ran.append((node, index))
+            if node.status is Status.CANCELLED:
+                again.append(index)
+        return ran, again
 
     def source(self) -> str:
         """Where the plan comes from, for messages."""
@@ -85,17 +113,24 @@ class StaticMethod(SearchMethod):
 
 
 class IndependentTrials(StaticMethod):
-    """Scratch roots only; a failed trial does not hold up the others."""
+    """Scratch roots only; a failed trial does not hold up the others, and a cancelled one runs
+    again once the plan's own trials are created."""
 
     def next_phase(self, tree: Tree) -> PhasePlan | None:
-        if self.exhausted(tree):
+        left = self.left(tree)
+        if not left:
             return None
         self.follows(tree)
-        phase = self.phases[len(tree)]
+        phase = self.phases[left[0]]
         return PhasePlan(Action(Kind.SCRATCH, None), dict(phase.hparams), diagnosis=phase.diagnosis)
 
     def exhausted(self, tree: Tree) -> bool:
-        return len(tree) >= len(self.phases)
+        return not self.left(tree)
+
+    def left(self, tree: Tree) -> list[int]:
+        """The planned trials still to create, in the order they run."""
+        ran, again = self.trials(tree)
+        return [*range(len(ran), len(self.phases)), *again]
 
 
 class Chain(StaticMethod):

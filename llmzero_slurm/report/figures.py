@@ -52,13 +52,14 @@ def strategy_curve(view: RunView, path: Path) -> Path:
 
 
 def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
-    """(iteration, best validation score so far) in creation order, of the ranked scores the
-    headline's best_node picks from (no pruned or cancelled node), so the line ends at its."""
+    """(iteration, best validation score so far) in creation order, of the strategy scores the
+    headline's best_node picks from (no pruned, cancelled or failed node), so the line ends
+    at its."""
     xs: list[int] = []
     best: list[float] = []
     running = None
     for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
-        if (score := node.ranked_score) is not None:
+        if (score := node.strategy_score) is not None:
             running = score if running is None else max(running, score)
         if running is not None:
             xs.append(i)
@@ -86,7 +87,7 @@ def best_so_far(view: RunView, path: Path) -> Path:
 
 def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
     """(cumulative device-hours, test score of the best phase so far) as phases finished. The
-    best is chosen as the headline's (best_node): ranked scores only, a tie to the older node,
+    best is chosen as the headline's (best_node): strategy scores only, a tie to the older node,
     so the curve ends at the test score the page states."""
     done = sorted((n for n in view.tree if n.status.finished),
                   key=lambda n: (n.finished_at or 0.0, n.id))
@@ -95,7 +96,7 @@ def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
     spent, leader, leading = 0.0, None, (-math.inf, 0)
     for node in done:
         spent += node.results.gpu_hours
-        if (score := node.ranked_score) is not None and (score, -node.id) > leading:
+        if (score := node.strategy_score) is not None and (score, -node.id) > leading:
             leader, leading = node, (score, -node.id)
         if leader is not None and leader.results.test_at_best is not None:
             hours.append(spent)

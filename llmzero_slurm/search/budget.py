@@ -131,10 +131,10 @@ class Budget:
         return None
 
     def uncounted(self, tree: Tree) -> list[int]:
-        """The nodes whose record cannot be read while samples or device-hours are budgeted:
-        what they used is unknown, and counting it as nothing could overspend the budget."""
-        if self.samples is None and self.gpu_hours is None:
-            return []
+        """The nodes whose record cannot be read: what they used is unknown (samples,
+        device-hours, even whether they count as a phase, as a cancelled one does not), and
+        counting it as nothing could overspend the budget. So is what the method would build
+        on: the branch below an unreadable node, or whether its trial is one to run again."""
         return sorted(n.id for n in tree if n.unreadable)
 
     def unknown(self, tree: Tree) -> str | None:

@@ -119,14 +119,16 @@ def scratch_ratio(tree: Tree) -> float:
 
 
 def best_node(tree: Tree) -> Node | None:
-    """The node with the highest ranked validation score (oldest wins ties)."""
-    scored = [(s, -n.id, n) for n in tree if (s := n.ranked_score) is not None]
+    """The node with the highest strategy score (oldest wins ties)."""
+    scored = [(s, -n.id, n) for n in tree if (s := n.strategy_score) is not None]
     return max(scored, key=lambda t: t[:2])[2] if scored else None
 
 
 def select(tree: Tree, settings: SearchSettings) -> Action | None:
     """The next phase to create, or None when every branch is terminal or waiting on a job."""
-    if all(r.status is Status.CANCELLED for r in tree.roots()):
+    roots = tree.roots()
+    # An unreadable root stands in unparented and pruned (no root): that is no empty search.
+    if not len(tree) or (roots and all(r.status is Status.CANCELLED for r in roots)):
         return Action(Kind.SCRATCH, None)
     best = best_node(tree)
     if best is not None and scratch_ratio(tree) < settings.min_scratch_ratio:

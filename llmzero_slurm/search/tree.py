@@ -108,9 +108,18 @@ class Node:
 
     @property
     def ranked_score(self) -> float | None:
-        """The score the search and the headline rank by: none for a pruned node, nor for one a
-        person cancelled, which is no verdict on its configuration."""
+        """The score UCT normalises by: none for a pruned node, nor for one a person cancelled,
+        which is no verdict on its configuration. A failed phase's score stays: it measured a
+        real checkpoint, which its debug fix may resume from."""
         return None if self.pruned or self.status is Status.CANCELLED else self.score
+
+    @property
+    def strategy_score(self) -> float | None:
+        """The score a node competes to be the best strategy with (injection's n*, the
+        stopper's bar, the proposer's and the headline's best): a ranked score of a phase that
+        ran its course. A failed one can only be debugged, never evolved or replayed as is."""
+        return self.ranked_score if self.status in (Status.COMPLETED, Status.EARLY_STOPPED) \
+            else None
 
     def give_up(self, message: str) -> None:
         """End the node's debug chain, saying why under the plan's own diagnosis."""
