@@ -269,6 +269,38 @@ os.symlink("/dev/full", os.path.join(node, f"status.json.tmp.{{os.getppid()}}"))
     assert not list(s.node_dir.glob("status.json.tmp.*"))
 
 
+def comma_locale(tmp_path: Path) -> dict[str, str]:
+    """The environment of a shell whose locale writes numbers with a decimal comma (de_DE,
+    compiled into tmp_path); skips where none can be made."""
+    env = {"PATH": "/usr/bin:/bin", "LOCPATH": str(tmp_path / "locales"), "LC_ALL": "de_DE.UTF-8"}
+    if shutil.which("localedef"):
+        (tmp_path / "locales").mkdir()
+        subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", f"{env['LOCPATH']}/de_DE.UTF-8"],
+                       capture_output=True, timeout=60)
+    shown = subprocess.run(["bash", "-c", "echo $EPOCHREALTIME"], env=env, capture_output=True,
+                           text=True).stdout
+    if "," not in shown:
+        pytest.skip("no locale with a decimal comma can be made here (localedef, de_DE)")
+    return env
+
+
+def test_status_json_stays_json_under_a_decimal_comma_locale(tmp_path):
+    """sbatch --export=ALL passes the user's LANG=de_DE.UTF-8 on: bash wrote $EPOCHREALTIME as
+    1795701806,660015, status.json was no JSON, and a requeue's awk lost the earlier run's
+    time (earlier_s 0)."""
+    env = comma_locale(tmp_path)
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
+    script = write_phase_script(s)
+    for restart in ("0", "1"):      # the run, then its requeue under the same job id
+        done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60,
+                              env={**env, "SLURM_JOB_ID": "41", "SLURM_RESTART_COUNT": restart})
+        assert done.returncode == 0, done.stderr
+        status = json.loads((s.node_dir / "status.json").read_text())
+        assert status["finished_at"] > status["started_at"] > 1e9
+    assert status["earlier_s"] > 0
+
+
 def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
     """Issue 14.3: a resubmitted node ran two jobs, the second overwriting status.json."""
     s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
