@@ -301,6 +301,25 @@ def test_status_json_stays_json_under_a_decimal_comma_locale(tmp_path):
     assert status["earlier_s"] > 0
 
 
+def test_a_cancel_during_the_setup_lines_is_recorded_as_a_cancel(tmp_path):
+    """The setup lines run with errexit, still on in the TERM trap: finding no "CANCELLED AT"
+    notice in the output failed a pipeline there, and the job exited 1 mid-trap, recorded as
+    "failed ... exited with code 1 during setup"."""
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)},
+             slurm=SlurmConfig(setup=["sleep 2"]))
+    job = subprocess.Popen(["bash", str(write_phase_script(s))], cwd=tmp_path, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "555"})
+    time.sleep(0.8)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    status = json.loads((s.node_dir / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("cancelled", 143)
+    assert status["reason"] == "signal (SIGTERM during setup)"
+    assert not (s.node_dir / "argv.json").exists()
+
+
 def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):
     """Issue 14.3: a resubmitted node ran two jobs, the second overwriting status.json."""
     s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
