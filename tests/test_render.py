@@ -19,6 +19,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, render, write_phase_script
 from llmzero_slurm.schedulers.base import parse_time
+from llmzero_slurm.schedulers.job_env import new_job_environment
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Kind, Node, Resume
 
@@ -154,6 +155,7 @@ def test_for_node_takes_everything_from_config_and_node(tmp_path):
                         "slurm": {"partition": "cpu", "time": "00:30:00"}})
     node = Node(id=12, parent=3, kind=Kind.EVOLVE, hparams={"lr": 2e-3}, resume=Resume(3, 60))
     s = PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x", resume_dir=tmp_path / "0003")
+    assert s.secret_names == ("ANTHROPIC_API_KEY",)      # agents.api_key_env, as configured
     d = directives(render(s))
     assert d["job-name"] == "llmz-demo-0012-evolve" and d["partition"] == "cpu"
     assert "--step-offset=60" in render(s)
@@ -247,6 +249,42 @@ def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((s.node_dir / "status.json").read_text())["state"] == "completed"
     return json.loads((s.node_dir / "argv.json").read_text())
+
+
+# The environment the trainer started with, as JSON in its node folder.
+ENV_DUMP = f"""#!{sys.executable}
+import json, os
+with open(os.path.join(os.environ["LLMZ_NODE_DIR"], "env.json"), "w") as fh:
+    json.dump(dict(os.environ), fh)
+"""
+# A shell's credentials: the usual names, a site's, a copy of one under a plain name, and
+# variables that are no credential (HF_TOKEN downloads models).
+SHELL_CREDENTIALS = {"ANTHROPIC_API_KEY": "sk-ant-test-0001112223",
+                     "OPENAI_API_KEY": "sk-test-4445556667", "MY_LLM_CRED": "cred-8889990001",
+                     "site_auth_token": "tok-1234567890", "COPY_OF_IT": "sk-ant-test-0001112223",
+                     "HF_TOKEN": "hf-0001112223", "SHORT": "sk"}
+
+
+def env_dump(tmp_path: Path) -> str:
+    dump = tmp_path / "env-dump"
+    dump.write_text(ENV_DUMP)
+    dump.chmod(0o755)
+    return str(dump)
+
+
+def test_a_rerun_by_hand_drops_what_the_controller_withholds_from_its_jobs(tmp_path):
+    """A rerun by hand (bash or sbatch phase.sbatch from the user's shell) unset only
+    ANTHROPIC_API_KEY and OPENAI_API_KEY: a key under agents.api_key_env, a gateway's token or
+    a copy of a key reached the trainer and the user's reward code, which the controller's own
+    submissions never let through."""
+    s = spec(tmp_path, trainer={"python": env_dump(tmp_path)}, secret_names=("MY_LLM_CRED",))
+    shell = {"PATH": "/usr/bin:/bin", **SHELL_CREDENTIALS}
+    done = subprocess.run(["bash", str(write_phase_script(s))], cwd=tmp_path, env=shell,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    trainer = json.loads((s.node_dir / "env.json").read_text())
+    withheld = new_job_environment(shell, names=["MY_LLM_CRED"])
+    assert {n for n in shell if n in trainer} == set(withheld) == {"PATH", "HF_TOKEN", "SHORT"}
 
 
 def test_a_failed_status_write_keeps_the_last_good_record(tmp_path):

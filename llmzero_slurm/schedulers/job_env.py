@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Mapping
 
 # Names that hold a service credential: ANTHROPIC_API_KEY, OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN,
 # a gateway's ACCESS_TOKEN. HF_TOKEN is not among them: a job may download its model with it.
+# The job scripts apply it too (bash's [[ =~ ]], case ignored): keep it POSIX ERE.
 CREDENTIAL = re.compile(r"API_?KEY|AUTH_?TOKEN|ACCESS_?TOKEN|SECRET", re.I)
 MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies would drop noise
 # A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
