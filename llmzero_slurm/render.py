@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import jinja2
 
@@ -60,12 +60,14 @@ def _directives(spec: PhaseSpec) -> list[str]:
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def credential_rule(names: Sequence[str]) -> dict[str, Any]:
+def credential_rule(names: Iterable[str], kept: Iterable[str] = ()) -> dict[str, Any]:
     """What a script unsets before any child starts (shell.j2's drop_credentials): job_env's
-    rule, the one the controller's submissions follow, with the credential variables `names`."""
+    rule, the one the controller's submissions follow, with the credential variables `names`
+    and without the trainer's own (`kept`)."""
+    def variables(key: str, values: Iterable[str]) -> list[str]:
+        return sorted(checked(key, v, _VARIABLE, "must be a variable name") for v in values)
     return {"pattern": shlex.quote(CREDENTIAL.pattern), "min_chars": MIN_SECRET_CHARS,
-            "names": [checked("secret_names", n, _VARIABLE, "must be a variable name")
-                      for n in names]}
+            "names": variables("secret_names", names), "kept": variables("kept", kept)}
 
 
 def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
@@ -119,7 +121,7 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         checked(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
         spec=spec, directives=directives, setup=list(spec.slurm.setup),
-        credentials=credential_rule(spec.secret_names),
+        credentials=credential_rule(spec.secret_names, backend.kept_credentials(spec.trainer)),
         node_dir=shlex.quote(str(spec.node_dir)), install=shlex.quote(str(ROOT)),
         env=[(name, shell_word(value)) for name, value in env.items()],
         command=" ".join(shell_word(a) for a in argv))

@@ -19,8 +19,10 @@ from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
+from llmzero_slurm.schedulers import LocalScheduler
+from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
-from conftest import files_of
+from conftest import files_of, finish
 from full_disk import on_full_disk
 from verl_stubs import stub_merger, verl_checkpoint
 
@@ -267,6 +269,7 @@ if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
     printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
     printf 'RAY_TMPDIR=%s\\nRAY_ADDRESS=%s\\n' "${RAY_TMPDIR:-}" "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
     printf '%s\\n' "${HF_HUB_OFFLINE-unset}" "${TRANSFORMERS_OFFLINE-unset}" >"$STUB_LOG/main_ppo.hub"
+    env >"$STUB_LOG/main_ppo.environ"
     for arg in "$@"; do
         case $arg in +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=*)
             log=${arg#*=}; log=${log//\\"/} ;;
@@ -348,6 +351,30 @@ def test_a_model_in_a_folder_is_trained_without_asking_the_hub(tmp_path, model, 
     subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"}, check=True,
                    capture_output=True, timeout=120)
     assert (log / "main_ppo.hub").read_text().split() == offline
+
+
+def test_a_scheduled_phase_keeps_the_key_of_the_logger_it_is_configured_with(tmp_path,
+                                                                              monkeypatch):
+    """`trainer.extra_loggers: [wandb]` worked on a rerun by hand, but the scheduled phase never
+    had WANDB_API_KEY (a credential by name, withheld from every job): verl's wandb logger
+    failed to log in. A logger not configured gets no key, and no job gets the LLM key."""
+    phase = spec(tmp_path, trainer={"test_data_sources": ["gsm8k_test"], "extra_loggers": ["wandb"]})
+    script = script_of(phase)
+    env, log, _ = stub_programs(tmp_path)
+    keys = {"WANDB_API_KEY": "wandb-0001112223", "SWANLAB_API_KEY": "swan-4445556667",
+            "ANTHROPIC_API_KEY": "sk-ant-test-8889990001"}
+    for name, value in {"PATH": env["PATH"], "STUB_LOG": env["STUB_LOG"], **keys}.items():
+        monkeypatch.setenv(name, value)
+    kept = VerlBackend().kept_credentials(phase.trainer)
+    sched = LocalScheduler(tmp_path / "local-jobs", ["ANTHROPIC_API_KEY"], kept)
+    assert finish(sched, sched.submit(script, "tok7")).status is Status.COMPLETED
+    scheduled = (log / "main_ppo.environ").read_text()
+    by_hand = subprocess.run(["bash", str(script)], env={**os.environ, "SLURM_JOB_ID": "46"},
+                             capture_output=True, text=True, timeout=120)
+    assert by_hand.returncode == 0, by_hand.stderr
+    for run, trainer in (("scheduled", scheduled), ("by hand", (log / "main_ppo.environ").read_text())):
+        assert "WANDB_API_KEY=wandb-0001112223\n" in trainer, run
+        assert "SWANLAB_API_KEY" not in trainer and "ANTHROPIC_API_KEY" not in trainer, run
 
 
 @pytest.mark.parametrize("validated", [True, False])

@@ -6,7 +6,9 @@ any name may reach it: not as a variable the script unsets later (it would still
 /proc/<pid>/environ), not under a custom name (`agents.api_key_env`), not copied under another
 name. Both schedulers submit with this environment, so their jobs never see the key; the
 monitor job, started through submitit (which takes no environment of its own), is submitted
-while the credentials are withheld from this process's environment.
+while the credentials are withheld from this process's environment. The credentials the
+phases' trainer itself reads, named by its backend (a logger's key), pass to the phases and
+to the controller's own job, which submits them.
 
 A controller running as a Slurm job (`llmzero-start --submit`, or started inside an salloc)
 has its own job's variables, and sbatch exports them: Slurm sets a new job's own values only
@@ -31,21 +33,24 @@ JOB_VARIABLE = re.compile(r"SLURMD?_")
 CLIENT_SETTINGS = frozenset({"SLURM_CONF"})
 
 
-def without_credentials(env: Mapping[str, str] | None = None,
-                        names: Iterable[str] = ()) -> dict[str, str]:
+def without_credentials(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
+                        keep: Iterable[str] = ()) -> dict[str, str]:
     """`env` (default: this process's) without credential variables, the variables `names`,
-    and any other variable holding one of their values."""
+    and any other variable holding one of their values. `keep`: credential variables the
+    trainer reads itself (a logger's key, TrainerBackend.kept_credentials)."""
     env = dict(os.environ if env is None else env)
-    secret = {n for n in env if CREDENTIAL.search(n)} | set(names)
+    kept = set(keep)
+    secret = {n for n in env if CREDENTIAL.search(n) and n not in kept} | set(names)
     values = {env[n] for n in secret if len(env.get(n, "")) >= MIN_SECRET_CHARS}
     return {k: v for k, v in env.items() if k not in secret and v not in values}
 
 
-def new_job_environment(env: Mapping[str, str] | None = None,
-                        names: Iterable[str] = ()) -> dict[str, str]:
-    """What a job submitted from `env` (default: this process's) may inherit: no credential,
-    and, when `env` is itself a Slurm job's, none of that job's Slurm variables."""
-    kept = without_credentials(env, names)
+def new_job_environment(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
+                        keep: Iterable[str] = ()) -> dict[str, str]:
+    """What a job submitted from `env` (default: this process's) may inherit: no credential
+    but those in `keep`, and, when `env` is itself a Slurm job's, none of that job's Slurm
+    variables."""
+    kept = without_credentials(env, names, keep)
     if "SLURM_JOB_ID" not in kept:
         return kept
     return {k: v for k, v in kept.items() if not JOB_VARIABLE.match(k) or k in CLIENT_SETTINGS}

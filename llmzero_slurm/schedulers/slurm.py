@@ -44,10 +44,12 @@ LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before 
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
-def run_command(argv: Sequence[str], secret_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
-    """A Slurm client call; sbatch exports this environment to the job, so no credential."""
+def run_command(argv: Sequence[str], secret_names: Iterable[str] = (),
+                kept_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
+    """A Slurm client call; sbatch exports this environment to the job, so no credential but
+    the trainer's own (`kept_names`)."""
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
-                          env=new_job_environment(names=secret_names))
+                          env=new_job_environment(names=secret_names, keep=kept_names))
 
 
 def _exit_status(shown: str) -> tuple[int | None, str | None]:
@@ -97,9 +99,10 @@ class SlurmScheduler(Scheduler):
 
     def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
                  min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
-                 secret_names: Sequence[str] = ()):
+                 secret_names: Sequence[str] = (), kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
-        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names))
+        kept = frozenset(kept_names)
+        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names, kept))
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
         self._poll_s = min_poll_s
