@@ -22,7 +22,7 @@ from ..errors import SchedulerError, StateError
 from ..job_names import controller_job_name
 from ..render import write_controller_script
 from ..schedulers import JobState, SlurmScheduler
-from ..schedulers.job_env import new_job_environment
+from ..schedulers.job_env import new_job_environment, sbatch_inputs_note
 from ..search.tree import Status
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
@@ -71,6 +71,8 @@ def submit_controller(store: RunStore, command: list[str],
     folder = store.root / KEY_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     llm_key.hand_over(folder, agents)
+    if note := sbatch_inputs_note():
+        event(note)
     try:
         done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
                               text=True, timeout=120,

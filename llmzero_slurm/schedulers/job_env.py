@@ -15,6 +15,10 @@ has its own job's variables, and sbatch exports them: Slurm sets a new job's own
 for what that job has, so SLURM_RESTART_COUNT of a requeued controller job, or its
 SLURM_MEM_PER_NODE when the phase sets no `mem` (srun reads it as its memory request), would
 reach the phase. Only the client's own settings (SLURM_CONF) pass on.
+
+sbatch reads its input variables (SBATCH_JOB_NAME, SBATCH_PARTITION, SBATCH_TIMELIMIT...) with
+precedence over a script's #SBATCH lines: a user's .bashrc value would replace what the job
+script says, the job name the controller tracks its jobs by included. None passes on.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies woul
 # A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
 JOB_VARIABLE = re.compile(r"SLURMD?_")
 CLIENT_SETTINGS = frozenset({"SLURM_CONF"})
+SBATCH_INPUT = "SBATCH_"
 
 
 def without_credentials(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
@@ -50,10 +55,22 @@ def new_job_environment(env: Mapping[str, str] | None = None, names: Iterable[st
     """What a job submitted from `env` (default: this process's) may inherit: no credential
     but those in `keep`, and, when `env` is itself a Slurm job's, none of that job's Slurm
     variables."""
-    kept = without_credentials(env, names, keep)
+    kept = {k: v for k, v in without_credentials(env, names, keep).items()
+            if not k.startswith(SBATCH_INPUT)}
     if "SLURM_JOB_ID" not in kept:
         return kept
     return {k: v for k, v in kept.items() if not JOB_VARIABLE.match(k) or k in CLIENT_SETTINGS}
+
+
+def sbatch_inputs_note(env: Mapping[str, str] | None = None) -> str | None:
+    """What to tell the user when `env` (default: this process's) sets sbatch input variables,
+    by name (new_job_environment leaves them out); None when it sets none."""
+    names = sorted(n for n in (os.environ if env is None else env) if n.startswith(SBATCH_INPUT))
+    if not names:
+        return None
+    return (f"{', '.join(names)} (set in this environment) not passed to sbatch: they would "
+            "override the #SBATCH lines of every job it submits; set the experiment's slurm:, "
+            "monitor: or controller: section instead")
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from ..errors import SchedulerError
 from ..search.tree import Status
 from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
-from .job_env import credentials_withheld, new_job_environment
+from .job_env import credentials_withheld, new_job_environment, sbatch_inputs_note
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 _log = logging.getLogger(__name__)   # retries, as they happen; the controller shows them
@@ -113,6 +113,7 @@ class SlurmScheduler(Scheduler):
         self._names: dict[str, str] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
+        self._inputs_noted = False
 
     @staticmethod
     def available() -> bool:
@@ -182,7 +183,14 @@ class SlurmScheduler(Scheduler):
 
     # -- interface --------------------------------------------------------------------------
 
+    def _note_sbatch_inputs(self) -> None:
+        """Say once, at the first submission, which SBATCH_* variables sbatch is not given."""
+        if not self._inputs_noted and (note := sbatch_inputs_note()):
+            _log.warning("%s", note)
+        self._inputs_noted = True
+
     def submit(self, script: Path, token: str) -> str:
+        self._note_sbatch_inputs()
         script = Path(script).resolve()
         name = read_submission(script, token).get("job-name") or script.name  # sbatch's default
         out = self._call(["sbatch", "--parsable", f"--export=ALL,{SCHEDULED_ENV}=1", str(script)],
@@ -216,6 +224,7 @@ class SlurmScheduler(Scheduler):
                     job: CallJob) -> str:
         import submitit  # login-node import cost only when a monitor is needed
 
+        self._note_sbatch_inputs()
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
