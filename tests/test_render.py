@@ -230,6 +230,40 @@ def test_hostile_values_are_refused_naming_the_key(tmp_path, changes, key):
     assert f"'{key}" in str(err.value)
 
 
+@pytest.mark.parametrize("line, said", [
+    # sbatch takes any unambiguous prefix of a long option's name (getopt_long).
+    ("--job-n=mine", "--job-n stands for --job-name"),
+    ("--out=/tmp/elsewhere", "--out stands for --output"),
+    ("--sig=TERM@60", "--sig stands for --signal"),
+    ("--open=truncate", "--open stands for --open-mode"),
+    ("--arr=0-3", "--arr stands for --array"),
+    ("--ti=9:00:00", "--ti stands for --time"),
+    ("--n=2", "--n is ambiguous (--no-requeue, --nodes, --ntasks"),
+    # What the script sets from the config, which a second directive would change behind it.
+    ("--nodes=4", "--nodes is already in the script, from slurm.nodes"),
+    ("--ntasks-per-node=8", "from slurm.nodes (one task per node"),
+    ("--cpus-per-task=32", "from slurm.cpus_per_task"),
+    ("--gpus=8", "from slurm.gpus_per_node"),
+    ("--gres=gpu:a100:4", "from slurm.gpus_per_node"),
+    ("--mem-per-cpu=4G", "from slurm.mem"),
+    ("--time=9:00:00", "from slurm.time"),
+])
+def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, said):
+    """--out=, --job-n=, --sig= passed the check of option names (sbatch reads them as
+    --output, --job-name, --signal), and --nodes, --mem or --time were taken although the
+    script sets them from the config: the later line won, behind the config's back."""
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line])))
+    assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
+    fine = ["--reservation=llm", "--gres-flags=enforce-binding", "--mem-bind=local",
+            "--time-min=1:00:00", "--hold", "--mail-type=END"]
+    assert "#SBATCH --time-min=1:00:00" in render(spec(tmp_path, slurm=SlurmConfig(
+        extra_directives=fine)))
+    with pytest.raises(ConfigError, match=r"--cpus-per-task is already in the script, from "
+                                          r"controller\.cpus"):
+        controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
+
+
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a b; touch PWNED", "x' ; touch PWNED; '",
            '"$HOME" && touch PWNED', "!!", "*", "~", "a\\tb", "-n", "--task=$(id)"]
 
