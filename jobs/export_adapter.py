@@ -11,7 +11,9 @@ phases resuming from the same parent step share that folder: the first takes a l
 into a private temporary folder and renames it into place, so no phase ever reads a half
 export; where the filesystem has no working flock, the rename alone still keeps it correct.
 The merger also writes the unchanged base weights, a second copy of the base model per
-export; only the adapter is kept. verl's merger falls back to lora_alpha 0 when its metadata
+export; only the adapter is kept. A SIGTERM (scancel, the time limit) still removes the
+temporary folder, and one left by an exporter of this host that was killed outright is
+removed before the next export. verl's merger falls back to lora_alpha 0 when its metadata
 is missing, which silently disables the adapter, so such an export is refused.
 
 Runs inside a phase job, with the job's Python (standard library only here).
@@ -26,6 +28,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -113,7 +116,8 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
         if (target / ADAPTER).is_dir():     # a sibling finished while we waited
             check_adapter(target, expect_rank)
             return target / ADAPTER
-        tmp = target.parent / f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+        remove_abandoned(target)
+        tmp = target.parent / f"{_tmp_prefix(target)}{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             run_merger(python, actor, tmp)
@@ -129,6 +133,39 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target / ADAPTER
+
+
+def _tmp_prefix(target: Path) -> str:
+    """The name of this host's temporary exports of `target`, less the exporter's pid."""
+    return f".{target.name}.tmp-{socket.gethostname()}-"
+
+
+def remove_abandoned(target: Path) -> None:
+    """Remove the temporary exports of `target` whose exporter, on this host, is gone (killed
+    outright: SIGKILL, the OOM killer), each a full copy of the base model. Another host's
+    exporter cannot be asked after: its folder is left."""
+    prefix = _tmp_prefix(target)
+    for tmp in target.parent.glob(f"{prefix}*"):
+        pid = tmp.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            print(f"export_adapter: removing {tmp}, left by exporter {pid}, which is gone")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # another user's
+        pass
+    return True
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM as SystemExit, so that `finally` removes the temporary export (Python's own
+    handling ends at once) and subprocess.run ends the merger."""
+    sys.exit(128 + signum)
 
 
 def take_umask(folder: Path) -> None:
@@ -161,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter that has verl installed (default: this one)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         path = export(args.actor_dir, args.target_dir, args.python, args.lora_rank)
     except ExportError as exc:

@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import jinja2
 
@@ -28,6 +28,7 @@ from .job_settings import CheckJob, ControllerJobConfig
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
+from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS
 from .search.tree import Kind
 from .store.atomic import write_text
 
@@ -54,6 +55,19 @@ def _directives(spec: PhaseSpec) -> list[str]:
            f"--output={node_dir}/slurm-%j.out",
            "--open-mode=append"]
     return out + phase_directives(spec.slurm)
+
+
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def credential_rule(names: Iterable[str], kept: Iterable[str] = ()) -> dict[str, Any]:
+    """What a script unsets before any child starts (shell.j2's drop_credentials): job_env's
+    rule, the one the controller's submissions follow, with the credential variables `names`
+    and without the trainer's own (`kept`)."""
+    def variables(key: str, values: Iterable[str]) -> list[str]:
+        return sorted(checked(key, v, _VARIABLE, "must be a variable name") for v in values)
+    return {"pattern": shlex.quote(CREDENTIAL.pattern), "min_chars": MIN_SECRET_CHARS,
+            "names": variables("secret_names", names), "kept": variables("kept", kept)}
 
 
 def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
@@ -103,10 +117,11 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         checked(f"command[{i}]", arg)
     env = backend.env(outputs)
     for name, value in env.items():
-        checked(f"env.{name}", name, re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$"), "must be a variable name")
+        checked(f"env.{name}", name, _VARIABLE, "must be a variable name")
         checked(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
         spec=spec, directives=directives, setup=list(spec.slurm.setup),
+        credentials=credential_rule(spec.secret_names, backend.kept_credentials(spec.trainer)),
         node_dir=shlex.quote(str(spec.node_dir)), install=shlex.quote(str(ROOT)),
         env=[(name, shell_word(value)) for name, value in env.items()],
         command=" ".join(shell_word(a) for a in argv))
@@ -165,9 +180,11 @@ def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobCo
 CHECK_SETUP_DONE = "llmzero: setup done"   # the check job's output: slurm.setup went through
 
 
-def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path) -> str:
+def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path,
+                     secret_names: Sequence[str] = ()) -> str:
     """A cluster-side preflight job: the phases' setup lines, then the checks of `plan` run by
-    `job.python`. Output to <folder>/<mode>-<jobid>.out; never requeued (it changes nothing)."""
+    `job.python`, none of them with a credential (`secret_names`: the LLM key's variable).
+    Output to <folder>/<mode>-<jobid>.out; never requeued (it changes nothing)."""
     where = output_folder("folder", folder)
     mode = checked("mode", job.mode, _NAME, "a name")
     setup = _setup(job.setup)
@@ -179,15 +196,17 @@ def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, p
                   *cpu_job_directives(job.where, job, "check time", ["--no-requeue"])]
     return _ENV.get_template("preflight/preflight.sbatch.j2").render(
         directives=directives, experiment=experiment, mode=mode, setup=setup,
+        credentials=credential_rule(secret_names),
         setup_done=shlex.quote(CHECK_SETUP_DONE), repo=shlex.quote(str(ROOT)),
         python=shlex.quote(checked("python", job.python)),
         plan=shlex.quote(checked("plan", str(plan))),
         script=shlex.quote(f"{where}/{mode}.sbatch"))
 
 
-def write_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path) -> Path:
+def write_check_job(experiment: str, folder: Path, job: CheckJob, token: str, plan: Path,
+                    secret_names: Sequence[str] = ()) -> Path:
     """Render into <folder>/<mode>.sbatch (atomically) and return its path."""
     path = Path(folder) / f"{job.mode}.sbatch"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, render_check_job(experiment, Path(folder), job, token, plan))
+    write_text(path, render_check_job(experiment, Path(folder), job, token, plan, secret_names))
     return path

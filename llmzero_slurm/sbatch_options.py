@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .errors import ConfigError, ConfigProblems
 from .job_settings import CheckJob, ControllerJobConfig, SlurmConfig
@@ -26,6 +26,17 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Directives the controller relies on; extra_directives may not replace them.
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
                      "no-requeue", "parsable", "wrap", "chdir", "signal"})
+# The size of a job, which the scripts set from the config: a second directive for it would
+# override the config's (or clash with it) unseen. Grouped by what sets them.
+_NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-socket",
+                   "ntasks-per-gpu")
+_CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
+_GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
+_MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# Every long option the extra-directive rules refuse, and (so none is misread as an
+# abbreviation of another) every sbatch option whose name starts another's here.
+RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
+                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS}
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -56,7 +67,14 @@ def phase_directives(s: SlurmConfig) -> list[str]:
         lambda: [time_directive("slurm.time", s.time)],
         lambda: ["--exclusive"] if s.exclusive else [],
         lambda: ["--requeue" if s.requeue else "--no-requeue", f"--signal=B:USR1@{WARN_SIGNAL_S}"],
-        lambda: extra_directives("slurm.extra_directives", s.extra_directives))
+        lambda: extra_directives("slurm.extra_directives", s.extra_directives, {
+            "nodes": "slurm.nodes", "time": "slurm.time",
+            **dict.fromkeys(_NTASKS_OPTIONS, "slurm.nodes (one task per node; the trainer "
+                                             "starts its own workers)"),
+            **dict.fromkeys(_CPUS_OPTIONS, "slurm.cpus_per_task"),
+            **dict.fromkeys(_GPUS_OPTIONS, "slurm.gpus_per_node (with slurm.gpu_type and "
+                                           "slurm.gpu_directive)"),
+            **dict.fromkeys(_MEM_OPTIONS, "slurm.mem")}))
 
 
 def _each_named(source: str, *parts: Callable[[], list[str]]) -> list[str]:
@@ -120,32 +138,52 @@ def time_directive(key: str, time: str) -> str:
     return f"--time={time}"
 
 
-def extra_directives(where: str, lines: list[str]) -> list[str]:
+def extra_directives(where: str, lines: list[str], sized: Mapping[str, str]) -> list[str]:
     """The user's own #SBATCH options: one long option each, none that llmzero-slurm sets
-    itself, nothing that would send the job (and every later query) to another cluster."""
+    itself, nothing that would send the job (and every later query) to another cluster.
+    `sized`: the options the script sets from the config, and the key that sets each."""
     problems = ConfigProblems()
     for i, line in enumerate(lines):
         with problems.collect():
-            _extra(f"{where}[{i}]", line)
+            _extra(f"{where}[{i}]", line, sized)
     problems.raise_all()
     return list(lines)
 
 
-def _extra(key: str, line: str) -> None:
+def _extra(key: str, line: str, sized: Mapping[str, str]) -> None:
     match = _EXTRA.match(checked(key, line))
     if not match:
         raise ConfigError(key, "must be one long option like --reservation=name, without "
                                f"spaces, quotes or shell characters (got {line[:60]!r})")
-    if match.group(1) in MANAGED:
-        raise ConfigError(key, f"--{match.group(1)} is set by llmzero-slurm itself")
-    if match.group(1) == "array":
-        raise ConfigError(key, "--array would make one phase several jobs, which squeue and sacct "
-                               "list as <id>_<task>: the controller tracks one job per phase. "
-                               "Run other seeds as experiments of their own")
-    if match.group(1) in ("cluster", "clusters"):
-        raise ConfigError(key, "--clusters would send phases to another cluster while squeue, "
-                               "sacct and scancel ask this one; run llmzero-start where that "
-                               "cluster is the default (SLURM_CONF) instead")
+    written = match.group(1)
+    option = _option(key, written)
+    read_as = (f"--{written} stands for --{option} (sbatch takes any unambiguous prefix of "
+               "an option's name): " if option != written else "")
+    if option in MANAGED:
+        raise ConfigError(key, f"{read_as}--{option} is set by llmzero-slurm itself")
+    if option in sized:
+        raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
+                               f"{sized[option]}")
+    if option == "array":
+        raise ConfigError(key, f"{read_as}--array would make one phase several jobs, which "
+                               "squeue and sacct list as <id>_<task>: the controller tracks one "
+                               "job per phase. Run other seeds as experiments of their own")
+    if option in ("cluster", "clusters"):
+        raise ConfigError(key, f"{read_as}--clusters would send phases to another cluster while "
+                               "squeue, sacct and scancel ask this one; run llmzero-start where "
+                               "that cluster is the default (SLURM_CONF) instead")
+
+
+def _option(key: str, name: str) -> str:
+    """The option sbatch reads `name` as, where that is one of RULED: its exact name first,
+    else the one option it abbreviates; `name` itself for any other option."""
+    if name in RULED:
+        return name
+    options = sorted(o for o in RULED if o.startswith(name))
+    if len(options) > 1:
+        raise ConfigError(key, f"--{name} is ambiguous ({', '.join('--' + o for o in options)}): "
+                               "write the option's full name")
+    return options[0] if options else name
 
 
 def output_folder(key: str, folder: Path) -> str:
@@ -160,7 +198,12 @@ def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_k
     return _each_named(
         f"`{section}:`",
         lambda: placement_directives(section, job.partition, job.account, job.qos),
-        lambda: ["--nodes=1", "--ntasks=1", f"--cpus-per-task={_count(f'{section}.cpus', job.cpus, 1)}"],
+        lambda: ["--nodes=1", "--ntasks=1",
+                 f"--cpus-per-task={_count(f'{section}.cpus', job.cpus, 1)}"],
         lambda: [mem_directive(f"{section}.mem", job.mem)],
         lambda: [time_directive(time_key, job.time), *own],
-        lambda: extra_directives(f"{section}.extra_directives", job.extra_directives))
+        lambda: extra_directives(f"{section}.extra_directives", job.extra_directives, {
+            **dict.fromkeys(("nodes", *_NTASKS_OPTIONS),
+                            "llmzero-slurm itself (one task on one node)"),
+            **dict.fromkeys(_CPUS_OPTIONS, f"{section}.cpus"),
+            **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key}))

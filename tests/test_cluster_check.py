@@ -26,12 +26,13 @@ from llmzero_slurm.job_settings import CheckJob
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import render_check_job
 from llmzero_slurm.schedulers import SlurmScheduler
+from llmzero_slurm.schedulers.job_env import new_job_environment
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.tasks import reward_path
 from llmzero_slurm.tasks.dataset import materialize
 
 from conftest import finish, verl_task_files
-from test_render import shellcheck
+from test_render import SHELL_CREDENTIALS, env_dump, shellcheck
 from verl_stubs import stub_verl_environment
 
 needs_verl_config = pytest.mark.skipif(unavailable_reason() is not None,
@@ -126,7 +127,6 @@ def test_check_job_script_runs_setup_then_the_checks_where_the_controller_runs(t
     body = text.split("set -e\n", 1)[1]
     assert body.index("module load cuda") < body.index("set +e") < body.index(
         f"exec /opt/verl-env/bin/python -m llmzero_slurm.cluster_probe {tmp_path}/plan.json")
-    assert "unset ANTHROPIC_API_KEY OPENAI_API_KEY" in text
     script = tmp_path / "check.sbatch"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -134,6 +134,26 @@ def test_check_job_script_runs_setup_then_the_checks_where_the_controller_runs(t
     bad = CheckJob("environment", "controller", "python3", partition="gpu --wrap=x")
     with pytest.raises(ConfigError, match="controller.partition"):
         render_check_job("exp", tmp_path, bad, "t", tmp_path / "plan.json")
+
+
+def test_a_check_job_submitted_by_hand_drops_every_credential_first(tmp_path):
+    """`sbatch preflight/environment.sbatch` from the user's shell unset only
+    ANTHROPIC_API_KEY and OPENAI_API_KEY: the key under agents.api_key_env, a gateway's token
+    or a copy of a key reached the setup lines and the checks."""
+    job = CheckJob("environment", "controller", env_dump(tmp_path),
+                   setup=[f"env >{tmp_path}/setup-env.txt"])
+    script = tmp_path / "check.sbatch"
+    script.write_text(render_check_job("exp", tmp_path, job, "t", tmp_path / "plan.json",
+                                       ["MY_LLM_CRED"]))
+    shell = {"PATH": "/usr/bin:/bin", "LLMZ_NODE_DIR": str(tmp_path), **SHELL_CREDENTIALS}
+    done = subprocess.run(["bash", str(script)], env=shell, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    kept = set(new_job_environment(shell, names=["MY_LLM_CRED"]))
+    checks = json.loads((tmp_path / "env.json").read_text())
+    assert {n for n in shell if n in checks} == kept == {"PATH", "LLMZ_NODE_DIR", "HF_TOKEN", "SHORT"}
+    setup = dict(line.split("=", 1) for line in (tmp_path / "setup-env.txt").read_text().splitlines())
+    assert {n for n in shell if n in setup} == kept
 
 
 # -- on the local cluster ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.render import PhaseSpec, render, write_phase_script
 from llmzero_slurm.schedulers.base import parse_time
+from llmzero_slurm.schedulers.job_env import new_job_environment
 from llmzero_slurm.schedulers.directives import read_directives
 from llmzero_slurm.search.tree import Kind, Node, Resume
 
@@ -154,6 +155,7 @@ def test_for_node_takes_everything_from_config_and_node(tmp_path):
                         "slurm": {"partition": "cpu", "time": "00:30:00"}})
     node = Node(id=12, parent=3, kind=Kind.EVOLVE, hparams={"lr": 2e-3}, resume=Resume(3, 60))
     s = PhaseSpec.for_node(cfg, node, tmp_path / "0012", "tok-x", resume_dir=tmp_path / "0003")
+    assert s.secret_names == ("ANTHROPIC_API_KEY",)      # agents.api_key_env, as configured
     d = directives(render(s))
     assert d["job-name"] == "llmz-demo-0012-evolve" and d["partition"] == "cpu"
     assert "--step-offset=60" in render(s)
@@ -236,6 +238,41 @@ def test_a_memory_limit_below_one_mb_is_refused(tmp_path, limit):
     assert err.value.key == "trainer.max_memory_mb" and "at least 1" in err.value.problem
 
 
+@pytest.mark.parametrize("line, said", [
+    # sbatch takes any unambiguous prefix of a long option's name (getopt_long).
+    ("--job-n=mine", "--job-n stands for --job-name"),
+    ("--out=/tmp/elsewhere", "--out stands for --output"),
+    ("--sig=TERM@60", "--sig stands for --signal"),
+    ("--open=truncate", "--open stands for --open-mode"),
+    ("--arr=0-3", "--arr stands for --array"),
+    ("--ti=9:00:00", "--ti stands for --time"),
+    ("--n=2", "--n is ambiguous (--no-requeue, --nodes, --ntasks"),
+    # What the script sets from the config, which a second directive would change behind it.
+    ("--nodes=4", "--nodes is already in the script, from slurm.nodes"),
+    ("--ntasks-per-node=8", "from slurm.nodes (one task per node"),
+    ("--cpus-per-task=32", "from slurm.cpus_per_task"),
+    ("--gpus=8", "from slurm.gpus_per_node"),
+    ("--gres=gpu:a100:4", "from slurm.gpus_per_node"),
+    ("--mem-per-cpu=4G", "from slurm.mem"),
+    ("--time=9:00:00", "from slurm.time"),
+])
+def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, said):
+    """--out=, --job-n=, --sig= passed the check of option names (sbatch reads them as
+    --output, --job-name, --signal), and --nodes, --mem or --time were taken although the
+    script sets them from the config: the later line won, behind the config's back."""
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line])))
+    assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
+    fine = ["--reservation=llm", "--gres-flags=enforce-binding", "--mem-bind=local",
+            "--time-min=1:00:00", "--hold", "--mail-type=END"]
+    assert "#SBATCH --time-min=1:00:00" in render(spec(tmp_path, slurm=SlurmConfig(
+        extra_directives=fine)))
+    with pytest.raises(ConfigError, match=r"--cpus-per-task is already in the script, from "
+                                          r"controller\.cpus"):
+        controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
+
+
+
 HOSTILE = ["$(touch PWNED)", "`touch PWNED`", "a b; touch PWNED", "x' ; touch PWNED; '",
            '"$HOME" && touch PWNED', "!!", "*", "~", "a\\tb", "-n", "--task=$(id)"]
 
@@ -257,6 +294,42 @@ def run_by_hand(tmp_path: Path, s: PhaseSpec) -> list[str]:
     return json.loads((s.node_dir / "argv.json").read_text())
 
 
+# The environment the trainer started with, as JSON in its node folder.
+ENV_DUMP = f"""#!{sys.executable}
+import json, os
+with open(os.path.join(os.environ["LLMZ_NODE_DIR"], "env.json"), "w") as fh:
+    json.dump(dict(os.environ), fh)
+"""
+# A shell's credentials: the usual names, a site's, a copy of one under a plain name, and
+# variables that are no credential (HF_TOKEN downloads models).
+SHELL_CREDENTIALS = {"ANTHROPIC_API_KEY": "sk-ant-test-0001112223",
+                     "OPENAI_API_KEY": "sk-test-4445556667", "MY_LLM_CRED": "cred-8889990001",
+                     "site_auth_token": "tok-1234567890", "COPY_OF_IT": "sk-ant-test-0001112223",
+                     "HF_TOKEN": "hf-0001112223", "SHORT": "sk"}
+
+
+def env_dump(tmp_path: Path) -> str:
+    dump = tmp_path / "env-dump"
+    dump.write_text(ENV_DUMP)
+    dump.chmod(0o755)
+    return str(dump)
+
+
+def test_a_rerun_by_hand_drops_what_the_controller_withholds_from_its_jobs(tmp_path):
+    """A rerun by hand (bash or sbatch phase.sbatch from the user's shell) unset only
+    ANTHROPIC_API_KEY and OPENAI_API_KEY: a key under agents.api_key_env, a gateway's token or
+    a copy of a key reached the trainer and the user's reward code, which the controller's own
+    submissions never let through."""
+    s = spec(tmp_path, trainer={"python": env_dump(tmp_path)}, secret_names=("MY_LLM_CRED",))
+    shell = {"PATH": "/usr/bin:/bin", **SHELL_CREDENTIALS}
+    done = subprocess.run(["bash", str(write_phase_script(s))], cwd=tmp_path, env=shell,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    trainer = json.loads((s.node_dir / "env.json").read_text())
+    withheld = new_job_environment(shell, names=["MY_LLM_CRED"])
+    assert {n for n in shell if n in trainer} == set(withheld) == {"PATH", "HF_TOKEN", "SHORT"}
+
+
 def test_a_failed_status_write_keeps_the_last_good_record(tmp_path):
     """Issue 14.8: the end record cannot be written (here: its temp file is /dev/full)."""
     full_disk = tmp_path / "full-disk-trainer"
@@ -275,6 +348,57 @@ os.symlink("/dev/full", os.path.join(node, f"status.json.tmp.{{os.getppid()}}"))
     assert json.loads(record.read_text())["state"] == "running"
     assert "could not write" in proc.stderr
     assert not list(s.node_dir.glob("status.json.tmp.*"))
+
+
+def comma_locale(tmp_path: Path) -> dict[str, str]:
+    """The environment of a shell whose locale writes numbers with a decimal comma (de_DE,
+    compiled into tmp_path); skips where none can be made."""
+    env = {"PATH": "/usr/bin:/bin", "LOCPATH": str(tmp_path / "locales"), "LC_ALL": "de_DE.UTF-8"}
+    if shutil.which("localedef"):
+        (tmp_path / "locales").mkdir()
+        subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", f"{env['LOCPATH']}/de_DE.UTF-8"],
+                       capture_output=True, timeout=60)
+    shown = subprocess.run(["bash", "-c", "echo $EPOCHREALTIME"], env=env, capture_output=True,
+                           text=True).stdout
+    if "," not in shown:
+        pytest.skip("no locale with a decimal comma can be made here (localedef, de_DE)")
+    return env
+
+
+def test_status_json_stays_json_under_a_decimal_comma_locale(tmp_path):
+    """sbatch --export=ALL passes the user's LANG=de_DE.UTF-8 on: bash wrote $EPOCHREALTIME as
+    1795701806,660015, status.json was no JSON, and a requeue's awk lost the earlier run's
+    time (earlier_s 0)."""
+    env = comma_locale(tmp_path)
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)})
+    script = write_phase_script(s)
+    for restart in ("0", "1"):      # the run, then its requeue under the same job id
+        done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60,
+                              env={**env, "SLURM_JOB_ID": "41", "SLURM_RESTART_COUNT": restart})
+        assert done.returncode == 0, done.stderr
+        status = json.loads((s.node_dir / "status.json").read_text())
+        assert status["finished_at"] > status["started_at"] > 1e9
+    assert status["earlier_s"] > 0
+
+
+def test_a_cancel_during_the_setup_lines_is_recorded_as_a_cancel(tmp_path):
+    """The setup lines run with errexit, still on in the TERM trap: finding no "CANCELLED AT"
+    notice in the output failed a pipeline there, and the job exited 1 mid-trap, recorded as
+    "failed ... exited with code 1 during setup"."""
+    s = spec(tmp_path, trainer={"python": argv_dump(tmp_path)},
+             slurm=SlurmConfig(setup=["sleep 2"]))
+    job = subprocess.Popen(["bash", str(write_phase_script(s))], cwd=tmp_path, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "555"})
+    time.sleep(0.8)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 143, err
+    status = json.loads((s.node_dir / "status.json").read_text())
+    assert (status["state"], status["exit_code"]) == ("cancelled", 143)
+    assert status["reason"] == "signal (SIGTERM during setup)"
+    assert not (s.node_dir / "argv.json").exists()
 
 
 def test_a_second_scheduled_job_for_a_node_exits_before_touching_it(tmp_path):

@@ -656,6 +656,31 @@ def test_no_llm_key_of_any_name_reaches_a_phase_job(kind, tmp_path, monkeypatch)
         assert value.encode() not in dumped
 
 
+def test_sbatch_input_variables_of_the_users_shell_never_reach_sbatch(tmp_path, monkeypatch,
+                                                                     caplog):
+    """sbatch reads SBATCH_* variables with precedence over the script's #SBATCH lines: a
+    .bashrc's SBATCH_JOB_NAME renamed every phase (the controller finds its jobs by name),
+    SBATCH_PARTITION or SBATCH_TIMELIMIT silently replaced the experiment's. The controller
+    says once which it leaves out, by name."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text(f"#!/bin/bash\nenv >>{tmp_path}/sbatch-env.txt\necho 123\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    shell = {"SBATCH_JOB_NAME": "my-notebook", "SBATCH_PARTITION": "debug",
+             "SBATCH_TIMELIMIT": "0:10:00"}
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    sched = SlurmScheduler(min_poll_s=0)
+    for node in (1, 2):
+        assert sched.submit(phase(tmp_path, "unused", node_id=node), "tok-1") == "123"
+    seen = (tmp_path / "sbatch-env.txt").read_text()
+    assert "SBATCH_" not in seen and "PATH=" in seen
+    [said] = [r.getMessage() for r in caplog.records if "SBATCH_" in r.getMessage()]
+    assert "SBATCH_JOB_NAME, SBATCH_PARTITION, SBATCH_TIMELIMIT" in said
+    assert not any(value in said for value in shell.values())
+
+
 def test_a_slow_squeue_backs_the_polls_off(monkeypatch):
     """Issue 14: sites ask login-node tools to ask a busy slurmctld less often."""
     monkeypatch.setattr("llmzero_slurm.schedulers.slurm.SLOW_QUERY_S", 5.0)

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,44 @@ def test_rank_mismatch_and_merger_failure(tmp_path, stub_env):
     out = run_export({**env, "MERGER_FAIL": "1"}, parent, 1)
     assert out.returncode == 3 and "model_merger exited with 1" in out.stderr
     assert not (parent / "export" / "global_step_1").exists()
+
+
+def test_an_export_stopped_by_sigterm_leaves_no_base_model_copy(tmp_path, stub_env):
+    """scancel or the time limit during the merge: Python's default SIGTERM runs no finally,
+    and each stopped attempt left its temporary folder, a full copy of the base model."""
+    env, _ = stub_env
+    parent = tmp_path / "p"
+    verl_checkpoint(parent, 10, {"r": 8, "lora_alpha": 16})
+    err = tmp_path / "err.txt"
+    with open(err, "w") as out:     # not a pipe: a merger left running would hold it open
+        export = subprocess.Popen(export_cmd(parent, 10), stdout=out, stderr=out,
+                                  env={**env, "MERGER_SLEEP_AFTER": "60"})
+    deadline = time.monotonic() + 30
+    while not list((parent / "export").glob(".global_step_10.tmp-*/model.safetensors")):
+        assert export.poll() is None and time.monotonic() < deadline, err.read_text()
+        time.sleep(0.05)
+    export.send_signal(signal.SIGTERM)
+    assert export.wait(timeout=30) == 128 + signal.SIGTERM, err.read_text()
+    assert sorted(p.name for p in (parent / "export").iterdir()) == ["global_step_10.lock"]
+
+
+def test_a_killed_exporters_folder_on_this_host_is_removed_before_the_next_export(tmp_path,
+                                                                                   stub_env):
+    """A SIGKILL (the node's OOM killer, Slurm's KillWait) runs no cleanup at all: each retry
+    of the phase left one more base-model copy beside the export."""
+    env, _ = stub_env
+    parent = tmp_path / "p"
+    verl_checkpoint(parent, 10, {"r": 8, "lora_alpha": 16})
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = socket.gethostname()
+    left = {name: parent / "export" / f".global_step_10.tmp-{name}"
+            for name in (f"{host}-{gone.pid}", f"{host}-{os.getpid()}", f"other-host-{gone.pid}")}
+    for folder in left.values():
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"base copy")
+    done = run_export(env, parent, 10)
+    assert done.returncode == 0, done.stderr
+    assert not left[f"{host}-{gone.pid}"].exists()
+    assert left[f"{host}-{os.getpid()}"].exists()      # a live exporter's, here the test's own
+    assert left[f"other-host-{gone.pid}"].exists()     # whether it lives cannot be told here

@@ -2,10 +2,12 @@
 and the multi-node script run on the local Slurm cluster with stand-ins for the GPU programs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,8 +21,10 @@ from llmzero_slurm.backends.verl.schema import compose, unavailable_reason
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.render import PhaseSpec, render
+from llmzero_slurm.schedulers import LocalScheduler
+from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
-from conftest import files_of
+from conftest import files_of, finish
 from full_disk import on_full_disk
 from verl_stubs import stub_merger, verl_checkpoint
 
@@ -288,6 +292,7 @@ if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
     printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
     printf 'RAY_TMPDIR=%s\\nRAY_ADDRESS=%s\\n' "${RAY_TMPDIR:-}" "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
     printf '%s\\n' "${HF_HUB_OFFLINE-unset}" "${TRANSFORMERS_OFFLINE-unset}" >"$STUB_LOG/main_ppo.hub"
+    env >"$STUB_LOG/main_ppo.environ"
     for arg in "$@"; do
         case $arg in +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=*)
             log=${arg#*=}; log=${log//\\"/} ;;
@@ -369,6 +374,70 @@ def test_a_model_in_a_folder_is_trained_without_asking_the_hub(tmp_path, model, 
     subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "44"}, check=True,
                    capture_output=True, timeout=120)
     assert (log / "main_ppo.hub").read_text().split() == offline
+
+
+def test_a_scheduled_phase_keeps_the_key_of_the_logger_it_is_configured_with(tmp_path,
+                                                                              monkeypatch):
+    """`trainer.extra_loggers: [wandb]` worked on a rerun by hand, but the scheduled phase never
+    had WANDB_API_KEY (a credential by name, withheld from every job): verl's wandb logger
+    failed to log in. A logger not configured gets no key, and no job gets the LLM key."""
+    phase = spec(tmp_path, trainer={"test_data_sources": ["gsm8k_test"], "extra_loggers": ["wandb"]})
+    script = script_of(phase)
+    env, log, _ = stub_programs(tmp_path)
+    keys = {"WANDB_API_KEY": "wandb-0001112223", "SWANLAB_API_KEY": "swan-4445556667",
+            "ANTHROPIC_API_KEY": "sk-ant-test-8889990001"}
+    for name, value in {"PATH": env["PATH"], "STUB_LOG": env["STUB_LOG"], **keys}.items():
+        monkeypatch.setenv(name, value)
+    kept = VerlBackend().kept_credentials(phase.trainer)
+    sched = LocalScheduler(tmp_path / "local-jobs", ["ANTHROPIC_API_KEY"], kept)
+    assert finish(sched, sched.submit(script, "tok7")).status is Status.COMPLETED
+    scheduled = (log / "main_ppo.environ").read_text()
+    by_hand = subprocess.run(["bash", str(script)], env={**os.environ, "SLURM_JOB_ID": "46"},
+                             capture_output=True, text=True, timeout=120)
+    assert by_hand.returncode == 0, by_hand.stderr
+    for run, trainer in (("scheduled", scheduled), ("by hand", (log / "main_ppo.environ").read_text())):
+        assert "WANDB_API_KEY=wandb-0001112223\n" in trainer, run
+        assert "SWANLAB_API_KEY" not in trainer and "ANTHROPIC_API_KEY" not in trainer, run
+
+
+STUB_SRUN = """#!/bin/bash
+# srun stand-in: logs the CPUs each step gets as srun of Slurm 22.05-23.02 decides (its own
+# --cpus-per-task, else SRUN_CPUS_PER_TASK, else 1: the batch job's is not inherited), runs it.
+cpus=${SRUN_CPUS_PER_TASK:-1}
+while [[ $1 == -* ]]; do
+    case $1 in
+        --cpus-per-task=*) cpus=${1#*=} ;;
+        -c | --cpus-per-task | -w) [[ $1 == -w ]] || cpus=$2; shift ;;
+    esac
+    shift
+done
+echo "$cpus $1" >>"$STUB_LOG/srun.log"
+exec "$@"
+"""
+
+
+def test_each_ray_step_of_a_multi_node_phase_gets_the_jobs_cpus(tmp_path):
+    """srun of Slurm 22.05-23.02 does not inherit the batch job's --cpus-per-task: the Ray
+    head and workers each ran in a step of one CPU, whatever --num-cpus told Ray."""
+    script = script_of(spec(tmp_path, nodes=2, slurm=SlurmConfig(
+        nodes=2, gpus_per_node=2, cpus_per_task=16, time="00:05:00")))
+    env, log, _ = stub_programs(tmp_path)
+    (tmp_path / "bin" / "srun").write_text(STUB_SRUN)
+    (tmp_path / "bin" / "scontrol").write_text("#!/bin/bash\nprintf 'n1\\nn2\\n'\n")
+    for stub in ("srun", "scontrol"):
+        (tmp_path / "bin" / stub).chmod(0o755)
+    allocation = {"SLURM_JOB_ID": "47", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
+                  "SLURM_JOB_NUM_NODES": "2", "SLURM_CPUS_PER_TASK": "16"}
+    with open(tmp_path / "job.out", "w") as out:     # Ray's steps outlive the script
+        job = subprocess.Popen(["bash", str(script)], env={**env, **allocation}, stdout=out,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            assert job.wait(timeout=120) == 0, (tmp_path / "job.out").read_text()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGTERM)
+    steps = (log / "srun.log").read_text().splitlines()
+    assert sorted(steps) == ["16 hostname", "16 ray", "16 ray"]
 
 
 @pytest.mark.parametrize("validated", [True, False])

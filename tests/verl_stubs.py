@@ -30,6 +30,7 @@ json.dump({"peft_type": "LORA", "r": meta.get("r", 8), "lora_alpha": meta.get("l
 open(os.path.join(out, "adapter_model.safetensors"), "wb").write(b"weights")
 os.chmod(os.path.join(out, "adapter_model.safetensors"), 0o600)   # as safetensors 0.8 leaves it
 open(os.path.join(a.target_dir, "model.safetensors"), "wb").write(b"base copy")
+time.sleep(float(os.environ.get("MERGER_SLEEP_AFTER", "0")))    # still writing, for a signal
 '''
 
 

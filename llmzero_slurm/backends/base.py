@@ -89,6 +89,11 @@ class TrainerBackend(ABC):
         """Environment variables the trainer needs, exported before it starts."""
         return {}
 
+    def kept_credentials(self, trainer: Mapping[str, Any]) -> frozenset[str]:
+        """Credential variables the trainer itself reads with these `trainer:` settings (a
+        logger's key): its jobs keep them, the LLM key's variable aside."""
+        return frozenset()
+
     def token_counter(self, model_path: str | None) -> TokenCounter:
         """Token counts of prompts and answers as this trainer sees them, to check they fit its
         length settings before a job learns otherwise; raises LLMZeroError saying why the

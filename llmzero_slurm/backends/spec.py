@@ -32,6 +32,9 @@ class PhaseSpec:
     model_path: str | None = None
     resume_dir: Path | None = None      # node dir of the phase this one starts from
     resume_step: int = 0                # global step of that phase's checkpoint
+    # Credential variables besides those schedulers/job_env.py names by pattern (the LLM key's,
+    # agents.api_key_env): the script drops them too, for a rerun by hand from the user's shell.
+    secret_names: tuple[str, ...] = ()
 
     @property
     def job_name(self) -> str:
@@ -46,4 +49,4 @@ class PhaseSpec:
                                         "node's directory, and only then")
         return cls(config.name, node.id, node.kind.value, Path(node_dir), token, node.hparams,
                    config.backend, config.slurm, config.task, config.trainer, config.model_path,
-                   resume_dir, node.resume.step if node.resume else 0)
+                   resume_dir, node.resume.step if node.resume else 0, (config.agents.key_env,))

@@ -153,7 +153,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
         raise SchedulerError("scheduler is slurm, but no slurmctld answers squeue (is SLURM_CONF "
                              "set?); nothing was submitted: start again once it answers")
     configured = poll_s or cfg.search.poll_interval_s
-    scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.key_env], configured)
+    scheduler = make_scheduler(cfg.scheduler, store.root, [cfg.agents.key_env], configured,
+                               backend.kept_credentials(cfg.trainer))
     ctx = MethodContext(cfg, store.node_dir, store.proposals_dir, base_hparams=base)
     method = make_method(cfg.search.method, ctx)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None

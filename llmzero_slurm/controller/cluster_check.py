@@ -114,7 +114,8 @@ def cluster_checks(cfg: ExperimentConfig, folder: Path, timeout_s: float,
             plan_file = folder / f"{job.mode}.json"
             write_json(plan_file, plan)
             token = f"check-{job.mode}-{uuid.uuid4().hex[:12]}"
-            job_id = sched.submit(write_check_job(cfg.name, folder, job, token, plan_file), token)
+            script = write_check_job(cfg.name, folder, job, token, plan_file, [cfg.agents.key_env])
+            job_id = sched.submit(script, token)
             jobs[job_id] = job
             say(f"cluster check: the {job.mode} check is job {job_id} ({placement(job)}); "
                 f"output {folder}/{job.mode}-{job_id}.out")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ..errors import ConfigError
 from .base import JobState, Scheduler, job_state
@@ -39,13 +39,15 @@ def resolve_scheduler_kind(kind: str) -> str:
 
 
 def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = (),
-                   poll_s: float | None = None) -> Scheduler:
+                   poll_s: float | None = None, kept_names: Iterable[str] = ()) -> Scheduler:
     """The scheduler of a run; the local one keeps its job table in <run_dir>/local-jobs.
-    `secret_names`: credential variables (beyond the usual names) its jobs must not inherit.
+    `secret_names`: credential variables (beyond the usual names) its jobs must not inherit;
+    `kept_names`: credential variables its phases' trainer reads (a logger's key).
     `poll_s`: a poll period the user set, which Slurm's answers are then kept for, no back-off
     (the default backs off while nothing changes)."""
     if resolve_scheduler_kind(kind) == "slurm":
         if poll_s is not None:
-            return SlurmScheduler(secret_names=secret_names, min_poll_s=poll_s, max_poll_s=poll_s)
-        return SlurmScheduler(secret_names=secret_names)
-    return LocalScheduler(Path(run_dir) / LOCAL_JOBS, secret_names)
+            return SlurmScheduler(secret_names=secret_names, kept_names=kept_names,
+                                  min_poll_s=poll_s, max_poll_s=poll_s)
+        return SlurmScheduler(secret_names=secret_names, kept_names=kept_names)
+    return LocalScheduler(Path(run_dir) / LOCAL_JOBS, secret_names, kept_names)

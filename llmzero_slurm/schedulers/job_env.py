@@ -6,13 +6,19 @@ any name may reach it: not as a variable the script unsets later (it would still
 /proc/<pid>/environ), not under a custom name (`agents.api_key_env`), not copied under another
 name. Both schedulers submit with this environment, so their jobs never see the key; the
 monitor job, started through submitit (which takes no environment of its own), is submitted
-while the credentials are withheld from this process's environment.
+while the credentials are withheld from this process's environment. The credentials the
+phases' trainer itself reads, named by its backend (a logger's key), pass to the phases and
+to the controller's own job, which submits them.
 
 A controller running as a Slurm job (`llmzero-start --submit`, or started inside an salloc)
 has its own job's variables, and sbatch exports them: Slurm sets a new job's own values only
 for what that job has, so SLURM_RESTART_COUNT of a requeued controller job, or its
 SLURM_MEM_PER_NODE when the phase sets no `mem` (srun reads it as its memory request), would
 reach the phase. Only the client's own settings (SLURM_CONF) pass on.
+
+sbatch reads its input variables (SBATCH_JOB_NAME, SBATCH_PARTITION, SBATCH_TIMELIMIT...) with
+precedence over a script's #SBATCH lines: a user's .bashrc value would replace what the job
+script says, the job name the controller tracks its jobs by included. None passes on.
 """
 from __future__ import annotations
 
@@ -23,31 +29,48 @@ from typing import Iterable, Iterator, Mapping
 
 # Names that hold a service credential: ANTHROPIC_API_KEY, OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN,
 # a gateway's ACCESS_TOKEN. HF_TOKEN is not among them: a job may download its model with it.
+# The job scripts apply it too (bash's [[ =~ ]], case ignored): keep it POSIX ERE.
 CREDENTIAL = re.compile(r"API_?KEY|AUTH_?TOKEN|ACCESS_?TOKEN|SECRET", re.I)
 MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies would drop noise
 # A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
 JOB_VARIABLE = re.compile(r"SLURMD?_")
 CLIENT_SETTINGS = frozenset({"SLURM_CONF"})
+SBATCH_INPUT = "SBATCH_"
 
 
-def without_credentials(env: Mapping[str, str] | None = None,
-                        names: Iterable[str] = ()) -> dict[str, str]:
+def without_credentials(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
+                        keep: Iterable[str] = ()) -> dict[str, str]:
     """`env` (default: this process's) without credential variables, the variables `names`,
-    and any other variable holding one of their values."""
+    and any other variable holding one of their values. `keep`: credential variables the
+    trainer reads itself (a logger's key, TrainerBackend.kept_credentials)."""
     env = dict(os.environ if env is None else env)
-    secret = {n for n in env if CREDENTIAL.search(n)} | set(names)
+    kept = set(keep)
+    secret = {n for n in env if CREDENTIAL.search(n) and n not in kept} | set(names)
     values = {env[n] for n in secret if len(env.get(n, "")) >= MIN_SECRET_CHARS}
     return {k: v for k, v in env.items() if k not in secret and v not in values}
 
 
-def new_job_environment(env: Mapping[str, str] | None = None,
-                        names: Iterable[str] = ()) -> dict[str, str]:
-    """What a job submitted from `env` (default: this process's) may inherit: no credential,
-    and, when `env` is itself a Slurm job's, none of that job's Slurm variables."""
-    kept = without_credentials(env, names)
+def new_job_environment(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
+                        keep: Iterable[str] = ()) -> dict[str, str]:
+    """What a job submitted from `env` (default: this process's) may inherit: no credential
+    but those in `keep`, and, when `env` is itself a Slurm job's, none of that job's Slurm
+    variables."""
+    kept = {k: v for k, v in without_credentials(env, names, keep).items()
+            if not k.startswith(SBATCH_INPUT)}
     if "SLURM_JOB_ID" not in kept:
         return kept
     return {k: v for k, v in kept.items() if not JOB_VARIABLE.match(k) or k in CLIENT_SETTINGS}
+
+
+def sbatch_inputs_note(env: Mapping[str, str] | None = None) -> str | None:
+    """What to tell the user when `env` (default: this process's) sets sbatch input variables,
+    by name (new_job_environment leaves them out); None when it sets none."""
+    names = sorted(n for n in (os.environ if env is None else env) if n.startswith(SBATCH_INPUT))
+    if not names:
+        return None
+    return (f"{', '.join(names)} (set in this environment) not passed to sbatch: they would "
+            "override the #SBATCH lines of every job it submits; set the experiment's slurm:, "
+            "monitor: or controller: section instead")
 
 
 @contextmanager

@@ -58,8 +58,10 @@ class LocalScheduler(Scheduler):
     name = "local"
     time_limited = False
 
-    def __init__(self, state_dir: str | Path, secret_names: Sequence[str] = ()):
+    def __init__(self, state_dir: str | Path, secret_names: Sequence[str] = (),
+                 kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
+        self.kept_names = frozenset(kept_names)
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = table_lock(self.dir)
@@ -90,7 +92,7 @@ class LocalScheduler(Scheduler):
             proc = subprocess.Popen(
                 [sys.executable, "-m", SUPERVISOR, str(self.dir), job_id],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env=new_job_environment(names=self.secret_names))
+                env=new_job_environment(names=self.secret_names, keep=self.kept_names))
             log.close()
             self._children.append(proc)
             table["jobs"][job_id]["supervisor_pid"] = proc.pid

@@ -25,7 +25,7 @@ from ..errors import SchedulerError
 from ..search.tree import Status
 from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
-from .job_env import credentials_withheld, new_job_environment
+from .job_env import credentials_withheld, new_job_environment, sbatch_inputs_note
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 _log = logging.getLogger(__name__)   # retries, as they happen; the controller shows them
@@ -44,10 +44,12 @@ LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before 
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
-def run_command(argv: Sequence[str], secret_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
-    """A Slurm client call; sbatch exports this environment to the job, so no credential."""
+def run_command(argv: Sequence[str], secret_names: Iterable[str] = (),
+                kept_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
+    """A Slurm client call; sbatch exports this environment to the job, so no credential but
+    the trainer's own (`kept_names`)."""
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
-                          env=new_job_environment(names=secret_names))
+                          env=new_job_environment(names=secret_names, keep=kept_names))
 
 
 def _exit_status(shown: str) -> tuple[int | None, str | None]:
@@ -97,9 +99,10 @@ class SlurmScheduler(Scheduler):
 
     def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
                  min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
-                 secret_names: Sequence[str] = ()):
+                 secret_names: Sequence[str] = (), kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
-        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names))
+        kept = frozenset(kept_names)
+        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names, kept))
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
         self._poll_s = min_poll_s
@@ -110,6 +113,7 @@ class SlurmScheduler(Scheduler):
         self._names: dict[str, str] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
+        self._inputs_noted = False
 
     @staticmethod
     def available() -> bool:
@@ -179,7 +183,14 @@ class SlurmScheduler(Scheduler):
 
     # -- interface --------------------------------------------------------------------------
 
+    def _note_sbatch_inputs(self) -> None:
+        """Say once, at the first submission, which SBATCH_* variables sbatch is not given."""
+        if not self._inputs_noted and (note := sbatch_inputs_note()):
+            _log.warning("%s", note)
+        self._inputs_noted = True
+
     def submit(self, script: Path, token: str) -> str:
+        self._note_sbatch_inputs()
         script = Path(script).resolve()
         name = read_submission(script, token).get("job-name") or script.name  # sbatch's default
         out = self._call(["sbatch", "--parsable", f"--export=ALL,{SCHEDULED_ENV}=1", str(script)],
@@ -213,6 +224,7 @@ class SlurmScheduler(Scheduler):
                     job: CallJob) -> str:
         import submitit  # login-node import cost only when a monitor is needed
 
+        self._note_sbatch_inputs()
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,

@@ -19,7 +19,8 @@ The `trainer:` section of experiment.yaml for `backend: verl` takes:
     python: python3                # the interpreter with verl on the GPU nodes
     rollout_engine: vllm           # actor_rollout_ref.rollout.name (vllm | sglang)
     overrides: []                  # raw Hydra overrides appended last (checked, see above)
-    extra_loggers: []              # e.g. [wandb]; 'console' and 'file' are always on
+    extra_loggers: []              # e.g. [wandb] (its jobs keep WANDB_API_KEY); 'console'
+                                   # and 'file' are always on
     test_data_sources: []          # data_source values of task.test_files (read from the
                                    # parquet when omitted) whose val-core/ metrics are test scores
 

@@ -17,7 +17,7 @@ from .metrics_copy import scores_at
 from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides, ray_cpus
 from .schema import check_overrides, compose, unavailable_reason, verl_default
-from .settings import VerlSettings
+from .settings import LOGGER_CREDENTIALS, VerlSettings
 
 
 class VerlBackend(TrainerBackend):
@@ -41,6 +41,11 @@ class VerlBackend(TrainerBackend):
     def python(self, trainer: Mapping[str, Any]) -> str:
         """verl runs from the cluster's own environment (slurm.setup), not this one's."""
         return str(trainer.get("python") or "python3")
+
+    def kept_credentials(self, trainer: Mapping[str, Any]) -> frozenset[str]:
+        """The login keys of the loggers in `trainer.extra_loggers` (wandb: WANDB_API_KEY)."""
+        return frozenset(name for logger in self.settings(trainer).extra_loggers
+                         for name in LOGGER_CREDENTIALS.get(logger, ()))
 
     def own_default(self, key: str) -> Any:
         """verl's config file's value (read where hydra and verl's config are installed)."""

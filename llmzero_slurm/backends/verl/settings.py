@@ -10,6 +10,15 @@ from .keys import LOGGERS
 from .traps import check_raw_overrides
 
 ROLLOUT_ENGINES = ("vllm", "sglang")
+# The variables each of verl 0.9.1's loggers (verl/utils/tracking.py) logs in with, read from
+# the job's environment; "tracking" is its old name for wandb.
+LOGGER_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "wandb": ("WANDB_API_KEY",), "tracking": ("WANDB_API_KEY",),
+    "swanlab": ("SWANLAB_API_KEY",),
+    "mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD"),
+    "clearml": ("CLEARML_API_ACCESS_KEY", "CLEARML_API_SECRET_KEY"),
+    "vemlp_wandb": ("VOLC_ACCESS_KEY_ID", "VOLC_SECRET_ACCESS_KEY"),
+}
 
 
 @dataclass
