@@ -68,13 +68,21 @@ def phase_directives(s: SlurmConfig) -> list[str]:
         lambda: ["--exclusive"] if s.exclusive else [],
         lambda: ["--requeue" if s.requeue else "--no-requeue", f"--signal=B:USR1@{WARN_SIGNAL_S}"],
         lambda: extra_directives("slurm.extra_directives", s.extra_directives, {
-            "nodes": "slurm.nodes", "time": "slurm.time",
+            "nodes": "slurm.nodes", "time": "slurm.time", "mem": "slurm.mem",
             **dict.fromkeys(_NTASKS_OPTIONS, "slurm.nodes (one task per node; the trainer "
                                              "starts its own workers)"),
             **dict.fromkeys(_CPUS_OPTIONS, "slurm.cpus_per_task"),
-            **dict.fromkeys(_GPUS_OPTIONS, "slurm.gpus_per_node (with slurm.gpu_type and "
-                                           "slurm.gpu_directive)"),
-            **dict.fromkeys(_MEM_OPTIONS, "slurm.mem")}))
+            **dict.fromkeys(_gpu_options(s), "slurm.gpus_per_node (with slurm.gpu_type and "
+                                             "slurm.gpu_directive)"),
+            # Without slurm.mem the script asks for no memory: a per-CPU or per-GPU size is
+            # then the user's own choice, not a second spelling of the config's.
+            **dict.fromkeys(_MEM_OPTIONS if s.mem is not None else (), "slurm.mem")}))
+
+
+def _gpu_options(s: SlurmConfig) -> tuple[str, ...]:
+    """The GPU options an extra directive may not add: all of them, but --gres only beside
+    the script's own GPUs, since a CPU phase may need it for other resources (nvme:1)."""
+    return tuple(o for o in _GPUS_OPTIONS if o != "gres" or s.gpus_per_node)
 
 
 def _each_named(source: str, *parts: Callable[[], list[str]]) -> list[str]:

@@ -261,7 +261,8 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
     --output, --job-name, --signal), and --nodes, --mem or --time were taken although the
     script sets them from the config: the later line won, behind the config's back."""
     with pytest.raises(ConfigError) as err:
-        render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line])))
+        render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=1, mem="16G",
+                                                extra_directives=[line])))
     assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
     fine = ["--reservation=llm", "--gres-flags=enforce-binding", "--mem-bind=local",
             "--time-min=1:00:00", "--hold", "--mail-type=END"]
@@ -270,6 +271,16 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
     with pytest.raises(ConfigError, match=r"--cpus-per-task is already in the script, from "
                                           r"controller\.cpus"):
         controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
+
+
+def test_extra_directives_may_size_what_the_script_leaves_unset(tmp_path):
+    """Without slurm.mem the script asks for no memory, and without GPUs for no --gres: a
+    per-CPU memory size or a node resource like nvme is the user's own to ask for."""
+    d = directives(render(spec(tmp_path, slurm=SlurmConfig(
+        gpus_per_node=0, extra_directives=["--mem-per-cpu=4G", "--gres=nvme:1"]))))
+    assert d["mem-per-cpu"] == "4G" and d["gres"] == "nvme:1" and "mem" not in d
+    with pytest.raises(ConfigError, match="from slurm.mem"):
+        render(spec(tmp_path, slurm=SlurmConfig(mem="64G", extra_directives=["--mem-per-cpu=4G"])))
 
 
 
