@@ -345,9 +345,9 @@ def _uncounted(cfg: ExperimentConfig) -> list[str]:
     """What a sample budget needs of a phase (COUNTED_KEYS) and the trainer's defaults, the
     experiment and the method's space leave unset: that phase would be charged nothing, or
     could not be cut. Asked of verl only (the cpu trainer's defaults give the batch shape, and
-    its one default epoch of a small split is charged as it trains); a replay's phases take
-    their steps and batches from its strategy file."""
-    from .backends import get_backend
+    its one default epoch of a small split is charged as it trains), whose defaults() are
+    empty: its own values live in an install the login node need not have. A replay's phases
+    take their steps and batches from its strategy file."""
     from .methods.space import DEFAULT_SPACES, method_space
     from .search.budget import COUNTED_KEYS
 
@@ -357,7 +357,7 @@ def _uncounted(cfg: ExperimentConfig) -> list[str]:
         return []
     planned = method_space(method, cfg.search.space, cfg.backend) if method in DEFAULT_SPACES \
         else {}
-    given = {**get_backend(cfg.backend).defaults(), **cfg.hparams, **planned}
+    given = {**cfg.hparams, **planned}
     return [key for key in COUNTED_KEYS if not given.get(key)]
 
 

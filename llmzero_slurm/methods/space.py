@@ -223,8 +223,7 @@ NO_BOUNDS = Bounds({})
 
 def parse_bounds(space: Mapping[str, Any], backend: str) -> Bounds:
     """random's grammar, a plain list being a choice too (as a grid or guidebook writes one).
-    total_epochs is refused: each phase's epochs are derived in code from its steps (which
-    the agents choose, and the space may bound), so no answer could keep to a bound on it."""
+    No total_epochs: code derives each phase's from its steps, so no answer could keep it."""
     if "total_epochs" in space:
         raise ConfigError(_where("total_epochs"), "cannot bound llmzero's phases: each phase's "
                           "epochs are computed from its steps; bound total_training_steps "
