@@ -850,11 +850,25 @@ def test_ctrl_c_on_a_phase_run_by_hand_stops_its_trainer(tmp_path, tiny_program)
     non-interactive shell ignores, so training went on to its end under a cancelled record."""
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100, "seed": 1},
                    step_s=0.3)
-    by_hand = subprocess.Popen(["bash", str(script)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "by_hand.log"
+    with log.open("wb") as out:
+        # As a terminal's shell starts it, SIGINT at its default: a bash that finds it ignored
+        # (pytest run as a background job, `make test &`) may not trap it, nor could Ctrl-C
+        # reach such a job.
+        by_hand = subprocess.Popen(["bash", str(script)], start_new_session=True,
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
     os.killpg(by_hand.pid, signal.SIGINT)
-    assert by_hand.wait(timeout=20) == 130
+    try:
+        by_hand.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        group = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "-g", str(by_hand.pid)],
+                               capture_output=True, text=True).stdout
+        os.killpg(by_hand.pid, signal.SIGKILL)
+        pytest.fail(f"still running 20 s after SIGINT\n{group}\n{log.read_text()}\n"
+                    f"{(script.parent / 'status.json').read_text()}")
+    assert by_hand.returncode == 130, log.read_text()
     status = status_json(script)
     assert (status["state"], status["exit_code"]) == ("cancelled", 130), status
     trained = len(steps(script))
