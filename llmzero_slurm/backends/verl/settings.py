@@ -11,9 +11,9 @@ from .traps import check_raw_overrides
 
 ROLLOUT_ENGINES = ("vllm", "sglang")
 # The variables each of verl 0.9.1's loggers (verl/utils/tracking.py) logs in with, read from
-# the job's environment; "tracking" is its old name for wandb.
+# the job's environment.
 LOGGER_CREDENTIALS: dict[str, tuple[str, ...]] = {
-    "wandb": ("WANDB_API_KEY",), "tracking": ("WANDB_API_KEY",),
+    "wandb": ("WANDB_API_KEY",),
     "swanlab": ("SWANLAB_API_KEY",),
     "mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD"),
     "clearml": ("CLEARML_API_ACCESS_KEY", "CLEARML_API_SECRET_KEY"),
