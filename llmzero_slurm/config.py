@@ -24,6 +24,7 @@ from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .sbatch_options import cpu_job_directives, phase_directives, placement_directives
 from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
+from .schedulers.job_env import VARIABLE_NAME
 from .search.settings import SearchSettings, check_ranges
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -121,7 +122,7 @@ class AgentConfig:
         if self.base_url is not None and not _http_url(self.base_url):
             problems.add(f"{where}.base_url", "must be an http:// or https:// URL with a host, "
                          f"e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.key_env):
+        if not VARIABLE_NAME.match(self.key_env):
             problems.add(f"{where}.api_key_env", "must name an environment variable (letters, "
                                                  "digits, '_'), e.g. ANTHROPIC_API_KEY")
         with problems.collect():

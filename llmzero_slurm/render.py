@@ -28,7 +28,7 @@ from .job_settings import CheckJob, ControllerJobConfig
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
-from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS
+from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS, VARIABLE_NAME
 from .search.tree import Kind
 from .store.atomic import write_text
 
@@ -57,15 +57,12 @@ def _directives(spec: PhaseSpec) -> list[str]:
     return out + phase_directives(spec.slurm)
 
 
-_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def credential_rule(names: Iterable[str], kept: Iterable[str] = ()) -> dict[str, Any]:
     """What a script unsets before any child starts (shell.j2's drop_credentials): job_env's
     rule, the one the controller's submissions follow, with the credential variables `names`
     and without the trainer's own (`kept`)."""
     def variables(key: str, values: Iterable[str]) -> list[str]:
-        return sorted(checked(key, v, _VARIABLE, "must be a variable name") for v in values)
+        return sorted(checked(key, v, VARIABLE_NAME, "must be a variable name") for v in values)
     return {"pattern": shlex.quote(CREDENTIAL.pattern), "min_chars": MIN_SECRET_CHARS,
             "names": variables("secret_names", names), "kept": variables("kept", kept)}
 
@@ -117,7 +114,7 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         checked(f"command[{i}]", arg)
     env = backend.env(outputs)
     for name, value in env.items():
-        checked(f"env.{name}", name, _VARIABLE, "must be a variable name")
+        checked(f"env.{name}", name, VARIABLE_NAME, "must be a variable name")
         checked(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
         spec=spec, directives=directives, setup=list(spec.slurm.setup),

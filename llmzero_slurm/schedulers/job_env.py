@@ -36,6 +36,7 @@ MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies woul
 JOB_VARIABLE = re.compile(r"SLURMD?_")
 CLIENT_SETTINGS = frozenset({"SLURM_CONF"})
 SBATCH_INPUT = "SBATCH_"
+VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")   # what a shell can name and unset
 
 
 def without_credentials(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
