@@ -665,6 +665,32 @@ def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_pat
     fault_outcome(ctl.store, [])      # nothing is submitted: the nodes ran before the crash
 
 
+def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp_path):
+    """With two phases at a time, node 1's second fix (3) runs while the fix of its first
+    fix (4) succeeds: the move pruned node 3 and left its job running, spending the budget
+    on a phase the search no longer counts."""
+    store = new_run(tmp_path, budget_iterations=5)
+    done = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=done))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20)))
+    sched = ScriptedScheduler()
+    ctl, out = controller(tmp_path, sched, [scratch] * 5, store=store)
+    ctl.reconcile()                                  # node 3 is submitted and runs
+    assert ctl.store.load_tree()[3].status is Status.RUNNING
+    store.add_node(lambda i: Node(i, 2, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.COMPLETED, results=done))
+    tree = ctl.reconcile()
+    assert tree[4].fixed_from == 1 and tree[3].pruned and tree[2].pruned
+    assert sched.cancelled == [tree[3].submission.job_id]
+    assert "node 3: pruned while running; job 100 cancelled" in out.getvalue()
+    assert ctl.reconcile()[3].status is Status.CANCELLED
+
+
 def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path, monkeypatch):
     """Issue 14: sites ask login-node tools not to poll slurmctld more often."""
     from llmzero_slurm.cli.start import build_controller

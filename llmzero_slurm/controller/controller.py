@@ -17,13 +17,14 @@ from ..errors import LLMZeroError, SchedulerError, StateError, StorageError, ful
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
-from ..search.policy import make_child, reparent_fix
+from ..search.policy import make_child
 from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
 from ..store.run_store import RunStore
 from .. import faults
 from .ingest import collect_results, completed_at_limit, rescore
 from .admission import Admission
+from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
 from .outcome import outcome
 from .keeper import MonitorKeeper
@@ -54,6 +55,7 @@ class Controller:
         self.backend = get_backend(self.config.backend)
         self.admission = Admission(run_budget(store), self.progress)
         self.signals = StopSignals()
+        self.fixes = DebugFixes(store, scheduler, self.progress.event)
         self._quarantine_told: set[int] = set()
         self._install = InstallWatch()
 
@@ -215,7 +217,7 @@ class Controller:
                 self.progress.event(f"could not poll the scheduler, states kept as they were: {exc}")
                 states = {}
             ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
-        tree = self._reparent_fixes()
+        tree = self.fixes.settle()
         if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
             self.refresh_report()
         for node_id in sorted(set(self.store.corrupt) - self._quarantine_told):
@@ -238,20 +240,6 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.progress.event(f"report not updated: {type(exc).__name__}: {exc}")
             return None
-
-    def _reparent_fixes(self) -> Tree:
-        """Move every successful debug fix beside the failure it fixes. Run on each poll, not
-        only when the fix finishes: a crash between recording its end and moving it must not
-        lose the move."""
-        tree = self.store.load_tree()
-        for node in list(tree):
-            plan = reparent_fix(tree, node.id)
-            if plan is not None:
-                self.store.write_nodes(plan.apply(tree))
-                self.progress.event(f"node {node.id}: fixes node {plan.fixed_from}; moved beside "
-                                    f"it, {len(plan.prune)} debug node(s) pruned")
-                tree = self.store.load_tree()
-        return tree
 
     def _observe(self, node: Node, state: JobState) -> bool:
         """Record a job's new state; True when its phase has ended."""
