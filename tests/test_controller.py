@@ -646,18 +646,26 @@ def test_a_duplicate_job_ending_at_the_claim_hands_the_node_to_the_first(tmp_pat
     assert "job 100 was a duplicate; watching job 99" in out.getvalue()
 
 
+DONE = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
+
+
+def failed_evolve_run(tmp_path: Path, budget_iterations: int) -> RunStore:
+    """A completed root (0) and its evolve child (1), which failed: a debug chain's start."""
+    store = new_run(tmp_path, budget_iterations=budget_iterations)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=DONE))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
+                                  status=Status.FAILED))
+    return store
+
+
 @pytest.mark.fault("killed between a debug fix's end and its reparent")
 def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_path, fault_outcome):
     """Issue 14.8: killed between recording a debug fix's end and reparenting it, the move was
     lost for good."""
-    store = new_run(tmp_path, budget_iterations=3)
-    done = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
-    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
-                                  results=done))
-    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
-                                  status=Status.FAILED))
+    store = failed_evolve_run(tmp_path, budget_iterations=3)
     store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
-                                  status=Status.COMPLETED, results=done))
+                                  status=Status.COMPLETED, results=DONE))
     ctl, out = controller(tmp_path, ScriptedScheduler(), [scratch] * 3, store=store)
     tree = ctl.reconcile()
     assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (0, Kind.EVOLVE, 1)
@@ -669,12 +677,7 @@ def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp
     """With two phases at a time, node 1's second fix (3) runs while the fix of its first
     fix (4) succeeds: the move pruned node 3 and left its job running, spending the budget
     on a phase the search no longer counts."""
-    store = new_run(tmp_path, budget_iterations=5)
-    done = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
-    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
-                                  results=done))
-    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
-                                  status=Status.FAILED))
+    store = failed_evolve_run(tmp_path, budget_iterations=5)
     store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
                                   status=Status.FAILED))
     store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20)))
@@ -683,7 +686,7 @@ def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp
     ctl.reconcile()                                  # node 3 is submitted and runs
     assert ctl.store.load_tree()[3].status is Status.RUNNING
     store.add_node(lambda i: Node(i, 2, Kind.DEBUG, dict(HP), Resume(0, 20),
-                                  status=Status.COMPLETED, results=done))
+                                  status=Status.COMPLETED, results=DONE))
     tree = ctl.reconcile()
     assert tree[4].fixed_from == 1 and tree[3].pruned and tree[2].pruned
     assert sched.cancelled == [tree[3].submission.job_id]
