@@ -607,6 +607,23 @@ def test_a_damaged_record_stops_a_sample_budget_from_starting_phases_until_it_is
                                ctl.store.load_tree()] == [20, 10]
 
 
+def test_a_record_gone_but_for_its_copy_stops_the_search_until_it_is_rebuilt(tmp_path):
+    """A node.json deleted (a slip of rm, a partial copy of the run) with its node.json.bak
+    still there left the node out of the tree: the budget did not count it, and llmzero
+    started a fresh root beside the tree it could not see."""
+    store = new_run(tmp_path, budget_iterations=3)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                                  results=DONE))
+    store.node_path(0).unlink()
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 3 and not sched.jobs
+    assert (f"node 0: left out of the search (llmzero-repair {store.root} 0 rebuilds it; until "
+            "then no phase is created") in out.getvalue()
+    assert store.rebuild_node(0).status is Status.COMPLETED
+    assert [n.id for n in store.load_tree()] == [0] and not store.corrupt
+
+
 # -- submissions that were not confirmed (issue 14.3) ---------------------------------------
 
 def test_an_unconfirmed_submission_is_not_sent_again_before_it_could_register(tmp_path,

@@ -175,6 +175,30 @@ def test_llmzero_repair_rebuilds_a_damaged_record_from_its_copy(tmp_path):
     assert again.returncode == 0 and "nothing to rebuild" in again.stdout
 
 
+def test_a_full_disk_between_a_new_nodes_two_writes_leaves_a_record_that_reads(tmp_path,
+                                                                               monkeypatch):
+    """The copy was written first: a disk full after it left a copy without a record, a node
+    the search must stop for until a person rebuilds it. A new node's record comes first, so
+    what is left reads as it is, and its copy follows with the next write."""
+    import llmzero_slurm.store.run_store as run_store
+    store = new_store(tmp_path)
+    writes = []
+
+    def full_after_one(path, data):     # of the node's two files
+        if path.name.startswith("node.json"):
+            if writes:
+                raise StorageError(path, "no space left on the device")
+            writes.append(path)
+        write_json(path, data)
+    monkeypatch.setattr(run_store, "write_json", full_after_one)
+    with pytest.raises(StorageError):
+        add_root(store)
+    monkeypatch.undo()
+    assert [n.id for n in store.load_tree()] == [0] and not store.corrupt
+    store.update_node(0, lambda n: None)
+    assert store.node_dir(0).record_copy.read_text() == store.node_path(0).read_text()
+
+
 def test_a_node_whose_record_is_gone_but_its_copy_is_there_is_found_by_status_and_repair(
         tmp_path):
     """A node folder holding node.json.bak but no node.json (a full disk or a kill between a

@@ -182,13 +182,14 @@ class RunStore:
             raise StateError(path, f"not a valid node record: {name} {ref} is {which}")
         return node
 
-    def write_node(self, node: Node) -> None:
-        """Replace one node record, its copy first (see `rebuild_node`). Callers changing
-        structure hold the lock."""
+    def write_node(self, node: Node, new: bool = False) -> None:
+        """Replace one node record, its copy first (see `rebuild_node`); a `new` one before
+        its copy, so that a write cut short leaves a record that reads, never a copy alone (a
+        record gone, which stops the search). Callers changing structure hold the lock."""
         data = {"schema_version": SCHEMA_VERSION, **node.to_dict()}
         files = self.node_dir(node.id)
-        write_json(files.record_copy, data)
-        write_json(files.record, data)
+        for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
+            write_json(path, data)
 
     def rebuild_node(self, node_id: int) -> Node | None:
         """Put back a node record that cannot be read, from the copy written beside it with
@@ -229,7 +230,7 @@ class RunStore:
             write_json(meta_path, {**meta, "next_id": node_id + 1})
             faults.point("creating_node")
             self.node_dir(node_id).path.mkdir(parents=True)
-            self.write_node(node)
+            self.write_node(node, new=True)
         return node
 
     def update_node(self, node_id: int, change: Callable[[Node], Any]) -> Node:
@@ -267,20 +268,23 @@ class RunStore:
     def load_tree(self) -> Tree:
         """A snapshot of every node. A record that cannot be read stands in the tree as a
         quarantined placeholder (see `quarantined`) and is listed in `self.corrupt`: one bad
-        file must not hide or stop the rest of the run. A record gone but for its copy is
-        listed too, for llmzero-repair and status to name, with no node in the tree."""
+        file must not hide or stop the rest of the run. So is a record gone but for its copy:
+        a node once written, whose use of the budget and whose branch are unknown."""
         nodes, self.corrupt = [], {}
         ids = self.node_ids()
-        known = set(ids)
+        gone = [i for i in sorted(set(self.folder_ids()) - set(ids))
+                if self.node_dir(i).record_copy.exists()]
+        known = {*ids, *gone}     # a parent gone but for its copy is the parent still
         for node_id in ids:
             try:
                 nodes.append(self.read_node(node_id, known=known))
             except StateError as exc:
                 self.corrupt[node_id] = str(exc)
                 nodes.append(quarantined(node_id, str(exc)))
-        for node_id in sorted(set(self.folder_ids()) - known):
+        for node_id in gone:
             files = self.node_dir(node_id)
-            if files.record_copy.exists():
-                self.corrupt[node_id] = str(StateError(
-                    files.record, f"missing, but its copy {files.record_copy.name} is there"))
-        return Tree(nodes)
+            why = str(StateError(files.record,
+                                 f"missing, but its copy {files.record_copy.name} is there"))
+            self.corrupt[node_id] = why
+            nodes.append(quarantined(node_id, why))
+        return Tree(sorted(nodes, key=lambda n: n.id))
