@@ -201,8 +201,8 @@ def test_a_full_disk_between_a_new_nodes_two_writes_leaves_a_record_that_reads(t
 
 def test_a_node_whose_record_is_gone_but_its_copy_is_there_is_found_by_status_and_repair(
         tmp_path):
-    """A node folder holding node.json.bak but no node.json (a full disk or a kill between a
-    new node's two writes, a partial copy of the run, a slip of rm) was rebuilt only when its
+    """A node folder holding node.json.bak but no node.json (a partial copy of the run, a
+    slip of rm; before its record came first, a full disk after a new node's copy) was rebuilt only when its
     id was named, `llmzero-repair RUN N`: a plain repair said every record read fine, and
     status said nothing of the node. Both now find it; a folder with neither file (an id taken,
     nothing written) is no node and is left alone."""
