@@ -540,6 +540,26 @@ def test_an_sbatch_that_times_out_is_unsure_too(token_script):
     assert err.value.retryable
 
 
+POLICY = "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy " \
+         "(job submit limit, user's size and/or time limits)"
+
+
+@pytest.mark.parametrize("reason, retryable", [
+    ("QOSMaxSubmitJobPerUserLimit", True), ("AssocMaxSubmitJobLimit", True),
+    ("AssocGrpSubmitJobsLimit", True), ("AssocMaxWallDurationPerJobLimit", False),
+    ("QOSMaxGRESPerJob", False), ("", False)])
+def test_only_a_limit_on_queued_jobs_is_waited_out(token_script, reason, retryable):
+    """Slurm refuses every job over an association or QOS limit with one message, which
+    names 'job submit limit' whatever the limit: a phase asking for more time than its QOS
+    allows was sent again every minute for ever, never failed, never analysed. Only the
+    reason that names a limit on submitted jobs goes away with waiting."""
+    def clients(argv):
+        return subprocess.CompletedProcess(argv, 1, "", f"sbatch: error: {reason}\n{POLICY}\n")
+    with pytest.raises(SchedulerError, match="violates accounting/QOS policy") as err:
+        SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k")
+    assert err.value.retryable is retryable
+
+
 def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_script):
     clients = killing(("sbatch",), squeue="77|PENDING|None|0|llmz:node=0000,token=tok-k\n")
     assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"

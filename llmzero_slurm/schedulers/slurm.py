@@ -36,8 +36,11 @@ TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slu
 # Failures after which a submission may still have reached slurmctld: sbatch is not run again
 # until the job could have registered (settle_s) and its token was looked for.
 UNSURE = ("socket timed out", "not responding")
-# A limit on queued jobs: waiting for some to end cures it, retrying at once does not.
-SUBMIT_LIMITS = ("maxsubmitjob", "submit limit")
+# A limit on queued jobs: waiting for some to end cures it, retrying at once does not. Only
+# sbatch's reason line tells it (QOSMaxSubmitJobPerUserLimit, AssocGrpSubmitJobsLimit...):
+# the message after it says "job submit limit" for every association or QOS limit, a time
+# or size over the limit included, which no wait cures.
+SUBMIT_LIMITS = ("submitjob",)
 NO_SUCH_JOB = "invalid job id"
 SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
 LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before a job is lost
