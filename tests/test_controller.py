@@ -14,7 +14,7 @@ import pytest
 
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import SchedulerError
+from llmzero_slurm.errors import SchedulerError, StorageError
 from llmzero_slurm.job_names import phase_job_name
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
@@ -709,6 +709,35 @@ def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp
     assert sched.cancelled == [tree[3].submission.job_id]
     assert "node 3: pruned while running; job 100 cancelled" in out.getvalue()
     assert ctl.reconcile()[3].status is Status.CANCELLED
+
+
+def test_a_move_cut_short_by_a_full_disk_is_finished_at_the_next_poll(tmp_path, monkeypatch):
+    """The fix's record was written first: once it named the failure it fixes, no later poll
+    planned the move again, so a disk full before the other records left the failure open to
+    more fixes and the redundant attempt unpruned and running."""
+    store = failed_evolve_run(tmp_path, budget_iterations=5)
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20)))
+    sched = ScriptedScheduler()
+    ctl, out = controller(tmp_path, sched, [scratch] * 5, store=store)
+    ctl.reconcile()                                  # node 3 runs
+    store.add_node(lambda i: Node(i, 2, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.COMPLETED, results=DONE))
+    real, writes = RunStore.write_node, []
+
+    def full_after_one_record(self, node, new=False):
+        if len(writes) == 1:
+            raise StorageError(self.node_path(node.id), "no space left on the device")
+        writes.append(node.id)
+        real(self, node, new)
+    monkeypatch.setattr(RunStore, "write_node", full_after_one_record)
+    with pytest.raises(StorageError):
+        ctl.reconcile()
+    monkeypatch.undo()
+    tree = ctl.reconcile()
+    assert tree[4].fixed_from == 1 and tree[1].terminal and tree[2].pruned and tree[3].pruned
+    assert sched.cancelled == [tree[3].submission.job_id]
 
 
 def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path, monkeypatch):

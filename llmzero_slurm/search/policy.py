@@ -39,12 +39,13 @@ class Reparent:
     prune: tuple[int, ...]
 
     def apply(self, tree: Tree) -> list[Node]:
-        """Changed copies of the affected nodes, for the store to write."""
+        """Changed copies of the affected nodes, in the order to write them: the fix last, since
+        once it names the failure it fixes the move is not planned again."""
         fix = dataclasses.replace(tree[self.node], parent=self.new_parent, kind=self.kind,
                                   fixed_from=self.fixed_from)
         origin = dataclasses.replace(tree[self.fixed_from], terminal=True)
         pruned = [dataclasses.replace(tree[i], pruned=True) for i in self.prune]
-        return [fix, origin, *pruned]
+        return [*pruned, origin, fix]
 
 
 @dataclass
