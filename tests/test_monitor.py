@@ -168,6 +168,29 @@ def test_a_monitor_no_source_lists_is_judged_by_its_heartbeat(tmp_path):
     assert sched.cancelled == ["901"] and len(sched.calls) == 2
 
 
+def test_a_monitor_that_waited_long_in_the_queue_is_not_taken_for_a_silent_one(tmp_path):
+    """Its silence was counted from its submission: a monitor that waited longer than that in
+    the queue (its partition is the phases' by default) was cancelled at the poll that first
+    saw it running, before it could beat, and the one submitted after it queued again."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    sched.call_state = lambda job_id: listed[0]
+    listed = [Status.QUEUED]
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)
+    record = store.root / "monitor" / "monitor.json"
+    stale = time.time() - 3600
+    os.utime(record, (stale, stale))            # an hour in the queue
+    keeper.ensure(True)
+    listed[0] = Status.RUNNING
+    keeper.ensure(True)                         # starts now: its silence begins here
+    assert sched.cancelled == [] and len(sched.calls) == 1
+    os.utime(record, (stale, stale))
+    keeper.ensure(True)                         # an hour running without a heartbeat
+    assert sched.cancelled == ["901"] and len(sched.calls) == 2
+
+
 class MonitorEndsAtOnceScheduler(MonitorOnlyScheduler):
     """Every monitor job has ended when asked: one that fails as it starts (a broken
     environment on the monitor's partition)."""

@@ -58,8 +58,9 @@ class MonitorKeeper:
 
     def _silent(self) -> bool:
         """A monitor whose heartbeat stopped (hung in a call, its host froze, or it is gone
-        without the scheduler saying so): neither its heartbeat nor its submission record was
-        written for a while, by the file server's clock."""
+        without the scheduler saying so): neither its heartbeat nor its record (written when
+        it was submitted and when it was first seen running) was written for a while, by the
+        file server's clock."""
         known = [a for a in server_ages([self.dir / HEARTBEAT_FILE, self.dir / "monitor.json"])
                  if a is not None]
         return not known or min(known) > STALE_S + self.interval
@@ -74,7 +75,11 @@ class MonitorKeeper:
         job = str(record.get("job_id") or "")
         state = self._state(record)
         news = None
-        if state is Status.RUNNING and self._silent():
+        if state is Status.RUNNING and not record.get("seen_running"):
+            # Its silence counts from here, not from its submission: it may have queued for
+            # longer than a silence is allowed to last.
+            write_json(self.dir / "monitor.json", {**record, "seen_running": time.time()})
+        elif state is Status.RUNNING and self._silent():
             self.scheduler.cancel_call(job, self.job_name)
             state, self._judged = None, job     # replaced at once: it did start
         elif state is None:
