@@ -28,6 +28,7 @@ from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
 from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.schedulers.directives import read_directives
+from llmzero_slurm.schedulers.slurm import LOST_AFTER_MISSES
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
 
@@ -587,6 +588,21 @@ def test_a_live_job_squeue_omits_is_alive_when_sacct_says_so(tmp_path):
     sched = SlurmScheduler(runner=Clients(sacct="41|RUNNING|0:0\n"), min_poll_s=0)
     state = sched.states(["41"], {"41": tmp_path})["41"]
     assert (state.raw, state.status, state.final) == ("RUNNING", Status.RUNNING, False)
+
+
+def test_a_runaway_accounting_row_gives_way_to_the_jobs_own_end(tmp_path):
+    """After a slurmctld crash slurmdbd may keep a job as running that the controller no
+    longer knows (sacctmgr show runawayjobs): its RUNNING row kept the phase running for
+    ever, and the end the job itself wrote was never read."""
+    (tmp_path / "status.json").write_text(json.dumps({"state": "failed", "job_id": "41",
+                                                      "exit_code": 1}))
+    sched = SlurmScheduler(runner=Clients(sacct="41|RUNNING|0:0|llmz-x-0001-scratch\n"),
+                           min_poll_s=0, lost_after_s=0)
+    polls = [sched.states(["41"], {"41": tmp_path}, {"41": "llmz-x-0001-scratch"}).get("41")
+             for _ in range(LOST_AFTER_MISSES)]
+    assert not any(s is not None and s.final for s in polls[:-1])   # squeue may have missed it
+    state = polls[-1]
+    assert (state.status, state.source, state.exit_code) == (Status.FAILED, "status.json", 1)
 
 
 def test_an_accounting_row_of_another_name_is_another_jobs(tmp_path):

@@ -116,6 +116,7 @@ class SlurmScheduler(Scheduler):
         self._names: dict[str, str] = {}
         self.lost_after_s = lost_after_s
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
+        self._ended_unlisted: dict[str, JobState] = {}   # job -> the end its status.json gives
         self._inputs_noted = False
 
     @staticmethod
@@ -306,14 +307,15 @@ class SlurmScheduler(Scheduler):
         for j in asked:
             if j not in unknown:
                 self._unknown_since.pop(j, None)
+                self._ended_unlisted.pop(j, None)
         lost = {}
         for j in unknown:
             first, misses = self._unknown_since.get(j, (now, 0))
             self._unknown_since[j] = (first, misses + 1)
             if misses + 1 >= LOST_AFTER_MISSES and now - first >= self.lost_after_s:
-                lost[j] = JobState(j, LOST, Status.FAILED, None,
-                                   f"lost: neither squeue, sacct nor its status.json has known the "
-                                   f"job for {now - first:.0f} s", "none")
+                lost[j] = self._ended_unlisted.pop(j) if j in self._ended_unlisted else JobState(
+                    j, LOST, Status.FAILED, None, f"lost: neither squeue, sacct nor its "
+                    f"status.json has known the job for {now - first:.0f} s", "none")
         return lost
 
     # -- the sources, in order ---------------------------------------------------------------
@@ -346,12 +348,21 @@ class SlurmScheduler(Scheduler):
         if rest:
             found.update(self._accounting(["sacct", "--completion"], rest, "sacct -c"))
         for j in job_ids:
-            if j not in found and j in self._dirs:
-                state = state_from_status_file(j, self._dirs[j])
+            if j not in self._dirs or (j in found and found[j].final):
+                continue
+            state = state_from_status_file(j, self._dirs[j])
+            if j not in found:
                 # "running" there may be a live job squeue skipped and sacct cannot confirm:
                 # left unknown, so only a long silence (`_lost`) ends it.
                 if state is not None and state.raw != LOST:
                     found[j] = state
+            elif state is not None and state.raw != LOST:
+                # Alive in accounting alone, ended by its own word: a runaway record slurmdbd
+                # kept past a slurmctld crash, or a live job squeue skipped this once (its
+                # status.json from an attempt before a requeue). Unknown until the silence
+                # `_lost` waits out has passed, then ended as the job itself wrote.
+                del found[j]
+                self._ended_unlisted[j] = state
         return found
 
     def _accounting(self, argv: list[str], job_ids: list[str], source: str) -> dict[str, JobState]:
