@@ -65,6 +65,33 @@ def test_age_is_judged_on_the_file_servers_clock_not_the_observers(tmp_path, mon
         holder.release()
 
 
+def test_a_dead_controllers_pid_given_to_another_program_does_not_hold_the_run(tmp_path):
+    """A controller killed (OOM killer, kill -9, a reboot) left its lease naming its pid;
+    once the system gave that pid to any other process, every llmzero-start on that host was
+    refused as 'already running', however old the lease."""
+    import socket
+    import subprocess
+    store = new_run(tmp_path)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        lease = store.root / Lease.FILE
+        lease.write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid,
+                                     "token": "dead", "heartbeat_at": 0}))
+        stale = time.time() - 3600
+        os.utime(lease, (stale, stale))
+        taker = Lease(store)
+        taker.acquire()
+        assert taker.read()["token"] == taker.token
+        taker.release()
+        lease.write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid,
+                                     "token": "beating"}))       # fresh: a live holder
+        with pytest.raises(LeaseHeld, match="already running"):
+            Lease(store).acquire()
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_a_paused_controller_taken_over_writes_nothing_when_it_resumes(tmp_path):
     store = new_run(tmp_path)
     store.add_node(lambda i: _node(i))

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMZeroError, StateError
-from ..processes import alive
+from ..processes import alive, runs
 from ..store.atomic import read_json, write_json
 from ..store.locks import server_age
 from ..store.run_store import RunStore
 
 EXPIRE_S = 120.0     # a lease file untouched this long (file server's clock) is a dead holder
+CONTROLLER_COMMAND = "llmzero_slurm.cli.start"   # in every controller's command line
 
 
 class LeaseHeld(LLMZeroError):
@@ -60,9 +61,15 @@ class Lease:
         return server_age(Path(self.path))
 
     def holder_alive(self, info: dict[str, Any]) -> bool:
-        """Whether the lease in `info` still belongs to a live controller."""
+        """Whether the lease in `info` still belongs to a live controller. On its host a pid
+        gone is a holder gone, and a controller's command a holder alive (beating or not:
+        stopped with Ctrl-Z); a pid running anything else (given to another program since,
+        or a controller inside one, a notebook) is judged by the lease's age, as elsewhere."""
         if info.get("host") == socket.gethostname():
-            return alive(info.get("pid"))
+            if not alive(info.get("pid")):
+                return False
+            if runs(info.get("pid"), CONTROLLER_COMMAND):
+                return True
         silent = self.silent_for()
         return silent is not None and silent <= self.expire_s
 
