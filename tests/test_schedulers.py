@@ -405,6 +405,14 @@ def test_a_group_members_job_is_found_by_its_token(as_another_user):
         subprocess.run(["scancel", job], check=True)
 
 
+@pytest.mark.parametrize("raw", ["STOPPED", "EXPEDITING"])
+def test_a_stopped_or_expedited_job_is_alive(raw):
+    """`scancel --signal=STOP` shows STOPPED until SIGCONT; EXPEDITING (Slurm 25.11) is a job
+    on its way to an expedited requeue. Read as unknown, each was a failure kept for good: a
+    debug child started while the job went on training."""
+    assert not job_state("5", raw).final
+
+
 def test_an_unknown_slurm_state_is_a_failure_that_says_so():
     state = job_state("5", "SOMETHING_NEW")
     assert state.status == Status.FAILED and "unrecognised Slurm state SOMETHING_NEW" in state.reason

@@ -31,8 +31,10 @@ SLURM_STATUS: dict[str, Status] = {
     "REQUEUED": Status.QUEUED,
     "REQUEUE_HOLD": Status.QUEUED,
     "REQUEUE_FED": Status.QUEUED,
+    "EXPEDITING": Status.QUEUED,     # on its way to an expedited requeue (Slurm 25.11)
     "RESV_DEL_HOLD": Status.QUEUED,
     "SUSPENDED": Status.RUNNING,
+    "STOPPED": Status.RUNNING,       # scancel --signal=STOP: it holds its nodes until SIGCONT
     "RUNNING": Status.RUNNING,
     "COMPLETING": Status.RUNNING,
     "SIGNALING": Status.RUNNING,
