@@ -19,7 +19,7 @@ from matplotlib.text import Text
 from llmzero_slurm.plots import plt
 
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import StorageError
+from llmzero_slurm.errors import StorageError, UsageError
 from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
@@ -197,6 +197,24 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
         fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
     write_report(run)
     assert not {p.name for p in out.glob("*.png")} & after
+
+
+def test_a_folder_of_the_users_own_is_written_into_only_when_new_empty_or_a_report(run,
+                                                                                  tmp_path):
+    """--output DIR replaced DIR's index.html and, for a run with no scored phase yet,
+    deleted DIR/strategy.yaml: a strategy kept there from an earlier search was lost."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "strategy.yaml").write_text("phases: []  # the one that worked\n")
+    with pytest.raises(UsageError, match=r"mine is not a report folder and not empty \(it "
+                                         r"holds strategy.yaml\): give a new or empty folder"):
+        write_report(run, mine)
+    assert [p.name for p in mine.iterdir()] == ["strategy.yaml"]
+    assert (mine / "strategy.yaml").read_text() == "phases: []  # the one that worked\n"
+    fresh = tmp_path / "fresh"
+    write_report(run, fresh)
+    write_report(run, fresh)                         # its own report, refreshed
+    assert (fresh / "index.html").is_file()
 
 
 def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):

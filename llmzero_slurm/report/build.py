@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import StorageError
+from ..errors import StorageError, UsageError
 from ..store.atomic import remove_stale_temps, write_text
 from ..store.locks import server_ages
 from .collect import collect
@@ -19,6 +19,21 @@ from ..strategy_file import write_strategy
 from .strategy import strategy_document
 
 STRATEGY = "strategy.yaml"
+MARK = ".llmzero-report"     # this folder is a report's: a new report may replace its files
+
+
+def _check_own_folder(out: Path) -> None:
+    """A folder of the user's own is written into only when it is new, empty or a report: a
+    report replaces index.html and strategy.yaml there, and removes a strategy.yaml the run
+    has no phase for, which may be one the user kept."""
+    try:
+        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as exc:
+        raise StorageError(out, f"cannot be listed ({exc.strerror or exc})") from None
+    if held and MARK not in held:
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise UsageError(f"{out} is not a report folder and not empty (it holds {shown}): give "
+                         "a new or empty folder, or one an earlier llmzero-report wrote")
 
 
 def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
@@ -26,11 +41,14 @@ def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
     of their own) and return the path of its index.html. A folder that cannot be made is a
     StorageError naming it, as a file that cannot be written is."""
     view = collect(run_dir)
+    if out is not None:
+        _check_own_folder(Path(out))
     out = Path(out) if out is not None else view.root / "report"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageError(out, f"cannot be made ({exc.strerror or exc})") from None
+    write_text(out / MARK, "")
     for folder in (out, out / NODE_CURVES):   # what writers killed mid-figure left behind
         if folder.is_dir():
             remove_stale_temps(folder, server_ages)
