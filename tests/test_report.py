@@ -217,6 +217,26 @@ def test_a_folder_of_the_users_own_is_written_into_only_when_new_empty_or_a_repo
     assert (fresh / "index.html").is_file()
 
 
+def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
+    """With node 0's record damaged, its child's strategy went into strategy.yaml through a
+    stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay
+    failed on it or trained the replay's own settings for that phase."""
+    store = RunStore.create(tmp_path / "run", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 60, 40, 0.45, 0, [25, 50, 60], 0.1))
+    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 5e-4}, Status.COMPLETED,
+        scored(50, 100, 90, 0.6, 1, [75, 100], 0.2), resume=50)
+    store.node_path(0).write_text("{")
+    index = write_report(store.root)
+    assert not (index.parent / "strategy.yaml").exists()
+    assert ("node 0 is left out, its record unreadable: the best strategy runs through it, "
+            f"so no strategy.yaml until llmzero-repair {store.root} 0 rebuilds it") \
+        in index.read_text()
+    store.rebuild_node(0)
+    write_report(store.root)
+    assert [p.node for p in load_strategy(index.parent / "strategy.yaml", "cpu")] == [0, 1]
+
+
 def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):
     """A controller killed while it saved a figure left a zero-byte .<figure>.<id>.tmp in the
     report for good (every kill loop of the crash audit left one or two). The next report

@@ -24,9 +24,10 @@ def phase_spans(tree: Tree) -> list[tuple[Node, int, int]]:
 
 
 def strategy_document(tree: Tree, config: ExperimentConfig) -> dict[str, Any] | None:
-    """The best path as a replayable schedule, or None while no phase has a score."""
+    """The best path as a replayable schedule; None while no phase has a score, or while a
+    phase of it is unreadable (its settings unknown, a replay could not follow it)."""
     spans = phase_spans(tree)
-    if not spans:
+    if not spans or any(node.unreadable for node, _, _ in spans):
         return None
     phases: list[dict[str, Any]] = []
     for node, start, end in spans:
