@@ -237,6 +237,19 @@ def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
     assert [p.node for p in load_strategy(index.parent / "strategy.yaml", "cpu")] == [0, 1]
 
 
+def test_an_agent_record_whose_result_is_no_object_is_shown_empty(run, tmp_path):
+    """A hand-edited proposal.json with a text result crashed the page's template (jinja2's
+    UndefinedError), so no report at all; its cost still counts."""
+    run = Path(shutil.copytree(run, tmp_path / "edited"))
+    files = RunStore.open(run).node_dir(1)
+    files.proposal_file.write_text(json.dumps({**record("proposer", 100, 0.5), "result": "x"}))
+    files.error_analysis_file.write_text(json.dumps({"agent": "error_analyzer", "result": [1]}))
+    page = write_report(run).read_text()
+    assert "0001/proposal.json: its result is not an object; shown empty" in page
+    assert "0001/error_analysis.json: its result is not an object; shown empty" in page
+    assert collect(run).agent_costs["proposer"].calls >= 1
+
+
 def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):
     """A controller killed while it saved a figure left a zero-byte .<figure>.<id>.tmp in the
     report for good (every kill loop of the crash audit left one or two). The next report

@@ -137,6 +137,18 @@ def _read(path: Path, notes: list[str]) -> Any:
         return None
 
 
+def _agent_record(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """An agent's answer as the page shows it: an object whose result is an object (a
+    hand-edited one may not be); a paid call all the same, so it is kept for the costs."""
+    value = _read(path, notes)
+    if not isinstance(value, dict):
+        return None
+    if not isinstance(value.get("result") or {}, dict):
+        notes.append(f"{path.parent.name}/{path.name}: its result is not an object; shown empty")
+        return {**value, "result": {}}
+    return value
+
+
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """What a phase changed going in; its length is not a change of strategy."""
     return {k: (before.get(k), v) for k, v in after.items()
@@ -148,12 +160,9 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     notes.extend(f"node {node.id}: {p}" for p in log.problems)
     parent = tree.nodes.get(node.parent) if node.parent is not None else None
     view = NodeView(node, files, log, _changes(parent.hparams, node.hparams) if parent else {})
-    proposal = _read(files.proposal_file, notes)
-    analysis = _read(files.error_analysis_file, notes)
-    gave_up = _read(NodeDir(files.give_up).error_analysis_file, notes)
-    view.proposal = proposal if isinstance(proposal, dict) else None
-    view.error_analysis = analysis if isinstance(analysis, dict) else None
-    view.give_up_analysis = gave_up if isinstance(gave_up, dict) else None
+    view.proposal = _agent_record(files.proposal_file, notes)
+    view.error_analysis = _agent_record(files.error_analysis_file, notes)
+    view.give_up_analysis = _agent_record(NodeDir(files.give_up).error_analysis_file, notes)
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
     return view
