@@ -74,3 +74,19 @@ def test_a_requeued_phase_that_rewrote_its_metrics_is_shown_as_rewritten(tmp_pat
     assert scalars(out / "best-strategy") == expected
     export_tensorboard(root, tree, lambda i: read_metrics(metrics))    # nothing new: untouched
     assert scalars(out / "node-0000") == expected
+
+
+def test_an_export_record_of_the_wrong_shape_starts_the_runs_afresh(tmp_path):
+    """A parseable exported.json of another shape ([], {"nodes": []}) raised AttributeError in
+    the controller's poll, which only catches the package's errors, so the controller died at
+    every restart; and a record lost made the next export write every point a second time."""
+    root = tmp_path / "run"
+    metrics = root / "nodes" / "0000" / "metrics.jsonl"
+    write_metrics(metrics, [(10, {VAL: 0.5}), (20, {VAL: 0.6})])
+    tree = T(N(0, None, score=0.6))
+    out = export_tensorboard(root, tree, lambda i: read_metrics(metrics))
+    expected = scalars(out / "node-0000")
+    for damaged in ("[]", '{"nodes": []}', '{"nodes": {"0": null}}', "{"):
+        (out / "exported.json").write_text(damaged)
+        export_tensorboard(root, tree, lambda i: read_metrics(metrics))
+        assert scalars(out / "node-0000") == expected, damaged

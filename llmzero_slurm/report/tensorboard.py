@@ -58,17 +58,26 @@ def _digest(log: MetricsLog, until: int) -> str:
     return h.hexdigest()[:16]
 
 
+def _exported(out: Path) -> tuple[dict[str, int], dict[str, str], Any]:
+    """What earlier exports wrote: the last step and digest per node, the best path's progress.
+    Without a record that reads (none yet, or damaged) the runs there are of unknown content,
+    and appending to them could show points twice: they are written afresh."""
+    try:
+        state = read_json(out / STATE_FILE)
+        return ({str(k): int(v) for k, v in state["nodes"].items()},
+                {str(k): str(v) for k, v in state.get("digests", {}).items()}, state.get("best"))
+    except (StateError, AttributeError, KeyError, TypeError, ValueError):
+        for run in [*out.glob("node-*"), out / BEST_RUN]:
+            shutil.rmtree(run, ignore_errors=True)
+        return {}, {}, None
+
+
 def export_tensorboard(root: str | Path, tree: Tree,
                        metrics_of: Callable[[int], MetricsLog]) -> Path:
     """Bring <root>/tensorboard up to date with every node's metrics; return its path."""
     out = Path(root) / TB_DIR
     out.mkdir(exist_ok=True)
-    try:
-        state: dict[str, Any] = read_json(out / STATE_FILE)
-    except StateError:
-        state = {}
-    done = {str(k): int(v) for k, v in state.get("nodes", {}).items()}
-    digests = {str(k): str(v) for k, v in state.get("digests", {}).items()}
+    done, digests, best_before = _exported(out)
     logs = {node.id: metrics_of(node.id) for node in tree}
     for node in tree:
         key, run = str(node.id), out / f"node-{node.id:04d}"
@@ -80,7 +89,7 @@ def export_tensorboard(root: str | Path, tree: Tree,
         digests[key] = _digest(logs[node.id], done[key])
     path = best_path(tree)
     progress = [[n.id, logs[n.id].last_step, digests[str(n.id)]] for n in path]
-    if progress != state.get("best"):
+    if progress != best_before:
         shutil.rmtree(out / BEST_RUN, ignore_errors=True)
         if path:
             _write(out / BEST_RUN, strategy_curves(path, logs.__getitem__))
