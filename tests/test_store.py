@@ -32,6 +32,24 @@ def add_root(store: RunStore):
     return store.add_node(lambda i: make_child(Tree([]), Action(Kind.SCRATCH, None), i, {"lr": 1e-3}))
 
 
+def test_a_filesystem_without_flock_is_named_with_the_setting_that_works_there(tmp_path,
+                                                                               monkeypatch):
+    """Lustre mounted without -o flock: filelock 4 turned the default lock into its own soft
+    lock, which never breaks a marker a killed holder left on another host (every later
+    command timed out for good), and older filelock raised NotImplementedError, a traceback."""
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(StateError, match=r"tree.lock: cannot be locked: this filesystem has no "
+                                         r"flock \(Function not implemented\); create the run "
+                                         r"with state: \{lock: soft\}"):
+        new_store(tmp_path)
+    monkeypatch.undo()
+    assert len(new_store(tmp_path, "soft").load_tree()) == 0    # where the first try began
+
+
 def test_create_open_and_round_trip(tmp_path):
     store = new_store(tmp_path)
     root = add_root(store)

@@ -10,6 +10,8 @@ period) is broken, and release renames before unlinking so a breaker never delet
 """
 from __future__ import annotations
 
+import errno
+import inspect
 import json
 import os
 import socket
@@ -18,7 +20,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import filelock
 
@@ -60,10 +62,16 @@ def server_age(path: Path) -> float | None:
     return server_ages([path])[0]
 
 
+# filelock 4 turns a lock on a filesystem without flock into its own soft lock, which never
+# breaks a marker that a holder killed on another host left: that is `soft`'s work, chosen.
+_NO_FALLBACK: dict[str, Any] = ({"fallback_to_soft": False} if "fallback_to_soft" in
+                inspect.signature(filelock.UnixFileLock.__init__).parameters else {})
+
+
 class FlockLock:
     def __init__(self, path: Path, timeout: float):
         self.path, self.timeout = path, timeout
-        self._lock = filelock.UnixFileLock(str(path), timeout=timeout)
+        self._lock = filelock.UnixFileLock(str(path), timeout=timeout, **_NO_FALLBACK)
 
     @contextmanager
     def hold(self) -> Iterator[None]:
@@ -72,12 +80,25 @@ class FlockLock:
         except filelock.Timeout:
             raise LockTimeout(f"{self.path}: still held by another process after "
                               f"{self.timeout:.0f} s") from None
-        except OSError as exc:
+        except (OSError, NotImplementedError) as exc:   # older filelock: NotImplementedError
+            if isinstance(exc, NotImplementedError) or exc.errno == errno.ENOSYS:
+                _remove_if_empty(self.path)    # flock's empty file, which a soft lock would wait out
+                raise StateError(self.path, "cannot be locked: this filesystem has no flock "
+                                 f"({os.strerror(errno.ENOSYS)}); create the run with state: "
+                                 "{lock: soft} in experiment.yaml") from None
             raise unusable(self.path, exc) from None
         try:
             yield
         finally:
             self._lock.release()
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass
 
 
 class SoftLock:
