@@ -690,10 +690,9 @@ def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_pat
     fault_outcome(ctl.store, [])      # nothing is submitted: the nodes ran before the crash
 
 
-def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp_path):
-    """With two phases at a time, node 1's second fix (3) runs while the fix of its first
-    fix (4) succeeds: the move pruned node 3 and left its job running, spending the budget
-    on a phase the search no longer counts."""
+def second_fix_running_as_the_first_ones_fix_succeeds(tmp_path: Path):
+    """Node 1 failed; its first fix (2) failed too, its second (3) runs, and the fix of the
+    first fix (4) has just completed: the move is due."""
     store = failed_evolve_run(tmp_path, budget_iterations=5)
     store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
                                   status=Status.FAILED))
@@ -704,6 +703,14 @@ def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp
     assert ctl.store.load_tree()[3].status is Status.RUNNING
     store.add_node(lambda i: Node(i, 2, Kind.DEBUG, dict(HP), Resume(0, 20),
                                   status=Status.COMPLETED, results=DONE))
+    return store, sched, ctl, out
+
+
+def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp_path):
+    """With two phases at a time, node 1's second fix (3) runs while the fix of its first
+    fix (4) succeeds: the move pruned node 3 and left its job running, spending the budget
+    on a phase the search no longer counts."""
+    store, sched, ctl, out = second_fix_running_as_the_first_ones_fix_succeeds(tmp_path)
     tree = ctl.reconcile()
     assert tree[4].fixed_from == 1 and tree[3].pruned and tree[2].pruned
     assert sched.cancelled == [tree[3].submission.job_id]
@@ -715,15 +722,7 @@ def test_a_move_cut_short_by_a_full_disk_is_finished_at_the_next_poll(tmp_path, 
     """The fix's record was written first: once it named the failure it fixes, no later poll
     planned the move again, so a disk full before the other records left the failure open to
     more fixes and the redundant attempt unpruned and running."""
-    store = failed_evolve_run(tmp_path, budget_iterations=5)
-    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
-                                  status=Status.FAILED))
-    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20)))
-    sched = ScriptedScheduler()
-    ctl, out = controller(tmp_path, sched, [scratch] * 5, store=store)
-    ctl.reconcile()                                  # node 3 runs
-    store.add_node(lambda i: Node(i, 2, Kind.DEBUG, dict(HP), Resume(0, 20),
-                                  status=Status.COMPLETED, results=DONE))
+    store, sched, ctl, out = second_fix_running_as_the_first_ones_fix_succeeds(tmp_path)
     real, writes = RunStore.write_node, []
 
     def full_after_one_record(self, node, new=False):
