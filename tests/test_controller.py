@@ -624,6 +624,23 @@ def test_a_record_gone_but_for_its_copy_stops_the_search_until_it_is_rebuilt(tmp
     assert [n.id for n in store.load_tree()] == [0] and not store.corrupt
 
 
+def test_a_running_phase_counts_against_the_device_hour_budget_while_it_runs(tmp_path):
+    """Device-hours were charged when a phase ended: with two phases at a time, the budget
+    let new phases start while the running ones had long spent it, and llmzero-status showed
+    'device-hours 0.00' through a 10-hour phase."""
+    def two_hours_on_two_gpus(files: NodeDir) -> None:
+        files.status_file.write_text(json.dumps({"state": "running", "job_id": "100",
+                                                 "started_at": time.time() - 7200,
+                                                 "gpus": "0,1"}))
+    store = new_run(tmp_path, budget_iterations=3, budget_gpu_hours=1)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP)))
+    sched = ScriptedScheduler([[two_hours_on_two_gpus, "RUNNING"]])
+    ctl, out = controller(tmp_path, sched, [scratch] * 3, store=store)
+    tree = ctl.reconcile()                           # submitted, seen running
+    assert tree[0].status is Status.RUNNING and 3.9 < tree[0].results.gpu_hours < 4.1
+    assert "device-hours used" in ctl.admission.closed(tree)
+
+
 # -- submissions that were not confirmed (issue 14.3) ---------------------------------------
 
 def test_an_unconfirmed_submission_is_not_sent_again_before_it_could_register(tmp_path,

@@ -22,7 +22,7 @@ from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
 from ..store.run_store import RunStore
 from .. import faults
-from .ingest import collect_results, completed_at_limit, rescore
+from .ingest import collect_results, completed_at_limit, device_hours, rescore
 from .admission import Admission
 from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
@@ -33,6 +33,8 @@ from .signals import StopSignals
 from .stop_request import stop_asked, stop_phases, stop_request_for
 from .submission import Submitter, submitted
 from .watched import poll_phases, watched_phases
+
+CHARGE_STEP_H = 0.01    # a running phase's record is rewritten as its device-hours grow by this
 
 
 class Controller:
@@ -247,8 +249,17 @@ class Controller:
             if state.status is not node.status:
                 self.store.update_node(node.id, lambda n: _advance(n, state))
                 self.progress.event(f"node {node.id}: {state.status.value} ({state.raw})")
+            if state.status is Status.RUNNING:
+                self._charge(node)
             return False
         return self._finish(node, state)
+
+    def _charge(self, node: Node) -> None:
+        """A running phase's device-hours so far go into its record, so the device-hour budget
+        (with phases running side by side), status and the report count them as they grow."""
+        hours = device_hours(self.store.node_dir(node.id), self.config.slurm.nodes)
+        if hours - node.results.gpu_hours >= CHARGE_STEP_H:
+            self.store.update_node(node.id, lambda n: setattr(n.results, "gpu_hours", hours))
 
     def _finish(self, node: Node, state: JobState) -> bool:
         files = self.store.node_dir(node.id)

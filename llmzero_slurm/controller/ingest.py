@@ -21,11 +21,16 @@ def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: 
     """The node's results from its files: best validation (and test at that step), last step,
     checkpoints and device-hours."""
     log = files.metrics().after(node.start_step)
-    status = files.status()
     results = Results(last_step=log.last_step, checkpoints=_checkpoints(backend, files),
-                      gpu_hours=status.device_hours(nodes, files.last_write()) if status else 0.0)
+                      gpu_hours=device_hours(files, nodes))
     _score(results, log)
     return results
+
+
+def device_hours(files: NodeDir, nodes: int) -> float:
+    """What the phase's job has held of its devices, to its end or, while it runs, so far."""
+    status = files.status()
+    return status.device_hours(nodes, files.last_write()) if status else 0.0
 
 
 def _score(results: Results, log: MetricsLog) -> None:

@@ -17,7 +17,7 @@ from .tree import Status, Tree
 
 @dataclass(frozen=True)
 class Usage:
-    trained: int            # samples trained so far, running phases included
+    trained: int            # samples trained by the phases that ended (a phase counts at its end)
     saved: int              # planned but never trained samples of early-stopped phases
     committed: int          # what the budget holds: trained, plus the rest of pending plans
     early_stopped: int      # phases the stopper ended
