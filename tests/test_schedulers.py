@@ -549,6 +549,20 @@ def test_an_sbatch_that_times_out_is_unsure_too(token_script):
     assert err.value.retryable
 
 
+def test_an_sbatch_whose_answer_was_cut_off_is_unsure(token_script):
+    """"Zero Bytes were transmitted or received" (a busy slurmctld dropped the connection) was
+    taken for a refusal and the node failed, though the job may have been registered and run
+    in the node's folder beside the debug phase the failure led to."""
+    def clients(argv):
+        if argv[0] == "sbatch":
+            return subprocess.CompletedProcess(argv, 1, "", "sbatch: error: Batch job submission "
+                                               "failed: Zero Bytes were transmitted or received\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    with pytest.raises(SchedulerError, match="Zero Bytes.*looked for by its token") as err:
+        SlurmScheduler(runner=clients, retries=1, retry_wait_s=0).submit(token_script, "tok-k")
+    assert err.value.retryable
+
+
 POLICY = "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy " \
          "(job submit limit, user's size and/or time limits)"
 

@@ -32,10 +32,11 @@ _log = logging.getLogger(__name__)   # retries, as they happen; the controller s
 
 TRANSIENT = ("socket timed out", "slurm_load_jobs error", "unable to contact slurm controller",
              "not responding", "connection refused", "try again", "temporarily unavailable",
-             "slurm is down")
+             "slurm is down", "zero bytes were transmitted")
 # Failures after which a submission may still have reached slurmctld: sbatch is not run again
-# until the job could have registered (settle_s) and its token was looked for.
-UNSURE = ("socket timed out", "not responding")
+# until the job could have registered (settle_s) and its token was looked for. "Zero Bytes
+# were transmitted or received": a busy slurmctld dropped the connection, answer unknown.
+UNSURE = ("socket timed out", "not responding", "zero bytes were transmitted")
 # A limit on queued jobs: waiting for some to end cures it, retrying at once does not. Only
 # sbatch's reason line tells it (QOSMaxSubmitJobPerUserLimit, AssocGrpSubmitJobsLimit...):
 # the message after it says "job submit limit" for every association or QOS limit, a time
