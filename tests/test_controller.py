@@ -158,6 +158,29 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert "cancelled 2 running phase(s)" in out.getvalue()
 
 
+def test_a_cancel_that_cannot_look_a_job_up_still_cancels_the_others(tmp_path):
+    """A phase whose sbatch answer was never recorded is looked up by its token first: with
+    squeue down that look-up raised out of cancel_phases, and `llmzero-stop --cancel`
+    cancelled no phase at all, the running ones whose job ids are on record included."""
+    from llmzero_slurm.controller.stop_request import cancel_phases
+    store = new_run(tmp_path, budget_iterations=2)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP)))
+    sched = ScriptedScheduler()
+    ctl, _ = controller(tmp_path, sched, [scratch] * 2, store=store)
+    ctl.reconcile()                                  # node 0 runs as job 100
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.SUBMITTING,
+                                  submission=Submission(token="tok-lost")))
+
+    def squeue_down(token: str, name: str) -> str | None:
+        raise SchedulerError("squeue: slurm_load_jobs error: Unable to contact slurm controller")
+    sched.find_by_token = squeue_down
+    cancelled, refused = cancel_phases(store, store.load_tree(), sched)
+    assert cancelled == ["100"] and sched.cancelled == ["100"]
+    assert [str(e) for e in refused] == ["node 1: its job could not be looked up: squeue: "
+                                         "slurm_load_jobs error: Unable to contact slurm "
+                                         "controller"]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_nothing(
         tmp_path, signum):

@@ -115,16 +115,21 @@ def cancel_phases(store: RunStore, tree: Tree,
     controller finds it; the job ids cancelled, and the refusals. Every job is tried: one the
     scheduler refuses (another member's, in a run a group shares) keeps no other running."""
     jobs: dict[str, str] = {}
+    cancelled, refused = [], []
     for node in tree:
         if node.status not in (Status.QUEUED, Status.RUNNING, Status.SUBMITTING):
             continue
         name = node_job_name(store.config.name, node)
         job = node.submission.job_id
         if node.status is Status.SUBMITTING:
-            job = find_job(scheduler, store.node_dir(node.id), node.submission.token, name)
+            try:
+                job = find_job(scheduler, store.node_dir(node.id), node.submission.token, name)
+            except SchedulerError as exc:    # the others are cancelled all the same
+                refused.append(SchedulerError(f"node {node.id}: its job could not be looked "
+                                              f"up: {exc}"))
+                continue
         if job:
             jobs[job] = name
-    cancelled, refused = [], []
     for job_id, name in jobs.items():
         try:
             scheduler.cancel(job_id, name)
