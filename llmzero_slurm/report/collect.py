@@ -215,10 +215,10 @@ def collect(root: str | Path) -> RunView:
              for n in sorted(tree, key=lambda n: n.id)}
     phases = _phases(tree, views)
     on_path = {p.view.node.id for p in phases}
-    notes += [f"node {i} is left out, its record unreadable: "
-              + ("the best strategy runs through it, so no strategy.yaml until " if i in on_path
-                 else "") + f"llmzero-repair {store.root} {i} rebuilds it"
-              for i in sorted(store.corrupt)]
+    for i in sorted(store.corrupt):
+        held = "the best strategy runs through it, so no strategy.yaml until " if i in on_path else ""
+        notes.append(f"node {i} is left out, its record unreadable: {held}llmzero-repair "
+                     f"{store.root} {i} rebuilds it")
     best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
     return RunView(store.root, store.config, tree, views, phases, best, costs, notes,
