@@ -2,6 +2,7 @@
 on the file server's clock, and a controller that lost it writes and submits nothing."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -14,6 +15,7 @@ from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.lease import Lease, LeaseHeld, LeaseLost
+from llmzero_slurm.errors import StateError
 from llmzero_slurm.methods.base import MethodContext, PhasePlan
 from llmzero_slurm.search.policy import Action
 from llmzero_slurm.search.tree import Kind, Node
@@ -221,3 +223,35 @@ def done(files: NodeDir) -> None:
 
 def _node(i: int) -> Node:
     return Node(i, None, Kind.SCRATCH, {"lr": 1e-3})
+
+
+def test_a_lease_file_that_cannot_be_read_for_a_moment_is_not_a_takeover(tmp_path, monkeypatch):
+    """A transient I/O error (EIO from a soft NFS mount) reading the lease was taken as a
+    takeover 'by nobody': the controller stopped with exit 6 and, believing the file another's,
+    left it behind, so a restart waited out the expiry. Another controller's start read it as
+    no lease at all and took over a live one."""
+    store = new_run(tmp_path)
+    holder = Lease(store)
+    holder.acquire()
+    lease_file = store.root / Lease.FILE
+    real_read_text = type(lease_file).read_text
+    failing = {"on": True}
+
+    def read_text(path, *args, **kwargs):
+        if failing["on"] and path == lease_file:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+        return real_read_text(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(type(lease_file), "read_text", read_text)
+        with pytest.raises(StateError, match="cannot read"):
+            holder.heartbeat()
+        with pytest.raises(StateError, match="cannot read"):
+            Lease(RunStore.open(store.root)).acquire()     # no takeover of a live holder
+        failing["on"] = False
+        holder.heartbeat()                                 # the lease is still this one's
+        assert json.loads(lease_file.read_text())["token"] == holder.token
+    finally:
+        failing["on"] = False
+        holder.release()
+    assert not lease_file.exists()

@@ -50,9 +50,15 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     def read(self) -> dict[str, Any] | None:
+        """The lease record; None where there is none (no file, or not a lease). A file the
+        filesystem failed to hand back (EIO from a soft NFS mount) raises StateError: taken
+        for no lease, it made a live holder believe itself taken over and let a second
+        controller take the run from it."""
         try:
             data = read_json(self.path)
-        except StateError:
+        except StateError as exc:
+            if isinstance(exc.__cause__, OSError):
+                raise
             return None
         return data if isinstance(data, dict) else None
 
@@ -139,7 +145,10 @@ class Lease:
             self._thread = None
         with self.store.lock.hold():
             if self._held and self._lost is None:
-                info = self.read()
+                try:
+                    info = self.read()
+                except StateError:
+                    info = None     # unknown whose it is: left to expire
                 if info and info.get("token") == self.token:
                     Path(self.path).unlink(missing_ok=True)
             self._held = False

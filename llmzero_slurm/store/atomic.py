@@ -162,7 +162,8 @@ def set_aside(path: Path) -> Path:
 
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file; a missing, unreadable or corrupt file raises StateError with its path.
-    Bytes that are not UTF-8 (a binary file, another encoding) are corrupt JSON too: every
+    An I/O error is its `__cause__`, for a caller that must not take a read failing for a
+    file gone (a lease). Bytes that are not UTF-8 (a binary file, another encoding) are corrupt JSON too: every
     caller then treats them as it treats a torn file."""
     path = Path(path)
     try:
@@ -170,7 +171,7 @@ def read_json(path: str | Path) -> Any:
     except FileNotFoundError:
         raise StateError(path, "missing") from None
     except OSError as exc:
-        raise StateError(path, f"cannot read: {exc.strerror}") from None
+        raise StateError(path, f"cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise StateError(path, f"corrupt JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
