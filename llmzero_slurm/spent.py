@@ -8,7 +8,7 @@ from .backends import get_backend
 from .metrics import base_scores
 from .search.budget import Budget
 from .search.policy import best_node
-from .search.tree import Node, Results, Tree
+from .search.tree import Node, Results, Status, Tree
 from .search.usage import Usage, gain_line, usage
 from .store.run_store import RunStore
 
@@ -37,4 +37,7 @@ class Spent:
 
 def spent(store: RunStore, tree: Tree, budget: Budget | None = None) -> Spent:
     base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics())
-    return Spent(usage(tree, budget or run_budget(store)), base_val, base_test, best_node(tree))
+    logged = {n.id: last for n in tree if n.status is Status.RUNNING
+              and (last := store.node_dir(n.id).metrics().last_step) is not None}
+    return Spent(usage(tree, budget or run_budget(store), logged=logged), base_val, base_test,
+                 best_node(tree))

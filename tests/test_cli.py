@@ -714,6 +714,25 @@ def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_th
     assert used["samples_saved_by_early_stopping"] == 30 * per_step
 
 
+def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
+    """Review: a running phase's samples showed only once it ended, so a long phase read as
+    nothing trained for hours; its log already says how far it is."""
+    store = two_phase_run(tmp_path)
+    store.update_node(0, lambda n: setattr(n.results, "last_step", 10))
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 30))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 5e-4, "total_training_steps": 40},
+                                  resume=Resume(1, 30), status=Status.RUNNING))
+    write_metrics(store.node_dir(2).metrics_file, [(s, {VAL: 0.5}) for s in range(31, 43)])
+    per_step = 32 * 8
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert (f"training samples: {42 * per_step:,} trained ({12 * per_step:,} so far in running "
+            "phases)") in table.stdout
+    used = json.loads(cli("status", str(store.root), "--json").stdout)["usage"]
+    assert used["samples_trained"] == 42 * per_step
+    assert used["samples_trained_by_running_phases"] == 12 * per_step
+
+
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
 def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
     """Audit: a path the user typed that names nothing exited 3 (damaged state). A folder

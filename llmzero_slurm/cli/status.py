@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                           "budget_closed": use.budget.spent(tree),
                           "monitor": monitor,
                           "usage": {"samples_trained": use.trained, "samples_committed": use.committed,
+                                    "samples_trained_by_running_phases": use.running,
                                     "samples_saved_by_early_stopping": use.saved,
                                     "samples_planned": use.planned, "early_stopped": use.early_stopped,
                                     "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 from .budget import Budget, node_samples, trained_steps
 from .tree import Status, Tree
@@ -17,13 +18,14 @@ from .tree import Status, Tree
 
 @dataclass(frozen=True)
 class Usage:
-    trained: int            # samples trained by the phases that ended (a phase counts at its end)
+    trained: int            # samples trained: the phases that ended, and the running ones so far
     saved: int              # planned but never trained samples of early-stopped phases
     committed: int          # what the budget holds: trained, plus the rest of pending plans
     early_stopped: int      # phases the stopper ended
     gpu_hours: float
     wall_s: float           # from the run's creation to its last finished phase (or now)
     budget: Budget
+    running: int = 0        # of `trained`: what the running phases have logged so far
 
     @property
     def planned(self) -> int:
@@ -44,7 +46,9 @@ class Usage:
         planned = (f" ({self.committed:,} with the running phases' plans)"
                    if self.committed > self.trained else "")
         w = self.wall_s
-        return [f"training samples: {self.trained:,} trained{_of(b.samples)}{planned}; {saved}",
+        running = f" ({self.running:,} so far in running phases)" if self.running else ""
+        return [f"training samples: {self.trained:,} trained{running}{_of(b.samples)}{planned}; "
+                f"{saved}",
                 f"device-hours {self.gpu_hours:.2f}{_of(b.gpu_hours)}; wall time "
                 f"{int(w // 3600)}:{int(w % 3600 // 60):02d}:{int(w % 60):02d}"
                 f"{_of(b.wall_hours, ' h')} since the run was created"]
@@ -63,15 +67,23 @@ def gain_line(split: str, base: float | None, best: float | None) -> list[str]:
     return [f"gain: {split} {base:.3f} -> {best:.3f} ({best - base:+.3f}{relative})"]
 
 
-def usage(tree: Tree, budget: Budget, now: float | None = None) -> Usage:
+def usage(tree: Tree, budget: Budget, now: float | None = None,
+          logged: Mapping[int, int] | None = None) -> Usage:
+    """`logged`: the last step each running phase's metrics log holds (its record has its
+    steps only once it ends)."""
     defaults = budget.defaults
+    logged = logged or {}
+    running = {n.id: max(trained_steps(n), logged[n.id] - n.start_step)
+               * budget.step_samples(n.hparams) for n in tree if n.status.pending and n.id in logged}
     stopped = [n for n in tree if n.status is Status.EARLY_STOPPED]
     ends = [n.finished_at for n in tree if n.finished_at is not None]
     now = time.time() if now is None else now
     end = now if any(n.status.pending for n in tree) or not ends else max(ends)
-    return Usage(trained=sum(trained_steps(n) * budget.step_samples(n.hparams) for n in tree),
+    return Usage(trained=sum(running.get(n.id, trained_steps(n) * budget.step_samples(n.hparams))
+                             for n in tree),
                  saved=sum(node_samples(n, defaults, planned=True) - node_samples(n, defaults)
                            for n in stopped),
                  committed=budget.samples_committed(tree), early_stopped=len(stopped),
                  gpu_hours=sum(n.results.gpu_hours for n in tree),
-                 wall_s=max(0.0, end - budget.started_at), budget=budget)
+                 wall_s=max(0.0, end - budget.started_at), budget=budget,
+                 running=sum(running.values()))
