@@ -416,6 +416,25 @@ def test_replay_runs_the_strategys_chain(tmp_path):
     assert m.exhausted(create(tree, plan))
 
 
+@pytest.mark.parametrize("budget, message", [
+    ({"budget_iterations": 2}, r"search.budget_iterations': is 2, and .*strategy.yaml has 3 "
+                               r"phases: the replay would stop after phase 2"),
+    ({"budget_samples": 100_000}, r"search.budget_samples': is 100,000, and .*strategy.yaml "
+                                  r"trains 128,000 samples \(phase 3 would be cut\)")])
+def test_a_replay_the_budget_would_cut_short_is_refused_at_start(tmp_path, budget, message):
+    """Review: a replay whose strategy needs more phases or samples than the budget allows
+    started, and its last phases were cut or never run: a schedule other than the strategy,
+    reported as its replay."""
+    path = strategy_file(tmp_path, [{"steps": 500, "hparams": {**RECIPE, "lr": 2e-3}},
+                                    {"steps": 250, "hparams": {**RECIPE, "lr": 5e-4}},
+                                    {"steps": 250, "hparams": {**RECIPE, "lr": 1e-4}}])
+    with pytest.raises(ConfigError, match=message):
+        method(tmp_path, config(method="replay", strategy_file=str(path), **budget))
+    fits = method(tmp_path, config(method="replay", strategy_file=str(path),
+                                   budget_iterations=3, budget_samples=128_000))
+    assert [p.hparams["total_training_steps"] for p in fits.phases] == [500, 250, 250]
+
+
 def test_a_resumed_replay_refuses_a_plan_that_changed_under_it(tmp_path):
     """Audit (upgrades): the plan of a static method is rebuilt at every start (from the frozen
     config, this release's defaults and, for replay, the strategy file), and node i is taken to
