@@ -510,3 +510,20 @@ def test_a_train_split_smaller_than_one_batch_is_refused(cache_dir, tmp_path, ca
                      "--cache-dir", str(cache_dir), "train_batch_size=8192"]) == 2
     said = capsys.readouterr().err
     assert "4000 rows, fewer than train_batch_size 8192" in said
+
+
+def test_a_non_finite_cpu_metric_reaches_the_agents_as_nan(tmp_path):
+    """Review: the CPU trainer wrote NaN and infinities as null, which the metrics reader
+    skips, so a diverged CPU phase's blow-up never reached the agents; the verl copy keeps it."""
+    from llmzero_slurm.agents.offline.signals import Signals
+    from llmzero_slurm.cputrain.metrics_log import MetricsLog
+    from llmzero_slurm.metrics import read_metrics
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write(1, {"actor/grad_norm": 0.5, "actor/pg_loss": 0.1})
+    log.write(2, {"actor/grad_norm": float("nan"), "actor/pg_loss": float("inf")})
+    log.close()
+    read = read_metrics(tmp_path / "metrics.jsonl")
+    assert math.isnan(read.get("actor/grad_norm")[-1][1])
+    assert read.get("actor/pg_loss")[-1] == (2, math.inf)
+    assert Signals.of(read).blown_up

@@ -6,7 +6,6 @@ requeued job first drops the lines after the step it resumes from, keeping one c
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,9 +35,9 @@ class MetricsLog:
     def write(self, step: int, data: dict[str, Any]) -> None:
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")
-        clean = {k: (v if math.isfinite(v) else None) if isinstance(v, float) else v
-                 for k, v in data.items()}
-        self._file.write(json.dumps({"step": step, "data": clean}) + "\n")
+        # NaN and infinities stay (JSON's NaN/Infinity, as the verl copy writes them): a
+        # diverged loss must reach the agents, and null would drop it from the curve.
+        self._file.write(json.dumps({"step": step, "data": data}) + "\n")
         self._file.flush()
 
     def close(self) -> None:
