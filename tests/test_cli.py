@@ -58,6 +58,17 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
+def test_cancel_on_stop_is_refused_for_a_controller_job(tmp_path):
+    """Review: Slurm ends a controller job with SIGTERM for its own requeue near the time limit
+    and for a preemption, not only for a person's scancel; with --cancel-on-stop each requeue
+    cancelled every running phase, recorded as a person's cancel."""
+    done = cli("start", str(ROOT / "examples" / "cpu-addition-slurm.yaml"), "--run-dir", str(tmp_path / "r"),
+               "--submit", "--cancel-on-stop")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--cancel-on-stop does not go with --submit" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_stop_says_how_long_it_waits_and_refuses_a_wait_that_is_no_duration(tmp_path):
     """`--wait -5` (or nan) did not wait and said "controller still running after -5 s"."""
     assert "(default 120" in " ".join(cli("stop", "--help").stdout.split())

@@ -158,6 +158,17 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert "cancelled 2 running phase(s)" in out.getvalue()
 
 
+def test_a_stop_request_without_cancel_leaves_phases_running_under_cancel_on_stop(tmp_path):
+    """Review: --cancel-on-stop (documented for SIGINT/SIGTERM) also cancelled the running
+    phases at an `llmzero-stop` without --cancel, which told the user it leaves them."""
+    store = new_run(tmp_path, budget_iterations=2)
+    sched = ScriptedScheduler([["RUNNING", lambda files: request_stop(store, cancel=False),
+                                "RUNNING"]])
+    ctl, _ = controller(tmp_path, sched, [scratch], store=store)
+    assert ctl.run(cancel_on_stop=True) == 0
+    assert sched.cancelled == []
+
+
 def test_a_cancel_that_cannot_look_a_job_up_still_cancels_the_others(tmp_path):
     """A phase whose sbatch answer was never recorded is looked up by its token first: with
     squeue down that look-up raised out of cancel_phases, and `llmzero-stop --cancel`

@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           "it resumes the run whenever it starts and requeues itself near its "
                           "time limit; its log is <run>/controller-<jobid>.out")
     p.add_argument("--cancel-on-stop", action="store_true",
-                   help="on SIGINT/SIGTERM also cancel the running phases (default: leave them)")
+                   help="on SIGINT/SIGTERM also cancel the running phases (default: leave "
+                        "them; not with --submit)")
     p.add_argument("--poll", type=seconds, default=None, metavar="S",
                    help="seconds between scheduler polls (default: search.poll_interval_s; "
                         "unset: 30 on Slurm, asking less often while nothing changes, 10 for "
@@ -73,6 +74,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
+    if args.cancel_on_stop and args.submit:
+        p.error("--cancel-on-stop does not go with --submit: Slurm ends a controller job with "
+                "SIGTERM for its requeue near the time limit and for a preemption too, which "
+                "would cancel every running phase; cancel them with llmzero-stop --cancel")
     return args
 
 
