@@ -669,6 +669,20 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_start_refuses_a_search_its_method_cannot_run_before_freezing_the_run(tmp_path):
+    """Review: hparams outside `search.space` were refused (exit 2) only after the run folder
+    was created; the fixed YAML was then ignored as 'differs' from the frozen copy, and every
+    later start failed the same way until the folder was deleted by hand."""
+    config = tmp_path / "x.yaml"
+    config.write_text("name: x\nscheduler: local\ntask:\n  builtin: addition\n"
+                      "hparams: {lr: 1.0e-3}\nsearch:\n  space:\n    lr: [1.0e-4, 2.0e-4]\n")
+    done = cli("start", str(config), "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "search.space" in done.stderr and "does not hold the experiment's own hparams" \
+        in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -16,7 +16,7 @@ from ..controller.cluster_check import cluster_checks
 from ..controller.controller_job import submit_controller, take_key, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
-from ..controller.preflight import Check, preflight, script_checks
+from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..errors import ConfigError, SchedulerError, StateError
 from ..hparams import validate_hparams
 from ..methods import make_method
@@ -122,9 +122,11 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
                   f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
                   "for a new run)")
         return store
-    # Frozen, a config that no script renders from would fail every later start of the run.
+    # Frozen, a config that no script renders from, or that its search method refuses (hparams
+    # outside search.space, a bad strategy file), would fail every later start of the run.
     for _, check in script_checks(cfg, run_dir):
         check()
+    check_method(cfg)
     # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
     # the run's Slurm jobs as local processes, nor start phases on the login node.
     return RunStore.create(run_dir, replace(cfg, scheduler=resolve_scheduler_kind(cfg.scheduler)))
