@@ -399,6 +399,28 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
     assert str(err.value).endswith(problem)
 
 
+def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path):
+    """Review: the cpu warm start teaches each ground truth as written; a reward that wants
+    another form ('#### 42') scores that 0, so the warm start could never reach its band, and
+    --check passed it: the first phase failed after its queue wait and a warm start's work."""
+    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.errors import DataError
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + "    return float(solution_str == f'#### {ground_truth}')\n")
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "reward_path": str(reward)}
+    with pytest.raises(DataError, match=re.escape(
+            f"{reward}: scores 0 for each ground truth of {files['train']} tried (rows 1-3) as "
+            "written, the text the cpu warm start teaches: its band could never be reached; "
+            "write each ground truth as an answer the reward accepts, or set "
+            "task.warm_start.steps (0 for none)")):
+        preflight.check_data(parse_config({"name": "x", "task": task}))
+    fixed = parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 0}}})
+    assert preflight.check_data(fixed).startswith("2 files")
+
+
 def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path):
     """A validation split that repeats training prompts passed --check: the search then
     selects on answers the policy was trained on, and the report's test score means little."""

@@ -78,6 +78,21 @@ def test_an_unreachable_band_says_what_to_change(tmp_path):
                              "b", print)
 
 
+def test_a_reward_that_refuses_the_ground_truth_as_written_fails_before_training(tmp_path):
+    """Review: the warm start teaches each ground truth as written; a reward that wants another
+    form ('#### 7', as verl's strict gsm8k does) scores that 0, so the band could never be
+    reached, and the phase failed only after max_steps of training, advising more steps."""
+    def wants_hashes(data_source, solution_str, ground_truth, extra_info=None) -> float:
+        return float(solution_str.strip() == f"#### {ground_truth}")
+
+    plan = warmstart.WarmStart(band=(0.3, 0.6), max_steps=20)
+    with pytest.raises(DataError, match=r"scores only 0.000 of the ground truths as written "
+                                        r"\(the text the warm start teaches\).*below the "
+                                        r"band's low end 0.30"):
+        warmstart.train_base(CharTokenizer(), copy_task(400), wants_hashes, tmp_path / "r.py",
+                             plan, "b", print)
+
+
 def test_too_few_rows_for_a_probe_and_bad_settings_are_refused(tmp_path):
     with pytest.raises(DataError, match="too few for a calibrated warm start"):
         warmstart.train_base(CharTokenizer(), copy_task(100), exact, tmp_path / "r.py",

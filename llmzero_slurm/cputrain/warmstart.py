@@ -162,6 +162,12 @@ class _Probe:
         self.prompts = [tok.prompt_ids(ex.messages) for ex in rows]
         self.max_new = max(len(tok.encode(ex.answer)) for ex in rows) + 1
 
+    def ceiling(self) -> float:
+        """The accuracy of answers written exactly as the ground truths: the most the warm
+        start, which teaches that text, can reach on these rows."""
+        return sum(judge(self.reward, self.reward_path, ex.data_source, ex.answer,
+                         ex.ground_truth, ex.extra_info).accuracy for ex in self.rows) / len(self.rows)
+
     @torch.no_grad()
     def accuracy(self, model: LlamaForCausalLM) -> float:
         model.eval()
@@ -225,6 +231,12 @@ def train_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn
     probe = _Probe(tok, probe_rows, reward, reward_path)
     trainer = _Trainer(tok, rows)
     low, high = plan.band
+    if (ceiling := probe.ceiling()) < low:
+        raise DataError("warm start", f"the reward scores only {ceiling:.3f} of the ground "
+                        "truths as written (the text the warm start teaches) on the held-out "
+                        f"training rows, below the band's low end {low:.2f}: write each ground "
+                        "truth as an answer the reward accepts, or set task.warm_start.steps "
+                        "(--warm-start-steps; 0 for none)")
     curve = [(0, probe.accuracy(trainer.model))]
     before = trainer.snapshot()
     while curve[-1][1] < low:
