@@ -3,15 +3,21 @@
 PY ?= python3
 VENV := .venv
 PIP := $(VENV)/bin/pip
+# PyPI's Linux torch is a CUDA build of several GB; where PyTorch's CPU index answers, its
+# 2.13.0+cpu wheel is taken instead (a local version sorts above PyPI's plain 2.13.0).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE := 1
 
 .PHONY: venv test lock search slurm-up slurm-down
 
 # Installed with constraints.txt, the versions the suite was last run with (see `make lock`).
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
+	  "$(PY) is Python %d.%d; llmzero-slurm needs 3.11 or newer (make PY=python3.11 ...)" % sys.version_info[:2])'
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt torch
+	$(PIP) install -q -c constraints.txt torch $$(curl -sf --max-time 10 -o /dev/null \
+	  $(TORCH_CPU_INDEX)/ && echo --extra-index-url $(TORCH_CPU_INDEX))
 	$(PIP) install -q -c constraints.txt -e ".[cpu,test]"
 	$(PIP) install -q -c constraints.txt --no-deps verl
 	touch $@

@@ -87,8 +87,8 @@ class Backend(Protocol):
 
 def encode_png(path: Path, max_px: int) -> tuple[str, int, int]:
     """Base64 PNG no larger than max_px on its longer side (image tokens grow with area)."""
-    with Image.open(path) as img:
-        img = img.convert("RGB")
+    with Image.open(path) as opened:
+        img = opened.convert("RGB")
         img.thumbnail((max_px, max_px))
         buf = io.BytesIO()
         img.save(buf, format="PNG", optimize=True)

@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-report", description=__doc__)
     add_run_dir(p)
     p.add_argument("--output", type=Path, metavar="DIR",
-                   help="write the report here instead of <run>/report (made if missing)")
+                   help="write the report here instead of <run>/report: a new or empty folder, or "
+                        "one an earlier report wrote (any other is refused)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     try:

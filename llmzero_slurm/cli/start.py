@@ -33,8 +33,9 @@ from .common import group_note, run_main, seconds
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
 CONFIG is an experiment.yaml (a new run is created under --run-dir, default runs/<name>) or an
-existing run directory (resumed with its frozen config). Without a Slurm cluster the phases run
-as local processes with the same rendered scripts."""
+existing run directory (resumed with its frozen config; --run-dir is then not used). With
+`scheduler: auto` (the default) and no Slurm cluster answering, the phases run as local
+processes with the same rendered scripts."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
