@@ -138,3 +138,22 @@ def test_a_users_reward_function_names_its_base(tmp_path):
                         warm_start_steps=None)
     assert warm_start_plan(builtin).key() == warmstart.WarmStart(
         band=warm_start_plan(builtin).band).key()
+
+
+def test_a_base_cache_on_a_filesystem_without_flock_is_refused_naming_the_fix(tmp_path,
+                                                                            monkeypatch):
+    """Review: the base cache's lock fell back silently to filelock's soft lock there, which
+    never breaks the marker of a job killed while training the base on another host: every
+    later phase then waited on it, silently, until its own time limit."""
+    import errno
+    import fcntl
+
+    from llmzero_slurm.errors import StateError
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(StateError, match=r"cannot be locked: this filesystem has no flock.*"
+                                         r"LLMZERO_CACHE"):
+        warmstart.load_base(CharTokenizer(), copy_task(100), exact, tmp_path / "r.py",
+                            warmstart.WarmStart(steps=0), tmp_path / "cache", print)

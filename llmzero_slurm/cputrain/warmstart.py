@@ -29,10 +29,11 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from filelock import FileLock
 from transformers import LlamaForCausalLM
 
 from ..errors import DataError
+from ..paths import CACHE_ENV
+from ..store.locks import FlockLock
 from ..tasks.dataset import Example
 from ..tasks.reward_file import RewardFn, judge
 from . import policy
@@ -131,7 +132,11 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
     name = base_id(tok, examples, plan)
     folder = Path(cache_dir) / "base" / name
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder) + ".lock"):
+    # flock, never a soft lock: a job killed while it trains the base (a time limit, the OOM
+    # killer) leaves no marker that every later phase would wait on.
+    lock = FlockLock(folder.with_name(folder.name + ".lock"), timeout=-1, without_flock=(
+        f"set trainer.cache_dir (or ${CACHE_ENV}) to a folder on a filesystem that has it"))
+    with lock.hold():
         if not (folder / RECORD).exists():
             log(f"warm start: training base {name}: {plan.describe()}")
             # Training reseeds torch's global generator, which the caller's LoRA initialisation

@@ -68,9 +68,14 @@ _NO_FALLBACK: dict[str, Any] = ({"fallback_to_soft": False} if "fallback_to_soft
                 inspect.signature(filelock.UnixFileLock.__init__).parameters else {})
 
 
+RUN_WITHOUT_FLOCK = "create the run with state: {lock: soft} in experiment.yaml"
+
+
 class FlockLock:
-    def __init__(self, path: Path, timeout: float):
-        self.path, self.timeout = path, timeout
+    """`without_flock`: what to do on a filesystem that has none (the run's lock: a soft one)."""
+
+    def __init__(self, path: Path, timeout: float, without_flock: str = RUN_WITHOUT_FLOCK):
+        self.path, self.timeout, self.without_flock = path, timeout, without_flock
         self._lock = filelock.UnixFileLock(str(path), timeout=timeout, **_NO_FALLBACK)
 
     @contextmanager
@@ -84,8 +89,7 @@ class FlockLock:
             if isinstance(exc, NotImplementedError) or exc.errno == errno.ENOSYS:
                 _remove_if_empty(self.path)    # flock's empty file, which a soft lock would wait out
                 raise StateError(self.path, "cannot be locked: this filesystem has no flock "
-                                 f"({os.strerror(errno.ENOSYS)}); create the run with state: "
-                                 "{lock: soft} in experiment.yaml") from None
+                                 f"({os.strerror(errno.ENOSYS)}); {self.without_flock}") from None
             raise unusable(self.path, exc) from None
         try:
             yield
