@@ -23,7 +23,7 @@ from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
-from ..errors import SchedulerError, StateError
+from ..errors import SchedulerError, StateError, full_storage
 from ..job_names import node_job_name
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
@@ -74,8 +74,16 @@ class Monitor:
                 continue
             # A STOP stays the last word: the phase is not judged again while its cancel takes
             # effect, and a monitor restarted between the record and scancel cancels it once.
-            if ((self.store.node_dir(node.id).stop_decided() or self._judge(node, best, best_val))
-                    and node.id not in self.cancelled):
+            try:
+                stop = (self.store.node_dir(node.id).stop_decided()
+                        or self._judge(node, best, best_val))
+            except (StateError, OSError) as exc:
+                # One phase's torn early_stop.json or full disk must not end the monitor (its
+                # replacements would die the same way): the others are still judged.
+                print(f"monitor: node {node.id}: not judged this pass: "
+                      f"{full_storage(exc) or exc}", file=sys.stderr, flush=True)
+                continue
+            if stop and node.id not in self.cancelled:
                 try:
                     self.scheduler.cancel(node.submission.job_id,
                                           node_job_name(self.store.config.name, node))
