@@ -86,7 +86,7 @@ class Stopper:
             def parse(text: str) -> Decision:
                 found = parse_decision(text, step, llm.name)
                 if found is None:
-                    raise AnswerError("answer has no DECISION line")
+                    raise AnswerError("answer has no DECISION line of CONTINUE or STOP alone")
                 return found
 
             def unreadable() -> Decision:
