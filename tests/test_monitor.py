@@ -430,3 +430,24 @@ def test_a_phase_whose_stop_record_cannot_be_kept_leaves_the_others_judged(
     said = capsys.readouterr().err
     assert f"monitor: node {bad.id}: not judged this pass: " \
            f"{store.node_dir(bad.id).early_stop_file}: " in said
+
+
+def test_the_monitor_beats_between_the_phases_of_a_long_pass(tmp_path, monkeypatch):
+    """The heartbeat was written only around a pass: with a slow LLM and many running phases
+    a pass outlasted the keeper's patience, and it cancelled the monitor as silent mid-pass."""
+    from llmzero_slurm.agents.answers import Decision
+    from llmzero_slurm.agents.stopper import Stopper
+    store = run_with_a_best_phase(tmp_path, "local")
+    for job in ("41", "42", "43"):
+        add_running(store, job, {5: 0.5, 10: 0.6})
+    beats = []
+
+    def slow(self, inp, out_dir):
+        beats.append(monitor_heartbeat(store)["time"])
+        time.sleep(0.05)
+        return Decision("CONTINUE", "slow", inp.current.last_step)
+
+    monkeypatch.setattr(Stopper, "decide", slow)
+    monkeypatch.setattr("llmzero_slurm.controller.monitor.HEARTBEAT_S", 0.1)
+    run_monitor(str(store.root), "local", 600.0, 1.0)     # one pass
+    assert len(beats) == 3 and beats[0] < beats[1] < beats[2]
