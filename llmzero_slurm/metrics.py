@@ -228,8 +228,14 @@ def score_names(names: Iterable[str], split: str = "val") -> list[str]:
 
 
 def best_val(log: MetricsLog) -> tuple[int, float] | None:
-    series = [(s, v) for s, v in val_score_series(log) if math.isfinite(v)]
-    return max(series, key=lambda p: (p[1], -p[0])) if series else None
+    return best_point(val_score_series(log))
+
+
+def best_point(series: Series) -> tuple[int, float] | None:
+    """The highest finite point, the earliest of equals: a NaN (a blow-up) would make max()
+    answer NaN, or whatever came after it."""
+    finite = [(s, v) for s, v in series if math.isfinite(v)]
+    return max(finite, key=lambda p: (p[1], -p[0])) if finite else None
 
 
 def _fmt(value: float) -> str:

@@ -121,6 +121,25 @@ def test_decision_parsing():
     assert parse_decision("I would stop this run.", 40, "x") is None
 
 
+@pytest.mark.parametrize("text, action, reason", [
+    ("REASON: flat.\n**DECISION**: STOP", "STOP", "flat."),
+    ("**REASON:** flat.\n**DECISION:** STOP", "STOP", "flat."),
+    ("**Reason**: still climbing.\nDecision: continue.", "CONTINUE", "still climbing."),
+    ("REASON: far below. DECISION: STOP\n\nHope this helps.", "STOP", "far below."),
+    ("REASON: unsure.\nDECISION: STOP is not warranted; CONTINUE", None, None),
+    ("REASON: unsure.\nDECISION: CONTINUE or STOP", None, None),
+])
+def test_a_decision_is_one_word_whatever_markdown_its_labels_wear(text, action, reason):
+    """A bold label (**DECISION**: STOP) read as no decision, and a decision line that went on
+    past its word was read by its first word ("STOP is not warranted; CONTINUE" stopped the
+    phase). Labels are read through their markdown, and a decision is one allowed word."""
+    decision = parse_decision(text, 40, "x")
+    if action is None:
+        assert decision is None
+    else:
+        assert (decision.action, decision.reason) == (action, reason)
+
+
 @pytest.mark.parametrize("backend, shown", [("verl", "lora_rank (int in [1, 512])"),
                                             ("cpu", "lora_rank (int in [1, 1024])")])
 def test_the_agents_guide_shows_the_range_the_trainer_takes(backend, shown):

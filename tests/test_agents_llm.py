@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import time
 
 import pytest
@@ -22,7 +23,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results
-from metrics_files import write_metrics
+from metrics_files import val_rows, write_metrics
 
 CPU = get_backend("cpu")
 KEY_ENV = "LLMZERO_TEST_LLM_KEY"
@@ -668,6 +669,20 @@ def test_a_stop_for_a_phase_leading_the_best_is_overruled(service, monkeypatch, 
     assert d.action == "CONTINUE" and "STOP overruled" in d.reason and len(service.requests) == 1
     [record] = json.loads((tmp_path / "early_stop.json").read_text())
     assert record["result"]["action"] == "CONTINUE" and "overruled" in record["fallbacks"][-1]
+
+
+def test_a_nan_validation_point_does_not_hide_a_leader(service, monkeypatch, tmp_path):
+    """A NaN validation point (a blow-up, which the trainers write as NaN) made the phase's
+    best validation NaN, and the LLM's STOP for a phase above the best finished strategy was
+    obeyed. Non-finite points are left out, as the phase's best score leaves them out."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
+    leader = read_metrics(write_metrics(tmp_path / "cur.jsonl",
+                                        val_rows({30: math.nan, 35: 0.62, 40: 0.55})))
+    service.reply("DECISION: STOP")
+    d = Stopper(cfg, choose_backend(cfg)).decide(StopperInput(leader, 20, 60, best, 0.6), tmp_path)
+    assert d.action == "CONTINUE" and "STOP overruled: the phase's best validation 0.620" in d.reason
 
 
 def test_an_overruled_stop_is_not_asked_again_until_a_new_validation_point(service, monkeypatch,

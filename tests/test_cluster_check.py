@@ -322,3 +322,25 @@ def test_a_partition_sbatch_refuses_is_a_batch_system_error(tmp_path):
     done = start_check(tmp_path, config)
     assert done.returncode == 5, done.stdout + done.stderr
     assert "sbatch failed" in done.stderr and "partition" in done.stderr.lower()
+
+
+@pytest.mark.parametrize("end", [True, False])
+def test_a_check_line_cut_short_is_a_failed_finding_naming_it(tmp_path, monkeypatch, end):
+    """A check job's output cut short by a full disk (`LLMZ-CHECK {"check": "x"`) raised a
+    JSONDecodeError traceback out of the preflight. Now that line is a failed finding naming
+    it, beside the findings that were read."""
+    from llmzero_slurm.cluster_probe import END, PREFIX
+    from llmzero_slurm.controller import cluster_check
+    from llmzero_slurm.render import CHECK_SETUP_DONE
+    from llmzero_slurm.schedulers.base import JobState
+    monkeypatch.setattr(cluster_check, "OUTPUT_GRACE_S", 0.0)
+    cut = PREFIX + '{"check": "x"'
+    good = PREFIX + json.dumps({"check": "python", "ok": True, "detail": "3.11"})
+    output = tmp_path / "environment-7.out"
+    output.write_text("\n".join([CHECK_SETUP_DONE, good, cut, *([END] if end else [])]) + "\n")
+    checks = cluster_check.results("7", CheckJob("environment", "controller", "python"),
+                                   JobState("7", "COMPLETED", Status.COMPLETED, 0), output, 60)
+    assert ("cluster python", True) in [(c.name, c.ok) for c in checks]
+    [unread] = [c for c in checks if cut in c.detail]
+    assert not unread.ok and str(output) in unread.detail
+    assert any(c.name == "cluster job" and not c.ok for c in checks) == (not end)

@@ -392,3 +392,62 @@ def test_a_binary_heartbeat_reads_as_none_yet(tmp_path):
     (store.root / "monitor").mkdir()
     (store.root / "monitor" / "heartbeat.json").write_bytes(b"\xff\xfe")
     assert monitor_heartbeat(store) == {}
+
+
+class CancelRecorder(ScriptedScheduler):
+    """Cancels any job it is asked to, and notes which."""
+
+    def cancel(self, job_id: str, name: str) -> None:
+        self.cancelled.append(job_id)
+
+
+def add_running(store: RunStore, job: str, points: dict[int, float]) -> Node:
+    """A running phase of job `job` with these validation points."""
+    node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                         status=Status.RUNNING, submission=Submission("t", job)))
+    write_val(store.node_dir(node.id).metrics_file, points)
+    return node
+
+
+@pytest.mark.parametrize("damage", ["torn", "disk full"])
+def test_a_phase_whose_stop_record_cannot_be_kept_leaves_the_others_judged(
+        tmp_path, monkeypatch, capsys, damage):
+    """One phase's early_stop.json torn (or unreadable), or a full disk when its decision was
+    written, raised StateError out of the pass: the monitor job died, and each replacement
+    died the same way at its first pass, no phase being judged meanwhile. Now that phase is
+    skipped, named with its file, and the pass goes on."""
+    store = run_with_a_best_phase(tmp_path, "local")
+    bad = add_running(store, "41", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    if damage == "torn":
+        store.node_dir(bad.id).early_stop_file.write_text("{")
+    else:                       # the first decision written, the bad phase's, meets a full disk
+        monkeypatch.setattr("llmzero_slurm.faults._passed", {})
+        monkeypatch.setenv("LLMZERO_FAULT", "enospc:early_stop.json")
+    dominated = add_running(store, "42", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    sched = CancelRecorder()
+    assert Monitor(store, sched).check_once() == [dominated.id]
+    assert sched.cancelled == ["42"]
+    said = capsys.readouterr().err
+    assert f"monitor: node {bad.id}: not judged this pass: " \
+           f"{store.node_dir(bad.id).early_stop_file}: " in said
+
+
+def test_the_monitor_beats_between_the_phases_of_a_long_pass(tmp_path, monkeypatch):
+    """The heartbeat was written only around a pass: with a slow LLM and many running phases
+    a pass outlasted the keeper's patience, and it cancelled the monitor as silent mid-pass."""
+    from llmzero_slurm.agents.answers import Decision
+    from llmzero_slurm.agents.stopper import Stopper
+    store = run_with_a_best_phase(tmp_path, "local")
+    for job in ("41", "42", "43"):
+        add_running(store, job, {5: 0.5, 10: 0.6})
+    beats = []
+
+    def slow(self, inp, out_dir):
+        beats.append(monitor_heartbeat(store)["time"])
+        time.sleep(0.05)
+        return Decision("CONTINUE", "slow", inp.current.last_step)
+
+    monkeypatch.setattr(Stopper, "decide", slow)
+    monkeypatch.setattr("llmzero_slurm.controller.monitor.HEARTBEAT_S", 0.1)
+    run_monitor(str(store.root), "local", 600.0, 1.0)     # one pass
+    assert len(beats) == 3 and beats[0] < beats[1] < beats[2]

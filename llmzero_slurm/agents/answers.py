@@ -23,8 +23,10 @@ MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
 FIX_ACTIONS = ("change", "retry", "give_up")
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
-_DECISION = re.compile(r"DECISION\s*:\s*\**\s*(CONTINUE|STOP)\b", re.I)
-_REASON = re.compile(r"REASON\s*:\s*(.+?)(?:\n\s*DECISION|\Z)", re.I | re.S)
+# The stopper's labels, however an LLM dresses them in markdown (**DECISION**:, **REASON:**).
+_LABEL = re.compile(r"\b(REASON|DECISION)\b[*_`]*[ \t]*:", re.I)
+_MARKUP = " \t\r\n*_`#>"
+DECISIONS = ("CONTINUE", "STOP")
 
 
 class AnswerError(ValueError):
@@ -244,11 +246,21 @@ def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],
     return schedule(hparams, merged, steps, backend) if steps else merged
 
 
+def _labelled(text: str) -> dict[str, str]:
+    """Each label's last value (upper-case label: the text up to the next label), without
+    the markdown around it."""
+    marks = list(_LABEL.finditer(text))
+    ends = [m.start() for m in marks[1:]] + [len(text)]
+    return {m.group(1).upper(): text[m.end():end].strip(_MARKUP) for m, end in zip(marks, ends)}
+
+
 def parse_decision(text: str, step: int | None, source: str) -> Decision | None:
-    """CONTINUE/STOP from the stopper's answer, or None when it does not say."""
-    found = _DECISION.findall(text)
-    if not found:
+    """CONTINUE/STOP from the stopper's answer, or None when it does not say. The decision
+    line must hold one allowed word and nothing more: "STOP is not warranted; CONTINUE" says
+    neither for sure."""
+    fields = _labelled(text)
+    lines = fields.get("DECISION", "").splitlines()
+    action = lines[0].strip(_MARKUP + ".!").upper() if lines else ""
+    if action not in DECISIONS:
         return None
-    reason = _REASON.search(text)
-    return Decision(found[-1].upper(), (reason.group(1).strip() if reason else "")[:1000],
-                    step, source)
+    return Decision(action, fields.get("REASON", "")[:1000], step, source)

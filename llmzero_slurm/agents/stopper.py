@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AgentConfig
-from ..metrics import MetricsLog, brief, val_score_series
+from ..metrics import MetricsLog, best_point, brief, val_score_series
 from ..plots import overlay_plot
 from ..search.tree import Node
 from ..store.node_dir import NodeDir
@@ -76,7 +76,7 @@ class Stopper:
             decision = heuristic()
             decision.source = "heuristic"
         elif earlier := _judged(files.stop_records(), val[-1][0], self.llm.name,
-                                _leads(val, inp.best_val)):
+                                _leading(val, inp.best_val) is not None):
             decision = Decision(earlier["action"], f"no validation point since step "
                                 f"{val[-1][0]}, judged then: {earlier['reason']}", step)
         else:
@@ -86,7 +86,7 @@ class Stopper:
             def parse(text: str) -> Decision:
                 found = parse_decision(text, step, llm.name)
                 if found is None:
-                    raise AnswerError("answer has no DECISION line")
+                    raise AnswerError("answer has no DECISION line of CONTINUE or STOP alone")
                 return found
 
             def unreadable() -> Decision:
@@ -131,18 +131,21 @@ def _judged(records: list[dict[str, Any]], val_step: int, source: str,
     return unread[-1] if len(unread) >= TRIES_PER_POINT else None
 
 
-def _leads(val: list[tuple[int, float]], best_val: float | None) -> bool:
-    """Whether the phase's best validation is at or above the best finished strategy's."""
-    return best_val is not None and bool(val) and max(v for _, v in val) >= best_val
+def _leading(val: list[tuple[int, float]], best_val: float | None) -> float | None:
+    """The phase's best finite validation when it is at or above the best finished
+    strategy's, else None."""
+    top = best_point(val)
+    return top[1] if top and best_val is not None and top[1] >= best_val else None
 
 
 def _not_the_leader(decision: Decision, val: list[tuple[int, float]], best_val: float | None,
                     record: AgentRecord) -> Decision:
     """STOP is for phases that cannot win: one already at or above the best finished strategy
     is kept running whatever the answer said, and the record says it was overruled."""
-    if decision.action != "STOP" or not _leads(val, best_val):
+    top = _leading(val, best_val)
+    if decision.action != "STOP" or top is None:
         return decision
-    why = (f"STOP overruled: the phase's best validation {max(v for _, v in val):.3f} is at or "
+    why = (f"STOP overruled: the phase's best validation {top:.3f} is at or "
            f"above the best finished strategy's {best_val:.3f}")
     record.fallbacks.append(why)
     return Decision("CONTINUE", f"{why} (the answer said: {decision.reason[:300]})",

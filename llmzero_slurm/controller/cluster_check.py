@@ -176,8 +176,7 @@ def results(job_id: str, job: CheckJob, state: JobState | None, output: Path,
     text = read_output(output, final)
     lines = (text or "").splitlines()
     name = "cluster" if job.mode == "environment" else "monitor"
-    checks = [Check(f"{name} {r['check']}", bool(r["ok"]), str(r["detail"]))
-              for r in (json.loads(line[len(PREFIX):]) for line in lines if line.startswith(PREFIX))]
+    checks = [finding(name, line, output) for line in lines if line.startswith(PREFIX)]
     if END in lines:
         return checks
     tail = " | ".join([ln.strip() for ln in lines if ln.strip() and not ln.startswith(PREFIX)]
@@ -196,3 +195,13 @@ def results(job_id: str, job: CheckJob, state: JobState | None, output: Path,
         else:
             why = f"{ended} before its checks finished; its output ends: {tail}"
     return [*checks, Check(f"{name} job", False, f"job {job_id} {why}")]
+
+
+def finding(name: str, line: str, output: Path) -> Check:
+    """One check's line of the job's output; a failed finding naming it when it is cut short
+    (a full disk) or otherwise not what the probe writes."""
+    try:
+        r = json.loads(line[len(PREFIX):])
+        return Check(f"{name} {r['check']}", bool(r["ok"]), str(r["detail"]))
+    except (ValueError, KeyError, TypeError):
+        return Check(f"{name} output", False, f"unreadable line in {output}: {line[:300]}")

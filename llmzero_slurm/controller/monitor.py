@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..agents.llm import choose_backend, unreachable
 from ..agents.stopper import Stopper, StopperInput
@@ -23,7 +23,7 @@ from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
 from ..search.tree import Node, Status, Tree
-from ..errors import SchedulerError, StateError
+from ..errors import SchedulerError, StateError, full_storage
 from ..job_names import node_job_name
 from ..store.atomic import read_json, write_json
 from ..store.run_store import RunStore
@@ -64,18 +64,29 @@ class Monitor:
             return None, None
         return strategy_curves(path, self.metrics), path[-1].score
 
-    def check_once(self) -> list[int]:
-        """Judge every running phase with new metrics; return the nodes cancelled."""
+    def check_once(self, alive: Callable[[], object] = lambda: None) -> list[int]:
+        """Judge every running phase with new metrics; return the nodes cancelled. `alive` is
+        called before each phase: a pass over many phases with a slow LLM outlasts the
+        keeper's patience with a silent monitor."""
         tree = self.store.load_tree()
         best, best_val = self.best_strategy(tree)
         stopped = []
         for node in tree:
             if node.status is not Status.RUNNING or not node.submission.job_id:
                 continue
+            alive()
             # A STOP stays the last word: the phase is not judged again while its cancel takes
             # effect, and a monitor restarted between the record and scancel cancels it once.
-            if ((self.store.node_dir(node.id).stop_decided() or self._judge(node, best, best_val))
-                    and node.id not in self.cancelled):
+            try:
+                stop = (self.store.node_dir(node.id).stop_decided()
+                        or self._judge(node, best, best_val))
+            except (StateError, OSError) as exc:
+                # One phase's torn early_stop.json or full disk must not end the monitor (its
+                # replacements would die the same way): the others are still judged.
+                print(f"monitor: node {node.id}: not judged this pass: "
+                      f"{full_storage(exc) or exc}", file=sys.stderr, flush=True)
+                continue
+            if stop and node.id not in self.cancelled:
                 try:
                     self.scheduler.cancel(node.submission.job_id,
                                           node_job_name(self.store.config.name, node))
@@ -153,7 +164,7 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
         else:
             gone_since = None
         if time.time() >= next_check:
-            stopped = stop.unless_stopped(monitor.check_once)
+            stopped = stop.unless_stopped(lambda: monitor.check_once(beat))
             if stopped is None:
                 continue       # cancelled while judging: the loop's top returns
             beat(stopped=stopped)
