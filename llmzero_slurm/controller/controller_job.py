@@ -130,16 +130,23 @@ def waiting_line(state: JobState) -> str:
     return f"controller job {state.job_id} {state.shown()}, {how}"
 
 
-def cancel_waiting(store: RunStore, queued_only: bool = False) -> tuple[list[JobState], str | None]:
+def cancel_waiting(store: RunStore, queued_only: bool = False
+                   ) -> tuple[list[JobState], list[SchedulerError], str | None]:
     """scancel the recorded controller jobs Slurm has not ended (call when no controller holds
     the lease): what a stop means for a controller that has not started. Right after a
     controller stopped, `queued_only` spares the started one (the stopped controller's own job
-    finishing), while a queued one would start later and resume the run. Those cancelled, and
-    a note when they cannot be known."""
+    finishing), while a queued one would start later and resume the run. Those cancelled, the
+    refusals, and a note when they cannot be known. Every job is tried: one Slurm refuses (a
+    colleague's, in a run a group shares) keeps no other queued."""
     jobs, note = waiting_jobs(store)
     if queued_only:
         jobs = [state for state in jobs if state.status is Status.QUEUED]
     scheduler = SlurmScheduler()
+    cancelled, refused = [], []
     for state in jobs:
-        scheduler.cancel(state.job_id, controller_job_name(store.config.name))
-    return jobs, note
+        try:
+            scheduler.cancel(state.job_id, controller_job_name(store.config.name))
+            cancelled.append(state)
+        except SchedulerError as exc:
+            refused.append(exc)
+    return cancelled, refused, note
