@@ -6,7 +6,8 @@ names that controller: if it dies before acting on it, a controller started late
 re-attaches to them. With no controller alive, this does what a stopping controller does:
 cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
 was handed to it. Either way a controller job (llmzero-start --submit) still queued is
-cancelled: it would start later and resume the run."""
+cancelled: it would start later and resume the run. Every job is tried: those the scheduler
+refuses to cancel (a colleague's, in a run a group shares) are named, and the exit code is 5."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ import time
 from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
-from ..controller.stop_request import cancel_phases, request_stop
+from ..controller.stop_request import cancel_phases, refused_cancels, request_stop
 from ..errors import SchedulerError
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     while time.monotonic() < deadline:
         if (lease.read() or {}).get("token") != info.get("token"):
             print("controller stopped", flush=True)
+            refused += refused_cancels(store, info.get("token"))
             refused += cancel_controller_jobs(store, queued_only=True)   # one queued since
             return reported(refused)
         time.sleep(1.0)
