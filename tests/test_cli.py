@@ -1216,6 +1216,33 @@ def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, mo
     assert not kept.exists()
 
 
+@pytest.mark.parametrize("registered", [True, False])
+def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
+        tmp_path, monkeypatch, registered):
+    """Review: sbatch "Socket timed out" may still have queued the controller job. It was not
+    recorded, so llmzero-status said "controller not running", llmzero-stop left it queued,
+    and it later resumed the run. Now it is looked up by the token in its --comment and
+    recorded when found; when not, the error stands."""
+    from llmzero_slurm.controller import controller_job
+    store = two_phase_run(tmp_path)
+    timed_out = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+    script = store.root / "controller.sbatch"
+    slurm_clients(tmp_path, monkeypatch,
+                  sbatch=f'echo "{timed_out}" >&2\n'
+                         + (f"touch {tmp_path}/queued\n" if registered else "") + "exit 1",
+                  squeue='case "$*" in *"-j 0"*) exit 0;; esac\n'
+                         f'[ -e {tmp_path}/queued ] && echo "4243|PENDING|None|0|'
+                         f"$(sed -n 's/^#SBATCH --comment=//p' {script})\"\nexit 0")
+    if not registered:
+        with pytest.raises(SchedulerError, match="Socket timed out on send/recv operation"):
+            controller_job.submit_controller(store, ["true"], event=lambda line: None)
+        assert not (store.root / "controller-jobs.json").exists()
+        return
+    assert controller_job.submit_controller(store, ["true"], event=lambda line: None) == "4243"
+    status = cli("status", str(store.root))
+    assert "controller job 4243 PENDING, not started yet\n" in status.stdout, status.stderr
+
+
 @pytest.mark.parametrize("name", ["status", "report", "stop", "start"])
 def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, name):
     """Audit (upgrades): a run frozen by another release (here a newer one, with a key this
