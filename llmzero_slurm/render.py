@@ -144,13 +144,14 @@ CONTROLLER_SCRIPT = "controller.sbatch"
 
 
 def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
-                      command: list[str]) -> str:
+                      command: list[str], token: str) -> str:
     """The controller's own batch script: `command` (llmzero-start on the run directory) in
-    a small, long, requeueable CPU job that requeues itself near its limit."""
+    a small, long, requeueable CPU job that requeues itself near its limit. Its --comment
+    carries `token`, by which a job whose sbatch answer was lost is found, as a phase's is."""
     run = output_folder("run_dir", run_dir)
     name = controller_job_name(checked("experiment", experiment, _NAME, "a name"))
     directives = [f"--job-name={name}",
-                  f"--comment=llmz:controller,run={experiment}",
+                  f"--comment=llmz:controller,run={experiment},token={_token(token)}",
                   f"--output={run}/controller-%j.out", "--open-mode=append",
                   *cpu_job_directives("controller", job, "controller.time",
                             ["--requeue", f"--signal=B:USR1@{CONTROLLER_WARN_S}"])]
@@ -167,10 +168,11 @@ def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
 
 
 def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobConfig,
-                            command: list[str]) -> Path:
+                            command: list[str], token: str) -> Path:
     """Render into <run_dir>/controller.sbatch (atomically, executable) and return its path."""
     path = Path(run_dir) / CONTROLLER_SCRIPT
-    write_text(path, render_controller(experiment, Path(run_dir), job, command), mode=0o777)
+    write_text(path, render_controller(experiment, Path(run_dir), job, command, token),
+               mode=0o777)
     return path
 
 

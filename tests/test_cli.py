@@ -1183,6 +1183,51 @@ def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_pat
     assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr
 
 
+def slurm_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **scripts: str) -> None:
+    """Stand-ins for Slurm's clients, first on PATH: each keyword a client, its value the body
+    of its shell script."""
+    shims = tmp_path / "bin"
+    shims.mkdir(exist_ok=True)
+    for client, body in scripts.items():
+        (shims / client).write_text(f"#!/bin/sh\n{body}\n")
+        (shims / client).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+
+
+def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_path, monkeypatch):
+    """Review: in a run a group shares, scancel refused the controller job a colleague had
+    submitted (Access/permission denied), and llmzero-stop ended there with a traceback: the
+    other controller job stayed queued, the LLM key on disk, --cancel cancelled no phase and
+    the monitor job ran on. Now all is done, the refusal named, exit 5."""
+    denied = "scancel: error: Kill job error on job id 4241: Access/permission denied"
+    slurm_clients(tmp_path, monkeypatch,
+                  squeue='case "$*" in *"-j 0"*) exit 0;; esac\n'
+                         'for j in 4241 4242; do echo "$j|PENDING|None|0|llmz:controller"; done',
+                  scancel=f'case "$*" in *4241*) echo "{denied}" >&2; exit 1;; esac\n'
+                          f'echo "$*" >>{tmp_path}/cancelled')
+    store = two_phase_run(tmp_path)
+    (store.root / "controller-jobs.json").write_text(json.dumps({"jobs": [
+        {"job_id": "4241", "submitted_at": 1.0}, {"job_id": "4242", "submitted_at": 2.0}]}))
+    key = store.root / "controller-key" / "llm-key.json"
+    key.parent.mkdir()
+    key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
+    monitor = subprocess.Popen(["sh", "-c", "sleep 300; :", "submitit"])
+    try:
+        (store.root / "monitor").mkdir()
+        (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": monitor.pid}))
+        stop = cli("stop", str(store.root), "--cancel")
+        assert stop.returncode == 5, stop.stdout + stop.stderr
+        assert monitor.wait(30) is not None and f"cancelled the monitor job {monitor.pid}" in stop.stdout
+    finally:
+        monitor.kill()
+        monitor.wait()
+    assert stop.stderr == ("error: cancelling job 4241 (llmz-demo-controller): scancel failed "
+                           f"(exit 1): {denied}\n")
+    assert "cancelled controller job 4242 PENDING, not started yet\n" in stop.stdout
+    assert (tmp_path / "cancelled").read_text() == "--name=llmz-demo-controller 4242\n"
+    assert "cancelled 0 queued or running phase(s)\n" in stop.stdout and not key.exists()
+
+
 def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, monkeypatch):
     """Audit F3: `--submit` sent the controller job the whole environment, the key included,
     which slurmctld kept with the job (StateSaveLocation/hash.N/job.N/environment) and slurmdbd
@@ -1190,11 +1235,7 @@ def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, mo
     can read, on every start, until the search ends."""
     from llmzero_slurm.controller import controller_job
     key = "sk-ant-test-5556667778"
-    shims = tmp_path / "bin"
-    shims.mkdir()
-    (shims / "sbatch").write_text(f"#!/bin/sh\nenv >{tmp_path}/sbatch-env\necho 4242\n")
-    (shims / "sbatch").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    slurm_clients(tmp_path, monkeypatch, sbatch=f"env >{tmp_path}/sbatch-env\necho 4242")
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     store = two_phase_run(tmp_path, search={"budget_iterations": 2},
                           agents={"backend": "anthropic"})
@@ -1209,6 +1250,33 @@ def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, mo
     done = cli("start", str(store.root))             # the search is over: the key goes
     assert done.returncode == 0, done.stdout + done.stderr
     assert not kept.exists()
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
+        tmp_path, monkeypatch, registered):
+    """Review: sbatch "Socket timed out" may still have queued the controller job. It was not
+    recorded, so llmzero-status said "controller not running", llmzero-stop left it queued,
+    and it later resumed the run. Now it is looked up by the token in its --comment and
+    recorded when found; when not, the error stands."""
+    from llmzero_slurm.controller import controller_job
+    store = two_phase_run(tmp_path)
+    timed_out = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+    script = store.root / "controller.sbatch"
+    slurm_clients(tmp_path, monkeypatch,
+                  sbatch=f'echo "{timed_out}" >&2\n'
+                         + (f"touch {tmp_path}/queued\n" if registered else "") + "exit 1",
+                  squeue='case "$*" in *"-j 0"*) exit 0;; esac\n'
+                         f'[ -e {tmp_path}/queued ] && echo "4243|PENDING|None|0|'
+                         f"$(sed -n 's/^#SBATCH --comment=//p' {script})\"\nexit 0")
+    if not registered:
+        with pytest.raises(SchedulerError, match="Socket timed out on send/recv operation"):
+            controller_job.submit_controller(store, ["true"], event=lambda line: None)
+        assert not (store.root / "controller-jobs.json").exists()
+        return
+    assert controller_job.submit_controller(store, ["true"], event=lambda line: None) == "4243"
+    status = cli("status", str(store.root))
+    assert "controller job 4243 PENDING, not started yet\n" in status.stdout, status.stderr
 
 
 @pytest.mark.parametrize("name", ["status", "report", "stop", "start"])

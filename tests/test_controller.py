@@ -27,6 +27,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import read_json
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
+from conftest import wait_for
 from metrics_files import val_rows, write_metrics
 
 HP = {"lr": 1e-3, "total_training_steps": 20, "save_freq": 10}
@@ -156,6 +157,37 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert sorted(sched.cancelled) == ["100", "101"]
     assert read_stop_request(store) is None
     assert "cancelled 2 running phase(s)" in out.getvalue()
+
+
+def test_llmzero_stop_names_the_cancels_a_live_controller_was_refused(tmp_path, capsys):
+    """Review: `llmzero-stop --cancel` against a live controller exited 0 when scancel refused
+    a phase (another member's, in a run a group shares): the refusal went to the controller's
+    log alone. llmzero-stop now names it as error:, exit 5, as it does with no controller."""
+    import threading
+    from llmzero_slurm.cli import stop
+    store = new_run(tmp_path, budget_iterations=1)
+    sched = ScriptedScheduler()
+    denied = "cancelling job 100 (x): scancel failed (exit 1): Access/permission denied"
+
+    def refuse(job_id: str, name: str) -> None:
+        raise SchedulerError(denied)
+    sched.cancel = refuse
+    ctl, _ = controller(tmp_path, sched, [scratch], store=store)
+    codes = []
+
+    def stopper() -> None:
+        try:
+            wait_for(lambda: sched.jobs, 30, "the phase's submission")
+            codes.append(stop.main([str(store.root), "--cancel", "--wait", "30"]))
+        finally:
+            request_stop(store, cancel=False)     # a failed stop leaves no controller running
+    asking = threading.Thread(target=stopper)
+    asking.start()
+    assert ctl.run() == 0
+    asking.join(60)
+    assert codes == [5]
+    said = capsys.readouterr()
+    assert "controller stopped\n" in said.out and said.err == f"error: {denied}\n"
 
 
 def test_a_stop_request_without_cancel_leaves_phases_running_under_cancel_on_stop(tmp_path):

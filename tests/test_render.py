@@ -587,7 +587,8 @@ def controller_job(tmp_path: Path, **changes) -> Path:
     from llmzero_slurm.render import write_controller_script
     job = replace(ControllerJobConfig(partition="cpu", qos="workflow", time="7-00:00:00"),
                   **changes)
-    return write_controller_script("exp1", tmp_path, job, ["/usr/bin/env", "sleep", "60"])
+    return write_controller_script("exp1", tmp_path, job, ["/usr/bin/env", "sleep", "60"],
+                                   "tok-c")
 
 
 def test_the_controller_job_script_is_a_long_small_requeueable_job(tmp_path):

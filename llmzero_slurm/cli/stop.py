@@ -6,7 +6,8 @@ names that controller: if it dies before acting on it, a controller started late
 re-attaches to them. With no controller alive, this does what a stopping controller does:
 cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
 was handed to it. Either way a controller job (llmzero-start --submit) still queued is
-cancelled: it would start later and resume the run."""
+cancelled: it would start later and resume the run. Every job is tried: those the scheduler
+refuses to cancel (a colleague's, in a run a group shares) are named, and the exit code is 5."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ import time
 from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
-from ..controller.stop_request import cancel_phases, request_stop
+from ..controller.stop_request import cancel_phases, refused_cancels, request_stop
 from ..errors import SchedulerError
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
@@ -35,43 +36,51 @@ def main(argv: list[str] | None = None) -> int:
     info = request_stop(store, args.cancel)
     if info is None:
         print("no controller is running for this run", flush=True)
-        cancel_controller_jobs(store)      # a controller job that has not started yet
-        withdraw_key(store)                # which no longer needs the key it was left
+        refused = cancel_controller_jobs(store)     # a controller job that has not started yet
+        withdraw_key(store)                         # which no longer needs the key it was left
         scheduler = make_scheduler(store.config.scheduler, store.root)
-        refused: list[SchedulerError] = []
         if args.cancel:
-            jobs, refused = cancel_phases(store, store.load_tree(), scheduler)
+            jobs, phases_refused = cancel_phases(store, store.load_tree(), scheduler)
             print(f"cancelled {len(jobs)} queued or running phase(s)"
                   + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
-            for exc in refused:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
+            refused += phases_refused
         monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
         if monitor is not None:
             print(f"cancelled the monitor job {monitor}")
-        return SchedulerError.exit_code if refused else 0
+        return reported(refused)
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
-    cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
+    refused = cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
         if (lease.read() or {}).get("token") != info.get("token"):
             print("controller stopped", flush=True)
-            cancel_controller_jobs(store, queued_only=True)   # one queued since
-            return 0
+            refused += refused_cancels(store, info.get("token"))
+            refused += cancel_controller_jobs(store, queued_only=True)   # one queued since
+            return reported(refused)
         time.sleep(1.0)
     if args.wait:
         print(f"controller still running after {args.wait:.0f} s (it acts at its next poll; "
               "a controller started later ignores the request)")
-        return 1
-    return 0
+        return reported(refused) or 1
+    return reported(refused)
 
 
-def cancel_controller_jobs(store: RunStore, queued_only: bool = False) -> None:
-    waiting, note = cancel_waiting(store, queued_only)
-    for state in waiting:
+def cancel_controller_jobs(store: RunStore, queued_only: bool = False) -> list[SchedulerError]:
+    """Cancel the controller jobs not holding the run, saying which; the refusals."""
+    cancelled, refused, note = cancel_waiting(store, queued_only)
+    for state in cancelled:
         print(f"cancelled {waiting_line(state)}", flush=True)
     if note:
         print(f"note: {note}", flush=True)
+    return refused
+
+
+def reported(refused: list[SchedulerError]) -> int:
+    """Name each job the scheduler would not cancel; the exit code they make."""
+    for exc in refused:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    return SchedulerError.exit_code if refused else 0
 
 
 if __name__ == "__main__":

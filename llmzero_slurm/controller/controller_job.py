@@ -13,8 +13,8 @@ every start of the job, requeues included, and removed when the search ends or i
 from __future__ import annotations
 
 import os
-import subprocess
 import time
+import uuid
 from typing import Any, Callable
 
 from ..backends import get_backend
@@ -22,7 +22,6 @@ from ..errors import SchedulerError, StateError
 from ..job_names import controller_job_name
 from ..render import write_controller_script
 from ..schedulers import JobState, SlurmScheduler
-from ..schedulers.job_env import new_job_environment, sbatch_inputs_note
 from ..search.tree import Status
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
@@ -61,28 +60,20 @@ def _record(store: RunStore, job_id: str, event: Callable[[str], object]) -> Non
 
 def submit_controller(store: RunStore, command: list[str],
                       event: Callable[[str], object] = print) -> str:
-    """sbatch the controller's own job script and record the job; its id. The job keeps this
-    environment less the credentials, but those its phases' trainer reads (a logger's key):
-    the LLM key is left in a private file (see above)."""
+    """sbatch the controller's own job script and record the job; its id. Submitted as a
+    phase is, under a token: a job whose sbatch answer was lost (a socket timeout) is looked
+    up by it, and recorded when found. The job keeps this environment less the credentials,
+    but those its phases' trainer reads (a logger's key): the LLM key is left in a private
+    file (see above)."""
+    token = f"controller-{uuid.uuid4().hex[:12]}"
     script = write_controller_script(store.config.name, store.root, store.config.controller,
-                                     command)
+                                     command, token)
     agents = store.config.agents
     kept = get_backend(store.config.backend).kept_credentials(store.config.trainer)
     folder = store.root / KEY_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     llm_key.hand_over(folder, agents)
-    if note := sbatch_inputs_note():
-        event(note)
-    try:
-        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                              text=True, timeout=120,
-                              env=new_job_environment(names=[agents.key_env], keep=kept))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SchedulerError(f"submitting {script}: {exc}") from None
-    job = done.stdout.strip().split(";")[0]
-    if done.returncode != 0 or not job.isdigit():
-        raise SchedulerError(f"submitting {script}: sbatch failed (exit {done.returncode}): "
-                             f"{done.stderr.strip() or done.stdout.strip() or '(no message)'}")
+    job = SlurmScheduler(secret_names=[agents.key_env], kept_names=kept).submit(script, token)
     event(f"controller submitted as job {job} (script {script})")
     _record(store, job, event)
     return job
@@ -130,16 +121,23 @@ def waiting_line(state: JobState) -> str:
     return f"controller job {state.job_id} {state.shown()}, {how}"
 
 
-def cancel_waiting(store: RunStore, queued_only: bool = False) -> tuple[list[JobState], str | None]:
+def cancel_waiting(store: RunStore, queued_only: bool = False
+                   ) -> tuple[list[JobState], list[SchedulerError], str | None]:
     """scancel the recorded controller jobs Slurm has not ended (call when no controller holds
     the lease): what a stop means for a controller that has not started. Right after a
     controller stopped, `queued_only` spares the started one (the stopped controller's own job
-    finishing), while a queued one would start later and resume the run. Those cancelled, and
-    a note when they cannot be known."""
+    finishing), while a queued one would start later and resume the run. Those cancelled, the
+    refusals, and a note when they cannot be known. Every job is tried: one Slurm refuses (a
+    colleague's, in a run a group shares) keeps no other queued."""
     jobs, note = waiting_jobs(store)
     if queued_only:
         jobs = [state for state in jobs if state.status is Status.QUEUED]
     scheduler = SlurmScheduler()
+    cancelled, refused = [], []
     for state in jobs:
-        scheduler.cancel(state.job_id, controller_job_name(store.config.name))
-    return jobs, note
+        try:
+            scheduler.cancel(state.job_id, controller_job_name(store.config.name))
+            cancelled.append(state)
+        except SchedulerError as exc:
+            refused.append(exc)
+    return cancelled, refused, note

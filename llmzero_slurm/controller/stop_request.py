@@ -3,7 +3,8 @@ with no controller alive, it cancels the phases itself.
 
 A request names the lease (its token) of the controller it is aimed at: that controller may
 die before it reads it (paused, then killed), and a request nobody acted on must not stop the
-next controller started on the run. That one clears it instead.
+next controller started on the run. That one clears it instead. The cancels the controller
+was refused go back the same way, under its token, for llmzero-stop to name and exit on.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .lease import Lease
 from .submission import find_job
 
 STOP_FILE = "stop.json"
+STOP_REFUSED = "stop-refused.json"   # the last stopped controller's refused cancels
 
 
 def request_stop(store: RunStore, cancel: bool,
@@ -149,7 +151,18 @@ def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
         for exc in refused:
             event(f"not cancelled: {exc}")
+        write_json(store.root / STOP_REFUSED, {"token": token, "refused": list(map(str, refused))})
     else:
         pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
         event(f"stopped; {len(pending)} phase(s) keep running (llmzero-start resumes watching them)")
     clear_stop_request(store, token)
+
+
+def refused_cancels(store: RunStore, token: str | None) -> list[SchedulerError]:
+    """The cancels the controller holding the lease `token` was refused as it stopped (none
+    when it stopped without cancelling, or died before it could)."""
+    path = store.root / STOP_REFUSED
+    data = read_json(path) if path.exists() else None
+    if not isinstance(data, dict) or data.get("token") != token:
+        return []
+    return [SchedulerError(str(line)) for line in data.get("refused", [])]
