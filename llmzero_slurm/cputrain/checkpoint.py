@@ -101,4 +101,6 @@ def remove_partial(folder: Path, name: str = "global_step_*") -> None:
 
 
 def load_state(folder: Path) -> dict[str, Any]:
-    return torch.load(folder / STATE_FILE, weights_only=False)
+    """On the CPU, whichever device wrote it: a CUDA state then loads on a CPU-only host, to be
+    refused by name (the optimizer moves its state to its parameters' device itself)."""
+    return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
