@@ -365,6 +365,20 @@ def test_a_job_killed_while_replacing_its_best_adapter_leaves_a_whole_one(tmp_pa
     assert whole() == 20
 
 
+def test_a_resume_forgets_a_best_adapter_of_a_step_its_metrics_no_longer_hold(cache_dir,
+                                                                            tmp_path):
+    """Best at step 5, checkpoint at 2, killed later: the resume cut the metrics back to step 2
+    but kept best_adapter/ of step 5, weights whose score no metric held any more."""
+    args = ("--warm-start-steps=0", "save_freq=2", "test_freq=1")
+    assert run_phase(cache_dir, tmp_path, *args, "total_training_steps=2") == 0
+    best = tmp_path / "best_adapter"
+    (best / "best.json").write_text(json.dumps({"step": 5, "val_score": 0.9}))
+    assert run_phase(cache_dir, tmp_path, *args, "total_training_steps=3") == 0
+    kept = json.loads((best / "best.json").read_text())["step"] if best.exists() else None
+    assert kept is None or kept <= 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".best_adapter")]
+
+
 def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,
                                                                        tmp_path):
     """save_freq rarely falls on the best validation step, the one the search reports: the

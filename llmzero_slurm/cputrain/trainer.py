@@ -90,9 +90,7 @@ class GRPOTrainer:
         if resume:
             self._restore(state, resume[1] / checkpoint.STATE_FILE)
             log(f"resumed own checkpoint {resume[1].name} (phase step {self.local_step})")
-            self.metrics.truncate_after(self.global_step)
-        else:
-            self.metrics.truncate_after(phase.step_offset - 1)
+        self._forget_after(self.global_step if resume else phase.step_offset - 1)
         self.best_score = self._best_so_far()
 
     @property
@@ -262,6 +260,15 @@ class GRPOTrainer:
         record = {"step": self.global_step, "val_score": score}
         checkpoint.save_adapter(self.files.best_adapter, self.model, lambda tmp: write_json(
             tmp / self.files.best_adapter_record.name, record))
+
+    def _forget_after(self, step: int) -> None:
+        """Go back to `step`: the steps after it are trained again, so their metrics go, and so
+        does a best adapter of one of them, or it would keep weights whose score no metric
+        holds (best at 15, checkpoint at 10, killed at 17) until a rerun step beat it."""
+        self.metrics.truncate_after(step)
+        best = self.files.best_adapter_step()
+        if best is not None and best[0] > step:
+            checkpoint.remove_adapter(self.files.best_adapter)
 
     def _best_so_far(self) -> float:
         """The best validation score of the metrics this phase keeps (a requeued job goes on
