@@ -17,8 +17,9 @@ removed before the next export. verl's merger falls back to lora_alpha 0 when it
 is missing, which silently disables the adapter, so such an export is refused.
 
 Runs inside a phase job, with the job's Python (standard library only here).
-Exit codes: 0 adapter ready (its path is the last line printed), 2 bad arguments or no such
-checkpoint, 3 the merger failed, 4 the exported adapter is unusable.
+Exit codes: 0 adapter ready (its path is the last line printed), 1 the export could not be
+renamed into place, 2 bad arguments or no such checkpoint, 3 the merger failed, 4 the exported
+adapter is unusable.
 """
 from __future__ import annotations
 
@@ -128,7 +129,11 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
             take_umask(tmp / ADAPTER)
             try:
                 os.rename(tmp, target)
-            except OSError:                 # another exporter renamed first (no flock)
+            except OSError as exc:
+                if not (target / ADAPTER).is_dir():     # not another exporter's (no flock)
+                    stray = f"; it exists without {ADAPTER}/: remove it" if target.exists() else ""
+                    raise ExportError(1, f"cannot rename the export into {target} "
+                                         f"({exc.strerror}){stray}") from None
                 check_adapter(target, expect_rank)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -187,8 +192,8 @@ def _step_number(name: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Export a parent phase's LoRA adapter from its verl checkpoint at a step "
-                    "(shared by sibling phases). Exit codes: 0 ready, 2 no such checkpoint, "
-                    "3 merger failed, 4 unusable adapter.")
+                    "(shared by sibling phases). Exit codes: 0 ready, 1 rename failed, "
+                    "2 no such checkpoint, 3 merger failed, 4 unusable adapter.")
     parser.add_argument("--actor-dir", type=Path, required=True,
                         help="the parent's PARENT/ckpt/global_step_N/actor")
     parser.add_argument("--target-dir", type=Path, required=True,

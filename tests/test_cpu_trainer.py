@@ -241,6 +241,32 @@ def test_a_checkpoint_names_its_release_and_one_another_release_wrote_says_so(ca
     assert "Traceback" not in err
 
 
+def test_a_checkpoint_resumes_only_on_the_device_type_it_was_written_on(cache_dir, tmp_path,
+                                                                      monkeypatch, capsys):
+    """The trainer takes CUDA when it sees one: a requeue onto the other kind of node failed
+    with torch.load's traceback (a CUDA state on a CPU host) or the false "written by another
+    llmzero-slurm" (a CPU generator's state given to a CUDA one). Either is now refused,
+    before any model is built, naming both devices and the way on."""
+    import torch
+    args = ("save_freq=1", "test_freq=1")
+    assert run_phase(cache_dir, tmp_path, "--warm-start-steps=0", "total_training_steps=1",
+                     *args) == 0
+    state_file = tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt"
+    state = load_state(state_file.parent)
+    assert state["device"] == "cpu"
+    for written, here in (("cpu", "cuda"), ("cuda", "cpu")):
+        save_state({**state, "device": written}, state_file)
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.cuda, "is_available", lambda cuda=here == "cuda": cuda)
+            capsys.readouterr()
+            assert run_phase(cache_dir, tmp_path, "--warm-start-steps=0", "total_training_steps=2",
+                             *args) == 1
+        err = capsys.readouterr().err
+        assert f"cpu_grpo: error: {state_file}: written on {written}, this run trains on " \
+               f"{here}" in err, err[-2000:]
+        assert "LLMZ_RERUN_DIR" in err and "release" not in err and "Traceback" not in err
+
+
 def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path):
     """safetensors writes adapter_model.safetensors 0600 whatever the umask: under a group's
     umask 002 a colleague resuming the shared run could not load a parent's adapter."""
@@ -337,6 +363,20 @@ def test_a_job_killed_while_replacing_its_best_adapter_leaves_a_whole_one(tmp_pa
     assert whole() == 20
     os.replace(final, tmp_path / ".best_adapter.4242.old")   # killed between the two renames
     assert whole() == 20
+
+
+def test_a_resume_forgets_a_best_adapter_of_a_step_its_metrics_no_longer_hold(cache_dir,
+                                                                            tmp_path):
+    """Best at step 5, checkpoint at 2, killed later: the resume cut the metrics back to step 2
+    but kept best_adapter/ of step 5, weights whose score no metric held any more."""
+    args = ("--warm-start-steps=0", "save_freq=2", "test_freq=1")
+    assert run_phase(cache_dir, tmp_path, *args, "total_training_steps=2") == 0
+    best = tmp_path / "best_adapter"
+    (best / "best.json").write_text(json.dumps({"step": 5, "val_score": 0.9}))
+    assert run_phase(cache_dir, tmp_path, *args, "total_training_steps=3") == 0
+    kept = json.loads((best / "best.json").read_text())["step"] if best.exists() else None
+    assert kept is None or kept <= 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".best_adapter")]
 
 
 def test_the_adapter_of_the_best_validation_step_is_kept_and_scores_it(good_phase, cache_dir,

@@ -266,3 +266,19 @@ def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
         "train_files": [str(paths["train"])], "val_files": [str(paths["val"])],
         "test_files": [str(paths["test"])], "reward_path": str(reward)}})
     preflight.check_data(cfg)
+
+
+def test_a_reward_file_defining_a_dataclass_imports(tmp_path):
+    """dataclasses looks the class's module up in sys.modules; with postponed annotations an
+    unregistered module failed the import with a bare AttributeError."""
+    path = tmp_path / "typed_reward.py"
+    path.write_text("from __future__ import annotations\n"
+                    "from dataclasses import dataclass\n"
+                    "@dataclass\nclass Answer:\n    text: str\n"
+                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return float(Answer(solution_str).text == ground_truth)\n")
+    assert load_reward(path)("s", "42", "42", {}) == 1.0
+    path.write_text("raise ValueError('broken')\n")
+    with pytest.raises(DataError, match="ValueError: broken"):
+        load_reward(path)
+    assert not [name for name in sys.modules if name.endswith("typed_reward")]

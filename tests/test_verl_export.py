@@ -1,6 +1,7 @@
 """jobs/export_adapter.py against a checkpoint in verl 0.9.1's layout and a stub `verl.model_merger`."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -151,3 +152,20 @@ def test_a_killed_exporters_folder_on_this_host_is_removed_before_the_next_expor
     assert not left[f"{host}-{gone.pid}"].exists()
     assert left[f"{host}-{os.getpid()}"].exists()      # a live exporter's, here the test's own
     assert left[f"other-host-{gone.pid}"].exists()     # whether it lives cannot be told here
+
+
+def test_a_rename_that_fails_for_another_reason_than_a_sibling_says_so(tmp_path, stub_env):
+    """Any failed rename read as a sibling's win: a leftover folder in the way (ENOTEMPTY) was
+    reported, on every retry, as a merger that found no LoRA weights."""
+    env, _ = stub_env
+    parent = tmp_path / "p"
+    verl_checkpoint(parent, 10, {"r": 8, "lora_alpha": 16})
+    target = parent / "export" / "global_step_10"
+    target.mkdir(parents=True)
+    (target / "leftover.txt").write_text("not an export")
+    out = run_export(env, parent, 10)
+    assert out.returncode == 1, out.stderr
+    assert f"{target}" in out.stderr and os.strerror(errno.ENOTEMPTY) in out.stderr
+    assert "lora_rank" not in out.stderr
+    assert sorted(p.name for p in target.parent.iterdir()) == ["global_step_10",
+                                                               "global_step_10.lock"]

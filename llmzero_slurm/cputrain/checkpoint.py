@@ -41,7 +41,7 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
     `final`, replacing an older one (a rerun of the same step, or a better best). The older
     one is renamed aside before it is deleted: deleting it in place, a job killed midway
     (OOM killer, KillWait, node loss) left a folder with best.json but no weights."""
-    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
+    tmp = _aside(final, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with warnings.catch_warnings():   # peft looks for a hub config of our in-code base model
         warnings.filterwarnings("ignore", message="Could not find a config file")
@@ -56,7 +56,7 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
     extra(tmp)
     take_umask(tmp)
     fsync_tree(tmp)     # on disk before the rename, as store/atomic.py's JSON files are
-    old = final.parent / f".{final.name}.{os.getpid()}.old"
+    old = _aside(final, "old")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
@@ -64,6 +64,21 @@ def save_adapter(final: Path, model: Any, extra: Callable[[Path], None]) -> Path
     fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_adapter(final: Path) -> None:
+    """Delete an adapter folder, renamed aside first: a job killed midway leaves no part of it
+    under its name, and remove_partial deletes the rest."""
+    tmp = _aside(final, "tmp")
+    os.replace(final, tmp)
+    fsync_dir(final.parent)
+    shutil.rmtree(tmp)
+
+
+def _aside(final: Path, kind: str) -> Path:
+    """This process's hidden name for `final` while it is written ("tmp") or replaced ("old");
+    remove_partial knows both."""
+    return final.parent / f".{final.name}.{os.getpid()}.{kind}"
 
 
 def take_umask(folder: Path) -> None:
@@ -101,4 +116,6 @@ def remove_partial(folder: Path, name: str = "global_step_*") -> None:
 
 
 def load_state(folder: Path) -> dict[str, Any]:
-    return torch.load(folder / STATE_FILE, weights_only=False)
+    """On the CPU, whichever device wrote it: a CUDA state then loads on a CPU-only host, to be
+    refused by name (the optimizer moves its state to its parameters' device itself)."""
+    return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)

@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import EnvironmentVariableError
 from ..tasks import dataset, get_task, reward_path
 from ..tasks.reward_file import fingerprint, load_reward
 from .memory import limit_memory
@@ -25,15 +26,28 @@ def pick_device() -> torch.device:
     """
     if torch.cuda.is_available():
         return torch.device("cuda")
-    threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("SLURM_CPUS_PER_TASK") or "1"
-    torch.set_num_threads(max(1, int(threads)))
+    torch.set_num_threads(_thread_count())
     return torch.device("cpu")
+
+
+def _thread_count() -> int:
+    """OMP_NUM_THREADS, else SLURM_CPUS_PER_TASK, else one. OpenMP reads OMP_NUM_THREADS as a
+    list, one count per nesting level (`4,2`): this process's threads are the first."""
+    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        value = os.environ.get(name)
+        if value:
+            first = value.split(",")[0].strip()
+            if not first.isdigit():
+                raise EnvironmentVariableError(name, f"{value!r} is not a thread count")
+            return max(1, int(first))
+    return 1
 
 
 def warm_start_plan(args: argparse.Namespace) -> WarmStart:
     """The warm start the arguments ask for; a built-in task brings its own band."""
     band = args.warm_start_band or (get_task(args.task).BASE_BAND if args.task else WARM_START_BAND)
-    return WarmStart(band=band, max_steps=args.warm_start_max_steps or WARM_START_MAX_STEPS,
+    max_steps = args.warm_start_max_steps   # 0 is refused, not taken for "unset"
+    return WarmStart(band=band, max_steps=WARM_START_MAX_STEPS if max_steps is None else max_steps,
                      steps=args.warm_start_steps,
                      reward=None if args.task else fingerprint(args.reward_path, args.reward_name))
 

@@ -67,6 +67,9 @@ class GRPOTrainer:
         checkpoint.remove_partial(self.ckpt_dir)
         checkpoint.remove_partial(phase.output_dir, self.files.best_adapter.name)
         resume = checkpoint.latest(self.ckpt_dir)
+        state = checkpoint.load_state(resume[1]) if resume else {}
+        if resume:      # before any model is built on a device that cannot resume it
+            self._check_device(state, resume[1] / checkpoint.STATE_FILE)
         base, base_id, self.base = load_base(self.tok, phase.train, phase.reward,
                                              phase.reward_path, phase.warm_start,
                                              phase.cache_dir, log)
@@ -85,11 +88,9 @@ class GRPOTrainer:
                                        self.hp["seed"], phase.step_offset)
         self.metrics = MetricsLog(self.files.metrics_file)
         if resume:
-            self._restore(checkpoint.load_state(resume[1]), resume[1] / checkpoint.STATE_FILE)
+            self._restore(state, resume[1] / checkpoint.STATE_FILE)
             log(f"resumed own checkpoint {resume[1].name} (phase step {self.local_step})")
-            self.metrics.truncate_after(self.global_step)
-        else:
-            self.metrics.truncate_after(phase.step_offset - 1)
+        self._forget_after(self.global_step if resume else phase.step_offset - 1)
         self.best_score = self._best_so_far()
 
     @property
@@ -245,7 +246,8 @@ class GRPOTrainer:
         state = {"local_step": self.local_step, "global_step": self.global_step,
                  "epoch": self.data.epoch, "position": self.data.position,
                  "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
-                 "hparams": self.hp, "llmzero_version": __version__}
+                 "hparams": self.hp, "llmzero_version": __version__,
+                 "device": self.phase.device.type}
         checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
 
     def _keep_if_best(self, data: dict[str, float]) -> None:
@@ -259,12 +261,34 @@ class GRPOTrainer:
         checkpoint.save_adapter(self.files.best_adapter, self.model, lambda tmp: write_json(
             tmp / self.files.best_adapter_record.name, record))
 
+    def _forget_after(self, step: int) -> None:
+        """Go back to `step`: the steps after it are trained again, so their metrics go, and so
+        does a best adapter of one of them, or it would keep weights whose score no metric
+        holds (best at 15, checkpoint at 10, killed at 17) until a rerun step beat it."""
+        self.metrics.truncate_after(step)
+        best = self.files.best_adapter_step()
+        if best is not None and best[0] > step:
+            checkpoint.remove_adapter(self.files.best_adapter)
+
     def _best_so_far(self) -> float:
         """The best validation score of the metrics this phase keeps (a requeued job goes on
         against its own earlier steps; a fresh start against nothing)."""
         best = best_val(read_metrics(self.files.metrics_file).after(self.phase.step_offset)
                         .without_test())
         return best[1] if best else -math.inf
+
+    def _check_device(self, state: dict[str, Any], path: Path) -> None:
+        """Refuse a state written on another device type: CPU and CUDA random generators keep
+        states of different kinds, so the run could not go on as it would have. (A state from
+        before the device was recorded is not checked.)"""
+        written, here = state.get("device", self.phase.device.type), self.phase.device.type
+        if written != here:
+            where = "a GPU is visible" if written == "cuda" else \
+                "no GPU is visible (CUDA_VISIBLE_DEVICES=)"
+            raise StateError(path, f"written on {written}, this run trains on {here}, and a "
+                             f"checkpoint resumes on the device type that wrote it: resume it "
+                             f"where {where}, or rerun the phase from its start into a folder "
+                             "of its own (LLMZ_RERUN_DIR)")
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Go on from a saved state; one another release wrote in a form this one cannot

@@ -65,8 +65,10 @@ class WarmStart:
         low, high = self.band
         if not 0.0 < low < high <= 1.0:
             raise DataError("--warm-start-band", f"needs 0 < low < high <= 1 (got {low}:{high})")
-        if self.max_steps < 1 or (self.steps is not None and self.steps < 0):
-            raise DataError("--warm-start-steps", "step counts must be positive")
+        if self.max_steps < 1:
+            raise DataError("--warm-start-max-steps", f"must be positive (got {self.max_steps})")
+        if self.steps is not None and self.steps < 0:
+            raise DataError("--warm-start-steps", f"must be 0 or positive (got {self.steps})")
 
     def describe(self) -> str:
         if self.steps == 0:

@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import math
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,9 +36,11 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     if spec is None or spec.loader is None:
         raise DataError(path, "cannot be imported as a Python file")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # importlib's recipe: dataclasses looks the module up there
     try:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
+        sys.modules.pop(spec.name, None)
         raise DataError(path, f"cannot import reward file: {type(exc).__name__}: {exc}") from None
     fn = getattr(module, name, None)
     if not callable(fn):
