@@ -20,7 +20,7 @@ import pytest
 
 from llmzero_slurm.cputrain.checkpoint import load_state, save_state
 from llmzero_slurm.cputrain.defaults import DEFAULTS
-from llmzero_slurm.cputrain.warmstart import PROBE_SIZE
+from llmzero_slurm.cputrain.warmstart import PROBE_SIZE, base_folder
 from llmzero_slurm.paths import JOBS
 from llmzero_slurm.tasks import addition, expand
 from llmzero_slurm.tasks.dataset import SPLIT_SIZES
@@ -95,7 +95,7 @@ def base_record(cache_dir: Path, phase: Path) -> dict:
     """The warm-start record of the base `phase` trained on (the cache holds others too)."""
     config = next((phase / "ckpt").glob("global_step_*/adapter_config.json"))
     name = json.loads(config.read_text())["base_model_name_or_path"]
-    return json.loads((cache_dir / "base" / name / "warm_start.json").read_text())
+    return json.loads((base_folder(cache_dir, name) / "warm_start.json").read_text())
 
 
 def consistent_with_band(base: float, band: tuple[float, float]) -> bool:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from llmzero_slurm.cputrain import warmstart
+from llmzero_slurm.cputrain.model import base_name
 from llmzero_slurm.cputrain.tokenizer import CharTokenizer
 from llmzero_slurm.errors import DataError
 from llmzero_slurm.tasks.dataset import Example
@@ -53,13 +54,13 @@ def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
     finally:
         os.umask(umask)
     # safetensors wrote the weights 0600: a colleague's phase could not load the cached base
-    cached = tmp_path / "cache" / "base" / name
+    cached = warmstart.base_folder(tmp_path / "cache", name)
     assert {p.name: oct(p.stat().st_mode & 0o777) for p in cached.iterdir()} == \
         {p.name: "0o664" for p in cached.iterdir()}
     # Building the base leaves the caller's random stream alone, so the phase that built it
     # initialises its LoRA exactly as a later phase that finds it cached.
     assert torch.equal(torch.random.get_rng_state(), rng)
-    stored = json.loads((tmp_path / "cache" / "base" / name / "warm_start.json").read_text())
+    stored = json.loads((cached / "warm_start.json").read_text())
     assert stored["probe_accuracy"] == record.probe_accuracy and stored["band"] == [0.3, 0.7]
     assert stored["numerics"]["torch"] == torch.__version__
     assert any("held-out accuracy" in line for line in logged)
@@ -68,7 +69,7 @@ def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
                                       tmp_path / "cache", logged.append)
     assert again == name and logged == []          # from the cache, no training
     other = warmstart.WarmStart(band=(0.5, 0.9), max_steps=400)
-    assert warmstart.base_id(tok, rows, other) != name   # another target is another base
+    assert warmstart.base_id(tok, rows, other) != base_name(name)   # another target, another base
 
 
 def test_an_unreachable_band_says_what_to_change(tmp_path):
@@ -157,3 +158,36 @@ def test_a_base_cache_on_a_filesystem_without_flock_is_refused_naming_the_fix(tm
                                          r"LLMZERO_CACHE"):
         warmstart.load_base(CharTokenizer(), copy_task(100), exact, tmp_path / "r.py",
                             warmstart.WarmStart(steps=0), tmp_path / "cache", print)
+
+
+def test_a_base_trained_elsewhere_to_other_weights_takes_no_adapter_of_this_one(tmp_path):
+    """Review: a base was named by what shaped it (data, plan), not by its weights; a band
+    warm start on another numeric path (another CPU, a node's own cache) stops at another
+    step, and a parent's adapter was then applied, silently, to other weights than its own."""
+    from llmzero_slurm.cputrain.model import with_lora
+
+    tok, rows, plan = CharTokenizer(), copy_task(100), warmstart.WarmStart(steps=0)
+    base, name, _ = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                        tmp_path / "here", print)
+    adapter = tmp_path / "adapter"
+    with_lora(base, name, 8, 16.0, "all-linear").save_pretrained(str(adapter))
+    # The same plan and data, warm-started elsewhere to other weights.
+    elsewhere = warmstart.base_folder(tmp_path / "elsewhere", name)
+    elsewhere.parent.mkdir(parents=True)
+    cached = warmstart.base_folder(tmp_path / "here", name)
+    other, _, _ = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                      tmp_path / "here", print)
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)
+    other.save_pretrained(elsewhere)
+    (elsewhere / "warm_start.json").write_text((cached / "warm_start.json").read_text())
+    moved, moved_name, _ = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                               tmp_path / "elsewhere", print)
+    assert moved_name != name
+    with pytest.raises(DataError, match="adapter was trained on base .*: the same data and warm "
+                                        "start reached other weights here"):
+        with_lora(moved, moved_name, 8, 16.0, "all-linear", adapter)
+    again, again_name, _ = warmstart.load_base(tok, rows, exact, tmp_path / "r.py", plan,
+                                               tmp_path / "here", print)
+    assert again_name == name
+    with_lora(again, again_name, 8, 16.0, "all-linear", adapter)     # its own base: taken

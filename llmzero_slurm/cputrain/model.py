@@ -1,6 +1,7 @@
 """The tiny Llama and its LoRA adapter: real transformers + peft objects, built offline."""
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -39,6 +40,22 @@ def random_model(tokenizer: CharTokenizer, seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(llama_config(tokenizer))
 
 
+def weighed_id(name: str, weights: Path) -> str:
+    """A base's id: its name (what shaped it) and a digest of its weights. The same data and
+    plan warm-started on another numeric path (another CPU, a node's own cache) stop at
+    another step: an adapter must not pass from one of those bases to the other."""
+    digest = hashlib.sha256()
+    with open(weights, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return f"{name}@{digest.hexdigest()[:12]}"
+
+
+def base_name(base_id: str) -> str:
+    """The name part of a weighed_id (the whole of one from an earlier release)."""
+    return base_id.partition("@")[0]
+
+
 def with_lora(base: LlamaForCausalLM, base_id: str, rank: int, alpha: float,
               target_modules: str, init_adapter: Path | None = None) -> PeftModel:
     """Wrap the frozen base in a trainable LoRA adapter, fresh or loaded from a parent's folder.
@@ -56,9 +73,15 @@ def with_lora(base: LlamaForCausalLM, base_id: str, rank: int, alpha: float,
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing")
             return get_peft_model(base, config)
     saved = read_adapter_config(init_adapter)
-    if saved.get("base_model_name_or_path") != base_id:
-        raise DataError(init_adapter, f"adapter was trained on base "
-                        f"{saved.get('base_model_name_or_path')!r}, this phase uses {base_id!r}")
+    # An adapter from a release before weighed_id names the base without its digest.
+    trained_on = saved.get("base_model_name_or_path")
+    if trained_on not in (base_id, base_name(base_id)):
+        same = base_name(str(trained_on)) == base_name(base_id)
+        raise DataError(init_adapter, f"adapter was trained on base {trained_on!r}, this phase "
+                        f"uses {base_id!r}" + (
+                            ": the same data and warm start reached other weights here (another "
+                            "CPU's numeric path, or another cache): let every phase of the run "
+                            "share one trainer.cache_dir" if same else ""))
     if saved.get("r") != rank:
         raise DataError(init_adapter, f"adapter has lora_rank {saved.get('r')}, this phase asks "
                         f"for {rank} (LoRA rank is fixed along a strategy)")

@@ -39,13 +39,14 @@ from ..tasks.reward_file import RewardFn, judge
 from . import policy
 from .checkpoint import take_umask
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
-from .model import ARCHITECTURE, random_model
+from .model import ARCHITECTURE, base_name, random_model, weighed_id
 from .tokenizer import CharTokenizer
 
 BATCH_SIZE, LR, SEED = 64, 3e-3, 0
 EVAL_EVERY = 10            # coarse probe interval, steps
 PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
 RECORD = "warm_start.json"
+WEIGHTS = "model.safetensors"     # what save_pretrained writes the base's weights to
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,18 @@ def base_id(tok: CharTokenizer, examples: Sequence[Example], plan: WarmStart) ->
     return f"llmzero-tiny-llama-{digest.hexdigest()[:16]}"
 
 
+def base_folder(cache_dir: Path, base: str) -> Path:
+    """Where the cache keeps the base of id or name `base`."""
+    return Path(cache_dir) / "base" / base_name(base)
+
+
 def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
               reward_path: Path, plan: WarmStart, cache_dir: Path,
               log: Callable[[str], None] = print) -> tuple[LlamaForCausalLM, str, BaseRecord]:
-    """The warm-started base for this training data, training and caching it on first use."""
+    """The warm-started base for this training data, training and caching it on first use;
+    with its id (model.weighed_id), which adapters trained on it carry."""
     name = base_id(tok, examples, plan)
-    folder = Path(cache_dir) / "base" / name
+    folder = base_folder(cache_dir, name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     # flock, never a soft lock: a job killed while it trains the base (a time limit, the OOM
     # killer) leaves no marker that every later phase would wait on.
@@ -157,7 +164,7 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
     model = LlamaForCausalLM.from_pretrained(folder)
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, name, record
+    return model, weighed_id(name, folder / WEIGHTS), record
 
 
 class _Probe:
