@@ -23,6 +23,24 @@ def run_phase(task: str, out: Path, cache: Path, args: list[str],
                         "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})})
 
 
+# The variables that pick another numeric path (as another CPU would run): a kept run made
+# under others is another measurement, never to be resumed as this one.
+NUMERIC_ENV = ("MKL_CBWR", "ATEN_CPU_CAPABILITY")
+
+
+def numeric_env() -> dict[str, str]:
+    """The numeric-path variables this benchmark runs under (none: the native path)."""
+    return {name: os.environ[name] for name in NUMERIC_ENV if os.environ.get(name)}
+
+
+def provenance() -> dict[str, str]:
+    """What a results row was measured with: the checkout's commit and its numeric path."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return {"commit": done.stdout.strip() if done.returncode == 0 else "unknown",
+            **numeric_env()}
+
+
 def mean_se(values: list[float]) -> tuple[float, float]:
     """Mean and standard error (NaN where too few values to say)."""
     if not values:

@@ -44,13 +44,15 @@ from typing import Any
 
 import yaml
 
-from common import mean_se
+from common import mean_se, numeric_env, provenance
+from llmzero_slurm.config import ExperimentConfig, parse_config
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.metrics import read_metrics
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.methods.space import GRID_SPACES, grid_points
 from llmzero_slurm.search.budget import Budget, node_samples, samples_per_step
 from llmzero_slurm.search.policy import best_node
+from llmzero_slurm.search.tree import Tree
 from llmzero_slurm.search.usage import usage
 from llmzero_slurm.store.run_store import RunStore
 from llmzero_slurm.tasks import get_task
@@ -104,14 +106,14 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
     best = best_node(tree)
     root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(test_key(task))
     spent = usage(tree, Budget(len(tree), defaults=defaults))
-    curve, used, best_val, best_test = [], 0, -math.inf, math.nan
+    curve, used, done = [], 0, []
     for node in sorted((n for n in tree if n.status.finished), key=lambda n: n.finished_at or 0):
         used += node_samples(node, defaults)
-        if node.score is not None and not node.pruned and node.score > best_val:
-            best_val = node.score
-            best_test = node.results.test_at_best if node.results.test_at_best is not None \
-                else math.nan
-        curve.append((used, best_test))
+        done.append(node)
+        # The headline's rule (best_node) over the phases finished so far.
+        so_far = best_node(Tree(done))
+        at_best = so_far.results.test_at_best if so_far else None
+        curve.append((used, math.nan if at_best is None else at_best))
     return {"test": best.results.test_at_best if best else math.nan,
             "val": best.score if best else math.nan,
             "base_test": root_test[0][1] if root_test and root_test[0][0] == 0 else math.nan,
@@ -130,12 +132,25 @@ def test_freq_of(row: dict[str, Any]) -> int:
     return int(row.get("test_freq", TEST_FREQ))
 
 
+def compared(config: ExperimentConfig) -> dict[str, Any]:
+    """The settings a kept search must share with this benchmark's to be resumed as its own
+    (what it trains and how it searches; not where its cache lies)."""
+    return {k: v for k, v in config.by_key().items() if k.startswith(("task.", "hparams.",
+                                                                       "search."))}
+
+
 def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
         test_freq: int) -> dict[str, Any]:
-    name = f"{task}-{method}-{seed}"
+    # Another numeric path is another search: its own folder, never a resumed native one.
+    name = "-".join([task, method, str(seed), *(f"{k}={v}" for k, v in numeric_env().items())])
+    config = search_config(task, method, seed, root / "cache", phase_steps, test_freq)
+    kept = root / name
+    if (kept / "meta.json").exists() and \
+            compared(RunStore.config_of(kept)) != compared(parse_config(config)):
+        sys.exit(f"{kept} was searched with other settings than these (another --phase-steps "
+                 "or --test-freq, or another release's example): give another --dir")
     path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(search_config(task, method, seed, root / "cache",
-                                                 phase_steps, test_freq)))
+    path.write_text(yaml.safe_dump(config))
     started = time.time()
     with open(root / f"{name}.log", "a") as log:
         subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
@@ -146,7 +161,7 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
     validated = {"test_freq": test_freq} if test_freq != TEST_FREQ else {}
     result = {"task": task, "method": method, "seed": seed, **phases, **validated,
               **measure(root / name, task),
-              "wall_s": round(time.time() - started)}
+              "wall_s": round(time.time() - started), **provenance()}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
           f"{result['samples']:,} samples, {result['wall_s']} s", flush=True)

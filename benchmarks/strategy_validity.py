@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, mean_se, run_phase
+from common import ROOT, mean_se, numeric_env, provenance, run_phase
 from llmzero_slurm.search.budget import samples_per_step
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -248,14 +248,15 @@ def main() -> None:
             name, seed = item
             started = time.time()
             phases = configurations(d)[name]
-            # The folder names what it trains, so an edited schedule never resumes a stale one.
-            digest = hashlib.sha256(json.dumps([d.task, phases, d.common]).encode())
+            # The folder names what it trains, and on which numeric path, so an edited schedule
+            # or another path never resumes a stale one.
+            digest = hashlib.sha256(json.dumps([d.task, phases, d.common, numeric_env()]).encode())
             folder = root / (f"{name.replace(' ', '_').replace('=', '')}-"
                              f"{digest.hexdigest()[:8]}-seed{seed}")
             result = run_chain(d, phases, seed, folder, cache)
             with lock:
                 runs.append({"config": name, "seed": seed, **result,
-                             "wall_s": round(time.time() - started)})
+                             "wall_s": round(time.time() - started), **provenance()})
                 save(d, results, runs)
             print(f"  {name} seed {seed}: test {result['test']:.3f} val {result['val']:.3f}"
                   f" ({time.time() - started:.0f} s)", flush=True)
