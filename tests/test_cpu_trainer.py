@@ -160,7 +160,7 @@ def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
     assert folders == ["global_step_100", "global_step_50"]
     config = json.loads((good_phase / "ckpt/global_step_100/adapter_config.json").read_text())
     assert config["r"] == 8 and config["lora_alpha"] == 16
-    base_dir = cache_dir / "base" / config["base_model_name_or_path"]
+    base_dir = base_folder(cache_dir, config["base_model_name_or_path"])
     model = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base_dir),
                                       str(good_phase / "ckpt/global_step_100"))
     lora = [p for n, p in model.named_parameters() if "lora_B" in n]
