@@ -1257,17 +1257,23 @@ def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
         tmp_path, monkeypatch, registered):
     """Review: sbatch "Socket timed out" may still have queued the controller job. It was not
     recorded, so llmzero-status said "controller not running", llmzero-stop left it queued,
-    and it later resumed the run. Now it is looked up by the token in its --comment and
+    and it later resumed the run. Now it is looked up by the token in its --comment until
+    slurmctld could have registered it (here on the third look, as a busy one does), and
     recorded when found; when not, the error stands."""
     from llmzero_slurm.controller import controller_job
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "settle_s", 3.0)
     store = two_phase_run(tmp_path)
     timed_out = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
     script = store.root / "controller.sbatch"
+    looks = tmp_path / "looks"
     slurm_clients(tmp_path, monkeypatch,
                   sbatch=f'echo "{timed_out}" >&2\n'
                          + (f"touch {tmp_path}/queued\n" if registered else "") + "exit 1",
                   squeue='case "$*" in *"-j 0"*) exit 0;; esac\n'
-                         f'[ -e {tmp_path}/queued ] && echo "4243|PENDING|None|0|'
+                         f'echo x >>{looks}\n'
+                         f'[ -e {tmp_path}/queued ] && [ "$(wc -l <{looks})" -ge 3 ] && '
+                         'echo "4243|PENDING|None|0|'
                          f"$(sed -n 's/^#SBATCH --comment=//p' {script})\"\nexit 0")
     if not registered:
         with pytest.raises(SchedulerError, match="Socket timed out on send/recv operation"):

@@ -28,6 +28,7 @@ from ..store.run_store import CONTROLLER_JOBS, RunStore
 from . import llm_key
 
 KEY_DIR = "controller-key"   # the LLM key for the controller job, while one may start
+SETTLE_LOOK_S = 1.0           # between looks for a job whose sbatch answer was lost
 
 
 def submitted_jobs(store: RunStore) -> list[dict[str, Any]]:
@@ -73,10 +74,34 @@ def submit_controller(store: RunStore, command: list[str],
     folder = store.root / KEY_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     llm_key.hand_over(folder, agents)
-    job = SlurmScheduler(secret_names=[agents.key_env], kept_names=kept).submit(script, token)
+    scheduler = SlurmScheduler(secret_names=[agents.key_env], kept_names=kept)
+    try:
+        job = scheduler.submit(script, token)
+    except SchedulerError as exc:
+        if not exc.retryable:
+            raise
+        job = _settled(scheduler, token, controller_job_name(store.config.name), exc, event)
     event(f"controller submitted as job {job} (script {script})")
     _record(store, job, event)
     return job
+
+
+def _settled(scheduler: SlurmScheduler, token: str, name: str, lost: SchedulerError,
+             event: Callable[[str], object]) -> str:
+    """The job of a submission whose sbatch answer was lost, looked for by its token until
+    slurmctld could have registered it (settle_s): a busy one does so after the client gave
+    up. The error stands when none shows, and nothing is recorded."""
+    event(f"{lost}; looking for the job for up to {scheduler.settle_s:.0f} s")
+    deadline = time.monotonic() + scheduler.settle_s
+    while time.monotonic() < deadline:
+        time.sleep(min(SETTLE_LOOK_S, max(0.0, deadline - time.monotonic())))
+        try:
+            if (job := scheduler.find_by_token(token, name)) is not None:
+                return job
+        except SchedulerError:
+            continue       # squeue busy too: look again
+    raise SchedulerError(f"{lost}; no job with its token showed within "
+                         f"{scheduler.settle_s:.0f} s: submit again", retryable=True)
 
 
 def take_key(store: RunStore) -> None:
