@@ -255,3 +255,36 @@ def test_a_lease_file_that_cannot_be_read_for_a_moment_is_not_a_takeover(tmp_pat
         failing["on"] = False
         holder.release()
     assert not lease_file.exists()
+
+
+def test_a_lease_read_error_of_a_moment_is_read_again_and_status_names_a_lasting_one(
+        tmp_path, monkeypatch, capsys):
+    """Review: one EIO reading the lease ended a live controller (its loop's heartbeat) and
+    llmzero-status; a lasting one must be named, not taken for no controller."""
+    from llmzero_slurm.cli import status
+
+    store = new_run(tmp_path)
+    holder = Lease(store)
+    holder.acquire()
+    lease_file = store.root / Lease.FILE
+    real_read_text = type(lease_file).read_text
+    failures = {"left": 1}
+
+    def read_text(path, *args, **kwargs):
+        if path == lease_file and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+        return real_read_text(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(type(lease_file), "read_text", read_text)
+        holder.heartbeat()                       # read again: still this controller's
+        failures["left"] = 1_000_000
+        assert status.main([str(store.root)]) == 0
+        out = capsys.readouterr().out
+        assert "controller state unknown" in out
+        assert f"note: {lease_file}: cannot read: Input/output error" in out
+    finally:
+        failures["left"] = 0
+        holder.release()
+

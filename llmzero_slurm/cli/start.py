@@ -17,7 +17,7 @@ from ..controller.controller_job import submit_controller, take_key, withdraw_ke
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
-from ..errors import ConfigError, SchedulerError, StateError
+from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -207,10 +207,7 @@ def _started(proc: subprocess.Popen, lease: Lease) -> int | None:
     while time.monotonic() < deadline:
         if (code := proc.poll()) is not None:
             return code
-        try:
-            held = lease.read()
-        except StateError:
-            held = None         # read again at the next look
+        held = lease.peek()
         if held and held.get("pid") == proc.pid:
             return None
         time.sleep(0.2)

@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     states, note = live_states(store, tree)
     live = {j: s.shown() for j, s in states.items()}
     leases = Lease(store)
-    lease = leases.read()
+    try:
+        lease, lease_note = leases.read(), None
+    except StateError as exc:
+        lease, lease_note = None, str(exc)
     running = bool(lease and leases.holder_alive(lease))
     waiting, job_note = ([], None) if running else waiting_jobs(store)
     path = [n.id for n in best_path(tree)]
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
-                          "controller": lease, "best_path": path,
+                          "controller": lease, "controller_note": lease_note, "best_path": path,
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
                           "controller_jobs_note": job_note,
                           "nodes": [n.to_dict() for n in tree],
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                          indent=2, sort_keys=True))
         return 0
     holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
+              else "controller state unknown" if lease_note
               else "; ".join(map(waiting_line, waiting)) or "controller not running")
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
     if (release := release_note(store.root)) is not None:
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
     print(tree_summary(tree))
     print("\n".join(used.lines()))
-    for said in (note, job_note):
+    for said in (lease_note, note, job_note):
         if said:
             print(f"note: {said}")
     watched = watched_phases(tree)

@@ -18,7 +18,7 @@ from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_k
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import cancel_phases, refused_cancels, request_stop
-from ..errors import SchedulerError
+from ..errors import SchedulerError, StateError
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main, seconds_or_zero
@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     refused = cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
     deadline = time.monotonic() + args.wait
     while time.monotonic() < deadline:
-        if (lease.read() or {}).get("token") != info.get("token"):
+        try:
+            held = lease.read()
+        except StateError:
+            held = info         # cannot be told now: wait on
+        if (held or {}).get("token") != info.get("token"):
             print("controller stopped", flush=True)
             refused += refused_cancels(store, info.get("token"))
             refused += cancel_controller_jobs(store, queued_only=True)   # one queued since

@@ -25,6 +25,7 @@ from ..store.locks import server_age
 from ..store.run_store import RunStore
 
 EXPIRE_S = 120.0     # a lease file untouched this long (file server's clock) is a dead holder
+READ_TRIES, READ_RETRY_S = 3, 0.5   # reading a lease through a filesystem hiccup
 CONTROLLER_COMMAND = "llmzero_slurm.cli.start"   # in every controller's command line
 
 
@@ -54,13 +55,26 @@ class Lease:
         filesystem failed to hand back (EIO from a soft NFS mount) raises StateError: taken
         for no lease, it made a live holder believe itself taken over and let a second
         controller take the run from it."""
+        for attempt in range(READ_TRIES):
+            try:
+                data = read_json(self.path)
+            except StateError as exc:
+                if not isinstance(exc.__cause__, OSError):
+                    return None
+                if attempt + 1 == READ_TRIES:
+                    raise
+                time.sleep(READ_RETRY_S)    # an NFS hiccup of a moment is read through
+            else:
+                return data if isinstance(data, dict) else None
+        raise AssertionError("unreachable")
+
+    def peek(self) -> dict[str, Any] | None:
+        """`read` for a look that is repeated anyway (a wait, a monitor's poll): a lease that
+        cannot be read now reads as none."""
         try:
-            data = read_json(self.path)
-        except StateError as exc:
-            if isinstance(exc.__cause__, OSError):
-                raise
+            return self.read()
+        except StateError:
             return None
-        return data if isinstance(data, dict) else None
 
     def silent_for(self) -> float | None:
         """Seconds since the holder last beat, on the file server's clock (None: no lease)."""
@@ -145,10 +159,7 @@ class Lease:
             self._thread = None
         with self.store.lock.hold():
             if self._held and self._lost is None:
-                try:
-                    info = self.read()
-                except StateError:
-                    info = None     # unknown whose it is: left to expire
+                info = self.peek()     # unreadable: unknown whose it is, left to expire
                 if info and info.get("token") == self.token:
                     Path(self.path).unlink(missing_ok=True)
             self._held = False

@@ -153,10 +153,7 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
     while time.time() - started < lifetime_s:
         if stop.received is not None:
             return f"stopped by {signal.Signals(stop.received).name}"
-        try:
-            info = lease.read()
-        except StateError:
-            info = None         # unreadable for longer than the grace: as good as gone
+        info = lease.peek()     # unreadable for longer than the grace: as good as gone
         if info is None or not lease.holder_alive(info):
             gone_since = gone_since or time.time()
             if time.time() - gone_since > LEASE_GRACE_S:
