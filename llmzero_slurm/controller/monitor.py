@@ -106,9 +106,9 @@ class Monitor:
         current = self.metrics(node.id)
         if current.last_step is None or self.seen.get(node.id) == current.last_step:
             return False
-        self.seen[node.id] = current.last_step
         decision = self.stopper.decide(StopperInput.of(node, current, best, best_val),
                                        self.store.node_dir(node.id).path)
+        self.seen[node.id] = current.last_step    # judged once kept: a failed write asks again
         return decision.action == "STOP"
 
 
