@@ -151,7 +151,12 @@ def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
         for exc in refused:
             event(f"not cancelled: {exc}")
-        write_json(store.root / STOP_REFUSED, {"token": token, "refused": list(map(str, refused))})
+        if refused:
+            try:
+                write_json(store.root / STOP_REFUSED,
+                           {"token": token, "refused": list(map(str, refused))})
+            except StateError as exc:     # a full disk: said here, the request still cleared
+                event(f"llmzero-stop cannot be told of these: {exc}")
     else:
         pending = [n for n in tree if n.status in (Status.QUEUED, Status.RUNNING)]
         event(f"stopped; {len(pending)} phase(s) keep running (llmzero-start resumes watching them)")
@@ -162,7 +167,10 @@ def refused_cancels(store: RunStore, token: str | None) -> list[SchedulerError]:
     """The cancels the controller holding the lease `token` was refused as it stopped (none
     when it stopped without cancelling, or died before it could)."""
     path = store.root / STOP_REFUSED
-    data = read_json(path) if path.exists() else None
+    try:
+        data = read_json(path) if path.exists() else None
+    except StateError as exc:
+        return [SchedulerError(f"the controller's refused cancels are unknown: {exc}")]
     if not isinstance(data, dict) or data.get("token") != token:
         return []
     return [SchedulerError(str(line)) for line in data.get("refused", [])]
