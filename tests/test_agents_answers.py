@@ -128,6 +128,8 @@ def test_decision_parsing():
     ("REASON: far below. DECISION: STOP\n\nHope this helps.", "STOP", "far below."),
     ("REASON: unsure.\nDECISION: STOP is not warranted; CONTINUE", None, None),
     ("REASON: unsure.\nDECISION: CONTINUE or STOP", None, None),
+    ("DECISION: STOP\nREASON: the key decision: whether it can catch up", "STOP",
+     "the key decision: whether it can catch up"),
 ])
 def test_a_decision_is_one_word_whatever_markdown_its_labels_wear(text, action, reason):
     """A bold label (**DECISION**: STOP) read as no decision, and a decision line that went on

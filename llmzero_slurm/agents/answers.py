@@ -23,8 +23,11 @@ MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
 FIX_ACTIONS = ("change", "retry", "give_up")
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
-# The stopper's labels, however an LLM dresses them in markdown (**DECISION**:, **REASON:**).
-_LABEL = re.compile(r"\b(REASON|DECISION)\b[*_`]*[ \t]*:", re.I)
+# The stopper's labels, however an LLM dresses them in markdown (**DECISION**:, **REASON:**):
+# in any case at the start of a line, in capitals anywhere, never the word in its prose ("the
+# key decision: whether...").
+_LABEL = re.compile(r"(?:^[ \t*_#>]*(?i:(REASON|DECISION))|\b(REASON|DECISION))\b[*_`]*[ \t]*:",
+                    re.M)
 _MARKUP = " \t\r\n*_`#>"
 DECISIONS = ("CONTINUE", "STOP")
 
@@ -251,7 +254,8 @@ def _labelled(text: str) -> dict[str, str]:
     the markdown around it."""
     marks = list(_LABEL.finditer(text))
     ends = [m.start() for m in marks[1:]] + [len(text)]
-    return {m.group(1).upper(): text[m.end():end].strip(_MARKUP) for m, end in zip(marks, ends)}
+    return {(m.group(1) or m.group(2)).upper(): text[m.end():end].strip(_MARKUP)
+            for m, end in zip(marks, ends)}
 
 
 def parse_decision(text: str, step: int | None, source: str) -> Decision | None:
