@@ -412,10 +412,9 @@ def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path)
     task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
             "reward_path": str(reward)}
     with pytest.raises(DataError, match=re.escape(
-            f"{reward}: scores 0 for each ground truth of {files['train']} tried (rows 1-3) as "
-            "written, the text the cpu warm start teaches: its band could never be reached; "
-            "write each ground truth as an answer the reward accepts, or set "
-            "task.warm_start.steps (0 for none)")):
+            "warm start: the reward scores only 0.000 of the ground truths as written (the "
+            "text the warm start teaches) on the held-out training rows, below the band's low "
+            "end 0.55")):
         preflight.check_data(parse_config({"name": "x", "task": task}))
     fixed = parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 0}}})
     assert preflight.check_data(fixed).startswith("2 files")

@@ -20,7 +20,8 @@ import pytest
 
 from llmzero_slurm.cputrain.checkpoint import load_state, save_state
 from llmzero_slurm.cputrain.defaults import DEFAULTS
-from llmzero_slurm.cputrain.warmstart import PROBE_SIZE, base_folder
+from llmzero_slurm.cputrain.probe import PROBE_SIZE
+from llmzero_slurm.cputrain.warmstart import base_folder
 from llmzero_slurm.paths import JOBS
 from llmzero_slurm.tasks import addition, expand
 from llmzero_slurm.tasks.dataset import SPLIT_SIZES

@@ -32,7 +32,7 @@ REWARD_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
 LLM_TRIAL_TIMEOUT_S = 15.0
 EMPTY_RESPONSE = "an empty response (a model may answer with nothing)"
-OWN_TRUTH = "its own ground truth"
+PROBE_TIMEOUT_S = 120.0    # the reward on every probe row of the warm start (at most 512)
 
 
 @dataclass
@@ -90,6 +90,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     if cfg.backend == "verl" and not task.test_files:
         raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
     rows = 0
+    train: list[Any] = []       # every training file's rows, as the warm start reads them
     prompts: dict[str, set[Any]] = {}
     notes: list[str] = []
     for key, path in files:   # train, val, test (dataset_files' order)
@@ -98,13 +99,12 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         # Its own ground truth, and an answer that is wrong (a model's first answers mostly
         # are): a reward that returns None or raises on those would fail every phase.
         checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
-                  for answer, scoring in ((ex.answer, OWN_TRUTH), ("", EMPTY_RESPONSE))]
-        truths = []     # how the reward scores each ground truth as written
+                  for answer, scoring in ((ex.answer, "its own ground truth"),
+                                          ("", EMPTY_RESPONSE))]
         for row, ex, answer, scoring in checks:
             try:
                 with time_limit(REWARD_TIMEOUT_S):
-                    judged = judge(reward, source, ex.data_source, answer, ex.ground_truth,
-                                   ex.extra_info)
+                    judge(reward, source, ex.data_source, answer, ex.ground_truth, ex.extra_info)
             except DataError as exc:
                 raise DataError(source, f"row {row} of {path}, scoring {scoring}: "
                                 f"{exc.problem}") from None
@@ -115,23 +115,36 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
                 raise DataError(source, f"{task.reward_name} failed on row {row} of {path}, "
                                 f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
-            if scoring is OWN_TRUTH:
-                truths.append(judged.accuracy)
-        if key == "task.train_files" and _warm_starts_to_a_band(cfg) and not any(truths):
-            raise DataError(source, f"scores 0 for each ground truth of {path} tried (rows "
-                            f"1-{len(truths)}) as written, the text the cpu warm start teaches: "
-                            "its band could never be reached; write each ground truth as an "
-                            "answer the reward accepts, or set task.warm_start.steps (0 for none)")
+        if key == "task.train_files":
+            train += examples
         rows += len(examples)
+    if cfg.backend == "cpu" and not task.builtin and task.warm_start.steps is None:
+        _check_probe(cfg, reward, source, train)
     if task.builtin:
         return f"builtin task {task.builtin}"
     return "; ".join([f"{len(files)} files, {rows} rows", *notes])
 
 
-def _warm_starts_to_a_band(cfg: ExperimentConfig) -> bool:
-    """The cpu backend trains a user's base until its accuracy reaches a band (the default),
-    judged by the reward on answers written like the ground truths."""
-    return cfg.backend == "cpu" and not cfg.task.builtin and cfg.task.warm_start.steps is None
+def _check_probe(cfg: ExperimentConfig, reward: Any, source: str, train: list[Any]) -> None:
+    """What the cpu warm start checks of a user's files before it trains (its probe rows, its
+    band), here on the login node: the band must be within reach of the ground truths."""
+    from ..cputrain.defaults import WARM_START_BAND
+    from ..cputrain.probe import check_written, split_probe
+    from ..tasks.reward_file import RewardTimeout, time_limit
+
+    low = (cfg.task.warm_start.band or WARM_START_BAND)[0]
+    probe = split_probe(train)[1]
+    try:
+        with time_limit(PROBE_TIMEOUT_S):
+            check_written(reward, source, probe, low)
+    except DataError:
+        raise
+    except RewardTimeout:
+        raise DataError(source, f"scoring the warm start's {len(probe)} probe rows did not "
+                        f"finish within {PROBE_TIMEOUT_S:g} s") from None
+    except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
+        raise DataError(source, f"{cfg.task.reward_name} failed on a probe row of the training "
+                        f"split: {type(exc).__name__}: {exc}") from None
 
 
 def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:

@@ -40,11 +40,11 @@ from . import policy
 from .checkpoint import take_umask
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
 from .model import ARCHITECTURE, base_name, random_model, weighed_id
+from .probe import PROBE_SIZE, check_written, split_probe
 from .tokenizer import CharTokenizer
 
 BATCH_SIZE, LR, SEED = 64, 3e-3, 0
 EVAL_EVERY = 10            # coarse probe interval, steps
-PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
 RECORD = "warm_start.json"
 WEIGHTS = "model.safetensors"     # what save_pretrained writes the base's weights to
 
@@ -111,15 +111,6 @@ def numeric_path() -> dict[str, str]:
             "threads": str(torch.get_num_threads())}
 
 
-def split_probe(examples: Sequence[Example]) -> tuple[Sequence[Example], Sequence[Example]]:
-    """(rows to train on, probe rows): the probe is the split's tail, never trained on."""
-    size = min(PROBE_SIZE, len(examples) // 8)
-    if size < 16:
-        raise DataError("train split", f"{len(examples)} rows are too few for a calibrated warm "
-                        "start (needs >= 128); set a fixed number of steps or none")
-    return examples[:-size], examples[-size:]
-
-
 def base_id(tok: CharTokenizer, examples: Sequence[Example], plan: WarmStart) -> str:
     """A name for the base model that changes whenever anything that shaped it changes."""
     digest = hashlib.sha256(json.dumps([ARCHITECTURE, plan.key(), tok.fingerprint()]).encode())
@@ -175,12 +166,6 @@ class _Probe:
         self.tok, self.rows, self.reward, self.reward_path = tok, rows, reward, reward_path
         self.prompts = [tok.prompt_ids(ex.messages) for ex in rows]
         self.max_new = max(len(tok.encode(ex.answer)) for ex in rows) + 1
-
-    def ceiling(self) -> float:
-        """The accuracy of answers written exactly as the ground truths: the most the warm
-        start, which teaches that text, can reach on these rows."""
-        return sum(judge(self.reward, self.reward_path, ex.data_source, ex.answer,
-                         ex.ground_truth, ex.extra_info).accuracy for ex in self.rows) / len(self.rows)
 
     @torch.no_grad()
     def accuracy(self, model: LlamaForCausalLM) -> float:
@@ -242,15 +227,10 @@ def train_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn
                                          None, 0, None, [], time.perf_counter() - started,
                                          numeric_path())
     rows, probe_rows = split_probe(examples)
+    low, high = plan.band
+    check_written(reward, reward_path, probe_rows, low)
     probe = _Probe(tok, probe_rows, reward, reward_path)
     trainer = _Trainer(tok, rows)
-    low, high = plan.band
-    if (ceiling := probe.ceiling()) < low:
-        raise DataError("warm start", f"the reward scores only {ceiling:.3f} of the ground "
-                        "truths as written (the text the warm start teaches) on the held-out "
-                        f"training rows, below the band's low end {low:.2f}: write each ground "
-                        "truth as an answer the reward accepts, or set task.warm_start.steps "
-                        "(--warm-start-steps; 0 for none)")
     curve = [(0, probe.accuracy(trainer.model))]
     before = trainer.snapshot()
     while curve[-1][1] < low:
