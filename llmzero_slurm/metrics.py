@@ -261,18 +261,18 @@ def summarize(log: MetricsLog, rows: int = 10, metrics: Iterable[str] = KEY_METR
     if not present and not val:
         return "(no metrics were logged)"
     lines = ["metric | first | min | max | last"]
-    if val:
-        vs = [v for _, v in val]
-        lines.append(f"validation score | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | "
+    for m, vs in ([("validation score", [v for _, v in val])] if val else []) + \
+            [(m, log.values(m)) for m in present]:
+        # The range of the finite values: min() and max() of a list holding a NaN (a blow-up)
+        # answer by where it stands; first and last show it as it was logged.
+        finite = [v for v in vs if math.isfinite(v)] or [math.nan]
+        lines.append(f"{m} | {_fmt(vs[0])} | {_fmt(min(finite))} | {_fmt(max(finite))} | "
                      f"{_fmt(vs[-1])}")
-    for m in present:
-        vs = log.values(m)
-        lines.append(f"{m} | {_fmt(vs[0])} | {_fmt(min(vs))} | {_fmt(max(vs))} | {_fmt(vs[-1])}")
     columns = ["step"] + (["validation score"] if val else []) + present
     # Validated steps make the best rows (every column is filled there); the last step and
     # the best validation too, which even spacing over many validations would skip.
     steps = set(_sample([s for s, _ in val], rows - 2)) | {log.last_step or 0}
-    steps |= {max(val, key=lambda sv: sv[1])[0]} if val else set()
+    steps |= {top[0]} if (top := best_point(val)) else set()
     if len(val) < rows // 2 and rows - len(steps) > 1:
         others = sorted({s for m in present for s, _ in log.get(m)} - steps)
         steps |= set(_sample(others, rows - len(steps)))

@@ -121,3 +121,17 @@ def test_plots_per_metric_and_overlay_colours(tmp_path):
     assert _colour_share(over, (44, 160, 44)) > 0.001     # tab:green (best)
     alone = overlay_plot(log, None, tmp_path / "alone.png")
     assert _colour_share(alone, (44, 160, 44)) < 0.0001
+
+
+def test_the_summary_ranges_skip_a_blow_ups_nan_and_show_it_last(tmp_path):
+    """The CPU trainer now logs a blow-up as NaN, as verl's copy does: min() and max() of a
+    series holding one answer by where the NaN stands, so the proposer was shown a range of
+    nan, or the wrong one, for every metric that blew up once."""
+    nan = float("nan")
+    log = read_metrics(write(tmp_path / "m.jsonl", [
+        (1, {"actor/grad_norm": nan, VAL: nan}), (2, {"actor/grad_norm": 2.0, VAL: 0.3}),
+        (3, {"actor/grad_norm": 5.0, VAL: 0.5}), (4, {"actor/grad_norm": nan})]))
+    summary, table = summarize(log, metrics=["actor/grad_norm"]).split("\n\n")
+    assert "validation score | nan | 0.3 | 0.5 | 0.5" in summary.splitlines()
+    assert "actor/grad_norm | nan | 2 | 5 | nan" in summary.splitlines()
+    assert "3 | 0.5 | 5" in table.splitlines()       # the best validation's row is kept

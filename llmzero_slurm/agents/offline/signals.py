@@ -6,7 +6,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ...metrics import MetricsLog, val_score_series
+from ...metrics import MetricsLog, best_point, val_score_series
 
 
 def _window(values: list[float], late: bool) -> float:
@@ -64,7 +64,7 @@ class Signals:
 
     @property
     def val_best(self) -> tuple[int, float] | None:
-        return max(self.val, key=lambda p: (p[1], -p[0])) if self.val else None
+        return best_point(self.val)
 
     def val_rising(self) -> bool:
         """Still improving: a line fitted to the second half of the validation points gains
