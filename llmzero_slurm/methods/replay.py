@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..hparams import merge
-from ..search.budget import samples_per_step
+from ..search.budget import Budget
 from ..strategy_file import KEY, load_strategy
 from .static import Chain, Planned
 
@@ -53,9 +53,9 @@ class ReplayMethod(Chain):
                               f"phase {search.budget_iterations}; raise it to {len(planned)}")
         if search.budget_samples is None:
             return
-        defaults = self.ctx.backend.defaults()
-        totals = list(accumulate(h["total_training_steps"] * samples_per_step(h) for h in
-                                 ({**defaults, **phase.hparams} for phase in planned)))
+        budget = Budget.of(search, self.ctx.backend.defaults())
+        totals = list(accumulate(phase.hparams["total_training_steps"]
+                                 * budget.step_samples(phase.hparams) for phase in planned))
         if totals and totals[-1] > search.budget_samples:
             cut = next(i for i, total in enumerate(totals) if total > search.budget_samples)
             raise ConfigError("search.budget_samples", f"is {search.budget_samples:,}, and "
