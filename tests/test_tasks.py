@@ -262,10 +262,13 @@ def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
     fn = load_reward(reward)
     assert judge(fn, reward, example.data_source, example.answer, example.ground_truth,
                  example.extra_info).score == 1.0
-    cfg = parse_config({"name": "x", "task": {
-        "train_files": [str(paths["train"])], "val_files": [str(paths["val"])],
-        "test_files": [str(paths["test"])], "reward_path": str(reward)}})
-    preflight.check_data(cfg)
+    task = {"train_files": [str(paths["train"])], "val_files": [str(paths["val"])],
+            "test_files": [str(paths["test"])], "reward_path": str(reward)}
+    # These small splits are below what a calibrated warm start needs: --check says so, as
+    # the phase would; a fixed step count is the way for them.
+    with pytest.raises(DataError, match="too few for a calibrated warm start"):
+        preflight.check_data(parse_config({"name": "x", "task": task}))
+    preflight.check_data(parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 50}}}))
 
 
 def test_a_reward_file_defining_a_dataclass_imports(tmp_path):
@@ -281,4 +284,18 @@ def test_a_reward_file_defining_a_dataclass_imports(tmp_path):
     path.write_text("raise ValueError('broken')\n")
     with pytest.raises(DataError, match="ValueError: broken"):
         load_reward(path)
-    assert not [name for name in sys.modules if name.endswith("typed_reward")]
+    assert not [name for name in sys.modules if "typed_reward" in name]
+
+
+def test_two_reward_files_of_one_name_keep_their_own_modules(tmp_path):
+    """Each reward module was registered as llmzero_reward_<stem>: a second file of the same
+    name (a val reward beside a train one, two runs' checks in one process) replaced the
+    first's entry, under which the first's dataclasses then resolved their annotations."""
+    first, second = tmp_path / "a" / "reward.py", tmp_path / "b" / "reward.py"
+    for path, value in ((first, 1.0), (second, 0.5)):
+        path.parent.mkdir()
+        path.write_text("def compute_score(data_source, solution_str, ground_truth, "
+                        f"extra_info=None):\n    return {value}\n")
+    one, two = load_reward(first), load_reward(second)
+    assert sys.modules[one.__module__] is not sys.modules[two.__module__]
+    assert (one("s", "x", "x", {}), two("s", "x", "x", {})) == (1.0, 0.5)

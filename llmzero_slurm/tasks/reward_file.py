@@ -32,20 +32,26 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "reward file does not exist")
-    spec = importlib.util.spec_from_file_location(f"llmzero_reward_{path.stem}", path)
+    # One module per file, not per file name: two reward.py files must not share an entry.
+    where = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    spec = importlib.util.spec_from_file_location(f"llmzero_reward_{path.stem}_{where}", path)
     if spec is None or spec.loader is None:
         raise DataError(path, "cannot be imported as a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module   # importlib's recipe: dataclasses looks the module up there
     try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
-        sys.modules.pop(spec.name, None)
-        raise DataError(path, f"cannot import reward file: {type(exc).__name__}: {exc}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise DataError(path, f"defines no function {name}{EXPECTED}")
-    _check_signature(path, name, fn)
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
+            raise DataError(path, f"cannot import reward file: {type(exc).__name__}: "
+                                  f"{exc}") from None
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise DataError(path, f"defines no function {name}{EXPECTED}")
+        _check_signature(path, name, fn)
+    except DataError:
+        sys.modules.pop(spec.name, None)    # a file refused leaves no module behind
+        raise
     return fn
 
 
