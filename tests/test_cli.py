@@ -154,7 +154,7 @@ def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
     """verl applies the chat template to every prompt; a tokenizer without one failed the
     lengths check with a bare ValueError (and would fail every phase job)."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
     config = example_config("verl-qwen3-lora.yaml", tmp_path)
     config["model_path"] = str(char_tokenizer(tmp_path / "bare", None))
@@ -190,7 +190,7 @@ def test_check_counts_a_verl_prompts_tokens_not_its_tokenizers_fields(tmp_path):
     cut every prompt over max_prompt_length to its last tokens, a warning in a worker's log
     the only trace."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
     config, long = long_prompt_config(tmp_path, 512)
     with pytest.raises(LLMZeroError, match=re.escape(
@@ -205,7 +205,7 @@ def test_check_counts_verl_prompts_against_verls_own_limit_when_none_is_set(tmp_
     """With max_prompt_length left out, --check said "no length setting to check them
     against", and verl cut every prompt over its own default (512 tokens) to its last 512."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
     config, long = long_prompt_config(tmp_path, None)
     with pytest.raises(LLMZeroError, match=re.escape(
@@ -219,7 +219,7 @@ def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
     """The CPU trainer writes printable ASCII only: an answer holding 'ä' or a newline can
     never be produced, so those rows score 0 for good; --check said [ok]."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
     from llmzero_slurm.tasks.dataset import write_parquet
 
@@ -278,7 +278,7 @@ def test_check_counts_answers_against_the_lengths_the_method_runs(tmp_path, sear
     --check, then could not produce them. A space that also runs lengths that fit may trade
     cheap, truncating trials against them, as the built-in tasks' capacity dimension does."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller.preflight import check_lengths
+    from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("reverse", tmp_path / "data")       # answers of up to 12 letters
@@ -346,20 +346,20 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
     running: nothing of it outlives the check."""
     import signal
     import threading
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import DataError
     from llmzero_slurm.tasks.dataset import materialize, read_examples
     files = materialize("addition", tmp_path / "data")
     third = read_examples(str(files["train"]))[2].ground_truth
     reward = tmp_path / "reward.py"
     reward.write_text(SCORE + body.format(third=third))
-    monkeypatch.setattr(preflight, "REWARD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(data_checks, "REWARD_TIMEOUT_S", 0.5)
     cfg = parse_config({"name": "x", "task": {
         "train_files": [str(files["train"])], "val_files": [str(files["val"])],
         "reward_path": str(reward)}})
     started, threads = time.monotonic(), threading.active_count()
     with pytest.raises(DataError) as err:
-        preflight.check_data(cfg)
+        data_checks.check_data(cfg)
     assert time.monotonic() - started < 5
     assert str(err.value) == f"{reward}: compute_score did not return within 0.5 s on " \
         f"{when.format(train=files['train'])}, scoring its own ground truth; a reward must " \
@@ -368,10 +368,10 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
     reward.write_text("while True:\n    pass\n" + SCORE + "    return 1.0\n")
-    monkeypatch.setattr(preflight, "IMPORT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(data_checks, "IMPORT_TIMEOUT_S", 0.5)
     with pytest.raises(DataError, match=f"^{re.escape(str(reward))}: importing the reward file "
                                         r"did not finish within 0\.5 s$"):
-        preflight.check_data(cfg)
+        data_checks.check_data(cfg)
 
 
 @pytest.mark.parametrize("body, problem", [
@@ -383,7 +383,7 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
 def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
     """Only ground truths were scored, so a reward that returns None or raises on any other
     answer passed --check and failed the first phase, after its queue wait and warm start."""
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import DataError
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("addition", tmp_path / "data")
@@ -393,7 +393,7 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
         "train_files": [str(files["train"])], "val_files": [str(files["val"])],
         "reward_path": str(reward)}})
     with pytest.raises(DataError) as err:
-        preflight.check_data(cfg)
+        data_checks.check_data(cfg)
     assert str(err.value).startswith(f"{reward}: ")
     assert "scoring an empty response (a model may answer with nothing)" in str(err.value)
     assert str(err.value).endswith(problem)
@@ -403,7 +403,7 @@ def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path)
     """Review: the cpu warm start teaches each ground truth as written; a reward that wants
     another form ('#### 42') scores that 0, so the warm start could never reach its band, and
     --check passed it: the first phase failed after its queue wait and a warm start's work."""
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import DataError
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("addition", tmp_path / "data")
@@ -415,15 +415,15 @@ def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path)
             "warm start: the reward scores only 0.000 of the ground truths as written (the "
             "text the warm start teaches) on the held-out training rows, below the band's low "
             "end 0.55")):
-        preflight.check_data(parse_config({"name": "x", "task": task}))
+        data_checks.check_data(parse_config({"name": "x", "task": task}))
     fixed = parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 0}}})
-    assert preflight.check_data(fixed).startswith("2 files")
+    assert data_checks.check_data(fixed).startswith("2 files")
 
 
 def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path):
     """A validation split that repeats training prompts passed --check: the search then
     selects on answers the policy was trained on, and the report's test score means little."""
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import LLMZeroError
     from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize, read_examples, write_parquet
@@ -438,13 +438,13 @@ def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path)
             f"{leaky}: 7 of 107 prompts are also in the training split (e.g. "
             f"{read_examples(files['train'])[0].messages[0]['content']!r}); held-out scores "
             "must come from prompts the policy never trained on (at most 1% may repeat)")):
-        preflight.check_data(parse_config({"name": "x", "task": task}))
+        data_checks.check_data(parse_config({"name": "x", "task": task}))
     # A public set's few repeats are said, not refused.
     write_parquet(pq.read_table(files["val"]).to_pylist()[:200] + train[:2], leaky)
-    assert preflight.check_data(parse_config({"name": "x", "task": task})).startswith(
+    assert data_checks.check_data(parse_config({"name": "x", "task": task})).startswith(
         f"3 files, 5226 rows; {leaky}: 2 of 202 prompts are also in the training split")
     task["val_files"] = [str(files["val"])]
-    assert preflight.check_data(parse_config({"name": "x", "task": task})) == \
+    assert data_checks.check_data(parse_config({"name": "x", "task": task})) == \
         "3 files, 5536 rows"
 
 
@@ -453,7 +453,7 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
     """Rows repeated within a split passed --check unsaid (a repeated validation row counts
     twice in every score), and so did test rows that are also validation rows: the search
     selects on validation, so a test score over the same prompts is not held out."""
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import LLMZeroError
     from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize, write_parquet
@@ -464,7 +464,7 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
     write_parquet(val + val[:3], doubled)
     task = {"train_files": [str(files["train"])], "val_files": [str(doubled)],
             "test_files": [str(files["test"])], "reward_path": str(reward_path("addition"))}
-    assert preflight.check_data(parse_config({"name": "x", "task": task})) == (
+    assert data_checks.check_data(parse_config({"name": "x", "task": task})) == (
         f"3 files, 5539 rows; {doubled}: 3 of {len(val) + 3} rows repeat a prompt already in "
         "the validation split (each copy counts in its score)")
     leaky = tmp_path / "test.parquet"
@@ -472,7 +472,7 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
     task.update(val_files=[str(files["val"])], test_files=[str(leaky)])
     with pytest.raises(LLMZeroError, match=re.escape(
             f"{leaky}: 5 of 105 prompts are also in the validation split")):
-        preflight.check_data(parse_config({"name": "x", "task": task}))
+        data_checks.check_data(parse_config({"name": "x", "task": task}))
 
 
 def test_check_says_a_split_the_cpu_trainer_needs_is_missing(tmp_path):

@@ -244,7 +244,7 @@ def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
     consumer, so a reward comparing numbers scored 0 on the CPU trainer (its warm start
     never reached the band) and --check refused a reward verl runs."""
     from llmzero_slurm.config import parse_config
-    from llmzero_slurm.controller import preflight
+    from llmzero_slurm.controller import data_checks
     rows = generate_rows(get_task("addition"), SMALL)
     paths = {}
     for split, split_rows in rows.items():
@@ -267,8 +267,8 @@ def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
     # These small splits are below what a calibrated warm start needs: --check says so, as
     # the phase would; a fixed step count is the way for them.
     with pytest.raises(DataError, match="too few for a calibrated warm start"):
-        preflight.check_data(parse_config({"name": "x", "task": task}))
-    preflight.check_data(parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 50}}}))
+        data_checks.check_data(parse_config({"name": "x", "task": task}))
+    data_checks.check_data(parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 50}}}))
 
 
 def test_a_reward_file_defining_a_dataclass_imports(tmp_path):

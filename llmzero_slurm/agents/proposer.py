@@ -12,7 +12,8 @@ from pathlib import Path
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
 from ..methods.space import NO_BOUNDS, Bounds
-from ..metrics import MetricsLog, summarize
+from ..metrics import MetricsLog
+from ..metrics_text import summarize
 from ..plots import metric_plots
 from ..search.budget import planned_length, samples_per_step
 from ..search.tree import Node, Status

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import AgentConfig
-from ..metrics import MetricsLog, best_point, brief, val_score_series
+from ..metrics import MetricsLog, best_point, val_score_series
+from ..metrics_text import brief
 from ..plots import overlay_plot
 from ..search.tree import Node
 from ..store.node_dir import NodeDir

@@ -16,15 +16,20 @@ from typing import Any, Callable
 
 import torch
 
+from .. import __version__
+from ..errors import StateError
 from ..store.atomic import fsync_dir, fsync_tree, umask
+from ..store.schema import FIRST_RECORDED
 
 STATE_FILE = "trainer_state.pt"
 _FOLDER = re.compile(r"^global_step_(\d+)$")
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
-def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any]) -> Path:
-    """Write global_step_<step>/ via a temporary folder and a rename."""
+def save(ckpt_dir: Path, step: int, model: Any, state: dict[str, Any], device: str) -> Path:
+    """Write global_step_<step>/ via a temporary folder and a rename; the state records the
+    release and the device type that wrote it (load_state, unresumable)."""
+    state = {**state, "llmzero_version": __version__, "device": device}
     return save_adapter(ckpt_dir / f"global_step_{step}", model,
                         lambda tmp: save_state(state, tmp / STATE_FILE))
 
@@ -115,7 +120,31 @@ def remove_partial(folder: Path, name: str = "global_step_*") -> None:
             os.replace(entry, final)
 
 
-def load_state(folder: Path) -> dict[str, Any]:
+def load_state(folder: Path, device: str | None = None) -> dict[str, Any]:
     """On the CPU, whichever device wrote it: a CUDA state then loads on a CPU-only host, to be
-    refused by name (the optimizer moves its state to its parameters' device itself)."""
-    return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+    refused by name (the optimizer moves its state to its parameters' device itself). With
+    `device`, a state written on another device type is refused: CPU and CUDA random
+    generators keep states of different kinds, so the run could not go on as it would have
+    (a state from before the device was recorded is not checked)."""
+    path = folder / STATE_FILE
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    written = state.get("device", device)
+    if device is not None and written != device:
+        where = "a GPU is visible" if written == "cuda" else \
+            "no GPU is visible (CUDA_VISIBLE_DEVICES=)"
+        raise StateError(path, f"written on {written}, this run trains on {device}, and a "
+                         f"checkpoint resumes on the device type that wrote it: resume it where "
+                         f"{where}, or rerun the phase from its start into a folder of its own "
+                         "(LLMZ_RERUN_DIR)")
+    return state
+
+
+def unresumable(state: dict[str, Any], path: Path, exc: Exception) -> StateError:
+    """A state another release wrote in a form this one cannot resume, named with that
+    release (its "llmzero_version"), not a bare KeyError."""
+    made = state.get("llmzero_version")
+    by = f"llmzero-slurm {made}" if made else f"a release before llmzero-slurm {FIRST_RECORDED}"
+    why = f"no {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0][:200]
+    return StateError(path, f"written by {by}, which this llmzero-slurm ({__version__}) cannot "
+                      f"resume ({why}): rerun the phase from its start into a folder of its own "
+                      "(LLMZ_RERUN_DIR), or resume it with that release")

@@ -16,12 +16,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import __version__
-from ..errors import DataError, StateError
+from ..errors import DataError
 from ..metrics import best_val, read_metrics, val_score
 from ..store.atomic import write_json
 from ..store.node_dir import NodeDir
-from ..store.schema import FIRST_RECORDED
 from ..tasks.dataset import Example
 from ..tasks.reward_file import Judgement, RewardFn, judge
 from . import checkpoint, grpo, policy
@@ -67,9 +65,8 @@ class GRPOTrainer:
         checkpoint.remove_partial(self.ckpt_dir)
         checkpoint.remove_partial(phase.output_dir, self.files.best_adapter.name)
         resume = checkpoint.latest(self.ckpt_dir)
-        state = checkpoint.load_state(resume[1]) if resume else {}
-        if resume:      # before any model is built on a device that cannot resume it
-            self._check_device(state, resume[1] / checkpoint.STATE_FILE)
+        # Read before any model is built on a device that cannot resume it.
+        state = checkpoint.load_state(resume[1], phase.device.type) if resume else {}
         base, base_id, self.base = load_base(self.tok, phase.train, phase.reward,
                                              phase.reward_path, phase.warm_start,
                                              phase.cache_dir, log)
@@ -246,9 +243,8 @@ class GRPOTrainer:
         state = {"local_step": self.local_step, "global_step": self.global_step,
                  "epoch": self.data.epoch, "position": self.data.position,
                  "optimizer": self.optim.state_dict(), "sampler": self.sampler.get_state(),
-                 "hparams": self.hp, "llmzero_version": __version__,
-                 "device": self.phase.device.type}
-        checkpoint.save(self.ckpt_dir, self.global_step, self.model, state)
+                 "hparams": self.hp}
+        checkpoint.save(self.ckpt_dir, self.global_step, self.model, state, self.phase.device.type)
 
     def _keep_if_best(self, data: dict[str, float]) -> None:
         """Keep the adapter of a validation step that beats every earlier one of this phase
@@ -266,8 +262,7 @@ class GRPOTrainer:
         does a best adapter of one of them, or it would keep weights whose score no metric
         holds (best at 15, checkpoint at 10, killed at 17) until a rerun step beat it."""
         self.metrics.truncate_after(step)
-        best = self.files.best_adapter_step()
-        if best is not None and best[0] > step:
+        if (best := self.files.best_adapter_step()) is not None and best[0] > step:
             checkpoint.remove_adapter(self.files.best_adapter)
 
     def _best_so_far(self) -> float:
@@ -276,19 +271,6 @@ class GRPOTrainer:
         best = best_val(read_metrics(self.files.metrics_file).after(self.phase.step_offset)
                         .without_test())
         return best[1] if best else -math.inf
-
-    def _check_device(self, state: dict[str, Any], path: Path) -> None:
-        """Refuse a state written on another device type: CPU and CUDA random generators keep
-        states of different kinds, so the run could not go on as it would have. (A state from
-        before the device was recorded is not checked.)"""
-        written, here = state.get("device", self.phase.device.type), self.phase.device.type
-        if written != here:
-            where = "a GPU is visible" if written == "cuda" else \
-                "no GPU is visible (CUDA_VISIBLE_DEVICES=)"
-            raise StateError(path, f"written on {written}, this run trains on {here}, and a "
-                             f"checkpoint resumes on the device type that wrote it: resume it "
-                             f"where {where}, or rerun the phase from its start into a folder "
-                             "of its own (LLMZ_RERUN_DIR)")
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         """Go on from a saved state; one another release wrote in a form this one cannot
@@ -300,18 +282,11 @@ class GRPOTrainer:
             self.optim.load_state_dict(state["optimizer"])
             self.sampler.set_state(state["sampler"])
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-            made = state.get("llmzero_version")
-            by = f"llmzero-slurm {made}" if made else \
-                f"a release before llmzero-slurm {FIRST_RECORDED}"
-            why = f"no {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0][:200]
-            raise StateError(path, f"written by {by}, which this llmzero-slurm ({__version__}) "
-                             f"cannot resume ({why}): rerun the phase from its start into a "
-                             "folder of its own (LLMZ_RERUN_DIR), or resume it with that "
-                             "release") from None
+            raise checkpoint.unresumable(state, path, exc) from None
 
     def _check_prompt_lengths(self, split: str, examples: Sequence[Example]) -> None:
         limit = self.hp["max_prompt_length"]
         for i, ex in enumerate(examples):
-            if len(self.tok.prompt_ids(ex.messages)) > limit:
-                raise DataError(split, f"row {i}: prompt of {len(self.tok.prompt_ids(ex.messages))}"
-                                f" tokens exceeds max_prompt_length={limit}")
+            if (tokens := len(self.tok.prompt_ids(ex.messages))) > limit:
+                raise DataError(split, f"row {i}: prompt of {tokens} tokens exceeds "
+                                f"max_prompt_length={limit}")

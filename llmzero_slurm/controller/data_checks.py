@@ -1,0 +1,163 @@
+"""`--check`'s look at a task from files: its splits follow verl's schema and do not overlap,
+its reward scores what a model may answer (and, for the cpu warm start, the ground truths as
+written), and its prompts and answers fit the length settings the search runs with.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..backends import get_backend
+from ..config import ExperimentConfig, TaskConfig
+from ..errors import DataError, LLMZeroError
+from ..methods.space import length_limit
+
+ROWS_CHECKED = 3
+# Per reward call: a string comparison takes microseconds, a symbolic math verifier (verl's
+# math_verify) a few seconds at worst; a call past this would stall every training step.
+REWARD_TIMEOUT_S = 10.0
+IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
+EMPTY_RESPONSE = "an empty response (a model may answer with nothing)"
+PROBE_TIMEOUT_S = 120.0    # the reward on every probe row of the warm start (at most 512)
+
+Reader = Callable[[str, str], list[Any]]     # (path, the config key naming it) -> rows
+
+
+def dataset_files(task: TaskConfig) -> list[tuple[str, str]]:
+    """(config key, path) of each dataset file the task names, so a message names both."""
+    return [(f"task.{key}", path) for key in ("train_files", "val_files", "test_files")
+            for path in getattr(task, key)]
+
+
+def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
+    """Dataset files follow verl's schema; the reward function scores their ground truths."""
+    from ..tasks import get_task
+    from ..tasks.dataset import read_examples
+    from ..tasks.splits import check_splits
+    from ..tasks.reward_file import RewardTimeout, judge, load_reward, time_limit
+
+    read = read or read_examples
+    task = cfg.task
+    if task.builtin:
+        module = get_task(task.builtin)
+        reward, source, files = module.compute_score, f"builtin task {task.builtin}", []
+    else:
+        if not task.train_files or not task.val_files:
+            raise LLMZeroError("task: give `builtin` or both train_files and val_files")
+        if not task.reward_path:
+            raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
+        try:
+            with time_limit(IMPORT_TIMEOUT_S):
+                reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
+        except RewardTimeout:
+            raise DataError(task.reward_path, f"importing the reward file did not finish within "
+                            f"{IMPORT_TIMEOUT_S:g} s") from None
+        files = dataset_files(task)
+    if cfg.backend == "verl" and not task.test_files:
+        raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
+    rows = 0
+    train: list[Any] = []       # every training file's rows, as the warm start reads them
+    prompts: dict[str, set[Any]] = {}
+    notes: list[str] = []
+    for key, path in files:   # train, val, test (dataset_files' order)
+        examples = read(path, key)
+        notes += check_splits(key, path, examples, prompts)
+        # Its own ground truth, and an answer that is wrong (a model's first answers mostly
+        # are): a reward that returns None or raises on those would fail every phase.
+        checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
+                  for answer, scoring in ((ex.answer, "its own ground truth"),
+                                          ("", EMPTY_RESPONSE))]
+        for row, ex, answer, scoring in checks:
+            try:
+                with time_limit(REWARD_TIMEOUT_S):
+                    judge(reward, source, ex.data_source, answer, ex.ground_truth, ex.extra_info)
+            except DataError as exc:
+                raise DataError(source, f"row {row} of {path}, scoring {scoring}: "
+                                f"{exc.problem}") from None
+            except RewardTimeout:
+                raise DataError(source, f"{task.reward_name} did not return within "
+                                f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring {scoring}"
+                                "; a reward must answer in well under a second") from None
+            except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
+                raise DataError(source, f"{task.reward_name} failed on row {row} of {path}, "
+                                f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
+        if key == "task.train_files":
+            train += examples
+        rows += len(examples)
+    if cfg.backend == "cpu" and not task.builtin and task.warm_start.steps is None:
+        _check_probe(cfg, reward, source, train)
+    if task.builtin:
+        return f"builtin task {task.builtin}"
+    return "; ".join([f"{len(files)} files, {rows} rows", *notes])
+
+
+def _check_probe(cfg: ExperimentConfig, reward: Any, source: str, train: list[Any]) -> None:
+    """What the cpu warm start checks of a user's files before it trains (its probe rows, its
+    band), here on the login node: the band must be within reach of the ground truths."""
+    from ..cputrain.defaults import WARM_START_BAND
+    from ..cputrain.probe import check_written, split_probe
+    from ..tasks.reward_file import RewardTimeout, time_limit
+
+    low = (cfg.task.warm_start.band or WARM_START_BAND)[0]
+    probe = split_probe(train)[1]
+    try:
+        with time_limit(PROBE_TIMEOUT_S):
+            check_written(reward, source, probe, low)
+    except DataError:
+        raise
+    except RewardTimeout:
+        raise DataError(source, f"scoring the warm start's {len(probe)} probe rows did not "
+                        f"finish within {PROBE_TIMEOUT_S:g} s") from None
+    except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
+        raise DataError(source, f"{cfg.task.reward_name} failed on a probe row of the training "
+                        f"split: {type(exc).__name__}: {exc}") from None
+
+
+def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
+    """Every prompt fits max_prompt_length and every ground truth max_response_length (unset:
+    the trainer's default), counted with its tokenizer: a prompt too long is cut (verl) or fails
+    the job, an answer too long is cut off in every rollout and can never score."""
+    from ..tasks.dataset import read_examples
+
+    read = read or read_examples
+    task = cfg.task
+    if task.builtin:
+        return f"builtin task {task.builtin}: its answer lengths are part of its design"
+    backend = get_backend(cfg.backend)
+    hp = backend.effective_hparams(cfg.hparams)
+    limits = {key: hp.get(key) for key in ("max_prompt_length", "max_response_length")}
+    fixes: dict[str, str] = {}    # where a limit other than hparams' comes from, and the fix
+    for key in limits:
+        bound = length_limit(cfg.search.method, cfg.search.space, cfg.backend, key)
+        if bound is not None:
+            limits[key], fixes[key] = bound[0], f"{bound[1]}: raise it"
+        elif limits[key] is None and (own := backend.own_default(key)) is not None:
+            limits[key], fixes[key] = own, f"it is {cfg.backend}'s default: set hparams.{key} higher"
+    try:
+        count = backend.token_counter(cfg.model_path)
+    except LLMZeroError as exc:
+        return f"not checked: {exc}"
+    longest = {"max_prompt_length": 0, "max_response_length": 0}
+    for key, path in dataset_files(task):
+        examples = read(path, key)
+        sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
+                 "max_response_length": [count.answer(ex.answer) for ex in examples]}
+        unwritable = [count.unwritable(ex.answer) for ex in examples]
+        if any(unwritable):
+            chars = ", ".join(repr(c) for c in sorted(set().union(*unwritable))[:5])
+            raise LLMZeroError(f"{path}: {sum(map(bool, unwritable))} of {len(examples)} "
+                               f"ground-truth answers hold characters that are not among "
+                               f"{count.name} ({chars}): it can never write them, so these "
+                               "answers never score")
+        for key, values in sizes.items():
+            longest[key] = max(longest[key], *values)
+            limit = limits[key]
+            over = sum(v > limit for v in values) if limit else 0
+            if over:
+                what = "prompts" if key == "max_prompt_length" else "ground-truth answers"
+                raise LLMZeroError(f"{path}: {over} of {len(values)} {what} need more than {key}={limit} tokens "
+                                   f"(the longest {max(values)}, counted with {count.name}); "
+                                   f"{fixes.get(key, f'raise hparams.{key}')} or shorten them")
+    within = ", ".join(f"{k}={v}" for k, v in limits.items() if v)
+    return (f"longest prompt {longest['max_prompt_length']} and answer "
+            f"{longest['max_response_length']} tokens ({count.name}): "
+            + (f"within {within}" if within else "no length setting to check them against"))
