@@ -278,7 +278,7 @@ def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path)
     model = with_lora(random_model(CharTokenizer(), 0), "base-x", 8, 16.0, "all-linear")
     umask = os.umask(0o002)
     try:
-        folder = save(tmp_path / "ckpt", 5, model, {"x": torch.zeros(1)})
+        folder = save(tmp_path / "ckpt", 5, model, {"x": torch.zeros(1)}, "cpu")
     finally:
         os.umask(umask)
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in folder.iterdir()}
@@ -292,7 +292,7 @@ from llmzero_slurm.cputrain.checkpoint import save
 from llmzero_slurm.cputrain.model import random_model, with_lora
 from llmzero_slurm.cputrain.tokenizer import CharTokenizer
 model = with_lora(random_model(CharTokenizer(), 0), "base-x", 8, 16.0, "all-linear")
-save(Path(sys.argv[1]), 5, model, {"x": torch.zeros(1)})
+save(Path(sys.argv[1]), 5, model, {"x": torch.zeros(1)}, "cpu")
 """
 
 
