@@ -55,18 +55,19 @@ class Lease:
         filesystem failed to hand back (EIO from a soft NFS mount) raises StateError: taken
         for no lease, it made a live holder believe itself taken over and let a second
         controller take the run from it."""
-        for attempt in range(READ_TRIES):
+        tries = READ_TRIES
+        while True:
+            tries -= 1
             try:
                 data = read_json(self.path)
             except StateError as exc:
                 if not isinstance(exc.__cause__, OSError):
                     return None
-                if attempt + 1 == READ_TRIES:
+                if not tries:
                     raise
                 time.sleep(READ_RETRY_S)    # an NFS hiccup of a moment is read through
             else:
                 return data if isinstance(data, dict) else None
-        raise AssertionError("unreachable")
 
     def peek(self) -> dict[str, Any] | None:
         """`read` for a look that is repeated anyway (a wait, a monitor's poll): a lease that
