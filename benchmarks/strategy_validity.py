@@ -250,7 +250,7 @@ def main() -> None:
             phases = configurations(d)[name]
             # The folder names what it trains, and on which numeric path, so an edited schedule
             # or another path never resumes a stale one.
-            path = [numeric_env()] if numeric_env() else []     # native folders as they were
+            path = [env] if (env := numeric_env()) else []     # native folders as they were
             digest = hashlib.sha256(json.dumps([d.task, phases, d.common, *path]).encode())
             folder = root / (f"{name.replace(' ', '_').replace('=', '')}-"
                              f"{digest.hexdigest()[:8]}-seed{seed}")

@@ -25,12 +25,18 @@ def split_probe(examples: Sequence[Example]) -> tuple[Sequence[Example], Sequenc
     return examples[:-size], examples[-size:]
 
 
+def accuracy(reward: RewardFn, reward_path: str | Path, rows: Sequence[Example],
+             answers: Sequence[str]) -> float:
+    """The mean accuracy the reward gives each row's answer: the probe's measure."""
+    return sum(judge(reward, reward_path, ex.data_source, text, ex.ground_truth,
+                     ex.extra_info).accuracy for ex, text in zip(rows, answers)) / len(rows)
+
+
 def check_written(reward: RewardFn, reward_path: str | Path, rows: Sequence[Example],
                   low: float) -> None:
     """Refuse probe rows whose ground truths, written as answers, score below the band's
     `low` end on average."""
-    ceiling = sum(judge(reward, reward_path, ex.data_source, ex.answer, ex.ground_truth,
-                        ex.extra_info).accuracy for ex in rows) / len(rows)
+    ceiling = accuracy(reward, reward_path, rows, [ex.answer for ex in rows])
     if ceiling < low:
         raise DataError("warm start", f"the reward scores only {ceiling:.3f} of the ground "
                         "truths as written (the text the warm start teaches) on the held-out "

@@ -35,12 +35,12 @@ from ..errors import DataError
 from ..paths import CACHE_ENV
 from ..store.locks import FlockLock
 from ..tasks.dataset import Example
-from ..tasks.reward_file import RewardFn, judge
+from ..tasks.reward_file import RewardFn
 from . import policy
 from .checkpoint import take_umask
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
 from .model import ARCHITECTURE, base_name, random_model, weighed_id
-from .probe import PROBE_SIZE, check_written, split_probe
+from .probe import PROBE_SIZE, accuracy, check_written, split_probe
 from .tokenizer import CharTokenizer
 
 BATCH_SIZE, LR, SEED = 64, 3e-3, 0
@@ -173,10 +173,8 @@ class _Probe:
         batch = policy.sample(model, self.tok, self.prompts, self.max_new, 1.0, None,
                               torch.device("cpu"))
         model.train()
-        texts = [self.tok.decode(r) for r in batch.response.tolist()]
-        results = [judge(self.reward, self.reward_path, ex.data_source, text, ex.ground_truth,
-                         ex.extra_info) for ex, text in zip(self.rows, texts)]
-        return sum(r.accuracy for r in results) / len(results)
+        return accuracy(self.reward, self.reward_path, self.rows,
+                        [self.tok.decode(r) for r in batch.response.tolist()])
 
 
 class _Trainer:
