@@ -181,13 +181,16 @@ class SchedulerError(LLMZeroError):
     """The batch system refused or failed a request (after retries for transient errors).
 
     `retryable`: the same request may succeed later (the controller is down, or a submit
-    limit is reached), as opposed to a refusal that no waiting cures (an unknown partition)."""
+    limit is reached), as opposed to a refusal that no waiting cures (an unknown partition).
+    `unsure`: the request may have gone through although no answer came (a timed-out sbatch),
+    so a submission is looked for before it is sent again."""
 
     exit_code = 5
 
-    def __init__(self, message: str, retryable: bool = False):
+    def __init__(self, message: str, retryable: bool = False, unsure: bool = False):
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = retryable or unsure
+        self.unsure = unsure
 
 
 class DataError(LLMZeroError):

@@ -1284,6 +1284,30 @@ def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
     assert "controller job 4243 PENDING, not started yet\n" in status.stdout, status.stderr
 
 
+def test_a_controller_job_refused_for_a_submit_limit_is_not_looked_for(tmp_path, monkeypatch):
+    """Review: a submit limit (QOSMaxSubmitJobPerUserLimit) is retryable but certain: no job
+    was queued. The controller job's submission still looked for it by its token for settle_s
+    and then said only "no job with its token showed", hiding the limit behind a minute's
+    wait. Only an answer that leaves it unsure whether the job was queued is looked for."""
+    from llmzero_slurm.controller import controller_job
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "settle_s", 30.0)
+    store = two_phase_run(tmp_path)
+    limit = ("sbatch: error: QOSMaxSubmitJobPerUserLimit\n"
+             "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
+             "(job submit limit, user's size and/or time limits)")
+    looks = tmp_path / "looks"
+    slurm_clients(tmp_path, monkeypatch, sbatch=f'printf "{limit}\\n" >&2\nexit 1',
+                  squeue=f'echo x >>{looks}\nexit 0')
+    started = time.monotonic()
+    with pytest.raises(SchedulerError, match="QOSMaxSubmitJobPerUserLimit") as caught:
+        controller_job.submit_controller(store, ["true"], event=lambda line: None)
+    assert caught.value.retryable and time.monotonic() - started < 10
+    assert "no job with its token showed" not in str(caught.value)
+    assert not looks.exists() or "-j 0" in looks.read_text()
+    assert not (store.root / "controller-jobs.json").exists()
+
+
 @pytest.mark.parametrize("name", ["status", "report", "stop", "start"])
 def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, name):
     """Audit (upgrades): a run frozen by another release (here a newer one, with a key this

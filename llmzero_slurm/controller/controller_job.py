@@ -78,7 +78,7 @@ def submit_controller(store: RunStore, command: list[str],
     try:
         job = scheduler.submit(script, token)
     except SchedulerError as exc:
-        if not exc.retryable:
+        if not exc.unsure:
             raise
         job = _settled(scheduler, token, controller_job_name(store.config.name), exc, event)
     event(f"controller submitted as job {job} (script {script})")

@@ -177,7 +177,7 @@ class SlurmScheduler(Scheduler):
                     return _Answer(found, 0.0)
                 raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
                                      f"through, so it is looked for by its token before any "
-                                     f"new attempt", retryable=True)
+                                     f"new attempt", unsure=True)
             if attempt < self.retries:
                 _log.warning("%s: %s: %.300s; attempt %d of %d in %g s", what, argv[0], err,
                              attempt + 2, self.retries + 1, wait)
