@@ -26,6 +26,7 @@ class Spent:
     base_val: float | None      # the base model's scores, at step 0 of the oldest phase
     base_test: float | None     # that started from it (None when it did not validate there)
     best: Node | None           # the headline best (search/policy.py's best_node)
+    logged: dict[int, int]      # the last step each running phase's metrics log holds
 
     def lines(self, test: bool = False) -> list[str]:
         """usage's lines and the gain of the best validation score over the base's; with
@@ -40,4 +41,4 @@ def spent(store: RunStore, tree: Tree, budget: Budget | None = None) -> Spent:
     logged = {n.id: last for n in tree if n.status is Status.RUNNING
               and (last := store.node_dir(n.id).metrics().last_step) is not None}
     return Spent(usage(tree, budget or run_budget(store), logged=logged), base_val, base_test,
-                 best_node(tree))
+                 best_node(tree), logged)

@@ -774,7 +774,11 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     assert table.returncode == 0, table.stderr
     assert (f"training samples: {42 * per_step:,} trained ({12 * per_step:,} so far in running "
             "phases)") in table.stdout
-    used = json.loads(cli("status", str(store.root), "--json").stdout)["usage"]
+    # and its row says how far it is: step 42 logged, more to come (it read "30-..." before)
+    assert re.search(r"^\s*0002 evolve\s+running\s+-\s+30-42\.\.\. ", table.stdout, re.M), table.stdout
+    shown = json.loads(cli("status", str(store.root), "--json").stdout)
+    assert shown["running_logged_steps"] == {"2": 42}
+    used = shown["usage"]
     assert used["samples_trained"] == 42 * per_step
     assert used["samples_trained_by_running_phases"] == 12 * per_step
 

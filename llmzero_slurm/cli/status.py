@@ -22,27 +22,32 @@ from ..store.schema import created_by, release_note
 from .common import add_run_dir, open_run, run_main
 
 
-def _steps(node: Node) -> str:
+def _steps(node: Node, logged: int | None) -> str:
+    """From..to; a running phase to the last step its log holds, and more to come."""
     last = node.results.last_step
-    return f"{node.start_step}-{last if last is not None else '...'}"
+    if last is None:
+        return f"{node.start_step}-{logged if logged is not None else ''}..."
+    return f"{node.start_step}-{last}"
 
 
-def _row(node: Node, depth: int, live: dict[str, str], terminal: bool) -> str:
+def _row(node: Node, depth: int, live: dict[str, str], terminal: bool,
+         logged: int | None) -> str:
     val = f"{node.score:.3f}" if node.score is not None else "-"
     job = node.submission.job_id or "-"
     state = live.get(job, node.submission.scheduler_state or "")
     flags = "".join(f for f, on in (("*", node.injected), ("T", terminal and not node.pruned),
                                     ("P", node.pruned)) if on)
     return (f"{'  ' * depth}{node.id:04d} {node.kind.value:<7} {node.status.value:<13} "
-            f"{val:>6}  {_steps(node):<11} {job:<10} {state:<12} {flags}")
+            f"{val:>6}  {_steps(node, logged):<11} {job:<10} {state:<12} {flags}")
 
 
-def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool]) -> list[str]:
+def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool],
+                logged: dict[int, int]) -> list[str]:
     lines = ["node kind    status           val  steps       job        slurm        flags"]
     stack = [(r, 0) for r in reversed(tree.children(None, include_pruned=True))]
     while stack:
         node, depth = stack.pop()
-        lines.append(_row(node, depth, live, terminal.get(node.id, True)))
+        lines.append(_row(node, depth, live, terminal.get(node.id, True), logged.get(node.id)))
         stack += [(c, depth + 1) for c in reversed(tree.children(node.id, include_pruned=True))]
     lines.append("flags: * injected scratch, T terminal, P pruned")
     return lines
@@ -95,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
                           "controller_jobs_note": job_note,
                           "nodes": [n.to_dict() for n in tree],
+                          "running_logged_steps": {str(i): s for i, s in used.logged.items()},
                           "slurm_states": {j: s.raw for j, s in states.items()},
                           "pending_reasons": {j: r for j, s in states.items()
                                               if (r := s.pending_reason)},
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
     if (release := release_note(store.root)) is not None:
         print(f"note: {release}")
-    print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search))))
+    print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search), used.logged)))
     print(tree_summary(tree))
     print("\n".join(used.lines()))
     for said in (lease_note, note, job_note):
