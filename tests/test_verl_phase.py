@@ -651,3 +651,18 @@ def test_the_plan_check_splits_batches_over_every_node_of_the_job(tmp_path, trai
     assert found is not None and found.startswith("train_batch_size: ") and problem in found
     with pytest.raises(ConfigError, match=problem):
         render(phase)
+
+
+def test_a_lora_alpha_verl_cannot_read_is_refused_before_submission(tmp_path):
+    """Review: a fractional lora_alpha (16.5) passed the shared vocabulary (peft takes any)
+    and reached the script as actor_rollout_ref.model.lora_alpha=16.5, but verl 0.9.1's
+    HFModelConfig.lora_alpha is an int: the job failed as it started, after its wait in the
+    queue. Now the plan check and the render refuse it, naming hparams.lora_alpha; a whole
+    number written as a float still reaches verl as an int."""
+    phase = spec(tmp_path, hparams={**HP, "lora_alpha": 16.5})
+    assert (VerlBackend().plan_problem(phase) or "").startswith("lora_alpha: is 16.5")
+    with pytest.raises(ConfigError) as err:
+        render(phase)
+    assert err.value.key == "hparams.lora_alpha" and "whole number" in err.value.problem
+    assert "actor_rollout_ref.model.lora_alpha=32 " in render(
+        spec(tmp_path, hparams={**HP, "lora_alpha": 32.0}))
