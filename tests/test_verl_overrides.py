@@ -10,7 +10,7 @@ import pytest
 
 from llmzero_slurm.backends.spec import PhaseSpec
 from llmzero_slurm.backends.verl.grammar import hydra_value
-from llmzero_slurm.backends.verl.keys import FOLLOWERS, HPARAM_KEYS
+from llmzero_slurm.backends.verl.keys import FOLLOWERS, HPARAM_KEYS, WHOLE_FLOATS
 from llmzero_slurm.backends.verl.overrides import ParentAdapter, build_overrides
 from llmzero_slurm.backends.verl.schema import check_overrides, compose, unavailable_reason
 from llmzero_slurm.backends.verl.settings import VerlSettings
@@ -147,6 +147,51 @@ def test_a_new_key_in_a_dataclass_section_or_a_mistyped_value_is_refused(overrid
     with pytest.raises(ConfigError) as err:
         compose(build_overrides(phase(), TABLE12, settings))
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("override, refused", [
+    ("actor_rollout_ref.actor.ppo_epochs=1.5", True),
+    ("actor_rollout_ref.actor.ppo_epochs=2.0", True),
+    ("trainer.log_val_generations=2.0", False),           # a section verl keeps a dict
+    ("actor_rollout_ref.rollout.top_p=0.9", False),       # floats verl's YAML writes as 1, 0
+    ("actor_rollout_ref.rollout.over_sample_rate=0.1", False),
+    ("actor_rollout_ref.rollout.val_kwargs.temperature=0.6", False),
+])
+def test_a_float_where_verls_dataclass_wants_an_int_is_refused(override, refused):
+    """Review: the schema check let a float stand for any int default, but verl 0.9.1 reads a
+    section with a `_target_` into its dataclass, whose int fields refuse a float (2.0 too) as
+    the job starts, after its wait in the queue. Now a float is refused there; verl's float
+    fields whose YAML default is a whole number (top_p: 1) still take one."""
+    settings = VerlSettings.from_config({"overrides": [override]})
+    overrides = build_overrides(phase(), TABLE12, settings)
+    if not refused:
+        compose(overrides)
+        return
+    with pytest.raises(ConfigError) as err:
+        compose(overrides)
+    assert err.value.key == override.partition("=")[0]
+    assert "FSDPActorConfig declares it an int" in err.value.problem
+
+
+def test_the_float_fields_said_to_have_whole_number_defaults_do_in_verls_config():
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from llmzero_slurm.backends.verl.schema import CONFIG_NAME, verl_config_dir
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        cfg = OmegaConf.to_container(hydra_compose(CONFIG_NAME))
+    found: set[tuple[str, str]] = set()
+
+    def walk(section: Any) -> None:
+        for leaf, value in section.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif type(value) is int and leaf in WHOLE_FLOATS.get(section.get("_target_"), ()):
+                found.add((section["_target_"], leaf))
+    walk(cfg)
+    assert found == {(target, leaf) for target, leaves in WHOLE_FLOATS.items()
+                     for leaf in leaves}
 
 
 @pytest.mark.parametrize("override, key", [
