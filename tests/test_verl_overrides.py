@@ -218,6 +218,35 @@ def test_raw_overrides_cannot_undo_what_the_search_sets(override):
         VerlSettings.from_config({"overrides": [override]})
 
 
+@pytest.mark.parametrize("override, reason", [
+    ("actor_rollout_ref.actor.checkpoint.async_save=true", "latest_checkpointed_iteration.txt"),
+    ("trainer.max_actor_ckpt_to_keep=1", "deletes older step folders"),
+    ("+trainer.remove_previous_ckpt_in_save=true", "deletes older step folders"),
+    ("trainer.del_local_ckpt_after_load=true", "deletes the step folder"),
+    ("actor_rollout_ref.actor.checkpoint.save_contents=[optimizer]", "must include model"),
+    ("actor_rollout_ref.actor.checkpoint.load_contents=['optimizer', 'extra']",
+     "must include model"),
+])
+def test_raw_overrides_that_break_resuming_are_refused(override, reason):
+    """Review: these composed and were accepted, yet each breaks what resuming relies on: with
+    async_save verl 0.9.1 never writes its checkpoint tracker, so no step counted as saved and
+    a requeue restarted at step 0; keeping fewer checkpoints, or deleting one once loaded,
+    removed step folders children start from; contents without the model left no adapter to
+    resume. Now each is refused with its reason before anything is written."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == f"trainer.overrides: {override.lstrip('+').partition('=')[0]}"
+    assert reason in err.value.problem
+
+
+def test_checkpoint_contents_that_keep_the_model_are_accepted():
+    settings = VerlSettings.from_config({"overrides": [
+        "actor_rollout_ref.actor.checkpoint.save_contents=['model', optimizer, extra, hf_model]",
+        "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"]})
+    checkpoint = compose(build_overrides(phase(), TABLE12, settings)).actor_rollout_ref.actor.checkpoint
+    assert list(checkpoint.save_contents) == ["model", "optimizer", "extra", "hf_model"]
+
+
 @pytest.mark.parametrize("override, source", [
     ("actor_rollout_ref.rollout.response_length=4096", "hparams.max_response_length"),
     ("actor_rollout_ref.rollout.prompt_length=1024", "hparams.max_prompt_length"),
