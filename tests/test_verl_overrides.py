@@ -10,7 +10,7 @@ import pytest
 
 from llmzero_slurm.backends.spec import PhaseSpec
 from llmzero_slurm.backends.verl.grammar import hydra_value
-from llmzero_slurm.backends.verl.keys import FOLLOWERS, HPARAM_KEYS
+from llmzero_slurm.backends.verl.keys import FOLLOWERS, HPARAM_KEYS, WHOLE_FLOATS
 from llmzero_slurm.backends.verl.overrides import ParentAdapter, build_overrides
 from llmzero_slurm.backends.verl.schema import check_overrides, compose, unavailable_reason
 from llmzero_slurm.backends.verl.settings import VerlSettings
@@ -149,6 +149,51 @@ def test_a_new_key_in_a_dataclass_section_or_a_mistyped_value_is_refused(overrid
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("override, refused", [
+    ("actor_rollout_ref.actor.ppo_epochs=1.5", True),
+    ("actor_rollout_ref.actor.ppo_epochs=2.0", True),
+    ("trainer.log_val_generations=2.0", False),           # a section verl keeps a dict
+    ("actor_rollout_ref.rollout.top_p=0.9", False),       # floats verl's YAML writes as 1, 0
+    ("actor_rollout_ref.rollout.over_sample_rate=0.1", False),
+    ("actor_rollout_ref.rollout.val_kwargs.temperature=0.6", False),
+])
+def test_a_float_where_verls_dataclass_wants_an_int_is_refused(override, refused):
+    """Review: the schema check let a float stand for any int default, but verl 0.9.1 reads a
+    section with a `_target_` into its dataclass, whose int fields refuse a float (2.0 too) as
+    the job starts, after its wait in the queue. Now a float is refused there; verl's float
+    fields whose YAML default is a whole number (top_p: 1) still take one."""
+    settings = VerlSettings.from_config({"overrides": [override]})
+    overrides = build_overrides(phase(), TABLE12, settings)
+    if not refused:
+        compose(overrides)
+        return
+    with pytest.raises(ConfigError) as err:
+        compose(overrides)
+    assert err.value.key == override.partition("=")[0]
+    assert "FSDPActorConfig declares it an int" in err.value.problem
+
+
+def test_the_float_fields_said_to_have_whole_number_defaults_do_in_verls_config():
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from llmzero_slurm.backends.verl.schema import CONFIG_NAME, verl_config_dir
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        cfg = OmegaConf.to_container(hydra_compose(CONFIG_NAME))
+    found: set[tuple[str, str]] = set()
+
+    def walk(section: Any) -> None:
+        for leaf, value in section.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif type(value) is int and leaf in WHOLE_FLOATS.get(section.get("_target_"), ()):
+                found.add((section["_target_"], leaf))
+    walk(cfg)
+    assert found == {(target, leaf) for target, leaves in WHOLE_FLOATS.items()
+                     for leaf in leaves}
+
+
 @pytest.mark.parametrize("override, key", [
     ("custom_reward_function.path=/r.py", "custom_reward_function.path"),
     ("+custom_reward_function.name=score", "custom_reward_function.name"),
@@ -171,6 +216,35 @@ def test_trap_keys_are_refused_with_the_fix(override, key):
 def test_raw_overrides_cannot_undo_what_the_search_sets(override):
     with pytest.raises(ConfigError, match="hparams|per phase"):
         VerlSettings.from_config({"overrides": [override]})
+
+
+@pytest.mark.parametrize("override, reason", [
+    ("actor_rollout_ref.actor.checkpoint.async_save=true", "latest_checkpointed_iteration.txt"),
+    ("trainer.max_actor_ckpt_to_keep=1", "deletes older step folders"),
+    ("+trainer.remove_previous_ckpt_in_save=true", "deletes older step folders"),
+    ("trainer.del_local_ckpt_after_load=true", "deletes the step folder"),
+    ("actor_rollout_ref.actor.checkpoint.save_contents=[optimizer]", "must include model"),
+    ("actor_rollout_ref.actor.checkpoint.load_contents=['optimizer', 'extra']",
+     "must include model"),
+])
+def test_raw_overrides_that_break_resuming_are_refused(override, reason):
+    """Review: these composed and were accepted, yet each breaks what resuming relies on: with
+    async_save verl 0.9.1 never writes its checkpoint tracker, so no step counted as saved and
+    a requeue restarted at step 0; keeping fewer checkpoints, or deleting one once loaded,
+    removed step folders children start from; contents without the model left no adapter to
+    resume. Now each is refused with its reason before anything is written."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == f"trainer.overrides: {override.lstrip('+').partition('=')[0]}"
+    assert reason in err.value.problem
+
+
+def test_checkpoint_contents_that_keep_the_model_are_accepted():
+    settings = VerlSettings.from_config({"overrides": [
+        "actor_rollout_ref.actor.checkpoint.save_contents=['model', optimizer, extra, hf_model]",
+        "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"]})
+    checkpoint = compose(build_overrides(phase(), TABLE12, settings)).actor_rollout_ref.actor.checkpoint
+    assert list(checkpoint.save_contents) == ["model", "optimizer", "extra", "hf_model"]
 
 
 @pytest.mark.parametrize("override, source", [

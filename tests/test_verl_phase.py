@@ -627,3 +627,42 @@ def test_rendering_refuses_a_key_verl_does_not_know(tmp_path):
         render(spec(tmp_path, trainer={"test_data_sources": ["gsm8k_test"],
                                        "overrides": ["actor_rollout_ref.rollout.max_num_seq=8"]}))
     assert err.value.key == "actor_rollout_ref.rollout.max_num_seq"
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
+@pytest.mark.parametrize("train_batch_size, problem", [(6, "over the job's 8 GPUs"), (8, None)])
+def test_the_plan_check_splits_batches_over_every_node_of_the_job(tmp_path, train_batch_size,
+                                                                  problem):
+    """Review: plan_problem composed verl's config without trainer.nnodes, so it split a step
+    over one node's GPUs: on 2 nodes of 4 GPUs it let 12 responses a step through, which the
+    render then refused for the job's 8 GPUs, failing the node. Now the plan check counts every
+    node, as the render does, and the agent hears of it while it can mend its answer."""
+    phase = spec(tmp_path, slurm=SlurmConfig(nodes=2, gpus_per_node=4, cpus_per_task=8,
+                                             time="01:00:00"),
+                 hparams={**HP, "train_batch_size": train_batch_size,
+                          "ppo_mini_batch_size": train_batch_size, "rollout_n": 2,
+                          "ppo_micro_batch_size_per_gpu": 1,
+                          "log_prob_micro_batch_size_per_gpu": 1})
+    found = VerlBackend().plan_problem(phase)
+    if problem is None:
+        assert found is None
+        render(phase)
+        return
+    assert found is not None and found.startswith("train_batch_size: ") and problem in found
+    with pytest.raises(ConfigError, match=problem):
+        render(phase)
+
+
+def test_a_lora_alpha_verl_cannot_read_is_refused_before_submission(tmp_path):
+    """Review: a fractional lora_alpha (16.5) passed the shared vocabulary (peft takes any)
+    and reached the script as actor_rollout_ref.model.lora_alpha=16.5, but verl 0.9.1's
+    HFModelConfig.lora_alpha is an int: the job failed as it started, after its wait in the
+    queue. Now the plan check and the render refuse it, naming hparams.lora_alpha; a whole
+    number written as a float still reaches verl as an int."""
+    phase = spec(tmp_path, hparams={**HP, "lora_alpha": 16.5})
+    assert (VerlBackend().plan_problem(phase) or "").startswith("lora_alpha: is 16.5")
+    with pytest.raises(ConfigError) as err:
+        render(phase)
+    assert err.value.key == "hparams.lora_alpha" and "whole number" in err.value.problem
+    assert "actor_rollout_ref.model.lora_alpha=32 " in render(
+        spec(tmp_path, hparams={**HP, "lora_alpha": 32.0}))

@@ -11,8 +11,9 @@ built from three sources, in this order:
 3. raw extra overrides from the experiment config, `trainer.overrides` (a list of strings),
    for anything the vocabulary does not cover, e.g. `actor_rollout_ref.model.use_shm=true`.
 
-verl 0.9.1 has keys that compose without error yet do nothing; those traps, and raw overrides
-of keys this package manages, are refused with the reason before any script is written.
+verl 0.9.1 has keys that compose without error yet do nothing; those traps, raw overrides
+of keys this package manages, and raw overrides that break resuming from a phase's checkpoints
+are refused with the reason before any script is written.
 
 The `trainer:` section of experiment.yaml for `backend: verl` takes:
 
@@ -25,10 +26,11 @@ The `trainer:` section of experiment.yaml for `backend: verl` takes:
                                    # parquet when omitted) whose val-core/ metrics are test scores
 
 One job per module: `grammar` (Hydra's override syntax), `keys` (which verl key reads which
-hyperparameter, and what is set per phase), `traps` (keys that compose but do nothing),
-`settings` (the `trainer:` section), `overrides` (a phase's complete list), `data` (data
-sources of parquet files), `schema` (composing the list against verl's own config), `backend`
-(the TrainerBackend) and `metrics_copy` (a stand-alone script run beside verl in the job).
+hyperparameter, and what is set per phase), `traps` (keys that compose but do nothing or
+break resuming), `settings` (the `trainer:` section), `overrides` (a phase's complete list),
+`data` (data sources of parquet files), `schema` (composing the list against verl's own
+config), `backend` (the TrainerBackend) and `metrics_copy` (a stand-alone script run beside
+verl in the job).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from ...store.node_dir import NodeDir
 from .metrics_copy import scores_at
 from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides, ray_cpus
-from .schema import check_overrides, compose, unavailable_reason, verl_default
+from .schema import check_overrides, verl_default
 from .settings import LOGGER_CREDENTIALS, VerlSettings
 
 
@@ -69,13 +69,11 @@ class VerlBackend(TrainerBackend):
                 if not o.startswith("trainer.nnodes=")]
 
     def plan_problem(self, spec: PhaseSpec) -> str | None:
-        """verl's config composed with the phase's overrides: its batch rules depend on the
-        job's GPUs, which the vocabulary's own checks do not know. Problems of the experiment
-        rather than of the hyperparameters are the render's to report."""
-        if unavailable_reason():
-            return None
+        """The render's own check of the phase: verl's batch rules depend on all the job's
+        GPUs, which the vocabulary's checks do not know. Problems of the experiment rather
+        than of the hyperparameters are the render's to report."""
         try:
-            compose(self.overrides(spec))
+            self.checked_overrides(spec)
         except ConfigError as exc:
             key = exc.key.removeprefix("hparams.")
             return f"{key}: {exc.problem}" if key != exc.key else None
@@ -88,10 +86,15 @@ class VerlBackend(TrainerBackend):
             k.startswith("val-core/")
             for k in scores_at(Path(spec.resume_dir) / "metrics.jsonl", spec.resume_step))
 
+    def checked_overrides(self, spec: PhaseSpec) -> tuple[list[str], str | None]:
+        """The phase's overrides, checked by verl's schema with the node count the job passes
+        (batches split over every node's GPUs); and why the check was skipped here, if it was."""
+        overrides = self.overrides(spec)
+        return overrides, check_overrides([*overrides, f"trainer.nnodes={spec.slurm.nodes}"])
+
     def command(self, spec: PhaseSpec) -> list[str]:
         """main_ppo's argv, refused here (before any submission) if verl's schema rejects it."""
-        overrides = self.overrides(spec)
-        skipped = check_overrides([*overrides, f"trainer.nnodes={spec.slurm.nodes}"])
+        overrides, skipped = self.checked_overrides(spec)
         if skipped:
             logging.getLogger(__name__).warning("node %04d: %s", spec.node_id, skipped)
         return [self.python(spec.trainer), "-m", "verl.trainer.main_ppo", *overrides]

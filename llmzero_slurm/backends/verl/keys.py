@@ -73,3 +73,12 @@ FOLLOWERS: dict[str, str] = {
     "critic.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
     "actor_rollout_ref.rollout.n_gpus_per_node": "trainer.n_gpus_per_node",
 }
+
+# Fields verl's dataclasses declare float although its YAML writes their default as a whole
+# number (by the section's `_target_`); every other int default in such a section is an int
+# field, which refuses a float (2.0 too) as the job starts.
+WHOLE_FLOATS: dict[str, tuple[str, ...]] = {
+    "verl.workers.config.FSDPActorConfig": ("entropy_coeff",),
+    "verl.workers.config.RolloutConfig": ("top_p", "over_sample_rate"),
+    "verl.workers.config.SamplingConfig": ("temperature",),
+}

@@ -128,8 +128,14 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
 
 def _verl_typed(name: str, value: Any) -> Any:
     """Adapt a vocabulary value to the type verl's dataclass declares for it."""
-    if name == "lora_alpha" and float(value).is_integer():
-        return int(value)   # HFModelConfig.lora_alpha is an int
+    if name == "lora_alpha":
+        # HFModelConfig.lora_alpha is an int: verl refuses a float (16.0 too) as the job
+        # starts. peft, the cpu trainer, takes any, so the shared vocabulary allows fractions.
+        if not float(value).is_integer():
+            raise ConfigError("hparams.lora_alpha", f"is {value}, but verl 0.9.1 reads "
+                              "lora_alpha as an integer and fails the job as it starts; "
+                              "use a whole number")
+        return int(value)
     if name == "target_modules" and "," in value:
         return [v for v in value.split(",") if v]   # verl takes one name or a list
     return value

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from ...errors import ConfigError
 from .grammar import parse_override
+from .keys import WHOLE_FLOATS
 from .traps import check_traps
 
 CONFIG_NAME = "ppo_trainer"
@@ -162,13 +163,19 @@ def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str])
         if OmegaConf.is_missing(section, leaf) or OmegaConf.is_interpolation(section, leaf):
             continue
         default, given = section[leaf], OmegaConf.select(cfg, key)
-        # verl's YAML writes some float knobs as 0 (entropy_coeff): a number is a number.
-        wanted = {bool: (bool,), int: (int, float), float: (int, float)}.get(type(default))
+        target = section.get("_target_")
+        int_field = type(default) is int and target is not None \
+            and leaf not in WHOLE_FLOATS.get(target, ())
+        # Outside a dataclass's int field a number is a number (entropy_coeff's default is 0).
+        wanted = (int,) if int_field else \
+            {bool: (bool,), int: (int, float), float: (int, float)}.get(type(default))
         if wanted and given is not None and (type(given) not in wanted):
             raise ConfigError(key, f"is {given!r} ({type(given).__name__}), but verl's "
                               f"default {default!r} is a "
                               f"{'boolean' if isinstance(default, bool) else 'number'}"
-                              + ("; write true or false" if isinstance(default, bool) else ""))
+                              + ("; write true or false" if isinstance(default, bool) else "")
+                              + (f", and {target} declares it an int: write a whole number"
+                                 if int_field else ""))
 
 
 def check_overrides(overrides: Sequence[str]) -> str | None:

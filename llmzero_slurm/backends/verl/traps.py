@@ -1,5 +1,6 @@
 """Keys verl 0.9.1 accepts but ignores, and raw overrides that would undo what the search
-sets: refused with the reason before any script is written."""
+sets or break resuming from a phase's checkpoints: refused with the reason before any script
+is written."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -23,6 +24,35 @@ TRAPS: dict[str, str] = {
 }
 
 
+# Raw overrides that break resuming: a requeue of the phase and every child start from the
+# complete step folders of its ckpt/, told by verl's tracker (VerlBackend.checkpoint_steps).
+_DELETES = "verl then deletes older step folders, which child phases may still start from"
+CHECKPOINT_BREAKERS: dict[str, str] = {
+    "actor_rollout_ref.actor.checkpoint.async_save": (
+        "with async_save verl 0.9.1 never writes latest_checkpointed_iteration.txt, so no "
+        "step counts as saved: no child could start from the phase, and a requeue would "
+        "restart it at step 0"),
+    "trainer.max_actor_ckpt_to_keep": _DELETES,
+    "trainer.remove_previous_ckpt_in_save": _DELETES,
+    "trainer.del_local_ckpt_after_load": (
+        "verl then deletes the step folder a requeued phase resumed from, which child phases "
+        "may still start from"),
+}
+# The model shards hold the adapter a child exports and a requeue reloads.
+RESUME_CONTENTS = ("actor_rollout_ref.actor.checkpoint.save_contents",
+                   "actor_rollout_ref.actor.checkpoint.load_contents")
+
+
+def checkpoint_problem(key: str, value: str | None) -> str | None:
+    """Why a raw override would break resuming from the phase's checkpoints, or None."""
+    if key in RESUME_CONTENTS and value is not None:
+        items = [v.strip(" '\"") for v in value.strip().strip("[]").split(",")]
+        if "model" not in items:
+            return ("must include model: the model shards hold the adapter that child "
+                    "phases export and a requeued phase reloads")
+    return CHECKPOINT_BREAKERS.get(key)
+
+
 def trap_reason(key: str) -> str | None:
     """Why a key must not be set, or None when it is fine."""
     for trap, reason in TRAPS.items():
@@ -32,12 +62,12 @@ def trap_reason(key: str) -> str | None:
 
 
 def check_raw_overrides(overrides: Iterable[str]) -> None:
-    """Refuse user overrides that are traps or that would undo what the search sets per phase,
-    or freeze a key that follows one of those."""
+    """Refuse user overrides that are traps, that break resuming, or that would undo what the
+    search sets per phase, or freeze a key that follows one of those."""
     managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
     for text in overrides:
-        _, key, _ = parse_override(text)
-        reason = trap_reason(key)
+        _, key, value = parse_override(text)
+        reason = trap_reason(key) or checkpoint_problem(key, value)
         if reason:
             raise ConfigError(f"trainer.overrides: {key}", reason)
         followed = FOLLOWERS.get(key, key)
