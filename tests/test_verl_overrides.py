@@ -240,9 +240,12 @@ def test_raw_overrides_that_break_resuming_are_refused(override, reason):
 
 
 def test_checkpoint_contents_that_keep_the_model_are_accepted():
+    """So are verl's own defaults of the refused keys, written out as a copied config has them."""
     settings = VerlSettings.from_config({"overrides": [
         "actor_rollout_ref.actor.checkpoint.save_contents=['model', optimizer, extra, hf_model]",
-        "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"]})
+        "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]",
+        "actor_rollout_ref.actor.checkpoint.async_save=false", "trainer.max_actor_ckpt_to_keep=null",
+        "trainer.del_local_ckpt_after_load=False"]})
     checkpoint = compose(build_overrides(phase(), TABLE12, settings)).actor_rollout_ref.actor.checkpoint
     assert list(checkpoint.save_contents) == ["model", "optimizer", "extra", "hf_model"]
 

@@ -44,7 +44,10 @@ RESUME_CONTENTS = ("actor_rollout_ref.actor.checkpoint.save_contents",
 
 
 def checkpoint_problem(key: str, value: str | None) -> str | None:
-    """Why a raw override would break resuming from the phase's checkpoints, or None."""
+    """Why a raw override would break resuming from the phase's checkpoints, or None (verl's
+    own default, written out, breaks nothing)."""
+    if value is not None and value.strip().lower() in ("false", "null", "~"):
+        return None
     if key in RESUME_CONTENTS and value is not None:
         items = [v.strip(" '\"") for v in value.strip().strip("[]").split(",")]
         if "model" not in items:
