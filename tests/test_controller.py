@@ -801,6 +801,52 @@ def test_a_fix_cancels_the_debug_sibling_it_prunes_while_that_one_still_runs(tmp
     assert ctl.reconcile()[3].status is Status.CANCELLED
 
 
+def test_a_phase_the_controller_cancels_as_pruned_still_counts_against_the_phase_budget(tmp_path):
+    """Review: the budget leaves out cancelled phases (a person's cancel gives no verdict),
+    so node 3, which ran until a fix made it redundant, freed its phase: every such move
+    gave the run one phase more than budget_iterations."""
+    store, sched, ctl, out = second_fix_running_as_the_first_ones_fix_succeeds(tmp_path)
+    ctl.reconcile()
+    tree = ctl.reconcile()
+    assert tree[3].status is Status.CANCELLED and tree[3].pruned
+    assert ctl.admission.budget.limit_reached(tree) == "5 of 5 phases created"
+
+
+def test_a_pruned_phase_never_submitted_is_not_sent_to_the_scheduler(tmp_path):
+    """Review: a debug attempt left `submitting` by a submit limit, then pruned when another
+    fix of the chain succeeded, was still sent to sbatch at the next poll: its job took a
+    slot and the allocation until the next poll cancelled it. Now it is withdrawn, unsent."""
+    store = failed_evolve_run(tmp_path, budget_iterations=4)
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.SUBMITTING, pruned=True, submitted_at=0.0))
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20), pruned=True))
+    store.update_node(2, lambda n: setattr(n.submission, "token", "demo-0002-abc"))
+    sched = ScriptedScheduler()
+    ctl, out = controller(tmp_path, sched, [scratch] * 4, store=store)
+    tree = ctl.reconcile()
+    assert sched.jobs == {} and sched.cancelled == []
+    assert [tree[i].status for i in (2, 3)] == [Status.CANCELLED, Status.CANCELLED]
+    assert "node 2: pruned before it was submitted; not sent" in out.getvalue()
+
+
+def test_a_submit_back_off_asks_the_method_for_no_plan_it_would_throw_away(tmp_path, monkeypatch):
+    """Review: with two phases at a time, every poll during a submit limit's back-off asked
+    the method for the next phase (an LLM call, minutes) and threw the plan away."""
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.3)
+    limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
+    done = ["RUNNING", trained({10: 0.4}), "COMPLETED"]
+    asked = []
+
+    def counted(tree: Tree) -> PhasePlan:
+        asked.append(len(tree))
+        return scratch(tree)
+    store = new_run(tmp_path, budget_iterations=3, concurrency=2)
+    sched = RefusingScheduler([limit], [done, done, done])
+    ctl, out = controller(tmp_path, sched, [counted] * 3, store=store)
+    assert ctl.run() == 0
+    assert len(asked) == len(ctl.store.load_tree()) == 3
+
+
 def test_a_move_cut_short_by_a_full_disk_is_finished_at_the_next_poll(tmp_path, monkeypatch):
     """The fix's record was written first: once it named the failure it fixes, no later poll
     planned the move again, so a disk full before the other records left the failure open to

@@ -154,6 +154,17 @@ def test_injection_when_scratch_ratio_falls_below_rho_min():
     assert select(tree, SET) == Action(Kind.SCRATCH, 5, injected=True)  # best node n* = 5
 
 
+def test_a_cancelled_phase_neither_forces_nor_blocks_an_injection():
+    """Review: a person's cancel counts for nothing elsewhere in the search, but the scratch
+    ratio counted it: a cancelled scratch child held injections off, and cancelled evolve
+    phases forced them."""
+    chain = [N(0, None, score=0.3)] + [N(i, i - 1, score=0.3 + i / 100) for i in range(1, 6)]
+    assert select(T(*chain, N(6, 5, S.CANCELLED)), SET).injected is False
+    below = [*chain, N(6, 5, score=0.2)]
+    assert select(T(*below, N(7, 5, S.CANCELLED, kind=Kind.SCRATCH, injected=True)),
+                  SET).injected is True
+
+
 def test_reparenting_after_a_successful_debug():
     r = Resume(0, 10)
     tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED),

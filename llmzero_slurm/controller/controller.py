@@ -168,7 +168,8 @@ class Controller:
 
     def _start_phases(self, tree: Tree, running: int) -> Tree:
         """Create and submit phases until `concurrency` are pending or the method must wait."""
-        while running < self.config.search.concurrency and self.admission.closed(tree) is None:
+        while (running < self.config.search.concurrency and not self.submitter.backing_off
+               and self.admission.closed(tree) is None):
             plan = self.signals.unless_stopped(partial(self.method.next_phase, tree), partial(
                 stop_asked, self.store, self.lease.token, self.progress.event))
             if plan is None or self._stopping():   # a stop asked for while agents answered
@@ -181,8 +182,6 @@ class Controller:
                 self.store.file_records(plan.records_dir, self.store.node_dir(plan.node).give_up)
                 self.store.update_node(plan.node, partial(Node.give_up, message=plan.message))
                 self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
-            elif self.submitter.backing_off:
-                break   # the scheduler asked to wait: create nothing it cannot take
             else:
                 node = self._create(tree, plan)
                 running += self.submitter.submit(node)

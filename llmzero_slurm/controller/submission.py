@@ -48,7 +48,11 @@ class Submitter:
 
     def submit(self, node: Node) -> bool:
         """Record intent, then sbatch, then the job id. True when the node holds a slot (taken
-        by the scheduler, or waiting out a back-off); False when it failed or must wait."""
+        by the scheduler, or waiting out a back-off); False when it failed or must wait, or
+        was pruned (a fix of its chain succeeded first) and is withdrawn unsent."""
+        if node.pruned:
+            self._withdraw(node.id)
+            return False
         if self.backing_off:
             return False
         token = node.submission.token
@@ -98,6 +102,16 @@ class Submitter:
             self.store.update_node(node.id, partial(submitted, job_id=job_id))
         elif time.time() - (node.submitted_at or 0.0) >= self.scheduler.settle_s:
             self.submit(node)
+
+    def _withdraw(self, node_id: int) -> None:
+        """A pruned node that never reached the scheduler ends cancelled, as the search's
+        cancel of a pruned job does."""
+        def withdrawn(n: Node) -> None:
+            n.status = Status.CANCELLED
+            n.submission.reason = "pruned before it was submitted"
+            n.finished_at = time.time()
+        self.store.update_node(node_id, withdrawn)
+        self.progress.event(f"node {node_id}: pruned before it was submitted; not sent")
 
     def fail(self, node_id: int, reason: str) -> None:
         """Fail a node whose phase never reached the scheduler, for a person to look at."""

@@ -89,8 +89,9 @@ class Budget:
 
     @staticmethod
     def phases(tree: Tree) -> int:
-        """Phases created; one a person cancelled gives no verdict and is not counted."""
-        return sum(n.status is not Status.CANCELLED for n in tree)
+        """Phases created; one a person cancelled gives no verdict and is not counted, but one
+        the search itself cancelled as pruned (a fix made it redundant) is."""
+        return sum(n.status is not Status.CANCELLED or n.pruned for n in tree)
 
     @staticmethod
     def gpu_hours_used(tree: Tree) -> float:

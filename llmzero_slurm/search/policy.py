@@ -113,8 +113,9 @@ class Analysis:
 
 
 def scratch_ratio(tree: Tree) -> float:
-    """n_scratch / n_evolve over unpruned nodes (infinite before the first evolve)."""
-    kinds = [n.kind for n in tree if not n.pruned]
+    """n_scratch / n_evolve over unpruned nodes a person did not cancel (infinite before the
+    first evolve)."""
+    kinds = [n.kind for n in tree if not n.pruned and n.status is not Status.CANCELLED]
     evolve = kinds.count(Kind.EVOLVE)
     return math.inf if evolve == 0 else kinds.count(Kind.SCRATCH) / evolve
 
