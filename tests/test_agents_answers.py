@@ -7,6 +7,7 @@ from llmzero_slurm.backends import get_backend
 from llmzero_slurm.agents.knowledge import hparam_guide
 from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
                                           parse_decision)
+from llmzero_slurm.methods.space import parse_bounds
 
 CPU = get_backend("cpu")
 PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_batch_size": 16,
@@ -113,6 +114,21 @@ def test_a_fix_may_only_shorten_the_failed_phase(steps, needle):
     # the parent's 25 steps an epoch: 60 steps need 3 epochs, derived as a proposal's are
     assert (shorter.hparams["total_training_steps"], shorter.hparams["total_epochs"]) == (60, 3)
     assert shorter.changes == {"total_training_steps": 60}
+
+
+def test_a_fix_may_keep_the_length_a_budget_cut_put_below_search_space():
+    """Review: a phase the sample budget cut below search.space's lower bound could get no
+    fix: keeping its steps was "outside search.space" and more steps "longer than the failed
+    phase", so even the offline analyzer raised and the controller exited. A fix may keep the
+    failed phase's own length; a length it shortens to keeps to the space."""
+    bounds = parse_bounds({"total_training_steps": {"uniform": [120, 200]}}, "cpu")
+
+    def fix(changes):
+        return check_fix({"class": "oom", "action": "change", "changes": changes}, PARENT, CPU,
+                         "t", bounds=bounds)
+    assert fix({"ppo_micro_batch_size_per_gpu": 8}).hparams["total_training_steps"] == 100
+    with pytest.raises(AnswerError, match="total_training_steps 60 is outside search.space"):
+        fix({"total_training_steps": 60})
 
 
 def test_decision_parsing():

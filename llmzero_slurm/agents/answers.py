@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from ..backends.base import TrainerBackend
@@ -17,7 +17,8 @@ from ..errors import HyperparameterError
 from ..hparams import CAPACITY, MODEL, PARAMS, merge
 from ..methods.space import Bounds
 
-SCHEDULE_KEYS = ("total_training_steps", "total_epochs")   # computed in code, never by the LLM
+STEPS = "total_training_steps"
+SCHEDULE_KEYS = (STEPS, "total_epochs")   # computed in code, never by the LLM
 PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
 MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
@@ -222,12 +223,22 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
     merged = _fix_schedule(changes, hparams, backend)
     if resuming:
         _same_adapter(hparams, merged)
-    _within(bounds, merged)
+    _fix_within(bounds, hparams, merged)
     if merged == dict(hparams):
         raise AnswerError("'changes' repeat the failed configuration; change something or use "
                           "action 'retry'")
     return Fix(failure, action, {k: merged[k] for k in changes}, merged, message.strip()[:2000],
                source)
+
+
+def _fix_within(bounds: Bounds | None, failed: Mapping[str, Any],
+                fixed: Mapping[str, Any]) -> None:
+    """search.space holds for a fix as for a proposal, except that a fix may keep the failed
+    phase's own length, which a budget cut may have put below the space's lower bound (the
+    debug child plans the uncut length again); a length a fix shortens to keeps to the space."""
+    if bounds and fixed.get(STEPS) == failed.get(STEPS):
+        bounds = replace(bounds, keys={k: d for k, d in bounds.keys.items() if k != STEPS})
+    _within(bounds, fixed)
 
 
 def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],
