@@ -388,3 +388,26 @@ def test_the_offline_error_analyzer_keeps_to_search_space(tmp_path):
     assert "ppo_micro_batch_size_per_gpu" not in oom.changes and oom.changes
     late = analyzer.analyze("TIMEOUT", 0, "DUE TO TIME LIMIT", hp, tmp_path / "t", steps_done=10)
     assert late.action == "change" and late.hparams["total_training_steps"] == 20
+
+
+@pytest.mark.parametrize("state, steps, space, done, reason", [
+    # The clamp to search.space undoes the halving's arithmetic: 16 -> 8 -> 12, which does
+    # not divide 8 x 16 samples.
+    ("OUT_OF_MEMORY", None, {"rollout_n": [6, 8], "ppo_micro_batch_size_per_gpu": [12, 16]},
+     None, "must divide ppo_mini_batch_size * rollout_n (128) (got 12)"),
+    # A phase the budget cut to 7 steps, below the space, cannot be shortened within it.
+    ("TIMEOUT", 7, {"total_training_steps": {"uniform": [20, 30]}}, 5,
+     "'total_training_steps' must be between 1 and 7, got 20"),
+])
+def test_the_offline_error_analyzer_gives_up_with_the_reason_when_its_fix_is_refused(
+        tmp_path, state, steps, space, done, reason):
+    """Review: the offline analyzer, the fallback that must never fail, raised AnswerError when
+    the fix it built broke a check (a bound clamp breaking the batch arithmetic, a time-limit
+    fix no length within search.space allows): the controller exited with a traceback and
+    wrote no error_analysis.json. Such a fix now gives up, its message saying why."""
+    hp = {**BASE, "total_training_steps": steps} if steps else BASE
+    analyzer = ErrorAnalyzer(OFFLINE, CPU, None, parse_bounds(space, "cpu"))
+    fix = analyzer.analyze(state, 137, "", hp, tmp_path, steps_done=done)
+    assert fix.action == "give_up" and reason in fix.message
+    record = json.loads((tmp_path / "error_analysis.json").read_text())
+    assert record["result"]["action"] == "give_up" and reason in record["result"]["message"]
