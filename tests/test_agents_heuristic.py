@@ -411,3 +411,28 @@ def test_the_offline_error_analyzer_gives_up_with_the_reason_when_its_fix_is_ref
     assert fix.action == "give_up" and reason in fix.message
     record = json.loads((tmp_path / "error_analysis.json").read_text())
     assert record["result"]["action"] == "give_up" and reason in record["result"]["message"]
+
+
+def knobs(hp: dict) -> dict:
+    return {k: v for k, v in hp.items() if k not in ("total_training_steps", "total_epochs")}
+
+
+@pytest.mark.parametrize("scratch_only", [True, False])
+def test_the_offline_proposer_never_repeats_a_configuration_tried_from_its_parent(scratch_only):
+    """Review: once the rule's change and its alternatives were taken, the last resort ran
+    the parent's configuration from scratch without looking at the siblings, so every later
+    injection at that parent (nodes 13, 19, 25, 31, 37 of one search) trained the same
+    configuration. Each proposal now differs from the parent and from every sibling, the
+    last resort by its seed; where search.space fixes the seed, the repeat says so."""
+    node, log = recorded("healthy")
+    parent = CPU.effective_hparams(node.hparams)
+    taken: list[dict] = []
+    for _ in range(7):
+        p = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
+                                     scratch_only, taken)
+        assert knobs(p.hparams) not in [knobs(h) for h in (parent, *taken)], p.diagnosis
+        taken.append(p.hparams)
+    fixed_seed = parse_bounds({"seed": parent["seed"]}, "cpu")
+    last = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
+                                    scratch_only, taken[:3], fixed_seed)
+    assert "no untried variant is left within search.space" in last.diagnosis

@@ -2,6 +2,8 @@
 sibling already has it (see the rules in this package's docstring)."""
 from __future__ import annotations
 
+from functools import partial
+from itertools import count
 from typing import Any, Callable, Mapping, Sequence
 
 from ...backends.base import TrainerBackend
@@ -60,6 +62,13 @@ _ALTERNATIVES: tuple[tuple[str, Change], ...] = (
     ("sharper", _sharpen))
 
 
+def _reseeded(hp: Mapping[str, Any], taken: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The variant always left: the parent's knobs with a seed neither it nor a sibling ran
+    with (another data order and other samples), rather than a configuration already run."""
+    used = {h.get("seed") for h in (hp, *taken)}
+    return {"seed": next(s for s in count(int(hp.get("seed") or 0) + 1) if s not in used)}
+
+
 def _knobs(hp: Mapping[str, Any]) -> dict[str, Any]:
     """A configuration without its length: a sibling the sample budget cut short (or one
     planned longer) tried the same knobs."""
@@ -89,7 +98,9 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
     fresh = length(log.last_step or phase_steps)     # a new strategy: as long as the parent
     steps = length(phase_steps) if step is not None else fresh
     tried, siblings = [], [_knobs(hp) for hp in taken]
-    for label, make in (("", _RULES[rule]), *_ALTERNATIVES):
+    variants: tuple[tuple[str, Change], ...] = (
+        ("", _RULES[rule]), *_ALTERNATIVES, ("reseeded", partial(_reseeded, taken=taken)))
+    for label, make in variants:
         changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
         if scratch_only and not changes:
             continue   # a fresh strategy should not replay the parent's configuration
@@ -105,8 +116,10 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
             continue
         if _knobs(proposal.hparams) not in siblings:
             return proposal
-    # Every variant was taken or invalid: restart the parent's configuration from scratch.
-    return check_proposal({"diagnosis": f"{rule}: {why}; no new variant left ({tried})",
+    # Every variant was taken or invalid (search.space fixes the seed): nothing untried is left,
+    # so the parent's configuration again from scratch, said so.
+    return check_proposal({"diagnosis": f"{rule}: {why}; no untried variant is left within "
+                           f"search.space ({tried}): the parent's configuration again",
                            "changes": {}, "checkpoint_step": None,
                            "additional_steps": fresh},
                           parent_hp, checkpoints, True, backend, "heuristic", bounds)
