@@ -15,10 +15,10 @@ PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_ba
           "lora_rank": 8, "lora_alpha": 16.0, "total_training_steps": 100, "total_epochs": 4}
 
 
-def proposal(changes, step=50, additional=60, scratch=False):
+def proposal(changes, step=50, additional=60, scratch=False, taken=()):
     data = {"diagnosis": "d", "changes": changes, "checkpoint_step": step,
             "additional_steps": additional}
-    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, CPU, "test")
+    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, CPU, "test", taken=taken)
 
 
 def test_extract_json_prefers_last_fenced_block():
@@ -78,6 +78,20 @@ def test_changes_that_keep_the_parents_values_must_say_no_change():
             "additional_steps": 60, "no_change": True}
     assert check_proposal(data, PARENT, [50], False, CPU, "test").hparams["lr"] == 1e-3
     assert proposal({"lr": 1e-3}, step=None).checkpoint is None     # a fresh start is no repeat
+
+
+def test_a_proposal_repeating_a_configuration_already_tried_is_refused():
+    """Review: the check was given no siblings, so an LLM answer repeating one, or a forced
+    fresh start answering "changes": {} (its parent's configuration, which the prompt
+    forbids), was accepted without a repair round and trained again. Either is refused now,
+    whatever length it plans; another configuration passes."""
+    sibling = proposal({"lr": 5e-4}).hparams
+    with pytest.raises(AnswerError, match="repeats a configuration already tried"):
+        proposal({"lr": 5e-4}, additional=90, taken=[sibling])
+    assert proposal({"lr": 4e-4}, taken=[sibling]).hparams["lr"] == 4e-4
+    with pytest.raises(AnswerError, match="must not repeat the configuration above"):
+        proposal({}, step=None, scratch=True)
+    assert proposal({"lr": 4e-4}, step=None, scratch=True).checkpoint is None
 
 
 def test_fix_validation():

@@ -12,6 +12,7 @@ from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
 from llmzero_slurm.agents.offline import proposer as offline_proposer
 from llmzero_slurm.agents.offline import stopper as offline_stopper
 from llmzero_slurm.agents.offline.signals import Signals, diagnose
+from llmzero_slurm.agents.answers import knobs
 from llmzero_slurm.agents.error_analyzer import TAIL_CHARS, TAIL_LINES, ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
@@ -411,10 +412,6 @@ def test_the_offline_error_analyzer_gives_up_with_the_reason_when_its_fix_is_ref
     assert fix.action == "give_up" and reason in fix.message
     record = json.loads((tmp_path / "error_analysis.json").read_text())
     assert record["result"]["action"] == "give_up" and reason in record["result"]["message"]
-
-
-def knobs(hp: dict) -> dict:
-    return {k: v for k, v in hp.items() if k not in ("total_training_steps", "total_epochs")}
 
 
 @pytest.mark.parametrize("scratch_only", [True, False])
