@@ -7,6 +7,7 @@ from llmzero_slurm.backends import get_backend
 from llmzero_slurm.agents.knowledge import hparam_guide
 from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
                                           parse_decision)
+from llmzero_slurm.methods.space import parse_bounds
 
 CPU = get_backend("cpu")
 PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_batch_size": 16,
@@ -14,10 +15,10 @@ PARENT = {"lr": 1e-3, "kl_loss_coef": 0.04, "train_batch_size": 16, "ppo_mini_ba
           "lora_rank": 8, "lora_alpha": 16.0, "total_training_steps": 100, "total_epochs": 4}
 
 
-def proposal(changes, step=50, additional=60, scratch=False):
+def proposal(changes, step=50, additional=60, scratch=False, taken=()):
     data = {"diagnosis": "d", "changes": changes, "checkpoint_step": step,
             "additional_steps": additional}
-    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, CPU, "test")
+    return check_proposal(data, PARENT, [25, 50, 75, 100], scratch, CPU, "test", taken=taken)
 
 
 def test_extract_json_prefers_last_fenced_block():
@@ -79,6 +80,20 @@ def test_changes_that_keep_the_parents_values_must_say_no_change():
     assert proposal({"lr": 1e-3}, step=None).checkpoint is None     # a fresh start is no repeat
 
 
+def test_a_proposal_repeating_a_configuration_already_tried_is_refused():
+    """Review: the check was given no siblings, so an LLM answer repeating one, or a forced
+    fresh start answering "changes": {} (its parent's configuration, which the prompt
+    forbids), was accepted without a repair round and trained again. Either is refused now,
+    whatever length it plans; another configuration passes."""
+    sibling = proposal({"lr": 5e-4}).hparams
+    with pytest.raises(AnswerError, match="repeats a configuration already tried"):
+        proposal({"lr": 5e-4}, additional=90, taken=[sibling])
+    assert proposal({"lr": 4e-4}, taken=[sibling]).hparams["lr"] == 4e-4
+    with pytest.raises(AnswerError, match="must not repeat the configuration above"):
+        proposal({}, step=None, scratch=True)
+    assert proposal({"lr": 4e-4}, step=None, scratch=True).checkpoint is None
+
+
 def test_fix_validation():
     fix = check_fix({"class": "oom", "action": "change",
                      "changes": {"ppo_micro_batch_size_per_gpu": 8}}, PARENT, CPU, "t")
@@ -113,6 +128,21 @@ def test_a_fix_may_only_shorten_the_failed_phase(steps, needle):
     # the parent's 25 steps an epoch: 60 steps need 3 epochs, derived as a proposal's are
     assert (shorter.hparams["total_training_steps"], shorter.hparams["total_epochs"]) == (60, 3)
     assert shorter.changes == {"total_training_steps": 60}
+
+
+def test_a_fix_may_keep_the_length_a_budget_cut_put_below_search_space():
+    """Review: a phase the sample budget cut below search.space's lower bound could get no
+    fix: keeping its steps was "outside search.space" and more steps "longer than the failed
+    phase", so even the offline analyzer raised and the controller exited. A fix may keep the
+    failed phase's own length; a length it shortens to keeps to the space."""
+    bounds = parse_bounds({"total_training_steps": {"uniform": [120, 200]}}, "cpu")
+
+    def fix(changes):
+        return check_fix({"class": "oom", "action": "change", "changes": changes}, PARENT, CPU,
+                         "t", bounds=bounds)
+    assert fix({"ppo_micro_batch_size_per_gpu": 8}).hparams["total_training_steps"] == 100
+    with pytest.raises(AnswerError, match="total_training_steps 60 is outside search.space"):
+        fix({"total_training_steps": 60})
 
 
 def test_decision_parsing():

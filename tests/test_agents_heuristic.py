@@ -12,6 +12,7 @@ from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
 from llmzero_slurm.agents.offline import proposer as offline_proposer
 from llmzero_slurm.agents.offline import stopper as offline_stopper
 from llmzero_slurm.agents.offline.signals import Signals, diagnose
+from llmzero_slurm.agents.answers import knobs
 from llmzero_slurm.agents.error_analyzer import TAIL_CHARS, TAIL_LINES, ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
@@ -388,3 +389,47 @@ def test_the_offline_error_analyzer_keeps_to_search_space(tmp_path):
     assert "ppo_micro_batch_size_per_gpu" not in oom.changes and oom.changes
     late = analyzer.analyze("TIMEOUT", 0, "DUE TO TIME LIMIT", hp, tmp_path / "t", steps_done=10)
     assert late.action == "change" and late.hparams["total_training_steps"] == 20
+
+
+@pytest.mark.parametrize("state, steps, space, done, reason", [
+    # The clamp to search.space undoes the halving's arithmetic: 16 -> 8 -> 12, which does
+    # not divide 8 x 16 samples.
+    ("OUT_OF_MEMORY", None, {"rollout_n": [6, 8], "ppo_micro_batch_size_per_gpu": [12, 16]},
+     None, "must divide ppo_mini_batch_size * rollout_n (128) (got 12)"),
+    # A phase the budget cut to 7 steps, below the space, cannot be shortened within it.
+    ("TIMEOUT", 7, {"total_training_steps": {"uniform": [20, 30]}}, 5,
+     "'total_training_steps' must be between 1 and 7, got 20"),
+])
+def test_the_offline_error_analyzer_gives_up_with_the_reason_when_its_fix_is_refused(
+        tmp_path, state, steps, space, done, reason):
+    """Review: the offline analyzer, the fallback that must never fail, raised AnswerError when
+    the fix it built broke a check (a bound clamp breaking the batch arithmetic, a time-limit
+    fix no length within search.space allows): the controller exited with a traceback and
+    wrote no error_analysis.json. Such a fix now gives up, its message saying why."""
+    hp = {**BASE, "total_training_steps": steps} if steps else BASE
+    analyzer = ErrorAnalyzer(OFFLINE, CPU, None, parse_bounds(space, "cpu"))
+    fix = analyzer.analyze(state, 137, "", hp, tmp_path, steps_done=done)
+    assert fix.action == "give_up" and reason in fix.message
+    record = json.loads((tmp_path / "error_analysis.json").read_text())
+    assert record["result"]["action"] == "give_up" and reason in record["result"]["message"]
+
+
+@pytest.mark.parametrize("scratch_only", [True, False])
+def test_the_offline_proposer_never_repeats_a_configuration_tried_from_its_parent(scratch_only):
+    """Review: once the rule's change and its alternatives were taken, the last resort ran
+    the parent's configuration from scratch without looking at the siblings, so every later
+    injection at that parent (nodes 13, 19, 25, 31, 37 of one search) trained the same
+    configuration. Each proposal now differs from the parent and from every sibling, the
+    last resort by its seed; where search.space fixes the seed, the repeat says so."""
+    node, log = recorded("healthy")
+    parent = CPU.effective_hparams(node.hparams)
+    taken: list[dict] = []
+    for _ in range(7):
+        p = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
+                                     scratch_only, taken)
+        assert knobs(p.hparams) not in [knobs(h) for h in (parent, *taken)], p.diagnosis
+        taken.append(p.hparams)
+    fixed_seed = parse_bounds({"seed": parent["seed"]}, "cpu")
+    last = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
+                                    scratch_only, taken[:3], fixed_seed)
+    assert "no untried variant is left within search.space" in last.diagnosis

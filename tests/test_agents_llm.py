@@ -228,6 +228,29 @@ def test_forced_scratch_shows_no_checkpoints(service, anthropic_proposer, run, t
     assert "set checkpoint_step to null" in service.requests[1]["body"]["messages"][2]["content"]
 
 
+def test_an_answer_repeating_a_configuration_already_tried_gets_a_repair_round(
+        service, anthropic_proposer, run, tmp_path):
+    """Review: an answer repeating a sibling's configuration, or a forced fresh start that
+    answered "changes": {} (the parent's configuration), was accepted at once, so the search
+    trained a configuration it had already run. Each goes back to the LLM with the reason."""
+    node, log = run
+    service.reply(good())
+    first = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "a")
+    sibling = Node(4, node.id, Kind.EVOLVE, dict(first.hparams))
+    service.reply(good(), good({"lr": 4e-4}))
+    p = anthropic_proposer.propose(ProposerInput(node, log, 0.5, siblings=[sibling]),
+                                   tmp_path / "b")
+    assert (p.source, p.hparams["lr"]) == ("anthropic", 4e-4)
+    assert "repeats a configuration already tried" in \
+        service.requests[1]["body"]["messages"][2]["content"]
+    service.reply(good({}, step=None), good(step=None))
+    fresh = anthropic_proposer.propose(ProposerInput(node, log, 0.5, scratch_only=True),
+                                       tmp_path / "c")
+    assert (fresh.source, fresh.checkpoint, fresh.hparams["lr"]) == ("anthropic", None, 5e-4)
+    assert "must not repeat the configuration above" in \
+        service.requests[1]["body"]["messages"][2]["content"]
+
+
 def test_rate_limit_then_success(service, anthropic_proposer, run, tmp_path):
     node, log = run
     service.reply({"status": 429}, good())

@@ -166,18 +166,24 @@ def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(t
     assert again.hparams == first.hparams and again.resume_step == first.resume_step
 
 
-def test_the_children_of_a_phase_the_sample_budget_cut_plan_the_configured_length(tmp_path):
-    """A child (an evolve, a debug fix) took its parent's steps as its own length, so one cut
-    by the budget to 20 of its 50 steps passed the cut on to every phase below it."""
+def budget_cut_root(tmp_path: Path, **search) -> tuple[SearchMethod, Tree]:
+    """An llmzero search whose root (50 steps) the sample budget cut to 20."""
     import io
     from llmzero_slurm.controller.admission import Admission
     from llmzero_slurm.controller.progress import Progress
     from llmzero_slurm.search.budget import Budget
-    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50},
+                                **search))
     budget = Budget(iterations=10, samples=20 * 16 * 8, defaults=m.ctx.backend.defaults())
     plan = Admission(budget, Progress(io.StringIO())).admit(Tree([]), m.next_phase(Tree([])))
     assert plan is not None and plan.hparams["total_training_steps"] == 20
-    tree = create(Tree([]), plan)
+    return m, create(Tree([]), plan)
+
+
+def test_the_children_of_a_phase_the_sample_budget_cut_plan_the_configured_length(tmp_path):
+    """A child (an evolve, a debug fix) took its parent's steps as its own length, so one cut
+    by the budget to 20 of its 50 steps passed the cut on to every phase below it."""
+    m, tree = budget_cut_root(tmp_path)
     tree[0].status = Status.COMPLETED
     tree[0].results = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
     write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({10: 0.4, 20: 0.5}))
@@ -189,6 +195,21 @@ def test_the_children_of_a_phase_the_sample_budget_cut_plan_the_configured_lengt
     fix = m.next_phase(tree)
     assert isinstance(fix, PhasePlan) and fix.action.kind is Kind.DEBUG
     assert fix.hparams["total_training_steps"] == 50
+
+
+def test_a_phase_the_budget_cut_below_search_space_gets_its_debug_fix(tmp_path):
+    """Review: a phase the sample budget cut to 20 steps, below search.space's 30, ran out of
+    memory and the controller exited with a traceback: the offline fix kept the failed phase's
+    20 steps, which the fix check refused as outside the space. A fix may keep the failed
+    phase's own length; its debug child plans the configured 50 steps."""
+    m, tree = budget_cut_root(tmp_path, space={"total_training_steps": {"uniform": [30, 60]}})
+    tree[0].status = Status.FAILED
+    tree[0].results = Results(last_step=5, checkpoints=[])
+    tree[0].submission.scheduler_state = "OUT_OF_MEMORY"
+    fix = m.next_phase(tree)
+    assert isinstance(fix, PhasePlan) and fix.action.kind is Kind.DEBUG
+    assert fix.hparams["total_training_steps"] == 50
+    assert fix.hparams["ppo_micro_batch_size_per_gpu"] == 32
 
 
 # -- random ---------------------------------------------------------------------------------

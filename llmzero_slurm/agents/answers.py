@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
 
 from ..backends.base import TrainerBackend
 from ..errors import HyperparameterError
 from ..hparams import CAPACITY, MODEL, PARAMS, merge
 from ..methods.space import Bounds
 
-SCHEDULE_KEYS = ("total_training_steps", "total_epochs")   # computed in code, never by the LLM
+STEPS = "total_training_steps"
+SCHEDULE_KEYS = (STEPS, "total_epochs")   # computed in code, never by the LLM
 PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
 MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
@@ -170,10 +171,28 @@ def _within(bounds: Bounds | None, hparams: Mapping[str, Any]) -> None:
         raise AnswerError(problem)
 
 
+def knobs(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration without its length: a phase the budget cut short tried the same knobs."""
+    return {k: v for k, v in hparams.items() if k not in SCHEDULE_KEYS}
+
+
+def _untried(planned: Mapping[str, Any], parent: Mapping[str, Any], scratch_only: bool,
+             taken: Sequence[Mapping[str, Any]]) -> None:
+    """Not a configuration tried from the parent; a forced fresh start not the parent's own."""
+    if scratch_only and knobs(planned) == knobs(parent):
+        raise AnswerError("a fresh strategy must not repeat the configuration above: change at "
+                          "least one value")
+    if knobs(planned) in [knobs(hp) for hp in taken]:
+        raise AnswerError("this configuration repeats a configuration already tried from this "
+                          "point (listed with how each did); propose a different one")
+
+
 def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
                    scratch_only: bool, backend: TrainerBackend, source: str,
-                   bounds: Bounds | None = None) -> Proposal:
-    """Every rule a proposal must meet, whoever wrote it (LLM or heuristic)."""
+                   bounds: Bounds | None = None,
+                   taken: Sequence[Mapping[str, Any]] = ()) -> Proposal:
+    """Every rule a proposal must meet, whoever wrote it (LLM or heuristic). `taken`: the
+    configurations already tried from the parent (its siblings', defaults filled in)."""
     unknown = sorted(str(k) for k in data if k not in PROPOSAL_FIELDS)
     if unknown:
         raise AnswerError(f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:5])}: the "
@@ -197,6 +216,7 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                           "would repeat its parent; change a value, or set \"no_change\": true "
                           "to continue training unchanged")
     planned = schedule(parent, hparams, additional, backend)
+    _untried(planned, parent, scratch_only, taken)
     _within(bounds, planned)
     return Proposal(diagnosis.strip()[:4000], changes, step, additional, planned, source)
 
@@ -222,12 +242,22 @@ def check_fix(data: Mapping[str, Any], hparams: Mapping[str, Any], backend: Trai
     merged = _fix_schedule(changes, hparams, backend)
     if resuming:
         _same_adapter(hparams, merged)
-    _within(bounds, merged)
+    _fix_within(bounds, hparams, merged)
     if merged == dict(hparams):
         raise AnswerError("'changes' repeat the failed configuration; change something or use "
                           "action 'retry'")
     return Fix(failure, action, {k: merged[k] for k in changes}, merged, message.strip()[:2000],
                source)
+
+
+def _fix_within(bounds: Bounds | None, failed: Mapping[str, Any],
+                fixed: Mapping[str, Any]) -> None:
+    """search.space holds for a fix as for a proposal, except that a fix may keep the failed
+    phase's own length, which a budget cut may have put below the space's lower bound (the
+    debug child plans the uncut length again); a length a fix shortens to keeps to the space."""
+    if bounds and fixed.get(STEPS) == failed.get(STEPS):
+        bounds = replace(bounds, keys={k: d for k, d in bounds.keys.items() if k != STEPS})
+    _within(bounds, fixed)
 
 
 def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],

@@ -57,12 +57,11 @@ class Proposer:
         metrics = inp.metrics.without_test()
         checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
         parent_hp = self.trainer.effective_hparams(inp.parent.hparams)
+        taken = [self.trainer.effective_hparams(s.hparams) for s in inp.siblings]
 
         def fallback() -> Proposal:
             return offline.propose(parent_hp, metrics, checkpoints, inp.phase_steps,
-                                   self.trainer, inp.scratch_only,
-                                   [self.trainer.effective_hparams(s.hparams) for s in inp.siblings],
-                                   self.bounds)
+                                   self.trainer, inp.scratch_only, taken, self.bounds)
 
         llm = self.llm
         if llm is None:
@@ -73,7 +72,7 @@ class Proposer:
             prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
             proposal = ask(llm, prompt, lambda text: check_proposal(
                 extract_json(text), parent_hp, checkpoints, inp.scratch_only,
-                self.trainer, llm.name, self.bounds), fallback, record)
+                self.trainer, llm.name, self.bounds, taken), fallback, record)
         record.result = asdict(proposal)
         save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.key_env]))
         return proposal

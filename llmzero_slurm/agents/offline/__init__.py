@@ -32,5 +32,6 @@ Capacity (rollouts, lengths) only ever grows; regularisation (KL, temperature) m
 ways. When a proposal would duplicate an existing sibling, or a forced fresh start would
 replay the parent's configuration, the next alternative is used, each differing from the
 others in several knobs: more cautious (lr x0.5, KL x1.5), bolder (lr x1.5, KL x2,
-temperature +0.1), then sharper (rule 8's move).
+temperature +0.1), then sharper (rule 8's move), and last the parent's configuration with a
+seed none of them ran with.
 """

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from ...backends.base import TrainerBackend
 from ...hparams import micro_batch_within
 from ...methods.space import NO_BOUNDS, Bounds
-from ..answers import Fix, check_fix
+from ..answers import AnswerError, Fix, check_fix
 from .knobs import scale
 
 
@@ -78,36 +78,39 @@ def _halved_micro(hparams: Mapping[str, Any]) -> dict[str, Any]:
 
 TIME_LIMIT_SHARE = 0.7   # of the steps a timed-out phase managed, what its fix plans
 
+# What the user can do when no fix within the bounds is left (a fix's class is oom or timeout).
+_NO_FIX = {"oom": "out of memory with the smallest batches: use more GPUs per node or a "
+                  "shorter max_response_length",
+           "timeout": "the phase hit its time limit: raise slurm.time in experiment.yaml"}
+
 
 def analyze(state: str | None, exit_code: int | None, log_tail: str,
             hparams: Mapping[str, Any], backend: TrainerBackend,
             steps_done: int | None = None, bounds: Bounds = NO_BOUNDS) -> Fix:
     """Classify a failure and pick the smallest fix that addresses it, within the user's
     `bounds` (search.space). A phase that hit its time limit after `steps_done` steps is
-    re-planned to fit: a share of what it managed."""
+    re-planned to fit: a share of what it managed. Never raises (the fallback of every LLM
+    fix): a fix the checks refuse gives up, saying why, since retrying unchanged would fail
+    the same way."""
     failure = classify(state, log_tail)
     data: dict[str, Any]
     if cannot_succeed_by_retrying(exit_code):
         data = {"action": "give_up", "message": f"the job refused its input (exit "
                 f"{exit_code}): {_quoted_error(log_tail)}; {NOT_RETRIED}"}
         failure = "user_code"
-    elif failure == "oom":
-        changes = {**_halved_micro(hparams),
-                   **scale(hparams, "log_prob_micro_batch_size_per_gpu", 0.5),
-                   **scale(hparams, "max_num_seqs", 0.5)}
-        if backend.reads("gpu_memory_utilization"):
-            changes.update(scale(hparams, "gpu_memory_utilization", 0.85, 0.3))
+    elif failure in _NO_FIX:
+        if failure == "oom":
+            changes = {**_halved_micro(hparams),
+                       **scale(hparams, "log_prob_micro_batch_size_per_gpu", 0.5),
+                       **scale(hparams, "max_num_seqs", 0.5)}
+            if backend.reads("gpu_memory_utilization"):
+                changes.update(scale(hparams, "gpu_memory_utilization", 0.85, 0.3))
+        else:
+            changes = ({"total_training_steps": max(1, int(steps_done * TIME_LIMIT_SHARE))}
+                       if steps_done else scale(hparams, "total_training_steps", 0.6))
         changes = {k: v for k, v in bounds.clamp(changes).items() if hparams.get(k) != v}
         data = ({"action": "change", "changes": changes} if changes else
-                {"action": "give_up", "message": "out of memory with the smallest batches: use "
-                 "more GPUs per node or a shorter max_response_length"})
-    elif failure == "timeout":
-        changes = ({"total_training_steps": max(1, int(steps_done * TIME_LIMIT_SHARE))}
-                   if steps_done else scale(hparams, "total_training_steps", 0.6))
-        changes = {k: v for k, v in bounds.clamp(changes).items() if hparams.get(k) != v}
-        data = ({"action": "change", "changes": changes} if changes else
-                {"action": "give_up", "message": "the phase hit its time limit: raise slurm.time "
-                 "in experiment.yaml"})
+                {"action": "give_up", "message": _NO_FIX[failure]})
     elif failure == "node_fault":
         data = {"action": "retry"}
     elif failure == "user_code":
@@ -115,4 +118,8 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
                 f"{_quoted_error(log_tail)}; {NOT_RETRIED}"}
     else:
         data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
-    return check_fix({"class": failure, **data}, hparams, backend, "heuristic", bounds=bounds)
+    try:
+        return check_fix({"class": failure, **data}, hparams, backend, "heuristic", bounds=bounds)
+    except AnswerError as exc:   # only a change can be refused, and only oom and timeout change
+        return Fix(failure, "give_up", {}, dict(hparams),
+                   f"{_NO_FIX[failure]} (its fix {data['changes']} is refused: {exc})")

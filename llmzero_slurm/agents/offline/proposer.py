@@ -2,12 +2,14 @@
 sibling already has it (see the rules in this package's docstring)."""
 from __future__ import annotations
 
+from functools import partial
+from itertools import count
 from typing import Any, Callable, Mapping, Sequence
 
 from ...backends.base import TrainerBackend
 from ...methods.space import NO_BOUNDS, Bounds
 from ...metrics import MetricsLog
-from ..answers import SCHEDULE_KEYS, AnswerError, Proposal, check_proposal
+from ..answers import AnswerError, Proposal, check_proposal
 from .knobs import add, clamp, kl, scale
 from .signals import Signals, diagnose
 
@@ -60,10 +62,11 @@ _ALTERNATIVES: tuple[tuple[str, Change], ...] = (
     ("sharper", _sharpen))
 
 
-def _knobs(hp: Mapping[str, Any]) -> dict[str, Any]:
-    """A configuration without its length: a sibling the sample budget cut short (or one
-    planned longer) tried the same knobs."""
-    return {k: v for k, v in hp.items() if k not in SCHEDULE_KEYS}
+def _reseeded(hp: Mapping[str, Any], taken: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The variant always left: the parent's knobs with a seed neither it nor a sibling ran
+    with (another data order and other samples), rather than a configuration already run."""
+    used = {h.get("seed") for h in (hp, *taken)}
+    return {"seed": next(s for s in count(int(hp.get("seed") or 0) + 1) if s not in used)}
 
 
 def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
@@ -88,25 +91,25 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
         return bounds.clamp({"total_training_steps": max(1, steps)})["total_training_steps"]
     fresh = length(log.last_step or phase_steps)     # a new strategy: as long as the parent
     steps = length(phase_steps) if step is not None else fresh
-    tried, siblings = [], [_knobs(hp) for hp in taken]
-    for label, make in (("", _RULES[rule]), *_ALTERNATIVES):
+    tried = []
+    variants: tuple[tuple[str, Change], ...] = (
+        ("", _RULES[rule]), *_ALTERNATIVES, ("reseeded", partial(_reseeded, taken=taken)))
+    for label, make in variants:
         changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
-        if scratch_only and not changes:
-            continue   # a fresh strategy should not replay the parent's configuration
         # An alternative says so: the diagnosis alone would claim the rule's own change.
         variant = f" The rule's own change is taken or invalid: a {label} variant." if label else ""
         data = {"diagnosis": f"{rule}: {why}.{variant}", "changes": changes,
                 "checkpoint_step": step, "additional_steps": steps}
         try:
-            proposal = check_proposal(data, parent_hp, checkpoints, scratch_only, backend,
-                                      "heuristic", bounds)
+            return check_proposal(data, parent_hp, checkpoints, scratch_only, backend,
+                                  "heuristic", bounds, taken)
         except AnswerError as exc:
             tried.append(str(exc))
-            continue
-        if _knobs(proposal.hparams) not in siblings:
-            return proposal
-    # Every variant was taken or invalid: restart the parent's configuration from scratch.
-    return check_proposal({"diagnosis": f"{rule}: {why}; no new variant left ({tried})",
+    # Every variant was taken or invalid (search.space fixes the seed): nothing untried is left,
+    # so the parent's configuration again from scratch, said so; knowingly a repeat, so not
+    # checked as a fresh strategy or against the siblings.
+    return check_proposal({"diagnosis": f"{rule}: {why}; no untried variant is left within "
+                           f"search.space ({tried}): the parent's configuration again",
                            "changes": {}, "checkpoint_step": None,
                            "additional_steps": fresh},
-                          parent_hp, checkpoints, True, backend, "heuristic", bounds)
+                          parent_hp, checkpoints, False, backend, "heuristic", bounds)
