@@ -186,10 +186,18 @@ class RunStore:
         """Replace one node record, its copy first (see `rebuild_node`); a `new` one before
         its copy, so that a write cut short leaves a record that reads, never a copy alone (a
         record gone, which stops the search). Callers changing structure hold the lock."""
+        self._refuse_stand_in(node)
         data = {"schema_version": SCHEMA_VERSION, **node.to_dict()}
         files = self.node_dir(node.id)
         for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
             write_json(path, data)
+
+    def _refuse_stand_in(self, node: Node) -> None:
+        """A quarantined stand-in (see `load_tree`) written back would replace the damaged
+        record and its copy, the one llmzero-repair rebuilds it from: refused."""
+        if node.unreadable:
+            raise StateError(self.node_path(node.id), "cannot be read, and its stand-in is not "
+                             "written in its place; rebuild it with llmzero-repair first")
 
     def rebuild_node(self, node_id: int) -> Node | None:
         """Put back a node record that cannot be read, from the copy written beside it with
@@ -244,6 +252,8 @@ class RunStore:
 
     def write_nodes(self, nodes: list[Node]) -> None:
         """Write several records under one lock hold (e.g. a debug-chain reparent)."""
+        for node in nodes:    # before any write: a refused batch writes nothing
+            self._refuse_stand_in(node)
         with self.lock.hold():
             self.fence()
             for node in nodes:
