@@ -97,7 +97,7 @@ def test_creating_in_a_folder_that_is_not_a_run_is_refused_and_touches_nothing(t
 
 def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
     """An empty folder, the cluster checks' folder, and a create stopped before meta.json."""
-    from llmzero_slurm.store.run_store import CHECK_DIR
+    from llmzero_slurm.store.new_run import CHECK_DIR
     cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}})
     (tmp_path / "empty").mkdir()
     (tmp_path / "checked" / CHECK_DIR).mkdir(parents=True)
@@ -110,6 +110,29 @@ def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
         RunStore.create(tmp_path / root, cfg)
         assert RunStore.open(tmp_path / root).config.hparams == {"lr": 1e-3}
     assert (tmp_path / "checked" / CHECK_DIR).is_dir()
+
+
+def test_of_two_creates_of_one_new_run_the_second_is_refused_and_changes_nothing(
+        tmp_path, monkeypatch):
+    """Review: two `RunStore.create` on one new folder both succeeded, the second overwriting
+    the first's experiment.yaml and meta.json under its feet: the folder was found free before
+    the lock was taken. Now it is checked again under the lock, and the second create is
+    refused as one over an existing run, the first's frozen config kept."""
+    import llmzero_slurm.store.new_run as new_run
+    mine, theirs = (parse_config({"name": "t", "hparams": {"lr": lr}}) for lr in (1e-3, 5e-6))
+    real, raced = new_run.foreign_files, []
+
+    def the_other_create_wins(root):   # after this create found the folder free
+        found = real(root)
+        if not raced:
+            raced.append(None)
+            raced[0] = RunStore.create(root, theirs)
+        return found
+    monkeypatch.setattr(new_run, "foreign_files", the_other_create_wins)
+    with pytest.raises(StateError, match="already holds a run"):
+        RunStore.create(tmp_path / "run", mine)
+    assert raced[0].config.hparams == {"lr": 5e-6}
+    assert RunStore.open(tmp_path / "run").config.hparams == {"lr": 5e-6}
 
 
 def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):
