@@ -532,6 +532,44 @@ def test_every_record_takes_the_umask_so_a_group_reads_its_run(tmp_path, group_u
     assert (tmp_path / llm_key.KEY_FILE).stat().st_mode & 0o777 == 0o600
 
 
+def test_a_rewrite_keeps_the_mode_a_user_gave_the_run_but_never_widens_a_secret(tmp_path):
+    """Review: every rewrite installed a new file with the umask's mode, so a run a user had
+    shared with `chmod -R g+rX` (under umask 077) lost it on each record the controller
+    rewrote. A rewrite now keeps the old file's mode, within what the write asks for: a
+    secret (0600) stays its owner's even where the folder was opened to the group."""
+    old = os.umask(0o077)
+    try:
+        store = new_store(tmp_path)
+        add_root(store)
+        secret = store.root / "key.json"
+        write_json(secret, {"value": "sk"}, mode=0o600)
+        for path in store.root.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o050 if path.is_dir() else 0o640)
+        store.update_node(0, lambda n: setattr(n, "status", Status.QUEUED))
+        write_json(secret, {"value": "sk2"}, mode=0o600)
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in
+             (store.node_path(0), store.node_dir(0).record_copy, secret)}
+    assert modes == {"node.json": "0o640", "node.json.bak": "0o640", "key.json": "0o600"}
+
+
+def test_a_rewrite_keeps_the_group_a_user_gave_the_run(tmp_path):
+    """Review: a run given to a project group with `chgrp -R` went back to the user's own
+    group in every record the controller rewrote. A rewrite now keeps the old file's group
+    where the user may set it."""
+    store = new_store(tmp_path)
+    add_root(store)
+    path = store.node_path(0)
+    mine = path.stat().st_gid
+    other = next((g for g in ([1] if os.geteuid() == 0 else os.getgroups()) if g != mine), None)
+    if other is None:
+        pytest.skip("this user is in no second group to give the run to")
+    os.chown(path, -1, other)
+    store.update_node(0, lambda n: setattr(n, "status", Status.QUEUED))
+    assert path.stat().st_gid == other
+
+
 def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
     """A write that fails for lack of space (here at the n-th write of the file, through the
     same fault point the end-to-end test uses) leaves the previous content and no temp file,
