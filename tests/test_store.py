@@ -442,6 +442,21 @@ def test_wrong_values_in_meta_json_are_named(tmp_path, change, why):
     assert store.node_ids() == [] and RunStore.open(store.root).created_at > 0
 
 
+def test_a_run_made_before_created_at_was_recorded_began_when_its_files_say(tmp_path):
+    """Review: a meta.json without created_at (releases before it was recorded) gave the
+    current time, so a wall-clock budget began again at every controller start. The run's
+    start is now read off its files, as llmzero-repair reads it: the earliest of the frozen
+    config's time and its nodes' creation times."""
+    store = new_store(tmp_path)
+    store.add_node(lambda i: make_child(Tree([]), Action(Kind.SCRATCH, None), i, {"lr": 1e-3},
+                                        now=1_000.0))
+    meta = store.root / "meta.json"
+    write_json(meta, {k: v for k, v in read_json(meta).items()
+                      if k not in ("created_at", "created_by")})
+    os.utime(store.root / "experiment.yaml", (2_000.0, 2_000.0))
+    assert RunStore.open(store.root).created_at == 1_000.0
+
+
 def test_a_meta_json_without_next_id_is_named(tmp_path):
     store = new_store(tmp_path)
     meta = store.root / "meta.json"

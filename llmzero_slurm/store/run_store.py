@@ -104,8 +104,22 @@ class RunStore:
 
     @property
     def created_at(self) -> float:
-        """When the run was created (wall-clock budgets count from here, across restarts)."""
-        return float(read_meta(self.root).get("created_at", time.time()))
+        """When the run was created (wall-clock budgets count from here, across restarts); for
+        a meta.json from before it was recorded, when its files say it began."""
+        meta = read_meta(self.root)
+        return float(meta["created_at"]) if "created_at" in meta else self.began_at()
+
+    def began_at(self) -> float:
+        """When the run began, read off the run itself (llmzero-repair rebuilds meta.json
+        with it): the earliest of the frozen config's time and its nodes' records, since the
+        config was frozen before any node was made, and may have been put back since."""
+        times = [(self.root / "experiment.yaml").stat().st_mtime]
+        for node_id in self.folder_ids():
+            try:
+                times.append(self.read_node(node_id).created_at)
+            except StateError:
+                continue        # a damaged record: llmzero-repair's next step
+        return min(t for t in times if t > 0)
 
     # -- nodes ----------------------------------------------------------------------------
 
