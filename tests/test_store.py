@@ -725,6 +725,48 @@ def test_soft_lock_break_never_deletes_a_fresh_holders_lock(tmp_path):
     assert not path.exists()
 
 
+def test_a_lock_judged_stale_is_left_alone_once_another_breaker_replaced_it(tmp_path,
+                                                                            monkeypatch):
+    """Review: a process that judged a lock stale renamed away the live lock another breaker
+    had put in its place a moment later, to link it back once it saw whose it was; a third
+    process taking the freed place in between held the lock beside the second. Breakers now
+    take turns through a marker and look again under it: a replaced lock is not touched."""
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "killed"}))
+    old = time.time() - 100
+    os.utime(path, (old, old))
+    late, first, third = (SoftLock(path, timeout=0.3, stale_after=30) for _ in range(3))
+    stale = late._stale_token()
+    real_link, taken = os.link, []
+
+    def third_polls_now(src, dst):    # between the late breaker's rename and its link back
+        taken.append(third._try_create())
+        return real_link(src, dst)
+    with first.hold():                # it broke the stale lock and holds the place now
+        monkeypatch.setattr(os, "link", third_polls_now)
+        late._break(stale)
+        monkeypatch.undo()
+        assert json.loads(path.read_text())["token"] == first._token
+        assert taken in ([], [False])
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_break_marker_left_by_a_killed_breaker_is_broken_in_turn(tmp_path):
+    """A breaker killed between taking its turn and giving it back must not stop every later
+    break: its marker goes once older than any break takes."""
+    from llmzero_slurm.store.locks import BREAK_GRACE_S
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "killed"}))
+    marker = tmp_path / ".tree.lock.break"
+    marker.touch()
+    old = time.time() - BREAK_GRACE_S - 10
+    for stale in (path, marker):
+        os.utime(stale, (old, old))
+    with SoftLock(path, timeout=3, stale_after=30).hold():
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
 def test_soft_lock_age_is_read_on_the_servers_clock(tmp_path, monkeypatch):
     """Issue 14.8: a client whose clock runs 2 minutes ahead broke a live holder's lock."""
     path = tmp_path / "tree.lock"
