@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from llmzero_slurm.plots import plt
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import StorageError, UsageError
 from llmzero_slurm.methods import MethodContext, make_method
+from llmzero_slurm.paths import ROOT
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.canvas import STATUS_COLOURS
@@ -467,6 +470,24 @@ def test_an_empty_run_gets_a_page_and_no_strategy(tmp_path):
     assert "No phase has a validation score yet" in index.read_text()
     assert not (root / "report" / "strategy.yaml").exists()
     assert all((root / "report" / name).is_file() for name in FIGURES)
+
+
+def test_the_report_is_utf8_whatever_the_locale(tmp_path):
+    """Review: the page declares utf-8 but its files were written in the locale's encoding:
+    under a C or Latin-1 locale (a batch job's, a minimal login shell's) an agent's '→'
+    stopped llmzero-report with UnicodeEncodeError, or wrote bytes that are not UTF-8. Every
+    file the project writes or reads of its own is UTF-8 now."""
+    root = tmp_path / "r"
+    store = RunStore.create(root, config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 20, 20, 0.4, None, [20], 0.1), diagnosis="entropy collapsed → raise lr")
+    metrics(store.node_dir(0), 0, 20, 20, 0.4, None)
+    done = subprocess.run([str(ROOT / "bin" / "llmzero-report"), str(root)], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "LLMZERO_PYTHON": sys.executable, "LC_ALL": "C",
+                               "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "entropy collapsed → raise lr" in (root / "report" / "index.html").read_bytes().decode()
 
 
 def test_binary_agent_records_are_noted_not_fatal(tmp_path):

@@ -65,7 +65,7 @@ def write_json(path: str | Path, data: Any, mode: int = 0o666) -> None:
 def write_text(path: str | Path, text: str, mode: int = 0o666) -> None:
     """Replace `path` with `text` atomically and durably."""
     def write(tmp: Path) -> None:
-        with open(tmp, "w") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

@@ -110,7 +110,7 @@ BREAK_GRACE_S = 60.0   # a break takes milliseconds: a turn held longer was a ki
 
 def _holder(path: Path) -> dict[str, Any]:
     """What a soft lock file says of its holder; ValueError when it is not a holder's record."""
-    holder = json.loads(path.read_text() or "{}")
+    holder = json.loads(path.read_text(encoding="utf-8") or "{}")
     if not isinstance(holder, dict):
         raise ValueError(f"{path}: not a lock holder's record")
     return holder
@@ -131,7 +131,7 @@ class SoftLock:
         self._token = uuid.uuid4().hex
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "token": self._token}
         try:
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(holder, fh)
         except OSError as exc:
             # A full disk or quota: left there, the empty file would hold the run's lock for

@@ -60,7 +60,7 @@ def rebuild_config(root: Path) -> str | None:
         raise StateError(path, f"{damage}; and its copy: {exc}") from None
     if path.exists():
         keep_copy(path)
-    write_text(path, copy.read_text())
+    write_text(path, copy.read_text(encoding="utf-8"))
     return damage
 
 
