@@ -202,6 +202,28 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
     assert not {p.name for p in out.glob("*.png")} & after
 
 
+def test_a_refresh_keeps_every_image_of_the_old_page_until_the_new_page_is_in_place(
+        run, tmp_path, monkeypatch):
+    """Review: a refresh deleted a node's old curve PNG when it drew the new one, before the
+    new index.html was written: a reader opening the page meanwhile got a broken image. The
+    old PNGs go only once the new page names the new ones."""
+    import llmzero_slurm.report.build as build
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    with open(RunStore.open(run).node_dir(2).metrics_file, "a") as fh:
+        fh.write(json.dumps({"step": 41, "data": {"actor/entropy": 0.5}}) + "\n")
+    page, real, missing = run / "report" / "index.html", build.render_html, []
+
+    def reader_looks(*args, **kwargs):     # the page readers get while the new one is made
+        shown = re.findall(r'src="([^"]+)"', page.read_text())
+        missing.extend(src for src in shown if not (page.parent / src).exists())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(build, "render_html", reader_looks)
+    write_report(run)
+    assert missing == []
+    shown = set(re.findall(r'src="(nodes/[^"]+)"', page.read_text()))
+    assert {f"nodes/{p.name}" for p in (page.parent / "nodes").glob("*.png")} == shown
+
+
 def test_a_folder_of_the_users_own_is_written_into_only_when_new_empty_or_a_report(run,
                                                                                   tmp_path):
     """--output DIR replaced DIR's index.html and, for a run with no scored phase yet,
