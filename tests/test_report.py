@@ -275,6 +275,19 @@ def test_an_agent_record_whose_result_is_no_object_is_shown_empty(run, tmp_path)
     assert collect(run).agent_costs["proposer"].calls >= 1
 
 
+def test_an_agent_record_whose_fallbacks_are_no_list_is_noted_not_fatal(run, tmp_path):
+    """Review: a proposal.json whose "fallbacks" was a number crashed the page's template
+    (TypeError: 'int' object is not iterable), though a bad record is to become a note. It
+    is a note now, and the record is shown without fallbacks."""
+    run = Path(shutil.copytree(run, tmp_path / "edited"))
+    files = RunStore.open(run).node_dir(1)
+    files.proposal_file.write_text(json.dumps({**record("proposer", 100, 0.5, diagnosis="x"),
+                                               "fallbacks": 2}))
+    page = write_report(run).read_text()
+    assert "0001/proposal.json: its fallbacks are not a list; shown empty" in page
+    assert "fell back" not in page
+
+
 def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):
     """A controller killed while it saved a figure left a zero-byte .<figure>.<id>.tmp in the
     report for good (every kill loop of the crash audit left one or two). The next report
