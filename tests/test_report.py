@@ -376,6 +376,28 @@ def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
                for t in texts)
 
 
+def test_a_changed_text_setting_is_shown_as_its_trail(tmp_path):
+    """Review: a text setting that changed along the best path (kl_loss_type low_var_kl ->
+    k3) was dropped from the settings figure, whose panel then said "nothing changed along
+    this strategy". It is listed with its trail now, beside the lines of numeric ones."""
+    store = RunStore.create(tmp_path / "r", config())
+    hp0 = {**RECIPE, "kl_loss_type": "low_var_kl"}
+    add(store, Kind.SCRATCH, None, hp0, Status.COMPLETED, scored(0, 60, 40, 0.45, 0, [25, 50], 0.1))
+    add(store, Kind.EVOLVE, 0, {**hp0, "kl_loss_type": "k3"}, Status.COMPLETED,
+        scored(50, 100, 90, 0.6, 1, [75, 100], 0.2), resume=50)
+    view = collect(tmp_path / "r")
+    trail = "kl_loss_type: low_var_kl → k3"
+    fig = hparam_figure(view)
+    [said] = [t.get_text() for t in fig.axes[1].texts]
+    plt.close(fig)
+    assert trail in said and "nothing changed" not in said
+    view.phases[-1].view.node.hparams["kl_loss_coef"] = 0.01    # and a numeric one beside it
+    fig = hparam_figure(view)
+    shown = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    plt.close(fig)
+    assert shown == ["kl_loss_coef: 0.04 → 0.01", trail]
+
+
 def test_the_best_strategy_table_follows_the_best_path(run):
     page = html(run)
     table = page.split("<h2>Best strategy</h2>")[1].split("<h2>")[0]
