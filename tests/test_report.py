@@ -18,7 +18,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from llmzero_slurm.plots import plt
+from llmzero_slurm.plots import DPI, plt
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import StorageError, UsageError
@@ -396,6 +396,21 @@ def test_a_changed_text_setting_is_shown_as_its_trail(tmp_path):
     shown = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     plt.close(fig)
     assert shown == ["kl_loss_coef: 0.04 → 0.01", trail]
+
+
+def test_a_chain_hundreds_of_phases_deep_gets_a_tree_figure_of_bounded_size(tmp_path):
+    """Review: the tree's layout recursed once per level, so a chain about 500 phases deep
+    (a long run of evolve steps) raised RecursionError and no report was written; and the
+    figure grew 0.9 inch a level, without the bound its width has. The layout is iterative
+    now, and the height is bounded like the width."""
+    from types import SimpleNamespace
+    from llmzero_slurm.report.tree_figure import MAX_INCHES, tree_figure
+    nodes = [Node(i, i - 1 if i else None, Kind.EVOLVE if i else Kind.SCRATCH, {},
+                  status=Status.COMPLETED) for i in range(600)]
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    assert [a.node for a in areas] == list(range(600))
+    assert areas[0].y < areas[-1].y                      # depth runs down the figure
+    assert plt.imread(tmp_path / TREE).shape[0] <= MAX_INCHES * DPI
 
 
 def test_the_best_strategy_table_follows_the_best_path(run):
