@@ -61,7 +61,7 @@ def check_adapter(folder: Path, expect_rank: int | None = None) -> dict:
     """Return the adapter's config, or raise saying why PEFT would load it wrongly."""
     config_file = folder / ADAPTER / "adapter_config.json"
     try:
-        config = json.loads(config_file.read_text())
+        config = json.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ExportError(4, f"{config_file} is missing: the merger found no LoRA weights "
                              "in the checkpoint (was the parent trained with lora_rank > 0?)") from None

@@ -148,7 +148,7 @@ def reward(path: str | None) -> str:
         return "no reward file (a builtin task scores itself)"
     read_head(path)
     try:
-        compile(Path(path).read_text(), path, "exec")
+        compile(Path(path).read_bytes(), path, "exec")   # bytes: its own coding, as python reads it
     except SyntaxError as exc:
         raise Failed(f"{path} does not compile with Python {platform.python_version()}: "
                      f"{exc.msg} (line {exc.lineno})") from None
@@ -241,7 +241,7 @@ def environment(plan: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        plan = json.loads(Path(args[0]).read_text())
+        plan = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     except (IndexError, OSError, ValueError) as exc:
         emit("run directory", False, f"the check's plan {args[:1]} cannot be read on "
              f"{socket.gethostname()} ({exc}): the run directory must be on a filesystem the "

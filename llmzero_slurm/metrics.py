@@ -118,19 +118,21 @@ class MetricsReader:
                points: dict[str, dict[int, float]], problems: list[str]) -> None:
         if not line.strip():
             return
+        # A step of 1e400 or a 400-digit value overflows, arrays nested deep enough exhaust
+        # the parser's recursion: the line is bad like any other, never the reader's end.
         try:
             record = json.loads(line)
             step, data = int(record["step"]), record["data"]
             if not isinstance(data, Mapping):
                 raise TypeError("data is not a mapping")
-        except (ValueError, KeyError, TypeError) as exc:
+            values = {str(name): float(value) for name, value in data.items()
+                      if not isinstance(value, bool) and isinstance(value, (int, float))}
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             what = "torn last line (still being written?)" if last else f"unreadable line: {exc}"
             problems.append(f"{self.path.name}:{number}: {what}")
             return
-        for name, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            points.setdefault(str(name), {})[step] = float(value)  # a requeue re-logs: last wins
+        for name, value in values.items():
+            points.setdefault(name, {})[step] = value  # a requeue re-logs: last wins
 
     def read(self) -> MetricsLog:
         """Everything the file holds now; a missing file is an empty log, and so is one that

@@ -54,6 +54,20 @@ def test_corrupt_middle_line_is_flagged_with_its_number(tmp_path):
     assert len(log.problems) == 2 and log.problems[0].startswith("m.jsonl:3: unreadable")
 
 
+def test_lines_with_numbers_too_large_or_nesting_too_deep_are_flagged_not_raised(tmp_path):
+    """Review: a step of 1e400, a 400-digit value or arrays nested 100,000 deep raised
+    OverflowError or RecursionError out of the reader, which the controller does not catch:
+    the TensorBoard export stopped on every poll. They are skipped and flagged now."""
+    path = tmp_path / "m.jsonl"
+    bad = ['{"step": 1e400, "data": {"x": 1}}', '{"step": 2, "data": {"x": ' + "9" * 400 + "}}",
+           '{"step": 3, "data": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}"]
+    good = [json.dumps({"step": s, "data": {"x": float(s)}}) for s in (4, 5)]
+    path.write_text("\n".join([good[0], *bad, good[1]]) + "\n")
+    log = read_metrics(path)
+    assert log.get("x") == [(4, 4.0), (5, 5.0)]
+    assert [p.split(": ")[0] for p in log.problems] == ["m.jsonl:2", "m.jsonl:3", "m.jsonl:4"]
+
+
 def test_missing_file_is_empty_and_requeue_relog_keeps_last_value(tmp_path):
     assert read_metrics(tmp_path / "none.jsonl").series == {}
     path = write(tmp_path / "m.jsonl", [(1, {"x": 1.0}), (2, {"x": 2.0}), (2, {"x": 5.0})])

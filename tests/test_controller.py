@@ -14,7 +14,7 @@ import pytest
 
 from controller_doubles import ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import SchedulerError, StorageError
+from llmzero_slurm.errors import SchedulerError, StateError, StorageError
 from llmzero_slurm.job_names import phase_job_name
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
@@ -771,6 +771,29 @@ def test_a_fix_recorded_but_not_moved_before_a_crash_is_moved_at_restart(tmp_pat
     assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (0, Kind.EVOLVE, 1)
     assert "node 2: fixes node 1" in out.getvalue()
     fault_outcome(ctl.store, [])      # nothing is submitted: the nodes ran before the crash
+
+
+def test_a_fix_whose_failure_cannot_be_read_waits_for_repair_and_never_overwrites_it(tmp_path):
+    """Review: when the failed node's record could not be read, its quarantined stand-in (no
+    parent, no hparams) became the origin of the fix's move: the stand-in was written over the
+    damaged record and its copy, the fix became a parentless scratch node, and llmzero-repair
+    found nothing to rebuild. Now the fix waits, the store refuses to write a stand-in, and
+    once the record is rebuilt from its copy the fix moves beside it."""
+    store = failed_evolve_run(tmp_path, budget_iterations=3)
+    store.add_node(lambda i: Node(i, 1, Kind.DEBUG, dict(HP), Resume(0, 20),
+                                  status=Status.COMPLETED, results=DONE))
+    store.node_path(1).write_text('{"schema_version": 1, "id": 1, ')    # a torn record
+    ctl, out = controller(tmp_path, ScriptedScheduler(), [scratch] * 3, store=store)
+    tree = ctl.reconcile()
+    assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (1, Kind.DEBUG, None)
+    assert "fixes node 1" not in out.getvalue()
+    with pytest.raises(StateError, match=r"0001/node.json: .*cannot be read.*llmzero-repair"):
+        store.write_nodes([tree[2], tree[1]])
+    assert read_json(store.node_path(2))["kind"] == "debug"      # nothing of the batch written
+    assert store.rebuild_node(1).kind is Kind.EVOLVE
+    tree = ctl.reconcile()
+    assert (tree[2].parent, tree[2].kind, tree[2].fixed_from) == (0, Kind.EVOLVE, 1)
+    assert tree[1].terminal and tree[1].hparams == HP
 
 
 def second_fix_running_as_the_first_ones_fix_succeeds(tmp_path: Path):

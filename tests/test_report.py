@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,11 +18,12 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from llmzero_slurm.plots import plt
+from llmzero_slurm.plots import DPI, plt
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import StorageError, UsageError
 from llmzero_slurm.methods import MethodContext, make_method
+from llmzero_slurm.paths import ROOT
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.canvas import STATUS_COLOURS
@@ -199,6 +202,28 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
     assert not {p.name for p in out.glob("*.png")} & after
 
 
+def test_a_refresh_keeps_every_image_of_the_old_page_until_the_new_page_is_in_place(
+        run, tmp_path, monkeypatch):
+    """Review: a refresh deleted a node's old curve PNG when it drew the new one, before the
+    new index.html was written: a reader opening the page meanwhile got a broken image. The
+    old PNGs go only once the new page names the new ones."""
+    import llmzero_slurm.report.build as build
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    with open(RunStore.open(run).node_dir(2).metrics_file, "a") as fh:
+        fh.write(json.dumps({"step": 41, "data": {"actor/entropy": 0.5}}) + "\n")
+    page, real, missing = run / "report" / "index.html", build.render_html, []
+
+    def reader_looks(*args, **kwargs):     # the page readers get while the new one is made
+        shown = re.findall(r'src="([^"]+)"', page.read_text())
+        missing.extend(src for src in shown if not (page.parent / src).exists())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(build, "render_html", reader_looks)
+    write_report(run)
+    assert missing == []
+    shown = set(re.findall(r'src="(nodes/[^"]+)"', page.read_text()))
+    assert {f"nodes/{p.name}" for p in (page.parent / "nodes").glob("*.png")} == shown
+
+
 def test_a_folder_of_the_users_own_is_written_into_only_when_new_empty_or_a_report(run,
                                                                                   tmp_path):
     """--output DIR replaced DIR's index.html and, for a run with no scored phase yet,
@@ -248,6 +273,19 @@ def test_an_agent_record_whose_result_is_no_object_is_shown_empty(run, tmp_path)
     assert "0001/proposal.json: its result is not an object; shown empty" in page
     assert "0001/error_analysis.json: its result is not an object; shown empty" in page
     assert collect(run).agent_costs["proposer"].calls >= 1
+
+
+def test_an_agent_record_whose_fallbacks_are_no_list_is_noted_not_fatal(run, tmp_path):
+    """Review: a proposal.json whose "fallbacks" was a number crashed the page's template
+    (TypeError: 'int' object is not iterable), though a bad record is to become a note. It
+    is a note now, and the record is shown without fallbacks."""
+    run = Path(shutil.copytree(run, tmp_path / "edited"))
+    files = RunStore.open(run).node_dir(1)
+    files.proposal_file.write_text(json.dumps({**record("proposer", 100, 0.5, diagnosis="x"),
+                                               "fallbacks": 2}))
+    page = write_report(run).read_text()
+    assert "0001/proposal.json: its fallbacks are not a list; shown empty" in page
+    assert "fell back" not in page
 
 
 def test_temporary_files_of_a_killed_report_writer_are_swept(run, tmp_path):
@@ -336,6 +374,43 @@ def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
     plt.close(fig)
     assert any(t.startswith("nothing changed along this strategy") and "rollout_n=8" in t
                for t in texts)
+
+
+def test_a_changed_text_setting_is_shown_as_its_trail(tmp_path):
+    """Review: a text setting that changed along the best path (kl_loss_type low_var_kl ->
+    k3) was dropped from the settings figure, whose panel then said "nothing changed along
+    this strategy". It is listed with its trail now, beside the lines of numeric ones."""
+    store = RunStore.create(tmp_path / "r", config())
+    hp0 = {**RECIPE, "kl_loss_type": "low_var_kl"}
+    add(store, Kind.SCRATCH, None, hp0, Status.COMPLETED, scored(0, 60, 40, 0.45, 0, [25, 50], 0.1))
+    add(store, Kind.EVOLVE, 0, {**hp0, "kl_loss_type": "k3"}, Status.COMPLETED,
+        scored(50, 100, 90, 0.6, 1, [75, 100], 0.2), resume=50)
+    view = collect(tmp_path / "r")
+    trail = "kl_loss_type: low_var_kl → k3"
+    fig = hparam_figure(view)
+    [said] = [t.get_text() for t in fig.axes[1].texts]
+    plt.close(fig)
+    assert trail in said and "nothing changed" not in said
+    view.phases[-1].view.node.hparams["kl_loss_coef"] = 0.01    # and a numeric one beside it
+    fig = hparam_figure(view)
+    shown = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    plt.close(fig)
+    assert shown == ["kl_loss_coef: 0.04 → 0.01", trail]
+
+
+def test_a_chain_hundreds_of_phases_deep_gets_a_tree_figure_of_bounded_size(tmp_path):
+    """Review: the tree's layout recursed once per level, so a chain about 500 phases deep
+    (a long run of evolve steps) raised RecursionError and no report was written; and the
+    figure grew 0.9 inch a level, without the bound its width has. The layout is iterative
+    now, and the height is bounded like the width."""
+    from types import SimpleNamespace
+    from llmzero_slurm.report.tree_figure import MAX_INCHES, tree_figure
+    nodes = [Node(i, i - 1 if i else None, Kind.EVOLVE if i else Kind.SCRATCH, {},
+                  status=Status.COMPLETED) for i in range(600)]
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    assert [a.node for a in areas] == list(range(600))
+    assert areas[0].y < areas[-1].y                      # depth runs down the figure
+    assert plt.imread(tmp_path / TREE).shape[0] <= MAX_INCHES * DPI
 
 
 def test_the_best_strategy_table_follows_the_best_path(run):
@@ -467,6 +542,24 @@ def test_an_empty_run_gets_a_page_and_no_strategy(tmp_path):
     assert "No phase has a validation score yet" in index.read_text()
     assert not (root / "report" / "strategy.yaml").exists()
     assert all((root / "report" / name).is_file() for name in FIGURES)
+
+
+def test_the_report_is_utf8_whatever_the_locale(tmp_path):
+    """Review: the page declares utf-8 but its files were written in the locale's encoding:
+    under a C or Latin-1 locale (a batch job's, a minimal login shell's) an agent's '→'
+    stopped llmzero-report with UnicodeEncodeError, or wrote bytes that are not UTF-8. Every
+    file the project writes or reads of its own is UTF-8 now."""
+    root = tmp_path / "r"
+    store = RunStore.create(root, config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 20, 20, 0.4, None, [20], 0.1), diagnosis="entropy collapsed → raise lr")
+    metrics(store.node_dir(0), 0, 20, 20, 0.4, None)
+    done = subprocess.run([str(ROOT / "bin" / "llmzero-report"), str(root)], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "LLMZERO_PYTHON": sys.executable, "LC_ALL": "C",
+                               "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "entropy collapsed → raise lr" in (root / "report" / "index.html").read_bytes().decode()
 
 
 def test_binary_agent_records_are_noted_not_fatal(tmp_path):

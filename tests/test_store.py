@@ -97,7 +97,7 @@ def test_creating_in_a_folder_that_is_not_a_run_is_refused_and_touches_nothing(t
 
 def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
     """An empty folder, the cluster checks' folder, and a create stopped before meta.json."""
-    from llmzero_slurm.store.run_store import CHECK_DIR
+    from llmzero_slurm.store.new_run import CHECK_DIR
     cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}})
     (tmp_path / "empty").mkdir()
     (tmp_path / "checked" / CHECK_DIR).mkdir(parents=True)
@@ -110,6 +110,29 @@ def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
         RunStore.create(tmp_path / root, cfg)
         assert RunStore.open(tmp_path / root).config.hparams == {"lr": 1e-3}
     assert (tmp_path / "checked" / CHECK_DIR).is_dir()
+
+
+def test_of_two_creates_of_one_new_run_the_second_is_refused_and_changes_nothing(
+        tmp_path, monkeypatch):
+    """Review: two `RunStore.create` on one new folder both succeeded, the second overwriting
+    the first's experiment.yaml and meta.json under its feet: the folder was found free before
+    the lock was taken. Now it is checked again under the lock, and the second create is
+    refused as one over an existing run, the first's frozen config kept."""
+    import llmzero_slurm.store.new_run as new_run
+    mine, theirs = (parse_config({"name": "t", "hparams": {"lr": lr}}) for lr in (1e-3, 5e-6))
+    real, raced = new_run.foreign_files, []
+
+    def the_other_create_wins(root):   # after this create found the folder free
+        found = real(root)
+        if not raced:
+            raced.append(None)
+            raced[0] = RunStore.create(root, theirs)
+        return found
+    monkeypatch.setattr(new_run, "foreign_files", the_other_create_wins)
+    with pytest.raises(StateError, match="already holds a run"):
+        RunStore.create(tmp_path / "run", mine)
+    assert raced[0].config.hparams == {"lr": 5e-6}
+    assert RunStore.open(tmp_path / "run").config.hparams == {"lr": 5e-6}
 
 
 def test_ids_are_allocated_in_order_and_dirs_are_zero_padded(tmp_path):
@@ -419,6 +442,21 @@ def test_wrong_values_in_meta_json_are_named(tmp_path, change, why):
     assert store.node_ids() == [] and RunStore.open(store.root).created_at > 0
 
 
+def test_a_run_made_before_created_at_was_recorded_began_when_its_files_say(tmp_path):
+    """Review: a meta.json without created_at (releases before it was recorded) gave the
+    current time, so a wall-clock budget began again at every controller start. The run's
+    start is now read off its files, as llmzero-repair reads it: the earliest of the frozen
+    config's time and its nodes' creation times."""
+    store = new_store(tmp_path)
+    store.add_node(lambda i: make_child(Tree([]), Action(Kind.SCRATCH, None), i, {"lr": 1e-3},
+                                        now=1_000.0))
+    meta = store.root / "meta.json"
+    write_json(meta, {k: v for k, v in read_json(meta).items()
+                      if k not in ("created_at", "created_by")})
+    os.utime(store.root / "experiment.yaml", (2_000.0, 2_000.0))
+    assert RunStore.open(store.root).created_at == 1_000.0
+
+
 def test_a_meta_json_without_next_id_is_named(tmp_path):
     store = new_store(tmp_path)
     meta = store.root / "meta.json"
@@ -507,6 +545,44 @@ def test_every_record_takes_the_umask_so_a_group_reads_its_run(tmp_path, group_u
     monkeypatch.setenv("LLMZ_TEST_KEY", "sk-canary-umask")   # a secret stays its owner's alone
     llm_key.hand_over(tmp_path, AgentConfig(backend="anthropic", api_key_env="LLMZ_TEST_KEY"))
     assert (tmp_path / llm_key.KEY_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_rewrite_keeps_the_mode_a_user_gave_the_run_but_never_widens_a_secret(tmp_path):
+    """Review: every rewrite installed a new file with the umask's mode, so a run a user had
+    shared with `chmod -R g+rX` (under umask 077) lost it on each record the controller
+    rewrote. A rewrite now keeps the old file's mode, within what the write asks for: a
+    secret (0600) stays its owner's even where the folder was opened to the group."""
+    old = os.umask(0o077)
+    try:
+        store = new_store(tmp_path)
+        add_root(store)
+        secret = store.root / "key.json"
+        write_json(secret, {"value": "sk"}, mode=0o600)
+        for path in store.root.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o050 if path.is_dir() else 0o640)
+        store.update_node(0, lambda n: setattr(n, "status", Status.QUEUED))
+        write_json(secret, {"value": "sk2"}, mode=0o600)
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in
+             (store.node_path(0), store.node_dir(0).record_copy, secret)}
+    assert modes == {"node.json": "0o640", "node.json.bak": "0o640", "key.json": "0o600"}
+
+
+def test_a_rewrite_keeps_the_group_a_user_gave_the_run(tmp_path):
+    """Review: a run given to a project group with `chgrp -R` went back to the user's own
+    group in every record the controller rewrote. A rewrite now keeps the old file's group
+    where the user may set it."""
+    store = new_store(tmp_path)
+    add_root(store)
+    path = store.node_path(0)
+    mine = path.stat().st_gid
+    other = next((g for g in ([1] if os.geteuid() == 0 else os.getgroups()) if g != mine), None)
+    if other is None:
+        pytest.skip("this user is in no second group to give the run to")
+    os.chown(path, -1, other)
+    store.update_node(0, lambda n: setattr(n, "status", Status.QUEUED))
+    assert path.stat().st_gid == other
 
 
 def test_a_full_disk_keeps_the_old_file_and_names_it(tmp_path, monkeypatch):
@@ -647,6 +723,48 @@ def test_soft_lock_break_never_deletes_a_fresh_holders_lock(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["tree.lock"]
     lock._break("fresh")
     assert not path.exists()
+
+
+def test_a_lock_judged_stale_is_left_alone_once_another_breaker_replaced_it(tmp_path,
+                                                                            monkeypatch):
+    """Review: a process that judged a lock stale renamed away the live lock another breaker
+    had put in its place a moment later, to link it back once it saw whose it was; a third
+    process taking the freed place in between held the lock beside the second. Breakers now
+    take turns through a marker and look again under it: a replaced lock is not touched."""
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "killed"}))
+    old = time.time() - 100
+    os.utime(path, (old, old))
+    late, first, third = (SoftLock(path, timeout=0.3, stale_after=30) for _ in range(3))
+    stale = late._stale_token()
+    real_link, taken = os.link, []
+
+    def third_polls_now(src, dst):    # between the late breaker's rename and its link back
+        taken.append(third._try_create())
+        return real_link(src, dst)
+    with first.hold():                # it broke the stale lock and holds the place now
+        monkeypatch.setattr(os, "link", third_polls_now)
+        late._break(stale)
+        monkeypatch.undo()
+        assert json.loads(path.read_text())["token"] == first._token
+        assert taken in ([], [False])
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_break_marker_left_by_a_killed_breaker_is_broken_in_turn(tmp_path):
+    """A breaker killed between taking its turn and giving it back must not stop every later
+    break: its marker goes once older than any break takes."""
+    from llmzero_slurm.store.locks import BREAK_GRACE_S
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1, "token": "killed"}))
+    marker = tmp_path / ".tree.lock.break"
+    marker.touch()
+    old = time.time() - BREAK_GRACE_S - 10
+    for stale in (path, marker):
+        os.utime(stale, (old, old))
+    with SoftLock(path, timeout=3, stale_after=30).hold():
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 def test_soft_lock_age_is_read_on_the_servers_clock(tmp_path, monkeypatch):

@@ -27,7 +27,8 @@ from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..store.meta_repair import open_run_store
-from ..store.run_store import CHECK_DIR, RunStore
+from ..store.new_run import CHECK_DIR
+from ..store.run_store import RunStore
 from .common import group_note, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.

@@ -161,7 +161,7 @@ def read_output(path: Path, final: bool) -> str | None:
     deadline = time.monotonic() + (OUTPUT_GRACE_S if final else 0.0)
     while True:
         try:
-            text: str | None = path.read_text(errors="replace")
+            text: str | None = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = None
         if (text is not None and END in text.splitlines()) or time.monotonic() > deadline:

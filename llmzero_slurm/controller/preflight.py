@@ -83,7 +83,8 @@ def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         script = Path(tmp) / CONTROLLER_SCRIPT
         script.write_text(render_controller(cfg.name, root, cfg.controller,
-                                            ["llmzero-start", str(root)], "check"))
+                                            ["llmzero-start", str(root)], "check"),
+                          encoding="utf-8")
         _parse(script, "controller job")
     return f"the controller job's script renders and parses; run directory {root}"
 

@@ -22,7 +22,7 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = []
-        for line in self.path.read_text().splitlines(keepends=True):
+        for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True):
             try:
                 if json.loads(line)["step"] > step:
                     continue

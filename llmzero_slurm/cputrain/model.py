@@ -97,7 +97,7 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
     """adapter_config.json of a PEFT adapter folder, checked enough to load it."""
     path = Path(folder) / "adapter_config.json"
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DataError(path, f"not a readable PEFT adapter config: {exc}") from None
     if not (Path(folder) / "adapter_model.safetensors").exists():

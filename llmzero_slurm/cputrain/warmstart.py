@@ -147,11 +147,11 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
             tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             model.save_pretrained(tmp)
-            (tmp / RECORD).write_text(json.dumps(asdict(record), indent=2) + "\n")
+            (tmp / RECORD).write_text(json.dumps(asdict(record), indent=2) + "\n", encoding="utf-8")
             take_umask(tmp)
             shutil.rmtree(folder, ignore_errors=True)   # a folder without its record is partial
             os.replace(tmp, folder)
-    record = BaseRecord(**json.loads((folder / RECORD).read_text()))
+    record = BaseRecord(**json.loads((folder / RECORD).read_text(encoding="utf-8")))
     model = LlamaForCausalLM.from_pretrained(folder)
     for p in model.parameters():
         p.requires_grad_(False)

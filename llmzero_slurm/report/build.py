@@ -14,7 +14,7 @@ from ..store.locks import server_ages
 from .collect import collect
 from .figures import draw_all
 from .html import render_html
-from .node_curves import NODE_CURVES
+from .node_curves import NODE_CURVES, drop_stale_curves
 from ..strategy_file import write_strategy
 from .strategy import strategy_document
 
@@ -62,4 +62,5 @@ def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
         strategy_file = None
     index = out / "index.html"
     write_text(index, render_html(view, drawn, strategy_file))
+    drop_stale_curves(out / NODE_CURVES, drawn.node_curves.values())
     return index

@@ -137,16 +137,23 @@ def _read(path: Path, notes: list[str]) -> Any:
         return None
 
 
+# The fields of an agent's record the page iterates, with the shape it needs and its name.
+RECORD_SHAPES = {"result": (dict, "its result is not an object"),
+                 "fallbacks": (list, "its fallbacks are not a list")}
+
+
 def _agent_record(path: Path, notes: list[str]) -> dict[str, Any] | None:
-    """An agent's answer as the page shows it: an object whose result is an object (a
-    hand-edited one may not be); a paid call all the same, so it is kept for the costs."""
+    """An agent's answer as the page shows it: an object whose result is an object and
+    whose fallbacks are a list (a hand-edited one may not be: that field is shown empty,
+    with a note); a paid call all the same, so it is kept for the costs."""
     value = _read(path, notes)
     if not isinstance(value, dict):
         return None
-    if not isinstance(value.get("result") or {}, dict):
-        notes.append(f"{path.parent.name}/{path.name}: its result is not an object; shown empty")
-        return {**value, "result": {}}
-    return value
+    emptied = {key: shape() for key, (shape, _) in RECORD_SHAPES.items()
+               if not isinstance(value.get(key) or shape(), shape)}
+    notes.extend(f"{path.parent.name}/{path.name}: {RECORD_SHAPES[key][1]}; shown empty"
+                 for key in emptied)
+    return {**value, **emptied}
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -123,18 +123,24 @@ def _numeric(value: Any) -> float | None:
 
 
 def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tuple[str, ...]) -> None:
-    """Each setting that moved along the path as a line (scaled to its largest value); the
-    settings held throughout listed below the panel, or in its middle when none moved."""
+    """Each setting that moved along the path as a line (scaled to its largest value), a
+    text one (kl_loss_type) as its trail alone, having no scale; the settings held
+    throughout listed below the panel, or in its middle when none moved."""
     names = [k for k, p in PARAMS.items() if p.category in categories and k != "total_training_steps"]
-    held = []
+    held, moved_text = [], []
     drawn = False
     for name in names:
-        values = [_numeric(p.view.node.hparams.get(name)) for p in phases]
+        raw = [p.view.node.hparams.get(name) for p in phases]
+        if all(v is None for v in raw):
+            continue
+        if all(v == raw[0] for v in raw):
+            held.append(f"{name}={raw[0]}")
+            continue
+        trail = f"{name}: " + " → ".join(str("default" if v is None else v) for v in raw)
+        values = [_numeric(v) for v in raw]
         known = [v for v in values if v is not None]
         if not known:
-            continue
-        if len(set(values)) == 1:
-            held.append(f"{name}={phases[0].view.node.hparams[name]}")
+            moved_text.append(trail)
             continue
         scale = max(abs(v) for v in known) or 1.0
         xs: list[float] = []
@@ -143,11 +149,12 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
             if value is not None:
                 xs += [phase.start, phase.end]
                 ys += [value / scale] * 2
-        trail = " → ".join(str(p.view.node.hparams.get(name, "default")) for p in phases)
-        ax.plot(xs, ys, marker="o", markersize=3, label=f"{name}: {trail}")
+        ax.plot(xs, ys, marker="o", markersize=3, label=trail)
         drawn = True
     listing = textwrap.fill(", ".join(held), 75)
     if drawn:
+        for trail in moved_text:     # in the legend, without a line
+            ax.plot([], [], linestyle="none", label=trail)
         ax.set_ylim(0, 1.08)
         ax.legend(fontsize=6, loc="best")
         ax.set_ylabel("fraction of its largest value", fontsize=8)
@@ -156,7 +163,9 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
             ax.text(0.0, -0.16, "held throughout: " + listing, transform=ax.transAxes,
                     fontsize=6, color="dimgray", va="top")
     else:
-        empty(ax, "nothing changed along this strategy" + (f"\nheld at:\n{listing}" if held else ""))
+        said = ("changed along this strategy:\n" + "\n".join(moved_text) if moved_text
+                else "nothing changed along this strategy")
+        empty(ax, said + (f"\nheld at:\n{listing}" if held else ""))
     ax.set_title(title, fontsize=9)
 
 

@@ -6,13 +6,16 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.ticker import MaxNLocator
+
 from ..plots import DPI
-from ..search.tree import Kind, Node, Status, Tree
+from ..search.tree import Kind, Status, Tree
 from .canvas import STATUS_COLOURS, empty, new_figure, save
 from .collect import RunView
 
 TREE = "tree.png"
 TREE_MARKER = 260               # scatter size (points squared) of a node on the tree figure
+MAX_INCHES = 20.0               # the figure's bound each way: a wide or deep tree is drawn denser
 
 
 @dataclass(frozen=True)
@@ -26,23 +29,25 @@ class Area:
 
 
 def _layout(tree: Tree) -> dict[int, tuple[float, int]]:
-    """Layered layout: depth down, leaves left to right, a parent centred over its children."""
+    """Layered layout: depth down, leaves left to right, a parent centred over its children.
+    Iterative, children before their parent: a chain of phases may be deeper than Python's
+    recursion limit."""
     pos: dict[int, tuple[float, int]] = {}
     next_x = 0.0
-
-    def place(node: Node, depth: int) -> float:
-        nonlocal next_x
+    stack = [(root, 0, False) for root in reversed(tree.children(None, include_pruned=True))]
+    while stack:
+        node, depth, placed_kids = stack.pop()
         kids = tree.children(node.id, include_pruned=True)
+        if kids and not placed_kids:
+            stack.append((node, depth, True))
+            stack.extend((kid, depth + 1, False) for kid in reversed(kids))
+            continue
         if kids:
-            xs = [place(k, depth + 1) for k in kids]
+            xs = [pos[kid.id][0] for kid in kids]
             x = (min(xs) + max(xs)) / 2
         else:
             x, next_x = next_x, next_x + 1
         pos[node.id] = (x, depth)
-        return x
-
-    for root in tree.children(None, include_pruned=True):
-        place(root, 0)
     return pos
 
 
@@ -51,9 +56,9 @@ def tree_figure(view: RunView, path: Path) -> list[Area]:
     scratch children joined by a dashed edge, pruned nodes faded. Returns each node's area."""
     tree = view.tree
     pos = _layout(tree)
-    width = max(6.0, min(20.0, 0.6 * (max((x for x, _ in pos.values()), default=0) + 2)))
+    width = max(6.0, min(MAX_INCHES, 0.6 * (max((x for x, _ in pos.values()), default=0) + 2)))
     depth = max((d for _, d in pos.values()), default=0)
-    fig, ax = new_figure((width, max(3.0, 1.0 + 0.9 * (depth + 1))))
+    fig, ax = new_figure((width, max(3.0, min(MAX_INCHES, 1.0 + 0.9 * (depth + 1)))))
     on_path = {p.view.node.id for p in view.phases}
     for node in tree:
         if node.parent is not None and node.parent in pos:
@@ -78,7 +83,7 @@ def tree_figure(view: RunView, path: Path) -> list[Area]:
     ax.invert_yaxis()
     ax.set_xticks([])
     ax.set_ylabel("depth")
-    ax.set_yticks(range(depth + 1))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))   # a deep tree: not one tick a level
     ax.set_title("Search tree (bold: best strategy; square: debug; dashed edge: injected scratch)",
                  fontsize=9)
     fig.tight_layout()

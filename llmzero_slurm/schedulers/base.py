@@ -151,7 +151,7 @@ def read_submission(script: Path, token: str) -> dict[str, str]:
     """The script's #SBATCH options, after checking its --comment carries `token`: the token
     is how a restarted controller finds the job, so a mismatch would break exactly-once."""
     try:
-        directives = read_directives(script.read_text())
+        directives = read_directives(script.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SchedulerError(f"submitting {script}: cannot read it: {exc.strerror}") from None
     except ValueError as exc:

@@ -179,7 +179,7 @@ RETRY_S = 5.0               # between tries of an end record a full disk refuses
 def _append(path: Path, line: str) -> None:
     """Add a line to a file (the job's output), quietly giving up on a full disk."""
     try:
-        with open(path, "a") as fh:
+        with open(path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
     except OSError:
         pass

@@ -185,6 +185,8 @@ def reparent_fix(tree: Tree, fix_id: int) -> Reparent | None:
     if fix.status not in (Status.COMPLETED, Status.EARLY_STOPPED):
         return None
     origin = debug_chain_root(tree, fix.parent)
+    if origin.unreadable:   # a stand-in ends every walk (it has no parent): wait for repair
+        return None
     prune = tuple(n.id for n in tree.subtree(origin.id) if n.id not in (origin.id, fix_id))
     return Reparent(fix_id, origin.parent, origin.kind, origin.id, prune)
 

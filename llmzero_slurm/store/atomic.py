@@ -5,11 +5,13 @@ rename itself survives a crash); a write that fails (a full disk, a quota) leave
 as it was and raises StorageError naming the file. Read = parse or raise StateError naming it.
 A new file gets the mode the process's umask (and the folder's default ACL) gives any file,
 as `open` would, so a group sharing a run reads what it writes; only a secret asks for 0600.
+A file replaced keeps its mode and group, as a user set them to share the run.
 """
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -63,7 +65,7 @@ def write_json(path: str | Path, data: Any, mode: int = 0o666) -> None:
 def write_text(path: str | Path, text: str, mode: int = 0o666) -> None:
     """Replace `path` with `text` atomically and durably."""
     def write(tmp: Path) -> None:
-        with open(tmp, "w") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -73,14 +75,36 @@ def write_text(path: str | Path, text: str, mode: int = 0o666) -> None:
 def _new_temp(path: Path, mode: int) -> Path:
     """An empty temporary file beside `path`, created with `mode` less the umask. Not
     tempfile.mkstemp: its files are 0600 whatever the umask, and the rename would hand that
-    mode to every record, leaving a group unable to read its own run."""
+    mode to every record, leaving a group unable to read its own run. Replacing a file, it
+    takes that file's mode and group instead (see `_keep_sharing`)."""
     while True:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:
             continue
+        try:
+            _keep_sharing(path, fd, mode)
+        finally:
+            os.close(fd)
         return tmp
+
+
+def _keep_sharing(path: Path, fd: int, mode: int) -> None:
+    """Give the file `fd` the mode and group of the file `path` it will replace, if any: a
+    run a user shared (`chmod -R g+rX`, `chgrp -R proj`) must stay shared when a record is
+    rewritten. Never more than `mode` allows (a secret stays 0600); a group the user may
+    not give is left as it comes (EPERM)."""
+    try:
+        old = os.stat(path)
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, stat.S_IMODE(old.st_mode) & mode)
+    if old.st_gid != os.fstat(fd).st_gid:
+        try:
+            os.fchown(fd, -1, old.st_gid)
+        except PermissionError:
+            pass
 
 
 TEMP_GRACE_S = 600.0   # a temporary file older than this has no writer left (one takes seconds)
@@ -99,7 +123,8 @@ def replace_with(path: str | Path, write: Callable[[Path], None], mode: int = 0o
     """Replace `path` with what `write` puts into a temporary file beside it (a JSON record,
     a report's figure): readers see the old file or the new one; a write that fails leaves the
     old one, removes the temporary file and raises StorageError naming `path`. The file gets
-    `mode` less the umask from its creation on (0o600 for a secret: never readable by others)."""
+    `mode` less the umask from its creation on (0o600 for a secret: never readable by others),
+    or the mode of the file it replaces, within `mode`."""
     path = Path(path)
     tmp = None
     try:

@@ -4,9 +4,9 @@
 the holder dies, and correct on local disks, Lustre and NFSv4. `soft` suits filesystems where
 flock is missing or unreliable: the lock is a file created with O_EXCL that records its holder;
 a lock older than `stale_after` whose holder is gone (or that has simply outlived the grace
-period) is broken, and release renames before unlinking so a breaker never deletes a newer lock
-(the scheme of Optuna's journal storage on NFS). Ages are read on the file server's clock
-(`server_age`), never the client's against the server's.
+period) is broken, one breaker at a time, and release renames before unlinking so a breaker
+never deletes a newer lock (the scheme of Optuna's journal storage on NFS). Ages are read on
+the file server's clock (`server_age`), never the client's against the server's.
 """
 from __future__ import annotations
 
@@ -105,6 +105,17 @@ def _remove_if_empty(path: Path) -> None:
         pass
 
 
+BREAK_GRACE_S = 60.0   # a break takes milliseconds: a turn held longer was a killed breaker's
+
+
+def _holder(path: Path) -> dict[str, Any]:
+    """What a soft lock file says of its holder; ValueError when it is not a holder's record."""
+    holder = json.loads(path.read_text(encoding="utf-8") or "{}")
+    if not isinstance(holder, dict):
+        raise ValueError(f"{path}: not a lock holder's record")
+    return holder
+
+
 class SoftLock:
     def __init__(self, path: Path, timeout: float, stale_after: float, poll: float = 0.01):
         self.path, self.timeout, self.stale_after, self.poll = path, timeout, stale_after, poll
@@ -120,7 +131,7 @@ class SoftLock:
         self._token = uuid.uuid4().hex
         holder = {"host": socket.gethostname(), "pid": os.getpid(), "token": self._token}
         try:
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(holder, fh)
         except OSError as exc:
             # A full disk or quota: left there, the empty file would hold the run's lock for
@@ -133,45 +144,71 @@ class SoftLock:
     def _stale_token(self) -> str | None:
         """The token of a lock past the grace period, or held by a dead local pid; else None."""
         try:
-            holder = json.loads(self.path.read_text() or "{}")
+            holder = _holder(self.path)
             age = server_age(self.path)
         except IsADirectoryError as exc:   # no holder will ever remove it
             raise unusable(self.path, exc) from None
         except (OSError, ValueError):
             return None
-        if not isinstance(holder, dict) or age is None:
+        if age is None:
             return None
         dead = holder.get("host") == socket.gethostname() and "pid" in holder \
             and not alive(holder["pid"])
         return str(holder.get("token", "")) if age > self.stale_after or dead else None
 
     def _break(self, stale: str) -> None:
-        """Remove the stale lock judged by its token. Rename first, then look: if a fresh
-        holder's lock was moved instead (the stale one went and a new one came between the
-        judgement and the rename), put it back where nobody has taken the place since."""
-        grave = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.broken")
-        try:
-            os.rename(self.path, grave)
-        except FileNotFoundError:
+        """Remove the stale lock judged by its token. Breakers take turns (`_turn`) and
+        look again in theirs: without turns, one that judged the lock stale could move away
+        the live lock another breaker had just put in its place, and a third process take
+        the freed path, beside that holder. Rename first, then look: if a fresh lock was moved
+        after all (a live holder past stale_after released it, and another came), put it back
+        where nobody has taken the place since."""
+        turn = self._turn()
+        if turn is None:
             return
         try:
-            moved = json.loads(grave.read_text() or "{}").get("token", "")
-        except (OSError, ValueError, AttributeError):
-            moved = stale
-        if moved != stale:
+            if self._token_of(self.path) != stale:
+                return
+            grave = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.broken")
             try:
-                os.link(grave, self.path)    # fails if someone created a lock meanwhile
-            except OSError:
-                pass
-        grave.unlink(missing_ok=True)
+                os.rename(self.path, grave)
+            except FileNotFoundError:
+                return
+            if self._token_of(grave) not in (stale, None):
+                try:
+                    os.link(grave, self.path)    # fails if someone created a lock meanwhile
+                except OSError:
+                    pass
+            grave.unlink(missing_ok=True)
+        finally:
+            turn.unlink(missing_ok=True)
+
+    def _turn(self) -> Path | None:
+        """The breakers' turn: a marker beside the lock, made with O_EXCL, to remove when the
+        break is done; None while another breaker has it. A marker older than BREAK_GRACE_S,
+        left by a breaker killed in its turn, is removed for whoever polls next."""
+        marker = self.path.with_name(f".{self.path.name}.break")
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return marker
+        except FileExistsError:
+            pass
+        age = server_age(marker)
+        if age is not None and age > max(BREAK_GRACE_S, self.stale_after):
+            marker.unlink(missing_ok=True)
+        return None
+
+    @staticmethod
+    def _token_of(path: Path) -> str | None:
+        """The token of the lock at `path`; None when it cannot be read (gone, being written)."""
+        try:
+            return str(_holder(path).get("token", ""))
+        except (OSError, ValueError):
+            return None
 
     def _release(self) -> None:
         """Remove our own lock only: a breaker may have replaced it after a long stall."""
-        try:
-            holder = json.loads(self.path.read_text() or "{}")
-        except (OSError, ValueError):
-            return
-        if holder.get("token") == self._token:
+        if self._token_of(self.path) == self._token:
             self._remove()
 
     def _remove(self) -> None:

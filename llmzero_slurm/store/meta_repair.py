@@ -60,15 +60,15 @@ def rebuild_config(root: Path) -> str | None:
         raise StateError(path, f"{damage}; and its copy: {exc}") from None
     if path.exists():
         keep_copy(path)
-    write_text(path, copy.read_text())
+    write_text(path, copy.read_text(encoding="utf-8"))
     return damage
 
 
 def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
     """Put back a meta.json that cannot be read, keeping the damaged file as
     meta.json.damaged-<time>; the new content and what was wrong, or None when it reads
-    fine. next_id follows the highest node folder; created_at is the earliest of the frozen
-    config's time and the nodes' records, since wall-clock budgets count from it."""
+    fine. next_id follows the highest node folder; created_at, which wall-clock budgets count
+    from, is when the run's files say it began (RunStore.began_at)."""
     path = root / "meta.json"
     config = RunStore.config_of(root, [])   # as leniently as the commands read it
     store = RunStore(root, config.state.lock, config.state.lock_timeout_s,
@@ -81,15 +81,8 @@ def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
             if other_schema(path):
                 raise
             damage = exc.problem
-        ids = store.folder_ids()
-        times = [(root / "experiment.yaml").stat().st_mtime]
-        for node_id in ids:
-            try:
-                times.append(store.read_node(node_id).created_at)
-            except StateError:
-                continue        # a damaged record: llmzero-repair's next step
-        meta = {"schema_version": SCHEMA_VERSION, "next_id": max(ids, default=-1) + 1,
-                "created_at": min(t for t in times if t > 0)}
+        meta = {"schema_version": SCHEMA_VERSION, "created_at": store.began_at(),
+                "next_id": max(store.folder_ids(), default=-1) + 1}
         if path.exists():
             keep_copy(path)
         write_json(path, meta)

@@ -20,30 +20,12 @@ from ..errors import ConfigError, FrozenConfigError, StateError
 from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
+from .new_run import refuse_taken
 from .node_dir import NodeDir
 from .schema import SCHEMA_VERSION, created_by, new_meta, read_meta, versioned
 
 
-CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory
 CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start --submit submitted
-# What may be in a run directory before its meta.json: the cluster checks' folder
-# (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
-# an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.
-BEFORE_RUN = (CHECK_DIR,)
-BEING_MADE = ("nodes", "tree.lock", "experiment.yaml", "experiment.yaml.bak")
-
-
-def _foreign_files(root: Path) -> list[str]:
-    """The names in `root` that llmzero did not write there before a run: a half-made run may
-    be made again, anyone else's folder must be left alone (its experiment.yaml overwritten)."""
-    nodes = root / "nodes"
-    try:
-        names = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
-        begun = nodes.is_dir() and not any(nodes.iterdir())
-    except OSError as exc:
-        raise StateError(root, f"cannot be read ({exc.strerror})") from None
-    return [n for n in names if n not in BEFORE_RUN
-            and not (begun and (n in BEING_MADE or n.startswith(".")))]
 
 
 class RunStore:
@@ -69,24 +51,18 @@ class RunStore:
         """Make a new run directory with a frozen copy of the config. A path that is a file, or
         a folder holding anything but what an interrupted create leaves (its experiment.yaml
         would be overwritten), is the wrong argument (ConfigError); a folder the filesystem
-        will not make is unwritable state (StateError): all named, none a traceback."""
+        will not make is unwritable state (StateError): all named, none a traceback. Of two
+        creates racing to one folder, the second is refused as one over an existing run."""
         root = Path(root)
-        if (root / "meta.json").exists():
-            raise StateError(root, "already holds a run; open it instead of creating it")
-        if root.exists() and not root.is_dir():
-            raise ConfigError("--run-dir", f"{root} is a file, not a folder; choose a new folder "
-                                           "for the run")
-        foreign = _foreign_files(root)
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-            raise ConfigError("--run-dir", f"{root} is not a run directory and not empty (it holds "
-                                           f"{shown}); choose a new or empty folder for the run")
+        refuse_taken(root)
         try:
             (root / "nodes").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(root, f"cannot be created as a run directory ({exc.strerror})") from None
-        store = cls(root, config.state.lock, config.state.lock_timeout_s, config.state.stale_after_s)
+        store = cls(root, config.state.lock, config.state.lock_timeout_s,
+                    config.state.stale_after_s, config)
         with store.lock.hold():
+            refuse_taken(root)   # another create may have won the race to the folder
             frozen = yaml.safe_dump(config.to_dict(), sort_keys=False)
             write_text(root / "experiment.yaml.bak", frozen)   # llmzero-repair's copy
             write_text(root / "experiment.yaml", frozen)
@@ -128,8 +104,22 @@ class RunStore:
 
     @property
     def created_at(self) -> float:
-        """When the run was created (wall-clock budgets count from here, across restarts)."""
-        return float(read_meta(self.root).get("created_at", time.time()))
+        """When the run was created (wall-clock budgets count from here, across restarts); for
+        a meta.json from before it was recorded, when its files say it began."""
+        meta = read_meta(self.root)
+        return float(meta["created_at"]) if "created_at" in meta else self.began_at()
+
+    def began_at(self) -> float:
+        """When the run began, read off the run itself (llmzero-repair rebuilds meta.json
+        with it): the earliest of the frozen config's time and its nodes' records, since the
+        config was frozen before any node was made, and may have been put back since."""
+        times = [(self.root / "experiment.yaml").stat().st_mtime]
+        for node_id in self.folder_ids():
+            try:
+                times.append(self.read_node(node_id).created_at)
+            except StateError:
+                continue        # a damaged record: llmzero-repair's next step
+        return min(t for t in times if t > 0)
 
     # -- nodes ----------------------------------------------------------------------------
 
@@ -186,10 +176,18 @@ class RunStore:
         """Replace one node record, its copy first (see `rebuild_node`); a `new` one before
         its copy, so that a write cut short leaves a record that reads, never a copy alone (a
         record gone, which stops the search). Callers changing structure hold the lock."""
+        self._refuse_stand_in(node)
         data = {"schema_version": SCHEMA_VERSION, **node.to_dict()}
         files = self.node_dir(node.id)
         for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
             write_json(path, data)
+
+    def _refuse_stand_in(self, node: Node) -> None:
+        """A quarantined stand-in (see `load_tree`) written back would replace the damaged
+        record and its copy, the one llmzero-repair rebuilds it from: refused."""
+        if node.unreadable:
+            raise StateError(self.node_path(node.id), "cannot be read, and its stand-in is not "
+                             "written in its place; rebuild it with llmzero-repair first")
 
     def rebuild_node(self, node_id: int) -> Node | None:
         """Put back a node record that cannot be read, from the copy written beside it with
@@ -244,6 +242,8 @@ class RunStore:
 
     def write_nodes(self, nodes: list[Node]) -> None:
         """Write several records under one lock hold (e.g. a debug-chain reparent)."""
+        for node in nodes:    # before any write: a refused batch writes nothing
+            self._refuse_stand_in(node)
         with self.lock.hold():
             self.fence()
             for node in nodes:

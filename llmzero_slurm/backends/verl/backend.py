@@ -108,7 +108,7 @@ class VerlBackend(TrainerBackend):
         """verl numbers checkpoints from 0 in every phase; the job records its first global step."""
         offset_file = Path(node_dir) / STEP_OFFSET_FILE
         try:
-            return int(offset_file.read_text().strip())
+            return int(offset_file.read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             raise ConfigError("resume", f"{offset_file} is missing or unreadable: the "
                               "phase did not run as a verl phase") from None
@@ -146,7 +146,7 @@ class VerlBackend(TrainerBackend):
         """Only complete checkpoints: at or below verl's tracker (written after the shards)
         and with the model shard of every rank, so a step cut off mid-save is never a parent."""
         try:
-            latest = int((files.ckpt / TRACKER_FILE).read_text().strip())
+            latest = int((files.ckpt / TRACKER_FILE).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             return []
         offset = self.step_offset(files.path)

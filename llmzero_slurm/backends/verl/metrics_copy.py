@@ -69,7 +69,7 @@ class VerlMetricsIngest:
 
     def _position(self) -> int:
         try:
-            return int(json.loads(self.pos_file.read_text())["pos"])
+            return int(json.loads(self.pos_file.read_text(encoding="utf-8"))["pos"])
         except FileNotFoundError:
             return 0
         except (ValueError, KeyError, TypeError):
@@ -78,7 +78,7 @@ class VerlMetricsIngest:
 
     def _save_position(self, pos: int) -> None:
         tmp = self.pos_file.with_name(f"{self.pos_file.name}.tmp{os.getpid()}")
-        with open(tmp, "w") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(json.dumps({"pos": pos, "verl_file": str(self.verl_file)}))
             fh.flush()
             os.fsync(fh.fileno())
@@ -108,7 +108,7 @@ class VerlMetricsIngest:
             if line is not None:
                 lines.append(line)
         if lines:
-            with open(self.metrics_file, "a") as dst:
+            with open(self.metrics_file, "a", encoding="utf-8") as dst:
                 dst.write("".join(lines))
                 dst.flush()
                 os.fsync(dst.fileno())
@@ -171,7 +171,7 @@ def scores_at(metrics_file: Path, step: int) -> dict[str, Any]:
     """The validation and test scores a metrics.jsonl holds for `step` ({} when none)."""
     found: dict[str, Any] = {}
     try:
-        lines = Path(metrics_file).read_text().splitlines()
+        lines = Path(metrics_file).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return found
     for line in lines:
@@ -188,14 +188,14 @@ def carry(parent_metrics: Path, metrics_file: Path, step: int, parent_node: int)
     """Put the parent's scores at `step` into this phase's metrics, marked as carried: the
     phase starts from those very weights, so verl does not validate them again
     (trainer.val_before_train=false). Once per phase, whatever the attempt."""
-    for line in (Path(metrics_file).read_text().splitlines() if Path(metrics_file).exists() else []):
+    for line in (Path(metrics_file).read_text(encoding="utf-8").splitlines() if Path(metrics_file).exists() else []):
         if '"carried_from"' in line:
             return 0
     scores = scores_at(parent_metrics, step)
     if not scores:
         warn(f"{parent_metrics} has no scores at step {step}; nothing carried")
         return 0
-    with open(metrics_file, "a") as dst:
+    with open(metrics_file, "a", encoding="utf-8") as dst:
         dst.write(json.dumps({"step": step, "data": scores,
                               "carried_from": {"node": parent_node, "step": step}}) + "\n")
     return 1
@@ -204,7 +204,7 @@ def carry(parent_metrics: Path, metrics_file: Path, step: int, parent_node: int)
 def _tracked_step(tracker: Path, step_offset: int) -> int | None:
     """The global step of the phase's own newest checkpoint (verl's tracker file), if any."""
     try:
-        return step_offset + int(Path(tracker).read_text().strip())
+        return step_offset + int(Path(tracker).read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
 
@@ -213,7 +213,7 @@ def drop_after(metrics_file: Path, step: int | None) -> None:
     """Keep the rows of `metrics_file` up to `step` (None: none), replacing it atomically; a
     line that cannot be read is kept, a torn last line is not."""
     try:
-        lines = Path(metrics_file).read_text().splitlines(keepends=True)
+        lines = Path(metrics_file).read_text(encoding="utf-8").splitlines(keepends=True)
     except FileNotFoundError:
         return
     kept = []
@@ -228,7 +228,7 @@ def drop_after(metrics_file: Path, step: int | None) -> None:
     if len(kept) == len(lines):
         return
     tmp = Path(f"{metrics_file}.tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
+    with open(tmp, "w", encoding="utf-8") as fh:
         fh.write("".join(kept))
         fh.flush()
         os.fsync(fh.fileno())
