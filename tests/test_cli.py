@@ -20,6 +20,7 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
+from llmzero_slurm.schedulers.local_table import SUPERVISOR
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
@@ -1037,7 +1038,7 @@ def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
     """A colleague's `llmzero-stop --cancel` on the group's run without Slurm (local
     processes) met a phase the owner started: os.kill raised PermissionError, a traceback
     with exit 1. Now the job is named with its owner, exit 5, as scancel refuses one."""
-    marker = "llmzero_slurm.schedulers.local"   # what makes a pid a local job's supervisor
+    marker = SUPERVISOR   # what makes a pid a local job's supervisor
     if os.geteuid() or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run a job as another user and a stop without "
                     "the right to signal it")

@@ -23,7 +23,7 @@ from .base import parse_time, read_submission
 from .directives import expand_output
 
 TABLE = "jobs.json"
-SUPERVISOR = "llmzero_slurm.schedulers.local"   # the module each job's supervisor runs
+SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
 
 
 def lock(state_dir: Path) -> FlockLock:
