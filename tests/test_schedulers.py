@@ -932,3 +932,30 @@ def test_ctrl_c_on_a_phase_run_by_hand_stops_its_trainer(tmp_path, tiny_program)
     trained = len(steps(script))
     time.sleep(1.0)
     assert len(steps(script)) == trained < 100          # the trainer is gone too
+
+
+# -- the local scheduler says what Slurm would say ------------------------------------------
+
+def plain_job(tmp_path: Path, body: str, node: str = "plain") -> tuple[LocalScheduler, str]:
+    """A bare batch script (`body` after its #SBATCH lines) submitted to a local scheduler of
+    `tmp_path`: the scheduler and the job id."""
+    script = tmp_path / node / "phase.sbatch"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name={node}\n"
+                      f"#SBATCH --comment=llmz:node=0001,token=tok-{node}\n"
+                      f"#SBATCH --output={script.parent}/slurm-%j.out\n#SBATCH --time=1:00\n{body}\n")
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    return sched, sched.submit(script, f"tok-{node}")
+
+
+def test_a_local_job_whose_shell_a_signal_killed_reads_as_slurm_shows_it(tmp_path):
+    """Review: a local job whose batch shell was killed by a signal read FAILED with exit code
+    137 (128 + 9), where Slurm shows 0:9 (exit code 0, "signal 9"), so the error analyzer saw
+    two different failures. The local job now reads as the Slurm path reads Slurm's answer."""
+    sched, job = plain_job(tmp_path, "kill -KILL $$")
+    local = finish(sched, job)
+    slurm = SlurmScheduler(runner=Clients(squeue=f"{job}|FAILED|None|0:9|llmz:node=1\n"),
+                           min_poll_s=0).states([job])[job]
+    assert (local.raw, local.status, local.exit_code, local.reason) == (
+        slurm.raw, slurm.status, slurm.exit_code, slurm.reason) == (
+        "FAILED", Status.FAILED, 0, "signal 9")

@@ -130,7 +130,8 @@ def supervise(state_dir: Path, job_id: str) -> int:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    code, reason = (rc, None) if rc >= 0 else (128 - rc, f"signal {-rc}")
+    # A shell a signal killed: exit code 0 and the signal, as Slurm shows it (0:9).
+    code, reason = (rc, None) if rc >= 0 else (0, f"signal {-rc}")
     state = stop_reason[0] if stop_reason else ("COMPLETED" if rc == 0 else "FAILED")
     return end({"state": state, "exit_code": code, "reason": reason, "pgid": proc.pid})
 
