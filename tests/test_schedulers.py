@@ -24,6 +24,7 @@ import pytest
 from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.errors import SchedulerError, StateError
 from llmzero_slurm.job_names import phase_job_name
+from llmzero_slurm.processes import alive
 from llmzero_slurm.render import PhaseSpec, write_phase_script
 from llmzero_slurm.schedulers import LocalScheduler, SlurmScheduler, job_state
 from llmzero_slurm.schedulers.base import CallJob
@@ -948,6 +949,14 @@ def plain_job(tmp_path: Path, body: str, node: str = "plain") -> tuple[LocalSche
     return sched, sched.submit(script, f"tok-{node}")
 
 
+def started(sched: LocalScheduler, job: str) -> tuple[int, int]:
+    """The pid of the job's supervisor and its process group, once its script runs."""
+    result = sched.dir / f"{job}.result.json"
+    wait_for(result.exists, 30, f"job {job} to start")
+    table = json.loads((sched.dir / "jobs.json").read_text())
+    return table["jobs"][job]["supervisor_pid"], json.loads(result.read_text())["pgid"]
+
+
 def test_a_local_job_whose_shell_a_signal_killed_reads_as_slurm_shows_it(tmp_path):
     """Review: a local job whose batch shell was killed by a signal read FAILED with exit code
     137 (128 + 9), where Slurm shows 0:9 (exit code 0, "signal 9"), so the error analyzer saw
@@ -959,3 +968,19 @@ def test_a_local_job_whose_shell_a_signal_killed_reads_as_slurm_shows_it(tmp_pat
     assert (local.raw, local.status, local.exit_code, local.reason) == (
         slurm.raw, slurm.status, slurm.exit_code, slurm.reason) == (
         "FAILED", Status.FAILED, 0, "signal 9")
+
+
+def test_a_local_job_that_ended_before_its_cancel_arrived_is_completed(tmp_path):
+    """Review: a cancel that reached the supervisor after the job had exited 0, but before the
+    supervisor saw it exit, recorded the job CANCELLED, though nothing was signalled. Slurm
+    shows such a job COMPLETED; the local job now reads so too."""
+    sched, job = plain_job(tmp_path, "sleep 1; exit 0")
+    supervisor, pgid = started(sched, job)
+    os.kill(supervisor, signal.SIGSTOP)           # a supervisor slow to see the job exit
+    try:
+        wait_for(lambda: not alive(pgid), 30, "the job to exit")
+        sched.cancel(job, "plain")
+    finally:
+        os.kill(supervisor, signal.SIGCONT)
+    state = finish(sched, job)
+    assert (state.raw, state.status, state.exit_code) == ("COMPLETED", Status.COMPLETED, 0)

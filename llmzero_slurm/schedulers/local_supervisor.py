@@ -123,7 +123,10 @@ def supervise(state_dir: Path, job_id: str) -> int:
             stop_reason.append("TIMEOUT")
             break
         time.sleep(0.1)
-    if stop_reason and proc.poll() is None:
+    # A stop decides the state only when it met a live job: one that had already exited
+    # ended on its own (Slurm shows a job that exits before its scancel COMPLETED).
+    stopped = bool(stop_reason) and proc.poll() is None
+    if stopped:
         _stop(proc, output, job_id, stop_reason[0] == "TIMEOUT")
     rc = proc.wait()
     try:   # like proctrack/pgid: nothing the job left in the background outlives it
@@ -132,7 +135,7 @@ def supervise(state_dir: Path, job_id: str) -> int:
         pass
     # A shell a signal killed: exit code 0 and the signal, as Slurm shows it (0:9).
     code, reason = (rc, None) if rc >= 0 else (0, f"signal {-rc}")
-    state = stop_reason[0] if stop_reason else ("COMPLETED" if rc == 0 else "FAILED")
+    state = stop_reason[0] if stopped else ("COMPLETED" if rc == 0 else "FAILED")
     return end({"state": state, "exit_code": code, "reason": reason, "pgid": proc.pid})
 
 
