@@ -984,3 +984,20 @@ def test_a_local_job_that_ended_before_its_cancel_arrived_is_completed(tmp_path)
         os.kill(supervisor, signal.SIGCONT)
     state = finish(sched, job)
     assert (state.raw, state.status, state.exit_code) == ("COMPLETED", Status.COMPLETED, 0)
+
+
+def test_a_local_submit_the_system_cannot_fork_for_is_a_retryable_error(tmp_path, monkeypatch):
+    """Review: a fork the system refused (EAGAIN, ENOMEM under load) escaped the local submit
+    as a traceback, left the table a row for a job that never ran (adopted after a restart
+    by its token and read NODE_FAIL) and the supervisor log's file open. It is now a
+    retryable SchedulerError, with no row and no file left open."""
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    opened = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(SchedulerError, match="Resource temporarily unavailable") as refusal:
+        plain_job(tmp_path, "true")
+    assert refusal.value.retryable and not refusal.value.unsure
+    assert len(os.listdir("/proc/self/fd")) == opened
+    monkeypatch.undo()
+    assert LocalScheduler(tmp_path / "local-jobs").find_by_token("tok-plain", "plain") is None

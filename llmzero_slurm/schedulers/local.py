@@ -80,12 +80,17 @@ class LocalScheduler(Scheduler):
             table["jobs"][job_id] = job_entry(script, token, job_id, os.getcwd(), time.time())
             table["next_id"] += 1
             write_json(self.dir / "jobs.json", table)
-            log = open(self.dir / f"{job_id}.supervisor.log", "ab")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", SUPERVISOR, str(self.dir), job_id],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env=new_job_environment(names=self.secret_names, keep=self.kept_names))
-            log.close()
+            try:
+                with open(self.dir / f"{job_id}.supervisor.log", "ab") as log:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", SUPERVISOR, str(self.dir), job_id],
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                        env=new_job_environment(names=self.secret_names, keep=self.kept_names))
+            except OSError as exc:   # no process to be had (EAGAIN, ENOMEM): no job either
+                del table["jobs"][job_id]
+                write_json(self.dir / "jobs.json", table)
+                raise SchedulerError(f"submitting {script}: cannot start its local supervisor: "
+                                     f"{exc.strerror}", retryable=True) from None
             self._children.append(proc)
             table["jobs"][job_id]["supervisor_pid"] = proc.pid
             write_json(self.dir / "jobs.json", table)
