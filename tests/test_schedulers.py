@@ -1001,3 +1001,40 @@ def test_a_local_submit_the_system_cannot_fork_for_is_a_retryable_error(tmp_path
     assert len(os.listdir("/proc/self/fd")) == opened
     monkeypatch.undo()
     assert LocalScheduler(tmp_path / "local-jobs").find_by_token("tok-plain", "plain") is None
+
+
+def test_a_dead_local_jobs_pid_taken_by_another_supervisor_or_call_is_not_that_job(tmp_path):
+    """Review: a local job was alive while its recorded supervisor pid ran any process whose
+    command line held the module's name, and a call job (the monitor) while its pid ran
+    anything holding "submitit": after a reboot, another run's supervisor or monitor that got
+    a dead one's pid read as it (RUNNING), and cancelling the dead one killed it. Now only
+    the supervisor of that folder and job id, and submitit's local job for a folder of this
+    run, count."""
+    sched, dead = plain_job(tmp_path / "run", "sleep 60")
+    supervisor, pgid = started(sched, dead)
+    os.kill(supervisor, signal.SIGKILL)             # the host went down under it
+    os.killpg(pgid, signal.SIGKILL)
+    wait_for(lambda: not alive(pgid) and not alive(supervisor), 30, "the job to be gone")
+    others = [plain_job(tmp_path / "run", "sleep 60", "same-run"),
+              plain_job(tmp_path / "other", "sleep 60")]  # job 1 of another run
+    other_run = LocalScheduler(tmp_path / "other" / "local-jobs")
+    call = other_run.submit_call(time.sleep, (60,), tmp_path / "other" / "monitor" / "%j",
+                                 CallJob("mon", 5))
+    try:
+        for other, job in others:
+            table = json.loads((sched.dir / "jobs.json").read_text())
+            table["jobs"][dead]["supervisor_pid"] = started(other, job)[0]   # its pid, reused
+            (sched.dir / "jobs.json").write_text(json.dumps(table))
+            assert sched.states([dead])[dead].final
+            sched.cancel(dead, "plain")
+            time.sleep(0.5)
+            assert other.states([job])[job].raw == "RUNNING"
+        assert sched.call_state(call) is None     # another run's monitor at our monitor's pid
+        sched.cancel_call(call, "mon")
+        time.sleep(0.5)
+        assert other_run.call_state(call) is Status.RUNNING
+    finally:
+        os.kill(int(call), signal.SIGINT)       # submitit's own stop (time.sleep ignores TERM)
+        wait_for(lambda: other_run.call_state(call) is None, 30, "the other run's call to end")
+        for other, job in others:
+            other.cancel(job, "same-run" if other.dir == sched.dir else "plain")

@@ -16,18 +16,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError, StateError
-from ..processes import runs
+from ..processes import arguments
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from .base import CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
-from .local_table import SUPERVISOR, job_entry, read_table
+from .local_table import SUPERVISOR, job_entry, read_table, supervised_job
 from .local_table import lock as table_lock
 
-
-def _alive(pid: int | None) -> bool:
-    """True when `pid` is one of our supervisors (a reused pid is not mistaken for one)."""
-    return runs(pid, SUPERVISOR)
+SUBMITIT_LOCAL = "submitit.local._local"   # the module a local submitit job runs, its folder next
 
 
 def _terminate(pid: int, what: str) -> None:
@@ -54,7 +51,7 @@ class LocalScheduler(Scheduler):
                  kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
         self.kept_names = frozenset(kept_names)
-        self.dir = Path(state_dir)
+        self.dir = Path(state_dir).resolve()   # as supervisors' command lines name it
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = table_lock(self.dir)
         self._children: list[subprocess.Popen] = []
@@ -69,6 +66,21 @@ class LocalScheduler(Scheduler):
             return read_json(self.dir / f"{job_id}.result.json")
         except StateError:
             return None
+
+    def _supervised(self, job_id: str, pid: int | None) -> bool:
+        """True while `pid` is the job's supervisor: its command line names this folder and
+        the job (a pid since given to another program, or to another job's supervisor, not)."""
+        argv = arguments(pid)
+        return argv is not None and supervised_job(argv, self.dir) == job_id
+
+    def _call_runs(self, job_id: str) -> bool:
+        """True while the call job's pid runs submitit's local job for a folder of this run (a
+        pid since given to another program, or to another run's monitor, does not)."""
+        argv = arguments(int(job_id)) if job_id.isdigit() else None
+        if argv is None or SUBMITIT_LOCAL not in argv:
+            return False
+        folder = (argv[argv.index(SUBMITIT_LOCAL) + 1:] + [""])[0]
+        return bool(folder) and Path(folder).resolve().is_relative_to(self.dir.parent)
 
     # -- interface --------------------------------------------------------------------------
 
@@ -100,26 +112,29 @@ class LocalScheduler(Scheduler):
         job = self._table()["jobs"].get(str(job_id))
         if job is None:
             raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
-        if job["name"] == name and _alive(job["supervisor_pid"]):
+        if job["name"] == name and self._supervised(str(job_id), job["supervisor_pid"]):
             _terminate(job["supervisor_pid"], f"cancelling job {job_id}")   # and its group
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
                     job: CallJob) -> str:
-        """A local submitit process; its job id is its pid."""
+        """A local submitit process; its job id is its pid. Its folder lies in this run: that
+        is how its process is told from another run's (`_call_runs`)."""
         import submitit
 
+        if not Path(folder).resolve().is_relative_to(self.dir.parent):
+            raise SchedulerError(f"the call job's folder {folder} lies outside the run "
+                                 f"{self.dir.parent}")
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(timeout_min=job.minutes)
         with credentials_withheld(self.secret_names):
             return str(ex.submit(fn, *args).job_id)
 
     def call_state(self, job_id: str) -> Status | None:
-        return Status.RUNNING if runs(int(job_id), "submitit") else None
+        return Status.RUNNING if self._call_runs(job_id) else None
 
     def cancel_call(self, job_id: str, name: str) -> None:
-        """Its pid, while it is still a submitit process: a pid the system has since given to
-        another program is left alone."""
-        if job_id.isdigit() and runs(int(job_id), "submitit"):
+        """Its pid, while it still runs this run's call job."""
+        if self._call_runs(job_id):
             _terminate(int(job_id), f"cancelling the call job {job_id}")
 
     def find_by_token(self, token: str, name: str) -> str | None:
@@ -140,7 +155,7 @@ class LocalScheduler(Scheduler):
             if result and result["state"] != "RUNNING":
                 out[job_id] = job_state(job_id, result["state"], result.get("exit_code"),
                                         result.get("reason"), "local")
-            elif job and _alive(job["supervisor_pid"]):
+            elif job and self._supervised(job_id, job["supervisor_pid"]):
                 out[job_id] = job_state(job_id, "RUNNING" if result else "PENDING", source="local")
             else:
                 node_dir = (node_dirs or {}).get(job_id) or (

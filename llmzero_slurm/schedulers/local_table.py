@@ -88,14 +88,21 @@ class Rebuilt:
     skipped: list[str]   # jobs that could not be rebuilt, and why
 
 
+def supervised_job(argv: list[str], state_dir: Path) -> str | None:
+    """The id of the job of `state_dir` whose supervisor has the command line `argv`; None for
+    any other process (another run's supervisor included)."""
+    if SUPERVISOR not in argv:
+        return None
+    folder, job_id = (argv[argv.index(SUPERVISOR) + 1:] + ["", ""])[:2]
+    if job_id.isdigit() and folder and Path(folder).resolve() == state_dir.resolve():
+        return job_id
+    return None
+
+
 def _supervisors(state_dir: Path) -> dict[str, int]:
     """Job id -> pid of each supervisor of `state_dir` running on this host."""
-    found: dict[str, int] = {}
-    for pid, argv in command_lines(SUPERVISOR).items():
-        folder, job_id = (argv[argv.index(SUPERVISOR) + 1:] + ["", ""])[:2]
-        if job_id.isdigit() and folder and Path(folder).resolve() == state_dir.resolve():
-            found[job_id] = pid
-    return found
+    return {job_id: pid for pid, argv in command_lines(SUPERVISOR).items()
+            if (job_id := supervised_job(argv, state_dir)) is not None}
 
 
 def _ids_on_file(state_dir: Path) -> list[int]:
