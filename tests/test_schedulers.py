@@ -1038,3 +1038,15 @@ def test_a_dead_local_jobs_pid_taken_by_another_supervisor_or_call_is_not_that_j
         wait_for(lambda: other_run.call_state(call) is None, 30, "the other run's call to end")
         for other, job in others:
             other.cancel(job, "same-run" if other.dir == sched.dir else "plain")
+
+
+def test_a_local_job_cancelled_as_it_is_submitted_is_cancelled(tmp_path):
+    """Review: a cancel right after the submit reached the supervisor before it had set its
+    TERM handler: the signal killed it, and the job read NODE_FAIL ("the local supervisor died
+    before the job ended") where Slurm shows CANCELLED. The cancel is now recorded before the
+    signal: a supervisor that finds it starts nothing, and one the signal killed reads
+    CANCELLED."""
+    sched, job = plain_job(tmp_path, "echo started; sleep 30")
+    sched.cancel(job, "plain")
+    state = finish(sched, job)
+    assert (state.raw, state.status) == ("CANCELLED", Status.CANCELLED)

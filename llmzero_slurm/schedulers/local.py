@@ -19,9 +19,9 @@ from ..errors import SchedulerError, StateError
 from ..processes import arguments
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
-from .base import CallJob, JobState, Scheduler, job_state, state_from_status_file
+from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
-from .local_table import SUPERVISOR, job_entry, read_table, supervised_job
+from .local_table import SUPERVISOR, cancel_request, job_entry, read_table, supervised_job
 from .local_table import lock as table_lock
 
 SUBMITIT_LOCAL = "submitit.local._local"   # the module a local submitit job runs, its folder next
@@ -109,10 +109,18 @@ class LocalScheduler(Scheduler):
         return job_id
 
     def cancel(self, job_id: str, name: str) -> None:
-        job = self._table()["jobs"].get(str(job_id))
-        if job is None:
-            raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
-        if job["name"] == name and self._supervised(str(job_id), job["supervisor_pid"]):
+        """Recorded (`cancel_request`) before the supervisor is signalled, under the table's
+        lock so that no submit is half-way: a job cancelled as it starts is CANCELLED, as
+        Slurm shows a job cancelled while pending."""
+        job_id = str(job_id)
+        with self._lock.hold():
+            job = self._table()["jobs"].get(job_id)
+            if job is None:
+                raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
+            if job["name"] != name:
+                return
+            write_json(cancel_request(self.dir, job_id), {"requested_at": time.time()})
+        if self._supervised(job_id, job["supervisor_pid"]):
             _terminate(job["supervisor_pid"], f"cancelling job {job_id}")   # and its group
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
@@ -161,6 +169,9 @@ class LocalScheduler(Scheduler):
                 node_dir = (node_dirs or {}).get(job_id) or (
                     Path(job["script"]).parent if job else None)
                 state = state_from_status_file(job_id, Path(node_dir)) if node_dir else None
+                if job and (state is None or state.raw == LOST) \
+                        and cancel_request(self.dir, job_id).exists():
+                    state = job_state(job_id, "CANCELLED", 0, source="local")
                 if state is None and job:
                     state = job_state(job_id, "NODE_FAIL", None,
                                       "the local supervisor died before the job ended", "local")

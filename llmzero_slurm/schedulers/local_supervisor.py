@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from ..errors import FULL, StorageError
 from ..store.atomic import read_json, write_json
 from .base import SCHEDULED_ENV
+from .local_table import cancel_request
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 
@@ -104,6 +105,8 @@ def supervise(state_dir: Path, job_id: str) -> int:
         reserve.unlink(missing_ok=True)
         return 0
 
+    if cancel_request(state_dir, job_id).exists():   # cancelled before it started
+        return end({"state": "CANCELLED", "exit_code": 0, "reason": None, "pgid": None})
     _hold_space(reserve)
     try:
         with open(output, "ab") as out:

@@ -26,6 +26,13 @@ TABLE = "jobs.json"
 SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
 
 
+def cancel_request(state_dir: Path, job_id: str) -> Path:
+    """Where a cancel of the job is recorded before its supervisor is signalled: a supervisor
+    that finds it starts no job, and one that died without an end record had its job
+    cancelled (a TERM that came before its handler was set kills it)."""
+    return state_dir / f"{job_id}.cancel"
+
+
 def lock(state_dir: Path) -> FlockLock:
     """The lock every change of the table takes."""
     return FlockLock(state_dir / "jobs.lock", timeout=60)
