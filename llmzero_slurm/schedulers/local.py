@@ -16,31 +16,38 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError, StateError
-from ..processes import arguments
+from ..processes import arguments, group_carries
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
-from .local_table import SUPERVISOR, cancel_request, job_entry, read_table, supervised_job
+from .local_supervisor import stop_group
+from .local_table import (MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
+                          supervised_job)
 from .local_table import lock as table_lock
 
 SUBMITIT_LOCAL = "submitit.local._local"   # the module a local submitit job runs, its folder next
 
 
+def _refusal(pid: int, what: str) -> SchedulerError:
+    """A process of another user (a colleague's job, in a run the group shares) is refused by
+    name, as scancel refuses another user's job, not as a PermissionError."""
+    try:
+        owner = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+    except (OSError, KeyError):
+        owner = "another user"
+    return SchedulerError(f"{what}: its process {pid} runs as {owner}; only that user (or "
+                          "root) can cancel it")
+
+
 def _terminate(pid: int, what: str) -> None:
-    """SIGTERM `pid`. A process of another user (a colleague's job, in a run the group shares)
-    is refused by name, as scancel refuses another user's job, not as a PermissionError."""
+    """SIGTERM `pid`, refused by name when it is another user's."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
     except PermissionError:
-        try:
-            owner = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
-        except (OSError, KeyError):
-            owner = "another user"
-        raise SchedulerError(f"{what}: its process {pid} runs as {owner}; only that user (or "
-                             "root) can cancel it") from None
+        raise _refusal(pid, what) from None
 
 
 class LocalScheduler(Scheduler):
@@ -72,6 +79,13 @@ class LocalScheduler(Scheduler):
         the job (a pid since given to another program, or to another job's supervisor, not)."""
         argv = arguments(pid)
         return argv is not None and supervised_job(argv, self.dir) == job_id
+
+    def _unsupervised(self, job_id: str) -> int | None:
+        """The job's process group (its <id>.result.json's pgid) while a process of it lives,
+        the supervisor killed: the job trains on. A group that has since taken the id carries
+        no mark of the job (`job_mark`)."""
+        pgid = (self._result(job_id) or {}).get("pgid")
+        return pgid if group_carries(pgid, f"{MARK}={job_mark(self.dir, job_id)}") else None
 
     def _call_runs(self, job_id: str) -> bool:
         """True while the call job's pid runs submitit's local job for a folder of this run (a
@@ -120,8 +134,16 @@ class LocalScheduler(Scheduler):
             if job["name"] != name:
                 return
             write_json(cancel_request(self.dir, job_id), {"requested_at": time.time()})
+        what = f"cancelling job {job_id}"
         if self._supervised(job_id, job["supervisor_pid"]):
-            _terminate(job["supervisor_pid"], f"cancelling job {job_id}")   # and its group
+            _terminate(job["supervisor_pid"], what)   # and its group
+        elif (pgid := self._unsupervised(job_id)) is not None:
+            # Its supervisor is gone: stopped here as it would have (a grace of KILL_WAIT_S).
+            try:
+                stop_group(pgid, Path(job["output"]), job_id, False,
+                           lambda: self._unsupervised(job_id) is None)
+            except PermissionError:
+                raise _refusal(pgid, what) from None
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
                     job: CallJob) -> str:
@@ -163,7 +185,8 @@ class LocalScheduler(Scheduler):
             if result and result["state"] != "RUNNING":
                 out[job_id] = job_state(job_id, result["state"], result.get("exit_code"),
                                         result.get("reason"), "local")
-            elif job and self._supervised(job_id, job["supervisor_pid"]):
+            elif job and (self._supervised(job_id, job["supervisor_pid"])
+                          or self._unsupervised(job_id) is not None):
                 out[job_id] = job_state(job_id, "RUNNING" if result else "PENDING", source="local")
             else:
                 node_dir = (node_dirs or {}).get(job_id) or (

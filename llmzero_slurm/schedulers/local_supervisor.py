@@ -16,19 +16,20 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import FULL, StorageError
 from ..store.atomic import read_json, write_json
 from .base import SCHEDULED_ENV
-from .local_table import cancel_request
+from .local_table import MARK, cancel_request, job_mark
 
 KILL_WAIT_S = 10.0      # TERM -> KILL grace, as Slurm's KillWait
 
 
-def _job_env(job_id: str, job: Mapping[str, Any]) -> dict[str, str]:
+def _job_env(state_dir: Path, job_id: str, job: Mapping[str, Any]) -> dict[str, str]:
     host = socket.gethostname().split(".")[0]
     env = dict(os.environ)
     env.update({
@@ -37,7 +38,7 @@ def _job_env(job_id: str, job: Mapping[str, Any]) -> dict[str, str]:
         "SLURM_CPUS_PER_TASK": str(job["cpus_per_task"]), "SLURM_JOB_NUM_NODES": "1",
         "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": host,
         "SLURM_NODELIST": host, "SLURMD_NODENAME": host, "SLURM_JOB_PARTITION": "local",
-        "SLURM_CLUSTER_NAME": "local", SCHEDULED_ENV: "1"})
+        "SLURM_CLUSTER_NAME": "local", SCHEDULED_ENV: "1", MARK: job_mark(state_dir, job_id)})
     return env
 
 
@@ -112,7 +113,7 @@ def supervise(state_dir: Path, job_id: str) -> int:
         with open(output, "ab") as out:
             proc = subprocess.Popen(["bash", job["script"]], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, cwd=job["submit_dir"],
-                                    env=_job_env(job_id, job), start_new_session=True)
+                                    env=_job_env(state_dir, job_id, job), start_new_session=True)
     except OSError as exc:    # as slurmstepd fails a job whose output or folder it cannot open
         return end({"state": "FAILED", "exit_code": 1, "pgid": None,
                     "reason": f"could not start the job: {exc}"})
@@ -130,7 +131,8 @@ def supervise(state_dir: Path, job_id: str) -> int:
     # ended on its own (Slurm shows a job that exits before its scancel COMPLETED).
     stopped = bool(stop_reason) and proc.poll() is None
     if stopped:
-        _stop(proc, output, job_id, stop_reason[0] == "TIMEOUT")
+        stop_group(proc.pid, output, job_id, stop_reason[0] == "TIMEOUT",
+                   lambda: proc.poll() is not None)
     rc = proc.wait()
     try:   # like proctrack/pgid: nothing the job left in the background outlives it
         os.killpg(proc.pid, signal.SIGKILL)
@@ -142,17 +144,22 @@ def supervise(state_dir: Path, job_id: str) -> int:
     return end({"state": state, "exit_code": code, "reason": reason, "pgid": proc.pid})
 
 
-def _stop(proc: subprocess.Popen, output: Path, job_id: str, timeout: bool) -> None:
-    """What slurmstepd does: announce in the job's output, TERM the group, KILL after a grace."""
+def stop_group(pgid: int, output: Path, job_id: str, timeout: bool,
+               ended: Callable[[], bool]) -> None:
+    """What slurmstepd does: announce in the job's output, TERM the group, KILL it unless the
+    job has `ended()` within a grace. A group already gone is no error."""
     when = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     host = socket.gethostname().split(".")[0]
     _append(output, f"llmzero-local: error: *** JOB {job_id} ON {host} CANCELLED AT {when}"
                     f"{' DUE TO TIME LIMIT' if timeout else ''} ***")
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=KILL_WAIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S
+    with suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+        while not ended():
+            if time.monotonic() > deadline:
+                os.killpg(pgid, signal.SIGKILL)
+                return
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":

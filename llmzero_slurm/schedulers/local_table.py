@@ -24,6 +24,13 @@ from .directives import expand_output
 
 TABLE = "jobs.json"
 SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
+MARK = "LLMZ_LOCAL_JOB"   # in each local job's environment, its job_mark
+
+
+def job_mark(state_dir: Path, job_id: str) -> str:
+    """The value of MARK every process of the job inherits: its table folder and id, by which
+    its process group is told from another that has since taken the same id."""
+    return str(state_dir.resolve() / job_id)
 
 
 def cancel_request(state_dir: Path, job_id: str) -> Path:
