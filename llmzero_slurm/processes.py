@@ -38,17 +38,46 @@ def runs(pid: Any, marker: str) -> bool:
         return False
 
 
+def group_carries(pgid: Any, entry: str) -> bool:
+    """True while a live process of process group `pgid` has `entry` (NAME=value) in its
+    environment: the group is still the one that was given it, not another that has since
+    taken its id. A process of another user, whose environment cannot be read, counts (not
+    ours to judge)."""
+    if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 0:
+        return False
+    wanted = os.fsencode(entry)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            state, _, group = stat[stat.rfind(")") + 2:].split()[:3]
+            if int(group) == pgid and state not in ("Z", "X") \
+                    and wanted in (proc / "environ").read_bytes().split(b"\0"):
+                return True
+        except PermissionError:
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def arguments(pid: Any) -> list[str] | None:
+    """The command line of `pid` while it is alive, else None."""
+    if not alive(pid):
+        return None
+    try:
+        return [os.fsdecode(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    except OSError:
+        return None
+
+
 def command_lines(marker: str) -> dict[int, list[str]]:
     """The arguments of each process of this host whose command line holds `marker` as one of
     them (a supervisor whose record of its pid was lost, found by its module's name)."""
     found: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = [os.fsdecode(a) for a in (entry / "cmdline").read_bytes().split(b"\0")]
-        except OSError:
-            continue
-        if marker in argv and alive(int(entry.name)):
+        argv = arguments(int(entry.name)) if entry.name.isdigit() else None
+        if argv is not None and marker in argv:
             found[int(entry.name)] = argv
     return found

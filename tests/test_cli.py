@@ -20,6 +20,8 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
+from llmzero_slurm.schedulers.local import SUBMITIT_LOCAL
+from llmzero_slurm.schedulers.local_table import SUPERVISOR
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
@@ -1041,7 +1043,7 @@ def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
     """A colleague's `llmzero-stop --cancel` on the group's run without Slurm (local
     processes) met a phase the owner started: os.kill raised PermissionError, a traceback
     with exit 1. Now the job is named with its owner, exit 5, as scancel refuses one."""
-    marker = "llmzero_slurm.schedulers.local"   # what makes a pid a local job's supervisor
+    marker = SUPERVISOR   # what makes a pid a local job's supervisor
     if os.geteuid() or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run a job as another user and a stop without "
                     "the right to signal it")
@@ -1049,7 +1051,8 @@ def test_stop_cancel_names_a_local_phase_that_runs_as_another_user(tmp_path):
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-4}, status=Status.RUNNING,
                                   submission=Submission("t1", "1")))
     owner = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                              "--", "sh", "-c", "sleep 120; :", marker])
+                              "--", "sh", "-c", "sleep 120; :", marker,
+                              str(store.root / "local-jobs"), "1"])
     try:
         wait_for(lambda: marker.encode() in Path(f"/proc/{owner.pid}/cmdline").read_bytes(),
                  10, "the other user's job")
@@ -1102,12 +1105,13 @@ def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny
         wait_for(store.node_dir(node_id).metrics_file.exists, 30, "the first step")
     store.update_node(0, lambda n: (setattr(n.submission, "job_id", jobs[0]),   # 1: never recorded
                                     setattr(n, "status", Status.RUNNING)))
-    # The monitor job (a process standing for it: its command line names submitit) and the key
-    # handed over to it, as a controller killed -9 leaves them.
+    # The monitor job (a process standing for it: its command line names submitit's local job
+    # and its folder) and the key handed over to it, as a controller killed -9 leaves them.
     (store.root / "monitor").mkdir()
     key = store.root / "monitor" / "llm-key.json"
     key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
-    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "submitit"])
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                                SUBMITIT_LOCAL, str(store.root / "monitor" / "%j")])
     try:
         (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": monitor.pid}))
         stop = cli("stop", str(store.root))      # the monitor and the key go with the controller
@@ -1214,7 +1218,8 @@ def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_p
     key = store.root / "controller-key" / "llm-key.json"
     key.parent.mkdir()
     key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
-    monitor = subprocess.Popen(["sh", "-c", "sleep 300; :", "submitit"])
+    monitor = subprocess.Popen(["sh", "-c", "sleep 300; :", SUBMITIT_LOCAL,
+                                str(store.root / "monitor" / "%j")])
     try:
         (store.root / "monitor").mkdir()
         (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": monitor.pid}))

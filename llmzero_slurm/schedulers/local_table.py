@@ -23,7 +23,21 @@ from .base import parse_time, read_submission
 from .directives import expand_output
 
 TABLE = "jobs.json"
-SUPERVISOR = "llmzero_slurm.schedulers.local"   # the module each job's supervisor runs
+SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
+MARK = "LLMZ_LOCAL_JOB"   # in each local job's environment, its job_mark
+
+
+def job_mark(state_dir: Path, job_id: str) -> str:
+    """The value of MARK every process of the job inherits: its table folder and id, by which
+    its process group is told from another that has since taken the same id."""
+    return str(state_dir.resolve() / job_id)
+
+
+def cancel_request(state_dir: Path, job_id: str) -> Path:
+    """Where a cancel of the job is recorded before its supervisor is signalled: a supervisor
+    that finds it starts no job, and one that died without an end record had its job
+    cancelled (a TERM that came before its handler was set kills it)."""
+    return state_dir / f"{job_id}.cancel"
 
 
 def lock(state_dir: Path) -> FlockLock:
@@ -88,14 +102,21 @@ class Rebuilt:
     skipped: list[str]   # jobs that could not be rebuilt, and why
 
 
+def supervised_job(argv: list[str], state_dir: Path) -> str | None:
+    """The id of the job of `state_dir` whose supervisor has the command line `argv`; None for
+    any other process (another run's supervisor included)."""
+    if SUPERVISOR not in argv:
+        return None
+    folder, job_id = (argv[argv.index(SUPERVISOR) + 1:] + ["", ""])[:2]
+    if job_id.isdigit() and folder and Path(folder).resolve() == state_dir.resolve():
+        return job_id
+    return None
+
+
 def _supervisors(state_dir: Path) -> dict[str, int]:
     """Job id -> pid of each supervisor of `state_dir` running on this host."""
-    found: dict[str, int] = {}
-    for pid, argv in command_lines(SUPERVISOR).items():
-        folder, job_id = (argv[argv.index(SUPERVISOR) + 1:] + ["", ""])[:2]
-        if job_id.isdigit() and folder and Path(folder).resolve() == state_dir.resolve():
-            found[job_id] = pid
-    return found
+    return {job_id: pid for pid, argv in command_lines(SUPERVISOR).items()
+            if (job_id := supervised_job(argv, state_dir)) is not None}
 
 
 def _ids_on_file(state_dir: Path) -> list[int]:
