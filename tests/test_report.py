@@ -66,7 +66,7 @@ def metrics(files: NodeDir, start: int, end: int, best_step: int, best: float,
 
 
 def record(agent: str, tokens: int, dollars: float, **result) -> dict:
-    return {"agent": agent, "backend": "anthropic", "result": result,
+    return {"agent": agent, "backend": "anthropic", "result": result, "answers": ["{}"],
             "usage": {"input_tokens": tokens, "output_tokens": tokens // 10,
                       "cache_write_tokens": 0, "cache_read_tokens": 5, "cost_usd": dollars}}
 
@@ -466,9 +466,11 @@ def test_costs_sum_device_hours_tokens_and_dollars(run):
     costs = html(run).split("<h2>Costs</h2>")[1].split("<h2>")[0]
     assert "0.570 device-hours" in costs
     proposer = re.search(r"<td>proposer</td>(.*?)</tr>", costs, re.S).group(1)
-    assert re.findall(r'class="num">([\d.]+)<', proposer) == ["1", "1000", "100", "0", "5", "0.2500"]
+    assert re.findall(r'class="num">([\d.]+)<', proposer) == ["1", "1", "1000", "100", "0", "5",
+                                                              "0.2500"]
     stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
-    assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "600", "60", "0", "10", "0.0200"]
+    assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "2", "600", "60", "0", "10",
+                                                             "0.0200"]
     assert "0.2700" in costs
 
 
@@ -499,6 +501,26 @@ def test_an_answer_of_unknown_cost_is_said_beside_the_sums(tmp_path):
     stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
     assert "0.0100 + the unknown cost of 1 answer" in stopper
     assert re.search(r"agents in total.*0\.0100 \+ the unknown cost of 1 answer", costs, re.S)
+
+
+def test_costs_count_decisions_and_the_llm_calls_they_took_apart(tmp_path):
+    """Review: the "calls" column counted agent records: a stopper decision made by rule,
+    with no LLM call, counted as one, and an answer repaired in a second round as one."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 20, 20, 0.4, None, [], 0.1))
+    files = store.node_dir(0)
+    files.proposal_file.write_text(json.dumps({**record("proposer", 100, 0.5, diagnosis="x"),
+                                               "answers": ["not json", '{"changes": {}}']}))
+    files.early_stop_file.write_text(json.dumps([
+        {**record("stopper", 300, 0.01, action="CONTINUE"), "answers": ["CONTINUE"]},
+        {**record("stopper", 0, 0, action="CONTINUE"), "backend": "rule", "answers": []}]))
+    write_report(store.root)
+    costs = html(store.root).split("<h2>Costs</h2>")[1].split("<h2>")[0]
+    assert "<th>decisions</th><th>LLM calls</th>" in costs
+    proposer = re.search(r"<td>proposer</td>(.*?)</tr>", costs, re.S).group(1)
+    assert re.findall(r'class="num">([\d.]+)<', proposer)[:2] == ["1", "2"]
+    stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
+    assert re.findall(r'class="num">([\d.]+)<', stopper)[:2] == ["2", "1"]
 
 
 def test_strategy_yaml_is_the_best_path_without_test_scores(run):

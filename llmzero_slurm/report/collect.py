@@ -75,13 +75,16 @@ class Phase:
 
 @dataclass
 class AgentCost:
-    calls: int = 0
+    decisions: int = 0   # records: a stopper's rule decides without an LLM
+    calls: int = 0       # LLM answers taken: a repair round is a second call
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
 
     def add(self, record: dict[str, Any]) -> None:
-        self.calls += 1
+        self.decisions += 1
+        answers = record.get("answers")
+        self.calls += len(answers) if isinstance(answers, list) else 0
         usage = record.get("usage")
         if not isinstance(usage, dict):
             usage = {}

@@ -28,6 +28,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost()
     for cost in view.agent_costs.values():
+        totals.decisions += cost.decisions
         totals.calls += cost.calls
         totals.dollars += cost.dollars
         totals.unknown += cost.unknown
