@@ -461,6 +461,13 @@ def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
         t.reward_path = fix(t.reward_path)
     if cfg.search.strategy_file:
         cfg.search.strategy_file = fix(cfg.search.strategy_file)
+    # A phase runs its trainer from its node folder: a relative interpreter or cache would be
+    # looked for there. A bare command name (python3) is the PATH's, as in a shell.
+    python, cache = cfg.trainer.get("python"), cfg.trainer.get("cache_dir")
+    if isinstance(python, str) and "/" in python:
+        cfg.trainer["python"] = fix(python)
+    if isinstance(cache, str) and cache:
+        cfg.trainer["cache_dir"] = fix(cache)
     # A hub id (Qwen/Qwen3-4B) reads like a relative path: only an explicit ./ or ../, or a
     # folder that is there beside the config, is one.
     model = cfg.model_path and os.path.expanduser(cfg.model_path)

@@ -426,3 +426,21 @@ def test_a_sample_budget_counts_verl_phases_given_their_batch_and_steps():
         assert parse_config({**VERL, "hparams": COUNTED,
                              "search": {"method": method, "budget_samples": 10**6}})
     assert parse_config({"name": "x", "search": {"budget_samples": 10**6}})  # the cpu defaults
+
+
+def test_the_trainers_interpreter_and_cache_relative_to_the_config_are_made_absolute(
+        tmp_path, monkeypatch):
+    """Review: a relative trainer.python and trainer.cache_dir were kept as written, while the
+    phase script cd's into its node folder first: every phase failed "the trainer's program
+    (.venv/bin/python) is gone" though --check --on-cluster passed, and each phase would have
+    had a cache of its own. Both are now anchored at the config's folder like the data paths;
+    a bare command name (python3) is still looked up on the PATH."""
+    (tmp_path / "exp").mkdir()
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "exp" / "experiment.yaml"
+    for python, expected in ((".venv/bin/python", str(tmp_path / "exp" / ".venv/bin/python")),
+                             ("python3", "python3")):
+        path.write_text("name: demo\ntask: {builtin: addition}\n"
+                        f"trainer: {{python: {python}, cache_dir: cache}}\n")
+        cfg = load_config(path)
+        assert cfg.trainer == {"python": expected, "cache_dir": str(tmp_path / "exp" / "cache")}
