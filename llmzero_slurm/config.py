@@ -461,6 +461,8 @@ def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
         t.reward_path = fix(t.reward_path)
     if cfg.search.strategy_file:
         cfg.search.strategy_file = fix(cfg.search.strategy_file)
+    # Each kind of job starts in another folder: the setup lines all run from this one.
+    cfg.slurm.setup_dir = fix(cfg.slurm.setup_dir or ".")
     # A phase runs its trainer from its node folder: a relative interpreter or cache would be
     # looked for there. A bare command name (python3) is the PATH's, as in a shell.
     python, cache = cfg.trainer.get("python"), cfg.trainer.get("cache_dir")

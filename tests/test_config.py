@@ -110,7 +110,7 @@ def test_every_problem_of_a_config_is_named_at_once(tmp_path):
         "  config key 'search.concurrency': must be > 0 (got 0)",
         "  config key 'slurm.nodse': unknown key (known: account, constraint, cpus_per_task, "
         "exclusive, extra_directives, gpu_directive, gpu_type, gpus_per_node, mem, nodes, "
-        "partition, qos, requeue, setup, time)",
+        "partition, qos, requeue, setup, setup_dir, time)",
         "  config key 'agents.backend': must be auto, anthropic, openai or heuristic"]
     assert (err.value.exit_code, err.value.key, err.value.problem) == \
         (2, "search.concurrency", "must be > 0 (got 0)")

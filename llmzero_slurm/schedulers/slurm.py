@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import SchedulerError
+from ..job_settings import setup_script
 from ..search.tree import Status
 from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
@@ -233,7 +234,8 @@ class SlurmScheduler(Scheduler):
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
-                             mem=job.mem, setup=list(job.setup), comment=job.comment,
+                             mem=job.mem, setup=setup_script(job.setup, job.setup_dir),
+                             comment=job.comment,
                              wckey=None)   # not submitit's own "submitit" key: sites may enforce them
         try:
             with credentials_withheld(self.secret_names):
