@@ -368,7 +368,7 @@ def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
     would tie the two together."""
     from .backends.registry import BACKENDS
     from .methods.registry import check_method
-    from .schedulers import check_scheduler_kind
+    from .schedulers import check_poll, check_scheduler_kind
 
     def name() -> None:
         if not _NAME.match(cfg.name):
@@ -381,6 +381,8 @@ def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
     problems.check(name, "name")
     problems.check(backend, "backend")
     problems.check(lambda: check_scheduler_kind(cfg.scheduler), "scheduler")
+    problems.check(lambda: check_poll(cfg.scheduler, cfg.search.poll_interval_s), "scheduler",
+                   "search.poll_interval_s")
     problems.check(lambda: check_method(cfg.search.method, bool(cfg.search.space)),
                    "search.method")
 

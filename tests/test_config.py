@@ -444,3 +444,15 @@ def test_the_trainers_interpreter_and_cache_relative_to_the_config_are_made_abso
                         f"trainer: {{python: {python}, cache_dir: cache}}\n")
         cfg = load_config(path)
         assert cfg.trainer == {"python": expected, "cache_dir": str(tmp_path / "exp" / "cache")}
+
+
+def test_a_poll_faster_than_a_slurm_site_allows_is_refused_on_slurm_only():
+    """Review: search.poll_interval_s had no lower limit: 0.05 on Slurm asked squeue 20 times a
+    second, where sites ask client tools to leave seconds between calls. With scheduler: slurm
+    it is refused, naming the key; local processes may still be polled as fast as wanted."""
+    assert refused({"name": "x", "scheduler": "slurm", "search": {"poll_interval_s": 0.05}}) \
+        .startswith("config key 'search.poll_interval_s': must be at least 5 s with the slurm "
+                    "scheduler (got 0.05)")
+    for scheduler in ("local", "auto"):   # auto: floored when it turns out to be Slurm
+        parse_config({"name": "x", "scheduler": scheduler, "search": {"poll_interval_s": 0.05}})
+    parse_config({"name": "x", "scheduler": "slurm", "search": {"poll_interval_s": 5}})

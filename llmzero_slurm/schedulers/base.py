@@ -187,6 +187,7 @@ class Scheduler(ABC):
     # registers it after the client gave up): not resubmitted before then.
     settle_s: ClassVar[float] = 0.0
     default_poll_s: ClassVar[float] = 10.0   # the controller's poll period unless configured
+    least_poll_s: ClassVar[float] = 0.0      # the shortest poll period it may be configured to
 
     @abstractmethod
     def submit(self, script: Path, token: str) -> str:
