@@ -33,10 +33,12 @@ _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-s
 _CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
 _GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
+_PLACEMENT = ("partition", "account", "qos", "constraint")
 # Every long option the extra-directive rules refuse, and (so none is misread as an
 # abbreviation of another) every sbatch option whose name starts another's here.
 RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
-                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS}
+                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS, *_PLACEMENT}
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -76,7 +78,8 @@ def phase_directives(s: SlurmConfig) -> list[str]:
                                              "slurm.gpu_directive)"),
             # Without slurm.mem the script asks for no memory: a per-CPU or per-GPU size is
             # then the user's own choice, not a second spelling of the config's.
-            **dict.fromkeys(_MEM_OPTIONS if s.mem is not None else (), "slurm.mem")}))
+            **dict.fromkeys(_MEM_OPTIONS if s.mem is not None else (), "slurm.mem")},
+            {o: f"slurm.{o}" for o in _PLACEMENT}))
 
 
 def _gpu_options(s: SlurmConfig) -> tuple[str, ...]:
@@ -146,19 +149,21 @@ def time_directive(key: str, time: str) -> str:
     return f"--time={time}"
 
 
-def extra_directives(where: str, lines: list[str], sized: Mapping[str, str]) -> list[str]:
+def extra_directives(where: str, lines: list[str], sized: Mapping[str, str],
+                     placed: Mapping[str, str]) -> list[str]:
     """The user's own #SBATCH options: one long option each, none that llmzero-slurm sets
     itself, nothing that would send the job (and every later query) to another cluster.
-    `sized`: the options the script sets from the config, and the key that sets each."""
+    `sized`: the options the script sets from the config, and the key that sets each;
+    `placed`: the placement options a config key gives, set or not, and that key."""
     problems = ConfigProblems()
     for i, line in enumerate(lines):
         with problems.collect():
-            _extra(f"{where}[{i}]", line, sized)
+            _extra(f"{where}[{i}]", line, sized, placed)
     problems.raise_all()
     return list(lines)
 
 
-def _extra(key: str, line: str, sized: Mapping[str, str]) -> None:
+def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, str]) -> None:
     match = _EXTRA.match(checked(key, line))
     if not match:
         raise ConfigError(key, "must be one long option like --reservation=name, without "
@@ -172,6 +177,10 @@ def _extra(key: str, line: str, sized: Mapping[str, str]) -> None:
     if option in sized:
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")
+    if option in placed:
+        raise ConfigError(key, f"{read_as}set {placed[option]} instead: the run's jobs, its "
+                               "cluster checks included, are placed by that key, and a second "
+                               f"--{option} line would quietly win over it in this job alone")
     if option == "array":
         raise ConfigError(key, f"{read_as}--array would make one phase several jobs, which "
                                "squeue and sacct list as <id>_<task>: the controller tracks one "
@@ -214,4 +223,5 @@ def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_k
             **dict.fromkeys(("nodes", *_NTASKS_OPTIONS),
                             "llmzero-slurm itself (one task on one node)"),
             **dict.fromkeys(_CPUS_OPTIONS, f"{section}.cpus"),
-            **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key}))
+            **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key},
+            {o: f"{section}.{o}" for o in ("partition", "account", "qos")}))

@@ -273,6 +273,35 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
         controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
 
 
+@pytest.mark.parametrize("line, said", [
+    ("--partition=other", "set slurm.partition instead"),
+    ("--part=other", "--part stands for --partition"),
+    ("--acc=other", "set slurm.account instead"),
+    ("--account=other", "set slurm.account instead"),
+    ("--qos=high", "set slurm.qos instead"),
+    ("--q=high", "--q stands for --qos"),
+    ("--constraint=v100", "set slurm.constraint instead"),
+    ("--const=v100", "--const stands for --constraint"),
+    ("-p=other", "must be one long option"),
+    ("-A=other", "must be one long option"),
+])
+def test_an_extra_directive_cannot_place_the_phases_elsewhere(tmp_path, line, said):
+    """Review: --partition, --account, --qos and --constraint (abbreviated too) were taken in
+    slurm.extra_directives, and the later #SBATCH line won: phases ran elsewhere than
+    slurm.partition, while the monitor and the cluster checks used slurm.partition. They are
+    refused, naming the key to set, whether that key is set or not; so is a controller job's
+    second --partition (its --constraint, which no key sets, is its own)."""
+    for slurm in (SlurmConfig(partition="gpu", extra_directives=[line]),
+                  SlurmConfig(extra_directives=[line])):
+        with pytest.raises(ConfigError) as err:
+            render(spec(tmp_path, slurm=slurm))
+        assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
+    with pytest.raises(ConfigError, match="set controller.partition instead"):
+        controller_job(tmp_path, extra_directives=["--partition=other"])
+    assert "#SBATCH --constraint=skylake\n" in controller_job(
+        tmp_path, extra_directives=["--constraint=skylake"]).read_text()
+
+
 def test_extra_directives_may_size_what_the_script_leaves_unset(tmp_path):
     """Without slurm.mem the script asks for no memory, and without GPUs for no --gres: a
     per-CPU memory size or a node resource like nvme is the user's own to ask for."""
