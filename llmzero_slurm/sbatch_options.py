@@ -25,7 +25,7 @@ _EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Directives the controller relies on; extra_directives may not replace them.
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
-                     "no-requeue", "parsable", "wrap", "chdir", "signal"})
+                     "no-requeue", "parsable", "wrap", "chdir", "signal", "export"})
 # The size of a job, which the scripts set from the config: a second directive for it would
 # override the config's (or clash with it) unseen. Grouped by what sets them.
 _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-socket",
@@ -172,6 +172,12 @@ def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, s
     option = _option(key, written)
     read_as = (f"--{written} stands for --{option} (sbatch takes any unambiguous prefix of "
                "an option's name): " if option != written else "")
+    if option == "export":
+        raise ConfigError(key, f"{read_as}--export is given on sbatch's command line, which "
+                               "wins over #SBATCH lines: every job runs in the submitting "
+                               "environment, less its credentials (llmzero-slurm strips them). "
+                               "Set a variable in the shell that submits, or in slurm.setup "
+                               "lines for the phases")
     if option in MANAGED:
         raise ConfigError(key, f"{read_as}--{option} is set by llmzero-slurm itself")
     if option in sized:

@@ -302,6 +302,20 @@ def test_an_extra_directive_cannot_place_the_phases_elsewhere(tmp_path, line, sa
         tmp_path, extra_directives=["--constraint=skylake"]).read_text()
 
 
+@pytest.mark.parametrize("line", ["--export=NONE", "--exp=NONE", "--export=ALL,FOO=1"])
+def test_an_extra_export_directive_is_refused_saying_why(tmp_path, line):
+    """Review: extra_directives: ['--export=NONE'] was accepted and did nothing: every job is
+    submitted with --export=ALL,LLMZ_SCHEDULED=1 on sbatch's command line, which wins over an
+    #SBATCH line. It is refused, saying why and what to do instead."""
+    for render_job in (lambda: render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line]))),
+                       lambda: controller_job(tmp_path, extra_directives=[line])):
+        with pytest.raises(ConfigError) as err:
+            render_job()
+        assert "extra_directives[0]" in str(err.value)
+        assert "the submitting environment, less its credentials" in str(err.value)
+        assert "slurm.setup" in str(err.value)
+
+
 def test_extra_directives_may_size_what_the_script_leaves_unset(tmp_path):
     """Without slurm.mem the script asks for no memory, and without GPUs for no --gres: a
     per-CPU memory size or a node resource like nvme is the user's own to ask for."""
