@@ -22,7 +22,8 @@ import yaml
 
 from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
-from .sbatch_options import cpu_job_directives, phase_directives, placement_directives
+from .sbatch_options import (cpu_job_directives, memory_size, phase_directives,
+                             placement_directives)
 from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
 from .schedulers.job_env import VARIABLE_NAME
 from .search.settings import SearchSettings, check_ranges
@@ -255,8 +256,12 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(path, "must be a mapping")
         value = dict(value)
-    elif path.endswith(".time") and isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)   # a Slurm time limit: a plain number is minutes, as sbatch reads it
+    elif path.endswith(".time") and isinstance(value, (int, str)) and not isinstance(value, bool):
+        # A Slurm time limit: a plain number is minutes, as sbatch reads it; an #SBATCH line
+        # takes no space around it.
+        value = str(value).strip()
+    elif path.endswith(".mem"):
+        value = memory_size(value)
     elif "str" in text and not isinstance(value, str):
         raise ConfigError(path, "must be a string")
     return value

@@ -19,7 +19,8 @@ MAX_VALUE = 4096
 _SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
 _WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")                 # a GPU type
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
-_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")                       # memory_size's spelling
+_SIZE = re.compile(r"^([0-9]{1,9})(?:([KMGT])B?)?$", re.I)       # what sbatch reads as one
 _DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
 _EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -137,8 +138,20 @@ def placement_directives(where: str, partition: str | None, account: str | None,
     return out
 
 
+def memory_size(value: Any) -> Any:
+    """A memory size in the one spelling the scripts carry (16000, 16G): sbatch reads a plain
+    integer as megabytes, and a K, M, G or T suffix in any case, a B after it ignored. Anything
+    else is returned as text, for mem_directive to refuse under its key."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    text = str(value).strip()
+    match = _SIZE.match(text)
+    return match.group(1) + (match.group(2) or "").upper() if match else text
+
+
 def mem_directive(key: str, mem: str) -> str:
-    return "--mem=" + checked(key, mem, _MEM, "must be a size like 16G or 4000M")
+    return "--mem=" + checked(key, mem, _MEM, "must be a size like 16G, 4000M or 4000 "
+                                              "(megabytes); K, M, G or T, with an optional B")
 
 
 def time_directive(key: str, time: str) -> str:

@@ -456,3 +456,22 @@ def test_a_poll_faster_than_a_slurm_site_allows_is_refused_on_slurm_only():
     for scheduler in ("local", "auto"):   # auto: floored when it turns out to be Slurm
         parse_config({"name": "x", "scheduler": scheduler, "search": {"poll_interval_s": 0.05}})
     parse_config({"name": "x", "scheduler": "slurm", "search": {"poll_interval_s": 5}})
+
+
+def test_slurm_time_and_memory_are_written_as_sbatch_reads_them():
+    """Review: slurm.time ' 10' passed the check (which strips it) but was written raw, as
+    `#SBATCH --time= 10`, which sbatch refuses; slurm.mem 16000 (a YAML integer, megabytes to
+    sbatch) was refused as "must be a string", and 16g or 16GB, which sbatch takes, as no size.
+    Each is now read once, as the config is parsed, into the spelling the script carries."""
+    def lines(**slurm) -> list[str]:
+        return phase_directives(parse_config({"name": "x", "slurm": slurm}).slurm)
+    assert "--time=10" in lines(time=" 10") and "--time=1-00:00:00" in lines(time="1-00:00:00 ")
+    controller = parse_config({"name": "x", "controller": {"time": " 2:00:00", "mem": 2000}})
+    assert "--time=2:00:00" in cpu_job_directives("controller", controller.controller,
+                                                  "controller.time", [])
+    for given, written in ((16000, "16000"), ("16g", "16G"), ("16GB", "16G"), ("512mb", "512M"),
+                           ("1T", "1T"), ("4000", "4000"), (" 8G ", "8G")):
+        assert f"--mem={written}" in lines(mem=given)
+    assert controller.controller.mem == "2000"
+    for bad in ("16 GB", "16B", "16GiB", "-4G", "lots", True):
+        assert refused({"name": "x", "slurm": {"mem": bad}}).startswith("config key 'slurm.mem'")
