@@ -22,7 +22,8 @@ import yaml
 
 from .errors import ConfigError, ConfigProblems
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
-from .sbatch_options import cpu_job_directives, phase_directives, placement_directives
+from .sbatch_options import (cpu_job_directives, memory_size, phase_directives,
+                             placement_directives)
 from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
 from .schedulers.job_env import VARIABLE_NAME
 from .search.settings import SearchSettings, check_ranges
@@ -255,8 +256,12 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(path, "must be a mapping")
         value = dict(value)
-    elif path.endswith(".time") and isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)   # a Slurm time limit: a plain number is minutes, as sbatch reads it
+    elif path.endswith(".time") and isinstance(value, (int, str)) and not isinstance(value, bool):
+        # A Slurm time limit: a plain number is minutes, as sbatch reads it; an #SBATCH line
+        # takes no space around it.
+        value = str(value).strip()
+    elif path.endswith(".mem"):
+        value = memory_size(value)
     elif "str" in text and not isinstance(value, str):
         raise ConfigError(path, "must be a string")
     return value
@@ -461,6 +466,15 @@ def _anchor_paths(cfg: ExperimentConfig, base: Path) -> None:
         t.reward_path = fix(t.reward_path)
     if cfg.search.strategy_file:
         cfg.search.strategy_file = fix(cfg.search.strategy_file)
+    # Each kind of job starts in another folder: the setup lines all run from this one.
+    cfg.slurm.setup_dir = fix(cfg.slurm.setup_dir or ".")
+    # A phase runs its trainer from its node folder: a relative interpreter or cache would be
+    # looked for there. A bare command name (python3) is the PATH's, as in a shell.
+    python, cache = cfg.trainer.get("python"), cfg.trainer.get("cache_dir")
+    if isinstance(python, str) and "/" in python:
+        cfg.trainer["python"] = fix(python)
+    if isinstance(cache, str) and cache:
+        cfg.trainer["cache_dir"] = fix(cache)
     # A hub id (Qwen/Qwen3-4B) reads like a relative path: only an explicit ./ or ../, or a
     # folder that is there beside the config, is one.
     model = cfg.model_path and os.path.expanduser(cfg.model_path)

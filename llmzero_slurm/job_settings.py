@@ -3,7 +3,9 @@ controller when it runs as a job (`controller:`). Plain settings; the #SBATCH li
 checked in sbatch_options.py, as the file is read and again as each script is rendered."""
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
+from typing import Sequence
 
 
 @dataclass
@@ -24,6 +26,7 @@ class SlurmConfig:
     exclusive: bool = False
     extra_directives: list[str] = field(default_factory=list)
     setup: list[str] = field(default_factory=list)
+    setup_dir: str | None = None     # where `setup` runs; load_config: the config's folder
     requeue: bool = True
 
 
@@ -68,3 +71,18 @@ class CheckJob:
     time: str = "00:10:00"
     extra_directives: list[str] = field(default_factory=list)
     setup: list[str] = field(default_factory=list)
+    setup_dir: str | None = None
+
+
+def setup_script(lines: Sequence[str], folder: str | None) -> list[str]:
+    """The slurm.setup `lines` as every job runs them: from `folder` (slurm.setup_dir), so that a
+    relative path in them means one thing, though a phase starts in its node folder, a check
+    job where sbatch ran and the monitor where the controller runs; the job then goes back
+    where it was. Without a folder (a config not read from a file), where the job is."""
+    if not lines or folder is None:
+        return list(lines)
+    return ["llmz_setup_from=$PWD",
+            f"cd -- {shlex.quote(folder)} || {{ echo 'llmzero: cannot enter slurm.setup_dir, "
+            "where the slurm.setup lines run: put it where the compute nodes see it, or set "
+            "slurm.setup_dir' >&2; exit 1; }",
+            *lines, 'cd -- "$llmz_setup_from"']

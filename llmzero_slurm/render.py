@@ -24,7 +24,7 @@ from .backends.spec import PhaseSpec
 from .sbatch_options import checked, cpu_job_directives, output_folder, phase_directives
 from .errors import ConfigError
 from .job_names import check_job_name, controller_job_name
-from .job_settings import CheckJob, ControllerJobConfig
+from .job_settings import CheckJob, ControllerJobConfig, setup_script
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
@@ -117,7 +117,8 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         checked(f"env.{name}", name, VARIABLE_NAME, "must be a variable name")
         checked(f"env.{name}", value)
     return _ENV.get_template(backend.template).render(
-        spec=spec, directives=directives, setup=list(spec.slurm.setup),
+        spec=spec, directives=directives, setup=setup_script(spec.slurm.setup,
+                                                              spec.slurm.setup_dir),
         credentials=credential_rule(spec.secret_names, backend.kept_credentials(spec.trainer)),
         node_dir=shlex.quote(str(spec.node_dir)), install=shlex.quote(str(ROOT)),
         env=[(name, shell_word(value)) for name, value in env.items()],
@@ -186,7 +187,7 @@ def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, p
     Output to <folder>/<mode>-<jobid>.out; never requeued (it changes nothing)."""
     where = output_folder("folder", folder)
     mode = checked("mode", job.mode, _NAME, "a name")
-    setup = _setup(job.setup)
+    setup = setup_script(_setup(job.setup), job.setup_dir)
     name = check_job_name(checked("experiment", experiment, _NAME, "a name"))
     directives = [f"--job-name={name}",
                   f"--comment=llmz:check,run={experiment},token="

@@ -19,13 +19,14 @@ MAX_VALUE = 4096
 _SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.+-]{1,64}(,[A-Za-z0-9_.+-]{1,64})*$")
 _WORD = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")                 # a GPU type
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
-_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")
+_MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")                       # memory_size's spelling
+_SIZE = re.compile(r"^([0-9]{1,9})(?:([KMGT])B?)?$", re.I)       # what sbatch reads as one
 _DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
 _EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Directives the controller relies on; extra_directives may not replace them.
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
-                     "no-requeue", "parsable", "wrap", "chdir", "signal"})
+                     "no-requeue", "parsable", "wrap", "chdir", "signal", "export"})
 # The size of a job, which the scripts set from the config: a second directive for it would
 # override the config's (or clash with it) unseen. Grouped by what sets them.
 _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-socket",
@@ -33,10 +34,12 @@ _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-s
 _CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
 _GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
+_PLACEMENT = ("partition", "account", "qos", "constraint")
 # Every long option the extra-directive rules refuse, and (so none is misread as an
 # abbreviation of another) every sbatch option whose name starts another's here.
 RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
-                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS}
+                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS, *_PLACEMENT}
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -76,7 +79,8 @@ def phase_directives(s: SlurmConfig) -> list[str]:
                                              "slurm.gpu_directive)"),
             # Without slurm.mem the script asks for no memory: a per-CPU or per-GPU size is
             # then the user's own choice, not a second spelling of the config's.
-            **dict.fromkeys(_MEM_OPTIONS if s.mem is not None else (), "slurm.mem")}))
+            **dict.fromkeys(_MEM_OPTIONS if s.mem is not None else (), "slurm.mem")},
+            {o: f"slurm.{o}" for o in _PLACEMENT}))
 
 
 def _gpu_options(s: SlurmConfig) -> tuple[str, ...]:
@@ -134,8 +138,20 @@ def placement_directives(where: str, partition: str | None, account: str | None,
     return out
 
 
+def memory_size(value: Any) -> Any:
+    """A memory size in the one spelling the scripts carry (16000, 16G): sbatch reads a plain
+    integer as megabytes, and a K, M, G or T suffix in any case, a B after it ignored. Anything
+    else is returned as text, for mem_directive to refuse under its key."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    text = str(value).strip()
+    match = _SIZE.match(text)
+    return match.group(1) + (match.group(2) or "").upper() if match else text
+
+
 def mem_directive(key: str, mem: str) -> str:
-    return "--mem=" + checked(key, mem, _MEM, "must be a size like 16G or 4000M")
+    return "--mem=" + checked(key, mem, _MEM, "must be a size like 16G, 4000M or 4000 "
+                                              "(megabytes); K, M, G or T, with an optional B")
 
 
 def time_directive(key: str, time: str) -> str:
@@ -146,19 +162,21 @@ def time_directive(key: str, time: str) -> str:
     return f"--time={time}"
 
 
-def extra_directives(where: str, lines: list[str], sized: Mapping[str, str]) -> list[str]:
+def extra_directives(where: str, lines: list[str], sized: Mapping[str, str],
+                     placed: Mapping[str, str]) -> list[str]:
     """The user's own #SBATCH options: one long option each, none that llmzero-slurm sets
     itself, nothing that would send the job (and every later query) to another cluster.
-    `sized`: the options the script sets from the config, and the key that sets each."""
+    `sized`: the options the script sets from the config, and the key that sets each;
+    `placed`: the placement options a config key gives, set or not, and that key."""
     problems = ConfigProblems()
     for i, line in enumerate(lines):
         with problems.collect():
-            _extra(f"{where}[{i}]", line, sized)
+            _extra(f"{where}[{i}]", line, sized, placed)
     problems.raise_all()
     return list(lines)
 
 
-def _extra(key: str, line: str, sized: Mapping[str, str]) -> None:
+def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, str]) -> None:
     match = _EXTRA.match(checked(key, line))
     if not match:
         raise ConfigError(key, "must be one long option like --reservation=name, without "
@@ -167,11 +185,21 @@ def _extra(key: str, line: str, sized: Mapping[str, str]) -> None:
     option = _option(key, written)
     read_as = (f"--{written} stands for --{option} (sbatch takes any unambiguous prefix of "
                "an option's name): " if option != written else "")
+    if option == "export":
+        raise ConfigError(key, f"{read_as}--export is given on sbatch's command line, which "
+                               "wins over #SBATCH lines: every job runs in the submitting "
+                               "environment, less its credentials (llmzero-slurm strips them). "
+                               "Set a variable in the shell that submits, or in slurm.setup "
+                               "lines for the phases")
     if option in MANAGED:
         raise ConfigError(key, f"{read_as}--{option} is set by llmzero-slurm itself")
     if option in sized:
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")
+    if option in placed:
+        raise ConfigError(key, f"{read_as}set {placed[option]} instead: the run's jobs, its "
+                               "cluster checks included, are placed by that key, and a second "
+                               f"--{option} line would quietly win over it in this job alone")
     if option == "array":
         raise ConfigError(key, f"{read_as}--array would make one phase several jobs, which "
                                "squeue and sacct list as <id>_<task>: the controller tracks one "
@@ -214,4 +242,5 @@ def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_k
             **dict.fromkeys(("nodes", *_NTASKS_OPTIONS),
                             "llmzero-slurm itself (one task on one node)"),
             **dict.fromkeys(_CPUS_OPTIONS, f"{section}.cpus"),
-            **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key}))
+            **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key},
+            {o: f"{section}.{o}" for o in ("partition", "account", "qos")}))

@@ -839,6 +839,20 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down)
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, monkeypatch):
+    """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
+    frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and
+    make_scheduler raises a shorter one, frozen by an earlier release, as it polls)."""
+    monkeypatch.setattr("llmzero_slurm.cli.start.resolve_scheduler_kind", lambda kind: "slurm")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"},
+                                    "search": {"poll_interval_s": 0.05}}))
+    store = open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "run")]))
+    frozen = RunStore.config_of(store.root)
+    assert (frozen.scheduler, frozen.search.poll_interval_s) == ("slurm", 5.0)
+
+
 def test_resuming_with_a_changed_config_names_what_it_ignores(tmp_path, capsys):
     """A finished run started again with a larger budget said only that the config "differs",
     then "search finished" with nothing run: which change was ignored was left to guess."""

@@ -110,7 +110,7 @@ def test_every_problem_of_a_config_is_named_at_once(tmp_path):
         "  config key 'search.concurrency': must be > 0 (got 0)",
         "  config key 'slurm.nodse': unknown key (known: account, constraint, cpus_per_task, "
         "exclusive, extra_directives, gpu_directive, gpu_type, gpus_per_node, mem, nodes, "
-        "partition, qos, requeue, setup, time)",
+        "partition, qos, requeue, setup, setup_dir, time)",
         "  config key 'agents.backend': must be auto, anthropic, openai or heuristic"]
     assert (err.value.exit_code, err.value.key, err.value.problem) == \
         (2, "search.concurrency", "must be > 0 (got 0)")
@@ -426,3 +426,40 @@ def test_a_sample_budget_counts_verl_phases_given_their_batch_and_steps():
         assert parse_config({**VERL, "hparams": COUNTED,
                              "search": {"method": method, "budget_samples": 10**6}})
     assert parse_config({"name": "x", "search": {"budget_samples": 10**6}})  # the cpu defaults
+
+
+def test_the_trainers_interpreter_and_cache_relative_to_the_config_are_made_absolute(
+        tmp_path, monkeypatch):
+    """Review: a relative trainer.python and trainer.cache_dir were kept as written, while the
+    phase script cd's into its node folder first: every phase failed "the trainer's program
+    (.venv/bin/python) is gone" though --check --on-cluster passed, and each phase would have
+    had a cache of its own. Both are now anchored at the config's folder like the data paths;
+    a bare command name (python3) is still looked up on the PATH."""
+    (tmp_path / "exp").mkdir()
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "exp" / "experiment.yaml"
+    for python, expected in ((".venv/bin/python", str(tmp_path / "exp" / ".venv/bin/python")),
+                             ("python3", "python3")):
+        path.write_text("name: demo\ntask: {builtin: addition}\n"
+                        f"trainer: {{python: {python}, cache_dir: cache}}\n")
+        cfg = load_config(path)
+        assert cfg.trainer == {"python": expected, "cache_dir": str(tmp_path / "exp" / "cache")}
+
+
+def test_slurm_time_and_memory_are_written_as_sbatch_reads_them():
+    """Review: slurm.time ' 10' passed the check (which strips it) but was written raw, as
+    `#SBATCH --time= 10`, which sbatch refuses; slurm.mem 16000 (a YAML integer, megabytes to
+    sbatch) was refused as "must be a string", and 16g or 16GB, which sbatch takes, as no size.
+    Each is now read once, as the config is parsed, into the spelling the script carries."""
+    def lines(**slurm) -> list[str]:
+        return phase_directives(parse_config({"name": "x", "slurm": slurm}).slurm)
+    assert "--time=10" in lines(time=" 10") and "--time=1-00:00:00" in lines(time="1-00:00:00 ")
+    controller = parse_config({"name": "x", "controller": {"time": " 2:00:00", "mem": 2000}})
+    assert "--time=2:00:00" in cpu_job_directives("controller", controller.controller,
+                                                  "controller.time", [])
+    for given, written in ((16000, "16000"), ("16g", "16G"), ("16GB", "16G"), ("512mb", "512M"),
+                           ("1T", "1T"), ("4000", "4000"), (" 8G ", "8G")):
+        assert f"--mem={written}" in lines(mem=given)
+    assert controller.controller.mem == "2000"
+    for bad in ("16 GB", "16B", "16GiB", "-4G", "lots", True):
+        assert refused({"name": "x", "slurm": {"mem": bad}}).startswith("config key 'slurm.mem'")

@@ -907,7 +907,7 @@ def test_on_slurm_the_controller_polls_every_30_s_unless_configured(tmp_path, mo
 
 
 def test_a_configured_poll_interval_is_how_often_slurm_is_asked(tmp_path, monkeypatch):
-    """poll_interval_s: 2 (the Slurm example) paced the loop only: the scheduler kept serving
+    """poll_interval_s: 5 (the Slurm example) paced the loop only: the scheduler kept serving
     its cached squeue answer while backing off to 60 s, so a phase's end was seen up to a
     minute late and the next phase started that much later."""
     from types import SimpleNamespace
@@ -920,7 +920,7 @@ def test_a_configured_poll_interval_is_how_often_slurm_is_asked(tmp_path, monkey
                         SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda s: None))
     store = RunStore.create(tmp_path / "run", parse_config({
         "name": "p", "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"},
-        "search": {"method": "practitioner", "poll_interval_s": 2}}))
+        "search": {"method": "practitioner", "poll_interval_s": 5}}))
     sched = build_controller(store).scheduler
     calls: list[str] = []
 
@@ -928,9 +928,9 @@ def test_a_configured_poll_interval_is_how_often_slurm_is_asked(tmp_path, monkey
         calls.append(argv[0])
         return subprocess.CompletedProcess(argv, 0, "41|RUNNING|None|0|llmz:node=0,token=t\n", "")
     sched.run = squeue
-    for _ in range(8):                      # the job runs on unchanged: no back-off past 2 s
+    for _ in range(8):                      # the job runs on unchanged: no back-off past 5 s
         sched.states(["41"])
-        clock[0] += 2.0
+        clock[0] += 5.0
     assert len(calls) == 8
 
 

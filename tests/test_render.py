@@ -273,6 +273,49 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
         controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
 
 
+@pytest.mark.parametrize("line, said", [
+    ("--partition=other", "set slurm.partition instead"),
+    ("--part=other", "--part stands for --partition"),
+    ("--acc=other", "set slurm.account instead"),
+    ("--account=other", "set slurm.account instead"),
+    ("--qos=high", "set slurm.qos instead"),
+    ("--q=high", "--q stands for --qos"),
+    ("--constraint=v100", "set slurm.constraint instead"),
+    ("--const=v100", "--const stands for --constraint"),
+    ("-p=other", "must be one long option"),
+    ("-A=other", "must be one long option"),
+])
+def test_an_extra_directive_cannot_place_the_phases_elsewhere(tmp_path, line, said):
+    """Review: --partition, --account, --qos and --constraint (abbreviated too) were taken in
+    slurm.extra_directives, and the later #SBATCH line won: phases ran elsewhere than
+    slurm.partition, while the monitor and the cluster checks used slurm.partition. They are
+    refused, naming the key to set, whether that key is set or not; so is a controller job's
+    second --partition (its --constraint, which no key sets, is its own)."""
+    for slurm in (SlurmConfig(partition="gpu", extra_directives=[line]),
+                  SlurmConfig(extra_directives=[line])):
+        with pytest.raises(ConfigError) as err:
+            render(spec(tmp_path, slurm=slurm))
+        assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
+    with pytest.raises(ConfigError, match="set controller.partition instead"):
+        controller_job(tmp_path, extra_directives=["--partition=other"])
+    assert "#SBATCH --constraint=skylake\n" in controller_job(
+        tmp_path, extra_directives=["--constraint=skylake"]).read_text()
+
+
+@pytest.mark.parametrize("line", ["--export=NONE", "--exp=NONE", "--export=ALL,FOO=1"])
+def test_an_extra_export_directive_is_refused_saying_why(tmp_path, line):
+    """Review: extra_directives: ['--export=NONE'] was accepted and did nothing: every job is
+    submitted with --export=ALL,LLMZ_SCHEDULED=1 on sbatch's command line, which wins over an
+    #SBATCH line. It is refused, saying why and what to do instead."""
+    for render_job in (lambda: render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line]))),
+                       lambda: controller_job(tmp_path, extra_directives=[line])):
+        with pytest.raises(ConfigError) as err:
+            render_job()
+        assert "extra_directives[0]" in str(err.value)
+        assert "the submitting environment, less its credentials" in str(err.value)
+        assert "slurm.setup" in str(err.value)
+
+
 def test_extra_directives_may_size_what_the_script_leaves_unset(tmp_path):
     """Without slurm.mem the script asks for no memory, and without GPUs for no --gres: a
     per-CPU memory size or a node resource like nvme is the user's own to ask for."""
@@ -652,3 +695,53 @@ def test_the_controller_job_requeues_itself_near_its_limit_and_passes_on_term(tm
     job.terminate()
     _, err = job.communicate(timeout=20)
     assert job.returncode == 128 + signal.SIGTERM and "requeueing controller job 77" in err
+
+
+# Records where it ran and what the setup lines exported, wherever a job runs it from.
+WHERE_DUMP = f"""#!{sys.executable}
+import json, os, sys
+with open(sys.argv[0] + ".json", "a") as fh:
+    fh.write(json.dumps([os.getcwd(), os.environ.get("LLMZ_FROM_SETUP")]) + "\\n")
+"""
+
+
+def test_relative_setup_lines_run_from_the_configs_folder_in_every_job(tmp_path, monkeypatch):
+    """Review: a phase ran the slurm.setup lines in its node folder, the --check --on-cluster
+    job where sbatch ran, the monitor in the controller's folder: `source ./env.sh` passed the
+    check and failed every phase "during setup". Each job now runs them from the config's
+    folder (slurm.setup_dir), then goes on where it was."""
+    from llmzero_slurm.config import load_config
+    from llmzero_slurm.controller.cluster_check import environment_job
+    from llmzero_slurm.controller.keeper import MonitorKeeper
+    from llmzero_slurm.render import write_check_job
+    from llmzero_slurm.schedulers import SlurmScheduler
+    from llmzero_slurm.store.run_store import RunStore
+
+    exp, away, bin_ = tmp_path / "exp", tmp_path / "away", tmp_path / "bin"
+    for folder in (exp, away, bin_):
+        folder.mkdir()
+    (exp / "env.sh").write_text("export LLMZ_FROM_SETUP=yes\n")
+    dump = bin_ / "srun"             # the monitor's srun, the phase's and the check's python
+    dump.write_text(WHERE_DUMP)
+    dump.chmod(0o755)
+    (bin_ / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/monitor.sh\n"
+                                 "echo 'Submitted batch job 4242'\n")
+    (bin_ / "sbatch").chmod(0o755)
+    (exp / "experiment.yaml").write_text(
+        f"name: demo\nscheduler: slurm\ntask: {{builtin: addition}}\ntrainer: {{python: {dump}}}\n"
+        "agents: {backend: heuristic}\nslurm: {setup: ['source ./env.sh']}\n")
+    monkeypatch.chdir(away)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    store = RunStore.create(tmp_path / "run", load_config(exp / "experiment.yaml"))
+    cfg = store.config                           # the frozen copy, as phases are rendered from
+    node = spec(tmp_path, slurm=cfg.slurm, trainer=cfg.trainer)
+    check_job, _ = environment_job(cfg)
+    MonitorKeeper(store, SlurmScheduler()).ensure(True)
+    scripts = [write_phase_script(node), tmp_path / "monitor.sh",
+               write_check_job("demo", tmp_path / "check", check_job, "t", tmp_path / "plan")]
+    for script in scripts:
+        done = subprocess.run(["bash", str(script)], cwd=away, capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "SLURM_JOB_ID": "5"})
+        assert done.returncode == 0, done.stdout + done.stderr
+    ran = [json.loads(line) for line in Path(f"{dump}.json").read_text().splitlines()]
+    assert ran == [[str(node.node_dir), "yes"], [str(away), "yes"], [str(away), "yes"]]

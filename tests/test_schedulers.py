@@ -1083,3 +1083,18 @@ def test_a_local_job_whose_supervisor_was_killed_trains_on_and_is_cancelled(tmp_
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_slurm_poll_below_the_sites_floor_is_raised_to_it_with_a_note(tmp_path, monkeypatch,
+                                                                       caplog):
+    """Review: `scheduler: auto` (or --poll) turning out to be Slurm polled as often as told, 0.05
+    s gave 20 squeue calls a second; it is now raised to 5 s, saying so. The local scheduler
+    keeps a fast poll."""
+    from llmzero_slurm.schedulers import make_scheduler
+    monkeypatch.setattr(SlurmScheduler, "available", staticmethod(lambda: True))
+    monkeypatch.setattr(SlurmScheduler, "reachable", staticmethod(lambda timeout_s=15.0: True))
+    monkeypatch.setattr("llmzero_slurm.schedulers.conf_problem", lambda: None)
+    sched = make_scheduler("auto", tmp_path, poll_s=0.05)
+    assert (sched.min_poll_s, sched.max_poll_s) == (5.0, 5.0)
+    assert "polling Slurm every 5 s, not 0.05 s" in caplog.text
+    assert isinstance(make_scheduler("local", tmp_path, poll_s=0.05), LocalScheduler)

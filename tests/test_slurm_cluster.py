@@ -242,7 +242,7 @@ def controller_job_run(tmp_path: Path, name: str, **controller: Any) -> tuple[An
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump({
         "name": name, "scheduler": "slurm", "task": {"builtin": "addition"},
-        "search": {"poll_interval_s": 1}, "agents": {"backend": "heuristic"},
+        "search": {"poll_interval_s": 5}, "agents": {"backend": "heuristic"},
         "slurm": {"extra_directives": ["--hold"]},
         "controller": {"time": "00:10:00", "mem": "1G", **controller}}))
     store = RunStore.create(tmp_path / "run", load_config(config))
@@ -356,7 +356,7 @@ def test_a_search_survives_its_controller_job_being_requeued_cancelled_and_resub
         "name": name, "backend": "cpu", "scheduler": "slurm", "task": {"builtin": "addition"},
         "hparams": {"total_training_steps": 10, "test_freq": 10, "save_freq": 5, "rollout_n": 4},
         "trainer": {"cache_dir": str(base_cache)},
-        "search": {"budget_iterations": 2, "concurrency": 1, "poll_interval_s": 1,
+        "search": {"budget_iterations": 2, "concurrency": 1, "poll_interval_s": 5,
                    "early_stop_interval_s": 2},
         "agents": {"backend": "heuristic"},
         "slurm": {"cpus_per_task": 1, "time": "00:15:00"},

@@ -25,7 +25,7 @@ from ..render import check_run_dir
 from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
-from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind
+from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind, slurm_poll
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--poll", type=seconds, default=None, metavar="S",
                    help="seconds between scheduler polls (default: search.poll_interval_s; "
                         "unset: 30 on Slurm, asking less often while nothing changes, 10 for "
-                        "local processes)")
+                        "local processes; at least 5 on Slurm)")
     args = p.parse_args(argv)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
@@ -130,8 +130,13 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
         check()
     check_method(cfg)
     # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
-    # the run's Slurm jobs as local processes, nor start phases on the login node.
-    return RunStore.create(run_dir, replace(cfg, scheduler=resolve_scheduler_kind(cfg.scheduler)))
+    # the run's Slurm jobs as local processes, nor start phases on the login node. Its poll,
+    # maybe set for local processes, is frozen as one Slurm takes.
+    kind = resolve_scheduler_kind(cfg.scheduler)
+    if kind == "slurm":
+        cfg = replace(cfg, search=replace(cfg.search,
+                                          poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
+    return RunStore.create(run_dir, replace(cfg, scheduler=kind))
 
 
 def _resume(run_dir: Path) -> RunStore:

@@ -56,7 +56,8 @@ def environment_job(cfg: ExperimentConfig) -> Planned:
     c, task = cfg.controller, cfg.task
     python = get_backend(cfg.backend).python(cfg.trainer)
     job = CheckJob("environment", "controller", str(python), c.partition, c.account, c.qos,
-                   c.cpus, c.mem, ENVIRONMENT_TIME, list(c.extra_directives), list(cfg.slurm.setup))
+                   c.cpus, c.mem, ENVIRONMENT_TIME, list(c.extra_directives), list(cfg.slurm.setup),
+                   cfg.slurm.setup_dir)
     plan: dict[str, Any] = {"mode": "environment", "backend": cfg.backend,
                             "model_path": cfg.model_path, "builtin": task.builtin,
                             "data_files": [*task.train_files, *task.val_files, *task.test_files],
@@ -85,7 +86,8 @@ def endpoint_job(cfg: ExperimentConfig) -> Planned | str:
         return "offline heuristic agents: no LLM endpoint to reach"
     s, m = cfg.slurm, cfg.monitor
     job = CheckJob("endpoint", "monitor", sys.executable, m.partition or s.partition,
-                   m.account or s.account, m.qos or s.qos, time=ENDPOINT_TIME, setup=list(s.setup))
+                   m.account or s.account, m.qos or s.qos, time=ENDPOINT_TIME, setup=list(s.setup),
+                   setup_dir=s.setup_dir)
     return job, {"mode": "endpoint", "url": endpoint(cfg.agents),
                  "timeout_s": ENDPOINT_TIMEOUT_S}
 

@@ -108,7 +108,7 @@ class MonitorKeeper:
         s, m = cfg.slurm, cfg.monitor
         job = CallJob(self.job_name, int(self.lifetime // 60) + 1,
                       f"llmz:monitor,run={cfg.name}", m.partition or s.partition,
-                      m.account or s.account, m.qos or s.qos, s.setup)
+                      m.account or s.account, m.qos or s.qos, s.setup, s.setup_dir)
         args = (str(self.store.root), self.scheduler.name, self.interval, self.lifetime)
         llm_key.hand_over(self.dir, cfg.agents)
         job_id = self.scheduler.submit_call(run_monitor, args, self.dir / "%j", job)

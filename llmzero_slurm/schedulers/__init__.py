@@ -1,6 +1,7 @@
 """Batch systems behind one interface: Slurm where it exists, local process groups elsewhere."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -10,17 +11,31 @@ from .local import LocalScheduler
 from .slurm import SlurmScheduler, conf_problem
 
 __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state", "LOCAL_JOBS",
-           "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler", "resolve_scheduler_kind"]
+           "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler",
+           "resolve_scheduler_kind", "slurm_poll"]
 
 # The one list of scheduler names experiment.yaml may give: "auto" or a scheduler's own name.
 SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (SlurmScheduler, LocalScheduler)}
 SCHEDULER_KINDS = ("auto", *SCHEDULERS)
 LOCAL_JOBS = "local-jobs"   # the local scheduler's folder in a run (its job table, results)
+_log = logging.getLogger(__name__)
+# Each poll asks slurmctld (squeue): sites ask client tools to leave seconds between calls.
+_SITES_ASK = "Slurm sites ask client tools to leave seconds between their calls"
 
 
 def check_scheduler_kind(kind: str) -> None:
     if kind not in SCHEDULER_KINDS:
         raise ConfigError("scheduler", f"must be {', '.join(SCHEDULER_KINDS)} (got {kind!r})")
+
+
+def slurm_poll(poll_s: float | None) -> float | None:
+    """`poll_s` for Slurm: a period shorter than a site accepts (`scheduler: auto` that turned
+    out to be Slurm, --poll) is raised to SlurmScheduler.least_poll_s, saying so."""
+    least = SlurmScheduler.least_poll_s
+    if poll_s is None or poll_s >= least:
+        return poll_s
+    _log.warning("note: polling Slurm every %g s, not %g s: %s", least, poll_s, _SITES_ASK)
+    return least
 
 
 def resolve_scheduler_kind(kind: str) -> str:
@@ -46,6 +61,7 @@ def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = (),
     `poll_s`: a poll period the user set, which Slurm's answers are then kept for, no back-off
     (the default backs off while nothing changes)."""
     if resolve_scheduler_kind(kind) == "slurm":
+        poll_s = slurm_poll(poll_s)
         if poll_s is not None:
             return SlurmScheduler(secret_names=secret_names, kept_names=kept_names,
                                   min_poll_s=poll_s, max_poll_s=poll_s)

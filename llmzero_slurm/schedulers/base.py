@@ -173,6 +173,7 @@ class CallJob:
     account: str | None = None
     qos: str | None = None
     setup: Sequence[str] = ()
+    setup_dir: str | None = None        # where `setup` runs (job_settings.setup_script)
     cpus: int = 1
     mem: str = "2G"
 

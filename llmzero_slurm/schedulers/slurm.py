@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import SchedulerError
+from ..job_settings import setup_script
 from ..search.tree import Status
 from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
                    state_from_status_file)
@@ -100,6 +101,7 @@ class SlurmScheduler(Scheduler):
     name = "slurm"
     settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
     default_poll_s = 30.0
+    least_poll_s = 5.0   # sites ask client tools to leave seconds between calls
 
     def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
                  min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
@@ -233,7 +235,8 @@ class SlurmScheduler(Scheduler):
         ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
         ex.update_parameters(job_name=job.name, time=job.minutes, partition=job.partition,
                              account=job.account, qos=job.qos, cpus_per_task=job.cpus,
-                             mem=job.mem, setup=list(job.setup), comment=job.comment,
+                             mem=job.mem, setup=setup_script(job.setup, job.setup_dir),
+                             comment=job.comment,
                              wckey=None)   # not submitit's own "submitit" key: sites may enforce them
         try:
             with credentials_withheld(self.secret_names):
