@@ -295,6 +295,17 @@ def test_adapter_without_lora_rank_is_refused():
         compose(sneaked)
 
 
+def test_a_raw_override_loading_dummy_weights_under_lora_is_refused():
+    """Review: `actor_rollout_ref.rollout.load_format=dummy` came after the safetensors the
+    backend sets for LoRA and won: the rollout engine would generate from random weights, as
+    verl syncs only the adapter to it. Without LoRA verl syncs every weight: allowed there."""
+    settings = VerlSettings.from_config({"overrides": ["actor_rollout_ref.rollout.load_format=dummy"]})
+    with pytest.raises(ConfigError, match="random weights") as err:
+        build_overrides(phase(), TABLE12, settings)
+    assert err.value.key == "actor_rollout_ref.rollout.load_format"
+    build_overrides(phase(), {**TABLE12, "lora_rank": 0}, settings)
+
+
 def test_mandatory_keys_are_checked():
     full = build_overrides(phase(), TABLE12, VerlSettings())
     no_engine = [o for o in full if not o.startswith("actor_rollout_ref.rollout.name=")]

@@ -89,7 +89,8 @@ def check_traps(overrides: Sequence[str]) -> None:
     """Refuse a complete override list containing a verl 0.9.1 trap.
 
     Besides the dead keys, `lora_adapter_path` is ignored by verl unless `lora_rank > 0`, so
-    an evolve phase would silently restart from the base model.
+    an evolve phase would silently restart from the base model; and under LoRA a `dummy`
+    load_format leaves the rollout engine on random weights.
     """
     settings: dict[str, str | None] = {}
     for text in overrides:
@@ -98,10 +99,16 @@ def check_traps(overrides: Sequence[str]) -> None:
         if reason:
             raise ConfigError(key, reason)
         settings[key] = value
+    rank = settings.get("actor_rollout_ref.model.lora_rank") or "0"
+    lora = rank.isdigit() and int(rank) > 0
+    if lora and settings.get("actor_rollout_ref.rollout.load_format") == "dummy":
+        raise ConfigError("actor_rollout_ref.rollout.load_format",
+                          "with LoRA verl syncs only the adapter to the rollout engine, which "
+                          "would generate from random weights: leave load_format to llmzero "
+                          "(safetensors)")
     adapter = settings.get("actor_rollout_ref.model.lora_adapter_path")
     if adapter not in (None, "null"):
-        rank = settings.get("actor_rollout_ref.model.lora_rank") or "0"
-        if not rank.isdigit() or int(rank) <= 0:
+        if not lora:
             raise ConfigError("actor_rollout_ref.model.lora_adapter_path",
                               "verl ignores lora_adapter_path unless actor_rollout_ref.model."
                               f"lora_rank > 0 (lora_rank is {rank}); the phase would start "
