@@ -107,15 +107,20 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     assert len(steps(script)) < 100
 
 
-def test_a_local_job_killed_with_its_supervisor_is_lost_not_running(tmp_path, tiny_program):
-    """A job that died (its supervisor and itself killed, as by a reboot) with status.json
-    still saying "running" was shown as `failed (RUNNING)`. (Review: this test killed the
-    supervisor alone, its job training on in its own session; both are killed now.)"""
+def training(tmp_path: Path, tiny_program: Path) -> tuple[LocalScheduler, Path, str, int, int]:
+    """A local job past its first step: its scheduler, script, id, supervisor and group."""
     sched = LocalScheduler(tmp_path / "local-jobs")
     script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
     job = sched.submit(script, "tok-1")
     wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
-    supervisor, pgid = started(sched, job)
+    return (sched, script, job, *started(sched, job))
+
+
+def test_a_local_job_killed_with_its_supervisor_is_lost_not_running(tmp_path, tiny_program):
+    """A job that died (its supervisor and itself killed, as by a reboot) with status.json
+    still saying "running" was shown as `failed (RUNNING)`. (Review: this test killed the
+    supervisor alone, its job training on in its own session; both are killed now.)"""
+    sched, script, job, supervisor, pgid = training(tmp_path, tiny_program)
     os.kill(supervisor, signal.SIGKILL)
     os.killpg(pgid, signal.SIGKILL)
     state = wait_for(lambda: next((s for s in sched.states([job]).values() if s.final), None),
@@ -1059,11 +1064,7 @@ def test_a_local_job_whose_supervisor_was_killed_trains_on_and_is_cancelled(tmp_
     nothing could stop it. Its process group, told by the job's mark in their environment
     from a group that took its id since, now keeps it RUNNING, and a cancel stops the group
     as the supervisor would have."""
-    sched = LocalScheduler(tmp_path / "local-jobs")
-    script = phase(tmp_path, tiny_program, hparams={"total_training_steps": 100}, step_s=0.5)
-    job = sched.submit(script, "tok-1")
-    wait_for(lambda: (script.parent / "metrics.jsonl").exists(), 30, "the first step")
-    supervisor, pgid = started(sched, job)
+    sched, script, job, supervisor, pgid = training(tmp_path, tiny_program)
     os.kill(supervisor, signal.SIGKILL)
     wait_for(lambda: not alive(supervisor), 10, "the supervisor to die")
     trained = len(steps(script))
