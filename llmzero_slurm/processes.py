@@ -38,28 +38,23 @@ def runs(pid: Any, marker: str) -> bool:
         return False
 
 
-def group_carries(pgid: Any, entry: str) -> bool:
-    """True while a live process of process group `pgid` has `entry` (NAME=value) in its
-    environment: the group is still the one that was given it, not another that has since
-    taken its id. A process of another user, whose environment cannot be read, counts (not
-    ours to judge)."""
+def leads_with(pgid: Any, entry: str) -> bool:
+    """True while process `pgid` lives, leads its process group and has `entry` (NAME=value)
+    in its environment: the group is still the one that was given it, not another that has
+    since taken its id, and a process its leader left behind does not count. A process of
+    another user, whose environment cannot be read, counts (not ours to judge)."""
     if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 0:
         return False
-    wanted = os.fsencode(entry)
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            state, _, group = stat[stat.rfind(")") + 2:].split()[:3]
-            if int(group) == pgid and state not in ("Z", "X") \
-                    and wanted in (proc / "environ").read_bytes().split(b"\0"):
-                return True
-        except PermissionError:
-            return True
-        except OSError:
-            continue
-    return False
+    proc = Path(f"/proc/{pgid}")
+    try:
+        stat = (proc / "stat").read_text()
+        state, _, group = stat[stat.rfind(")") + 2:].split()[:3]
+        return int(group) == pgid and state not in ("Z", "X") \
+            and os.fsencode(entry) in (proc / "environ").read_bytes().split(b"\0")
+    except PermissionError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def arguments(pid: Any) -> list[str] | None:

@@ -1099,3 +1099,52 @@ def test_a_slurm_poll_below_the_sites_floor_is_raised_to_it_with_a_note(tmp_path
     assert (sched.min_poll_s, sched.max_poll_s) == (5.0, 5.0)
     assert "polling Slurm every 5 s, not 0.05 s" in caplog.text
     assert isinstance(make_scheduler("local", tmp_path, poll_s=0.05), LocalScheduler)
+
+
+def orphaned_job(tmp_path: Path, leader: list[str], env: dict[str, str]
+                 ) -> tuple[LocalScheduler, Path, subprocess.Popen]:
+    """Local job 1 of a run whose supervisor is gone, its process group led by `leader`."""
+    table, node = tmp_path / "local-jobs", tmp_path / "nodes" / "0000"
+    table.mkdir(parents=True)
+    node.mkdir(parents=True)
+    group = subprocess.Popen(leader, env={**os.environ, **env}, start_new_session=True)
+    (table / "jobs.json").write_text(json.dumps({"next_id": 2, "jobs": {"1": {
+        "token": "t", "script": str(node / "phase.sbatch"), "name": "x",
+        "output": str(node / "slurm-1.out"), "submit_dir": str(node), "time_limit_s": None,
+        "cpus_per_task": "1", "submitted_at": 0, "supervisor_pid": group.pid}}}))
+    (table / "1.result.json").write_text(json.dumps({"state": "RUNNING", "pgid": group.pid,
+                                                     "started_at": 0}))
+    return LocalScheduler(table), node, group
+
+
+def test_a_local_job_a_previous_release_started_reads_running_after_an_upgrade(tmp_path):
+    """Review: the supervisor moved to its own module; one still running from the release
+    before, under the old module's name, was not recognised, so its job (phases go on
+    through `llmzero-stop` without --cancel and an upgrade) read LOST while it trained."""
+    table = tmp_path / "local-jobs"
+    sched, node, group = orphaned_job(tmp_path, [
+        sys.executable, "-c", "import time; time.sleep(60)", "-m",
+        "llmzero_slurm.schedulers.local", str(table), "1"], {})
+    try:
+        wait_for(lambda: b"schedulers.local" in Path(f"/proc/{group.pid}/cmdline").read_bytes(),
+                 10, "the old supervisor")
+        assert sched.states(["1"], {"1": node})["1"].raw == "RUNNING"
+    finally:
+        group.kill()
+        group.wait()
+
+
+def test_an_orphaned_local_job_whose_script_ended_is_not_kept_running_by_a_leftover(tmp_path):
+    """Review: with its supervisor dead, a job counted as running while any process of its
+    group lived: a `sleep &` its script left behind kept a finished phase RUNNING, holding a
+    slot. The script's own process, which leads the group, decides, as for the supervisor."""
+    from llmzero_slurm.schedulers.local_table import MARK, job_mark
+    env = {MARK: job_mark(tmp_path / "local-jobs", "1")}
+    sched, node, leader = orphaned_job(tmp_path, ["bash", "-c", "sleep 60 & exit 0"], env)
+    leader.wait()
+    (node / "status.json").write_text(json.dumps({"job_id": "1", "state": "completed",
+                                                  "exit_code": 0}))
+    try:
+        assert sched.states(["1"], {"1": node})["1"].raw == "COMPLETED"
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)

@@ -569,6 +569,31 @@ def test_a_rewrite_keeps_the_mode_a_user_gave_the_run_but_never_widens_a_secret(
     assert modes == {"node.json": "0o640", "node.json.bak": "0o640", "key.json": "0o600"}
 
 
+@pytest.mark.parametrize("refusal", [PermissionError(1, "Operation not permitted"),
+                                     OSError(22, "Invalid argument")])
+def test_a_filesystem_that_refuses_chmod_or_chown_still_takes_every_write(tmp_path, monkeypatch,
+                                                                           refusal):
+    """Review: keeping a replaced file's mode and group called fchmod on every rewrite, and
+    caught only PermissionError from fchown: on a filesystem that refuses them (ACL-only
+    GPFS filesets, NFSv4 id mapping) every node record write became a StorageError and the
+    controller stopped. What cannot be kept is left as the filesystem gives it."""
+    store = new_store(tmp_path)
+    add_root(store)
+    refused = []
+    for path in (store.node_path(0), store.node_dir(0).record_copy):
+        path.chmod(0o604)                 # no umask gives it: a chmod is due
+        if os.geteuid() == 0:
+            os.chown(path, -1, os.getgid() + 1)   # a chown too, where one may be made
+
+    def refuse(*args: object) -> None:
+        refused.append(args)
+        raise refusal
+    monkeypatch.setattr(os, "fchmod", refuse)
+    monkeypatch.setattr(os, "fchown", refuse)
+    store.update_node(0, lambda n: setattr(n, "status", Status.QUEUED))
+    assert store.load_tree()[0].status is Status.QUEUED and refused
+
+
 def test_a_rewrite_keeps_the_group_a_user_gave_the_run(tmp_path):
     """Review: a run given to a project group with `chgrp -R` went back to the user's own
     group in every record the controller rewrote. A rewrite now keeps the old file's group

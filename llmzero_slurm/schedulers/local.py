@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import SchedulerError, StateError
-from ..processes import arguments, group_carries
+from ..processes import arguments, leads_with
 from ..search.tree import Status
 from ..store.atomic import read_json, write_json
 from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
@@ -81,11 +81,11 @@ class LocalScheduler(Scheduler):
         return argv is not None and supervised_job(argv, self.dir) == job_id
 
     def _unsupervised(self, job_id: str) -> int | None:
-        """The job's process group (its <id>.result.json's pgid) while a process of it lives,
-        the supervisor killed: the job trains on. A group that has since taken the id carries
-        no mark of the job (`job_mark`)."""
+        """The job's process group (its <id>.result.json's pgid) while the script that leads
+        it lives, the supervisor killed: the job trains on. A group that has since taken the
+        id carries no mark of the job (`job_mark`)."""
         pgid = (self._result(job_id) or {}).get("pgid")
-        return pgid if group_carries(pgid, f"{MARK}={job_mark(self.dir, job_id)}") else None
+        return pgid if leads_with(pgid, f"{MARK}={job_mark(self.dir, job_id)}") else None
 
     def _call_runs(self, job_id: str) -> bool:
         """True while the call job's pid runs submitit's local job for a folder of this run (a

@@ -24,6 +24,9 @@ from .directives import expand_output
 
 TABLE = "jobs.json"
 SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
+# The modules supervisors have run as, this release's first: one an upgrade left running
+# (its phases go on through `llmzero-stop` without --cancel) still supervises its job.
+SUPERVISORS = (SUPERVISOR, "llmzero_slurm.schedulers.local")
 MARK = "LLMZ_LOCAL_JOB"   # in each local job's environment, its job_mark
 
 
@@ -105,9 +108,10 @@ class Rebuilt:
 def supervised_job(argv: list[str], state_dir: Path) -> str | None:
     """The id of the job of `state_dir` whose supervisor has the command line `argv`; None for
     any other process (another run's supervisor included)."""
-    if SUPERVISOR not in argv:
+    module = next((m for m in SUPERVISORS if m in argv), None)
+    if module is None:
         return None
-    folder, job_id = (argv[argv.index(SUPERVISOR) + 1:] + ["", ""])[:2]
+    folder, job_id = (argv[argv.index(module) + 1:] + ["", ""])[:2]
     if job_id.isdigit() and folder and Path(folder).resolve() == state_dir.resolve():
         return job_id
     return None
@@ -115,7 +119,7 @@ def supervised_job(argv: list[str], state_dir: Path) -> str | None:
 
 def _supervisors(state_dir: Path) -> dict[str, int]:
     """Job id -> pid of each supervisor of `state_dir` running on this host."""
-    return {job_id: pid for pid, argv in command_lines(SUPERVISOR).items()
+    return {job_id: pid for module in SUPERVISORS for pid, argv in command_lines(module).items()
             if (job_id := supervised_job(argv, state_dir)) is not None}
 
 

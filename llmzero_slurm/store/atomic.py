@@ -14,6 +14,7 @@ import os
 import stat
 import time
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -93,18 +94,20 @@ def _new_temp(path: Path, mode: int) -> Path:
 def _keep_sharing(path: Path, fd: int, mode: int) -> None:
     """Give the file `fd` the mode and group of the file `path` it will replace, if any: a
     run a user shared (`chmod -R g+rX`, `chgrp -R proj`) must stay shared when a record is
-    rewritten. Never more than `mode` allows (a secret stays 0600); a group the user may
-    not give is left as it comes (EPERM)."""
+    rewritten. Never more than `mode` allows (a secret stays 0600). What the filesystem or
+    the user may not set (a group not theirs, an ACL-only fileset, NFSv4 id mapping) is
+    left as it comes: the record matters more than its mode."""
     try:
         old = os.stat(path)
     except FileNotFoundError:
         return
-    os.fchmod(fd, stat.S_IMODE(old.st_mode) & mode)
-    if old.st_gid != os.fstat(fd).st_gid:
-        try:
+    new, wanted = os.fstat(fd), stat.S_IMODE(old.st_mode) & mode
+    if stat.S_IMODE(new.st_mode) != wanted:
+        with suppress(OSError):
+            os.fchmod(fd, wanted)
+    if old.st_gid != new.st_gid:
+        with suppress(OSError):
             os.fchown(fd, -1, old.st_gid)
-        except PermissionError:
-            pass
 
 
 TEMP_GRACE_S = 600.0   # a temporary file older than this has no writer left (one takes seconds)
