@@ -78,11 +78,12 @@ def setup_script(lines: Sequence[str], folder: str | None) -> list[str]:
     """The slurm.setup `lines` as every job runs them: from `folder` (slurm.setup_dir), so that a
     relative path in them means one thing, though a phase starts in its node folder, a check
     job where sbatch ran and the monitor where the controller runs; the job then goes back
-    where it was. Without a folder (a config not read from a file), where the job is."""
+    where it was. Without a folder (a config not read from a file), or where the node does not
+    see it (a config written to a login node's /tmp), where the job is, said in its output."""
     if not lines or folder is None:
         return list(lines)
+    quoted = shlex.quote(folder)
     return ["llmz_setup_from=$PWD",
-            f"cd -- {shlex.quote(folder)} || {{ echo 'llmzero: cannot enter slurm.setup_dir, "
-            "where the slurm.setup lines run: put it where the compute nodes see it, or set "
-            "slurm.setup_dir' >&2; exit 1; }",
+            f"cd -- {quoted} 2>/dev/null || echo 'llmzero: warning: cannot enter "
+            f"slurm.setup_dir '{quoted}'; the slurm.setup lines run from '\"$PWD\" >&2",
             *lines, 'cd -- "$llmz_setup_from"']

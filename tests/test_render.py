@@ -745,3 +745,11 @@ def test_relative_setup_lines_run_from_the_configs_folder_in_every_job(tmp_path,
         assert done.returncode == 0, done.stdout + done.stderr
     ran = [json.loads(line) for line in Path(f"{dump}.json").read_text().splitlines()]
     assert ran == [[str(node.node_dir), "yes"], [str(away), "yes"], [str(away), "yes"]]
+    # Review: a setup_dir the compute nodes do not see (a config written to a login node's
+    # /tmp, moved since) failed every job at once; the lines now run where the job is, said.
+    (exp / "env.sh").rename(node.node_dir / "env.sh")   # where a phase is
+    shutil.rmtree(exp)
+    done = subprocess.run(["bash", str(write_phase_script(node))], cwd=away, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "SLURM_JOB_ID": "6"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"llmzero: warning: cannot enter slurm.setup_dir {exp}" in done.stderr
