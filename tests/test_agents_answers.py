@@ -85,10 +85,14 @@ def test_a_proposal_repeating_a_configuration_already_tried_is_refused():
     fresh start answering "changes": {} (its parent's configuration, which the prompt
     forbids), was accepted without a repair round and trained again. Either is refused now,
     whatever length it plans; another configuration passes."""
-    sibling = proposal({"lr": 5e-4}).hparams
+    sibling = (50, proposal({"lr": 5e-4}).hparams)
     with pytest.raises(AnswerError, match="repeats a configuration already tried"):
         proposal({"lr": 5e-4}, additional=90, taken=[sibling])
     assert proposal({"lr": 4e-4}, taken=[sibling]).hparams["lr"] == 4e-4
+    # Review (of that fix): where a child starts is part of what was tried: the same change
+    # from another checkpoint, or from the base model, is a new experiment.
+    assert proposal({"lr": 5e-4}, step=100, taken=[sibling]).checkpoint == 100
+    assert proposal({"lr": 5e-4}, step=None, taken=[sibling]).checkpoint is None
     with pytest.raises(AnswerError, match="must not repeat the configuration above"):
         proposal({}, step=None, scratch=True)
     assert proposal({"lr": 4e-4}, step=None, scratch=True).checkpoint is None

@@ -12,7 +12,7 @@ from llmzero_slurm.agents.offline import error_analyzer as offline_analyzer
 from llmzero_slurm.agents.offline import proposer as offline_proposer
 from llmzero_slurm.agents.offline import stopper as offline_stopper
 from llmzero_slurm.agents.offline.signals import Signals, diagnose
-from llmzero_slurm.agents.answers import knobs
+from llmzero_slurm.agents.answers import Proposal, knobs
 from llmzero_slurm.agents.error_analyzer import TAIL_CHARS, TAIL_LINES, ErrorAnalyzer, log_tail
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
 from llmzero_slurm.agents.stopper import Stopper, StopperInput
@@ -21,7 +21,7 @@ from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
 from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
-from llmzero_slurm.search.tree import Kind, Node, Results
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume
 
 DATA = Path(__file__).parent / "data" / "cpu_grpo"
 BASE = {"lr": 1e-3, "kl_loss_coef": 0.04, "use_kl_loss": True, "temperature": 1.0,
@@ -38,9 +38,10 @@ def recorded(name: str) -> tuple[Node, MetricsLog]:
     return node, read_metrics(DATA / name / "metrics.jsonl")
 
 
-def child(hparams: dict) -> Node:
-    """A phase already tried from the recorded one (node 1)."""
-    return Node(2, 1, Kind.EVOLVE, hparams)
+def child(p: Proposal) -> Node:
+    """The phase `p` proposed from the recorded one (node 1), as already tried."""
+    return Node(2, 1, Kind.EVOLVE, p.hparams,
+                None if p.checkpoint is None else Resume(1, p.checkpoint))
 
 
 def propose(name: str, tmp_path: Path, **kw):
@@ -76,7 +77,7 @@ def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_p
     assert p.changes == {"lr": node.hparams["lr"] * 0.5,
                          "kl_loss_coef": node.hparams["kl_loss_coef"] * 1.5}
     assert p.checkpoint == max(node.results.checkpoints)
-    _, _, second = propose("healthy", tmp_path / "b", siblings=[child(p.hparams)])
+    _, _, second = propose("healthy", tmp_path / "b", siblings=[child(p)])
     assert "taken or invalid: a bolder variant" in second.diagnosis
     assert second.hparams["lr"] > node.hparams["lr"]
     for key in ("rollout_n", "max_response_length"):
@@ -85,7 +86,7 @@ def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_p
 
 def test_siblings_are_not_repeated_and_scratch_hides_checkpoints(tmp_path):
     node, log, first = propose("collapse", tmp_path / "a")
-    _, _, second = propose("collapse", tmp_path / "b", siblings=[child(first.hparams)])
+    _, _, second = propose("collapse", tmp_path / "b", siblings=[child(first)])
     assert second.hparams != first.hparams
     _, _, scratch = propose("collapse", tmp_path / "c", scratch_only=True)
     assert scratch.checkpoint is None and scratch.additional_steps == log.last_step
@@ -170,7 +171,8 @@ def test_a_plateau_sharpens_in_several_knobs_and_siblings_differ_in_several():
     siblings = [first]
     for _ in range(2):
         siblings.append(offline_proposer.propose(BASE, flat, [20, 40], 40, CPU,
-                                                 taken=[p.hparams for p in siblings]))
+                                                 taken=[(p.checkpoint, p.hparams)
+                                                        for p in siblings]))
     for i, a in enumerate(siblings):
         for b in siblings[i + 1:]:
             differing = {k for k in a.hparams.keys() | b.hparams.keys()
@@ -185,7 +187,8 @@ def test_a_sibling_the_budget_cut_short_is_still_taken():
     flat.series["val-core/x/acc/mean@1"] = [(s, 0.4) for s in range(5, 41, 5)]
     first = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU)
     cut = {**first.hparams, "total_training_steps": 7, "total_epochs": 3}
-    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU, taken=[cut])
+    second = offline_proposer.propose(BASE, flat, [20, 40], 40, CPU,
+                                      taken=[(first.checkpoint, cut)])
     assert second.checkpoint == first.checkpoint and second.changes != first.changes
     assert "variant" in second.diagnosis
 
@@ -364,11 +367,11 @@ def test_the_offline_proposer_moves_each_knob_only_as_far_as_search_space_allows
     log = series(**{"critic/rewards/mean": lambda s: 0.3, **{names[k]: f for k, f in curves.items()}})
     log.series[names["val"]] = [p for p in log.series[names["val"]] if p[0] % 5 == 0]
     assert diagnose(Signals.of(log))[0] == rule
-    taken: list[dict] = []
+    taken: list[tuple[int | None, dict]] = []
     for _ in range(3):                                  # the rule's change, then alternatives
         p = offline_proposer.propose(BASE, log, [20, 40], 40, CPU, taken=taken, bounds=BOUNDS)
         assert BOUNDS.problem(p.hparams) is None, p.hparams
-        taken.append(p.hparams)
+        taken.append((p.checkpoint, p.hparams))
     first = offline_proposer.propose(BASE, log, [20, 40], 40, CPU, bounds=BOUNDS)
     assert first.hparams["total_training_steps"] == 30 and first.hparams["kl_loss_coef"] == 0.04
     if rule == "vanishing":
@@ -423,13 +426,25 @@ def test_the_offline_proposer_never_repeats_a_configuration_tried_from_its_paren
     last resort by its seed; where search.space fixes the seed, the repeat says so."""
     node, log = recorded("healthy")
     parent = CPU.effective_hparams(node.hparams)
-    taken: list[dict] = []
+    taken: list[tuple[int | None, dict]] = []
     for _ in range(7):
         p = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
                                      scratch_only, taken)
-        assert knobs(p.hparams) not in [knobs(h) for h in (parent, *taken)], p.diagnosis
-        taken.append(p.hparams)
+        assert knobs(p.hparams) not in [knobs(h) for h in (parent, *(h for _, h in taken))], \
+            p.diagnosis
+        taken.append((p.checkpoint, p.hparams))
     fixed_seed = parse_bounds({"seed": parent["seed"]}, "cpu")
     last = offline_proposer.propose(parent, log, node.results.checkpoints, 120, CPU,
                                     scratch_only, taken[:3], fixed_seed)
     assert "no untried variant is left within search.space" in last.diagnosis
+    # Review (of that fix): the reseed counted up from the parent's seed, so with seeds 0 to 3
+    # allowed and the parent at 3 it was clamped back to 3, a repeat while 0 to 2 were free.
+    bounded = parse_bounds({"seed": {"uniform": [0, 3]}}, "cpu")
+    at_top, taken, reseeds = {**parent, "seed": 3}, [], []
+    while len(reseeds) < 3 and len(taken) < 8:
+        p = offline_proposer.propose(at_top, log, node.results.checkpoints, 120, CPU,
+                                     scratch_only, taken, bounded)
+        assert "no untried variant" not in p.diagnosis, p.diagnosis
+        taken.append((p.checkpoint, p.hparams))
+        reseeds += [p.hparams["seed"]] if "reseeded" in p.diagnosis else []
+    assert sorted(reseeds) == [0, 1, 2]

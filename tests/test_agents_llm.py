@@ -22,7 +22,7 @@ from llmzero_slurm.config import AgentConfig, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.methods.space import parse_bounds
 from llmzero_slurm.metrics import read_metrics
-from llmzero_slurm.search.tree import Kind, Node, Results
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume
 from metrics_files import val_rows, write_metrics
 
 CPU = get_backend("cpu")
@@ -236,7 +236,7 @@ def test_an_answer_repeating_a_configuration_already_tried_gets_a_repair_round(
     node, log = run
     service.reply(good())
     first = anthropic_proposer.propose(ProposerInput(node, log, 0.5), tmp_path / "a")
-    sibling = Node(4, node.id, Kind.EVOLVE, dict(first.hparams))
+    sibling = Node(4, node.id, Kind.EVOLVE, dict(first.hparams), Resume(node.id, first.checkpoint))
     service.reply(good(), good({"lr": 4e-4}))
     p = anthropic_proposer.propose(ProposerInput(node, log, 0.5, siblings=[sibling]),
                                    tmp_path / "b")

@@ -176,13 +176,18 @@ def knobs(hparams: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in hparams.items() if k not in SCHEDULE_KEYS}
 
 
-def _untried(planned: Mapping[str, Any], parent: Mapping[str, Any], scratch_only: bool,
-             taken: Sequence[Mapping[str, Any]]) -> None:
+# A child already tried from a parent: the checkpoint it started from (None: the base model)
+# and its configuration. The same knobs from another start are another experiment.
+Tried = tuple[int | None, Mapping[str, Any]]
+
+
+def _untried(planned: Mapping[str, Any], start: int | None, parent: Mapping[str, Any],
+             scratch_only: bool, taken: Sequence[Tried]) -> None:
     """Not a configuration tried from the parent; a forced fresh start not the parent's own."""
     if scratch_only and knobs(planned) == knobs(parent):
         raise AnswerError("a fresh strategy must not repeat the configuration above: change at "
                           "least one value")
-    if knobs(planned) in [knobs(hp) for hp in taken]:
+    if (start, knobs(planned)) in [(at, knobs(hp)) for at, hp in taken]:
         raise AnswerError("this configuration repeats a configuration already tried from this "
                           "point (listed with how each did); propose a different one")
 
@@ -190,9 +195,9 @@ def _untried(planned: Mapping[str, Any], parent: Mapping[str, Any], scratch_only
 def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoints: list[int],
                    scratch_only: bool, backend: TrainerBackend, source: str,
                    bounds: Bounds | None = None,
-                   taken: Sequence[Mapping[str, Any]] = ()) -> Proposal:
+                   taken: Sequence[Tried] = ()) -> Proposal:
     """Every rule a proposal must meet, whoever wrote it (LLM or heuristic). `taken`: the
-    configurations already tried from the parent (its siblings', defaults filled in)."""
+    children already tried from the parent (its siblings, defaults filled in)."""
     unknown = sorted(str(k) for k in data if k not in PROPOSAL_FIELDS)
     if unknown:
         raise AnswerError(f"unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:5])}: the "
@@ -216,7 +221,7 @@ def check_proposal(data: Mapping[str, Any], parent: Mapping[str, Any], checkpoin
                           "would repeat its parent; change a value, or set \"no_change\": true "
                           "to continue training unchanged")
     planned = schedule(parent, hparams, additional, backend)
-    _untried(planned, parent, scratch_only, taken)
+    _untried(planned, step, parent, scratch_only, taken)
     _within(bounds, planned)
     return Proposal(diagnosis.strip()[:4000], changes, step, additional, planned, source)
 

@@ -57,7 +57,8 @@ class Proposer:
         metrics = inp.metrics.without_test()
         checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
         parent_hp = self.trainer.effective_hparams(inp.parent.hparams)
-        taken = [self.trainer.effective_hparams(s.hparams) for s in inp.siblings]
+        taken = [(s.resume.step if s.resume else None, self.trainer.effective_hparams(s.hparams))
+                 for s in inp.siblings]
 
         def fallback() -> Proposal:
             return offline.propose(parent_hp, metrics, checkpoints, inp.phase_steps,

@@ -3,13 +3,12 @@ sibling already has it (see the rules in this package's docstring)."""
 from __future__ import annotations
 
 from functools import partial
-from itertools import count
 from typing import Any, Callable, Mapping, Sequence
 
 from ...backends.base import TrainerBackend
 from ...methods.space import NO_BOUNDS, Bounds
 from ...metrics import MetricsLog
-from ..answers import AnswerError, Proposal, check_proposal
+from ..answers import AnswerError, Proposal, Tried, check_proposal
 from .knobs import add, clamp, kl, scale
 from .signals import Signals, diagnose
 
@@ -62,11 +61,20 @@ _ALTERNATIVES: tuple[tuple[str, Change], ...] = (
     ("sharper", _sharpen))
 
 
-def _reseeded(hp: Mapping[str, Any], taken: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The variant always left: the parent's knobs with a seed neither it nor a sibling ran
-    with (another data order and other samples), rather than a configuration already run."""
-    used = {h.get("seed") for h in (hp, *taken)}
-    return {"seed": next(s for s in count(int(hp.get("seed") or 0) + 1) if s not in used)}
+RESEED_REACH = 1000   # how far from the parent's seed a free one is looked for
+
+
+def _reseeded(hp: Mapping[str, Any], taken: Sequence[Tried], bounds: Bounds) -> dict[str, Any]:
+    """The variant always left: the parent's knobs with the nearest seed within search.space
+    that neither it nor a sibling ran with (another data order and other samples), rather
+    than a configuration already run; none when no seed is free."""
+    used = {h.get("seed") for h in (hp, *(h for _, h in taken))}
+    allowed = bounds.keys.get("seed")
+    start = int(hp.get("seed") or 0)
+    for seed in (s for d in range(1, RESEED_REACH) for s in (start + d, start - d)):
+        if seed >= 0 and seed not in used and (allowed is None or allowed.admits(seed)):
+            return {"seed": seed}
+    return {}
 
 
 def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
@@ -80,7 +88,7 @@ def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
 
 def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int],
             phase_steps: int, backend: TrainerBackend, scratch_only: bool = False,
-            taken: Sequence[Mapping[str, Any]] = (), bounds: Bounds = NO_BOUNDS) -> Proposal:
+            taken: Sequence[Tried] = (), bounds: Bounds = NO_BOUNDS) -> Proposal:
     """A validated proposal; `taken` holds the siblings' configurations to avoid repeating;
     each knob moves only as far as the user's `bounds` (search.space) allow."""
     sig = Signals.of(log.without_test())
@@ -93,7 +101,8 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
     steps = length(phase_steps) if step is not None else fresh
     tried = []
     variants: tuple[tuple[str, Change], ...] = (
-        ("", _RULES[rule]), *_ALTERNATIVES, ("reseeded", partial(_reseeded, taken=taken)))
+        ("", _RULES[rule]), *_ALTERNATIVES,
+        ("reseeded", partial(_reseeded, taken=taken, bounds=bounds)))
     for label, make in variants:
         changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
         # An alternative says so: the diagnosis alone would claim the rule's own change.
