@@ -1039,7 +1039,7 @@ def test_a_dead_local_jobs_pid_taken_by_another_supervisor_or_call_is_not_that_j
         time.sleep(0.5)
         assert other_run.call_state(call) is Status.RUNNING
     finally:
-        os.kill(int(call), signal.SIGINT)       # submitit's own stop (time.sleep ignores TERM)
+        os.kill(int(call), signal.SIGKILL)      # only the process matters here, not its end
         wait_for(lambda: other_run.call_state(call) is None, 30, "the other run's call to end")
         for other, job in others:
             other.cancel(job, "same-run" if other.dir == sched.dir else "plain")
