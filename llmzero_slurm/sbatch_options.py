@@ -197,9 +197,9 @@ def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, s
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")
     if option in placed:
-        raise ConfigError(key, f"{read_as}set {placed[option]} instead: the run's jobs, its "
-                               "cluster checks included, are placed by that key, and a second "
-                               f"--{option} line would quietly win over it in this job alone")
+        raise ConfigError(key, f"{read_as}set {placed[option]} instead: a second --{option} "
+                               "line would quietly win over it in this job alone, while the "
+                               "run's other jobs follow the key")
     if option == "array":
         raise ConfigError(key, f"{read_as}--array would make one phase several jobs, which "
                                "squeue and sacct list as <id>_<task>: the controller tracks one "

@@ -185,8 +185,9 @@ class SoftLock:
 
     def _turn(self) -> Path | None:
         """The breakers' turn: a marker beside the lock, made with O_EXCL, to remove when the
-        break is done; None while another breaker has it. A marker older than BREAK_GRACE_S,
-        left by a breaker killed in its turn, is removed for whoever polls next."""
+        break is done; None while another breaker has it. A marker older than BREAK_GRACE_S
+        or stale_after, whichever is longer, left by a breaker killed in its turn, is removed
+        for whoever polls next."""
         marker = self.path.with_name(f".{self.path.name}.break")
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))

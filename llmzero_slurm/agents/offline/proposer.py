@@ -89,7 +89,7 @@ def _resume_step(checkpoints: list[int], sig: Signals, rule: str) -> int | None:
 def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int],
             phase_steps: int, backend: TrainerBackend, scratch_only: bool = False,
             taken: Sequence[Tried] = (), bounds: Bounds = NO_BOUNDS) -> Proposal:
-    """A validated proposal; `taken` holds the siblings' configurations to avoid repeating;
+    """A validated proposal; `taken`: each sibling's start and configuration, not repeated;
     each knob moves only as far as the user's `bounds` (search.space) allow."""
     sig = Signals.of(log.without_test())
     rule, why = diagnose(sig)
