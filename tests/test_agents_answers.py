@@ -5,8 +5,8 @@ import pytest
 
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.agents.knowledge import hparam_guide
-from llmzero_slurm.agents.answers import (AnswerError, check_fix, check_proposal, extract_json,
-                                          parse_decision)
+from llmzero_slurm.agents.answers import AnswerError, check_fix, check_proposal, extract_json
+from llmzero_slurm.agents.decisions import parse_decision
 from llmzero_slurm.methods.space import parse_bounds
 
 CPU = get_backend("cpu")

@@ -438,7 +438,7 @@ def test_a_phase_whose_stop_record_cannot_be_kept_leaves_the_others_judged(
 def test_the_monitor_beats_between_the_phases_of_a_long_pass(tmp_path, monkeypatch):
     """The heartbeat was written only around a pass: with a slow LLM and many running phases
     a pass outlasted the keeper's patience, and it cancelled the monitor as silent mid-pass."""
-    from llmzero_slurm.agents.answers import Decision
+    from llmzero_slurm.agents.decisions import Decision
     from llmzero_slurm.agents.stopper import Stopper
     store = run_with_a_best_phase(tmp_path, "local")
     for job in ("41", "42", "43"):

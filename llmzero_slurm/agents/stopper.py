@@ -19,7 +19,8 @@ from ..metrics_text import brief
 from ..plots import overlay_plot
 from ..search.tree import Node
 from ..store.node_dir import NodeDir
-from .answers import AnswerError, Decision, parse_decision
+from .answers import AnswerError
+from .decisions import Decision, parse_decision
 from .ask import ask
 from .knowledge import metric_guide
 from .llm import Backend, Prompt

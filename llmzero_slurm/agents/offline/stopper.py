@@ -1,7 +1,7 @@
 """The offline early stopper, and the rule every stopper obeys on when not to judge at all."""
 from __future__ import annotations
 
-from ..answers import Decision
+from ..decisions import Decision
 
 MIN_STOP_STEP = 10          # never stop a phase before this many of its own steps
 
