@@ -11,9 +11,20 @@ from pathlib import Path
 from typing import Any
 
 
+def _is_pid(pid: Any) -> bool:
+    return not isinstance(pid, bool) and isinstance(pid, int) and pid > 0
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, pgrp, ...); OSError
+    when it cannot be read."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def alive(pid: Any) -> bool:
     """True while `pid` runs on this host; a zombie (exited, not yet reaped) counts as gone."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+    if not _is_pid(pid):
         return False
     try:
         os.kill(pid, 0)
@@ -22,10 +33,9 @@ def alive(pid: Any) -> bool:
     except PermissionError:
         return True   # someone else's process: alive, and not ours to judge further
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return _stat(pid)[0] not in ("Z", "X")
+    except (OSError, IndexError):
         return True
-    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
 
 
 def runs(pid: Any, marker: str) -> bool:
@@ -43,14 +53,12 @@ def leads_with(pgid: Any, entry: str) -> bool:
     in its environment: the group is still the one that was given it, not another that has
     since taken its id, and a process its leader left behind does not count. A process of
     another user, whose environment cannot be read, counts (not ours to judge)."""
-    if isinstance(pgid, bool) or not isinstance(pgid, int) or pgid <= 0:
+    if not _is_pid(pgid):
         return False
-    proc = Path(f"/proc/{pgid}")
     try:
-        stat = (proc / "stat").read_text()
-        state, _, group = stat[stat.rfind(")") + 2:].split()[:3]
-        return int(group) == pgid and state not in ("Z", "X") \
-            and os.fsencode(entry) in (proc / "environ").read_bytes().split(b"\0")
+        state, _, group = _stat(pgid)[:3]
+        return int(group) == pgid and state not in ("Z", "X") and os.fsencode(entry) in \
+            Path(f"/proc/{pgid}/environ").read_bytes().split(b"\0")
     except PermissionError:
         return True
     except (OSError, ValueError):
@@ -67,12 +75,17 @@ def arguments(pid: Any) -> list[str] | None:
         return None
 
 
-def command_lines(marker: str) -> dict[int, list[str]]:
-    """The arguments of each process of this host whose command line holds `marker` as one of
-    them (a supervisor whose record of its pid was lost, found by its module's name)."""
+def command_lines(markers: tuple[str, ...]) -> dict[int, list[str]]:
+    """The arguments of each live process of this host whose command line holds one of
+    `markers` as one of them (a supervisor whose record of its pid was lost, found by its
+    module's name)."""
     found: dict[int, list[str]] = {}
+    wanted = {os.fsencode(m) for m in markers}
     for entry in Path("/proc").iterdir():
-        argv = arguments(int(entry.name)) if entry.name.isdigit() else None
-        if argv is not None and marker in argv:
-            found[int(entry.name)] = argv
+        try:
+            raw = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if wanted.intersection(raw) and alive(int(entry.name)):
+            found[int(entry.name)] = [os.fsdecode(a) for a in raw]
     return found

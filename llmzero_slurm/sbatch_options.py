@@ -35,7 +35,8 @@ _CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
 _GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 # Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
-_PLACEMENT = ("partition", "account", "qos", "constraint")
+_WHERE = ("partition", "account", "qos")       # what every section of the config may set
+_PLACEMENT = (*_WHERE, "constraint")
 # Every long option the extra-directive rules refuse, and (so none is misread as an
 # abbreviation of another) every sbatch option whose name starts another's here.
 RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
@@ -243,4 +244,4 @@ def cpu_job_directives(section: str, job: ControllerJobConfig | CheckJob, time_k
                             "llmzero-slurm itself (one task on one node)"),
             **dict.fromkeys(_CPUS_OPTIONS, f"{section}.cpus"),
             **dict.fromkeys(_MEM_OPTIONS, f"{section}.mem"), "time": time_key},
-            {o: f"{section}.{o}" for o in ("partition", "account", "qos")}))
+            {o: f"{section}.{o}" for o in _WHERE}))

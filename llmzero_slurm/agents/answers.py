@@ -138,7 +138,7 @@ def schedule(parent: Mapping[str, Any], hparams: dict[str, Any], additional_step
     the epoch count consistent (the arithmetic the paper left to the LLM).
     """
     out = dict(hparams, total_training_steps=additional_steps)
-    old_steps, old_epochs = parent.get("total_training_steps"), parent.get("total_epochs")
+    old_steps, old_epochs = parent.get(STEPS), parent.get("total_epochs")
     old_bs, new_bs = parent.get("train_batch_size"), hparams.get("train_batch_size")
     if old_steps and old_epochs and old_bs and new_bs:
         steps_per_epoch = old_steps / old_epochs * old_bs / new_bs
@@ -255,12 +255,12 @@ def _fix_schedule(changes: Mapping[str, Any], hparams: Mapping[str, Any],
     if "total_epochs" in changes:
         raise AnswerError("do not set 'total_epochs' in changes: the system computes it from "
                           "total_training_steps")
-    planned = hparams.get("total_training_steps")
-    if "total_training_steps" in changes:
-        _int_field(changes, "total_training_steps", 1, planned or MAX_ADDITIONAL_STEPS)
+    planned = hparams.get(STEPS)
+    if STEPS in changes:
+        _int_field(changes, STEPS, 1, planned or MAX_ADDITIONAL_STEPS)
     try:
         merged = merge(hparams, changes, backend.name)
     except HyperparameterError as exc:
         raise AnswerError(f"changes: {exc}") from None
-    steps = merged.get("total_training_steps")
+    steps = merged.get(STEPS)
     return schedule(hparams, merged, steps, backend) if steps else merged

@@ -106,22 +106,21 @@ class Submitter:
     def _withdraw(self, node_id: int) -> None:
         """A pruned node that never reached the scheduler ends cancelled, as the search's
         cancel of a pruned job does."""
-        def withdrawn(n: Node) -> None:
-            n.status = Status.CANCELLED
-            n.submission.reason = "pruned before it was submitted"
-            n.finished_at = time.time()
-        self.store.update_node(node_id, withdrawn)
-        self.progress.event(f"node {node_id}: pruned before it was submitted; not sent")
+        self._end_unsent(node_id, Status.CANCELLED, "pruned before it was submitted",
+                         "pruned before it was submitted; not sent")
 
     def fail(self, node_id: int, reason: str) -> None:
         """Fail a node whose phase never reached the scheduler, for a person to look at."""
-        def failed(n: Node) -> None:
-            n.status = Status.FAILED
-            n.terminal = True
+        self._end_unsent(node_id, Status.FAILED, reason, f"failed before submission: {reason}")
+
+    def _end_unsent(self, node_id: int, status: Status, reason: str, said: str) -> None:
+        def ended(n: Node) -> None:
+            n.status = status
+            n.terminal = n.terminal or status is Status.FAILED
             n.submission.reason = reason
             n.finished_at = time.time()
-        self.store.update_node(node_id, failed)
-        self.progress.event(f"node {node_id}: failed before submission: {reason}")
+        self.store.update_node(node_id, ended)
+        self.progress.event(f"node {node_id}: {said}")
 
 
 def find_job(scheduler: Scheduler, files: NodeDir, token: str | None, name: str) -> str | None:

@@ -81,6 +81,15 @@ class AgentCost:
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
 
+    def merge(self, other: "AgentCost") -> None:
+        """Add another agent's sums (the report's total row)."""
+        self.decisions += other.decisions
+        self.calls += other.calls
+        self.dollars += other.dollars
+        self.unknown += other.unknown
+        for name in TOKEN_FIELDS:
+            self.tokens[name] += other.tokens[name]
+
     def add(self, record: dict[str, Any]) -> None:
         self.decisions += 1
         answers = record.get("answers")

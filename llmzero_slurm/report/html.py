@@ -28,12 +28,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost()
     for cost in view.agent_costs.values():
-        totals.decisions += cost.decisions
-        totals.calls += cost.calls
-        totals.dollars += cost.dollars
-        totals.unknown += cost.unknown
-        for name in TOKEN_FIELDS:
-            totals.tokens[name] += cost.tokens[name]
+        totals.merge(cost)
     return env.get_template(TEMPLATE).render(
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         best_adapter=view.best_adapter,

@@ -19,7 +19,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (SlurmSchedul
 SCHEDULER_KINDS = ("auto", *SCHEDULERS)
 LOCAL_JOBS = "local-jobs"   # the local scheduler's folder in a run (its job table, results)
 _log = logging.getLogger(__name__)
-# Each poll asks slurmctld (squeue): sites ask client tools to leave seconds between calls.
+# Each poll asks slurmctld (squeue).
 _SITES_ASK = "Slurm sites ask client tools to leave seconds between their calls"
 
 

@@ -80,12 +80,20 @@ class LocalScheduler(Scheduler):
         argv = arguments(pid)
         return argv is not None and supervised_job(argv, self.dir) == job_id
 
-    def _unsupervised(self, job_id: str) -> int | None:
-        """The job's process group (its <id>.result.json's pgid) while the script that leads
-        it lives, the supervisor killed: the job trains on. A group that has since taken the
-        id carries no mark of the job (`job_mark`)."""
-        pgid = (self._result(job_id) or {}).get("pgid")
-        return pgid if leads_with(pgid, f"{MARK}={job_mark(self.dir, job_id)}") else None
+    def _unsupervised(self, job_id: str, result: Mapping[str, Any] | None) -> int | None:
+        """The job's process group (`result`, its <id>.result.json, has the pgid) while the
+        script that leads it lives, the supervisor killed: the job trains on. A group that has
+        since taken the id carries no mark of the job (`job_mark`)."""
+        pgid = (result or {}).get("pgid")
+        return pgid if leads_with(pgid, self._mark(job_id)) else None
+
+    def _mark(self, job_id: str) -> str:
+        """The MARK entry in the environment of the job's processes."""
+        return f"{MARK}={job_mark(self.dir, job_id)}"
+
+    def _in_run(self, folder: str | Path) -> bool:
+        """A call job's folder lies in this run: how its process is told from another run's."""
+        return Path(folder).resolve().is_relative_to(self.dir.parent)
 
     def _call_runs(self, job_id: str) -> bool:
         """True while the call job's pid runs submitit's local job for a folder of this run (a
@@ -94,7 +102,7 @@ class LocalScheduler(Scheduler):
         if argv is None or SUBMITIT_LOCAL not in argv:
             return False
         folder = (argv[argv.index(SUBMITIT_LOCAL) + 1:] + [""])[0]
-        return bool(folder) and Path(folder).resolve().is_relative_to(self.dir.parent)
+        return bool(folder) and self._in_run(folder)
 
     # -- interface --------------------------------------------------------------------------
 
@@ -137,11 +145,12 @@ class LocalScheduler(Scheduler):
         what = f"cancelling job {job_id}"
         if self._supervised(job_id, job["supervisor_pid"]):
             _terminate(job["supervisor_pid"], what)   # and its group
-        elif (pgid := self._unsupervised(job_id)) is not None:
+        elif (pgid := self._unsupervised(job_id, self._result(job_id))) is not None:
             # Its supervisor is gone: stopped here as it would have (a grace of KILL_WAIT_S).
+            mark = self._mark(job_id)
             try:
                 stop_group(pgid, Path(job["output"]), job_id, False,
-                           lambda: self._unsupervised(job_id) is None)
+                           lambda: not leads_with(pgid, mark))
             except PermissionError:
                 raise _refusal(pgid, what) from None
 
@@ -151,7 +160,7 @@ class LocalScheduler(Scheduler):
         is how its process is told from another run's (`_call_runs`)."""
         import submitit
 
-        if not Path(folder).resolve().is_relative_to(self.dir.parent):
+        if not self._in_run(folder):
             raise SchedulerError(f"the call job's folder {folder} lies outside the run "
                                  f"{self.dir.parent}")
         ex = submitit.LocalExecutor(folder=folder)
@@ -186,7 +195,7 @@ class LocalScheduler(Scheduler):
                 out[job_id] = job_state(job_id, result["state"], result.get("exit_code"),
                                         result.get("reason"), "local")
             elif job and (self._supervised(job_id, job["supervisor_pid"])
-                          or self._unsupervised(job_id) is not None):
+                          or self._unsupervised(job_id, result) is not None):
                 out[job_id] = job_state(job_id, "RUNNING" if result else "PENDING", source="local")
             else:
                 node_dir = (node_dirs or {}).get(job_id) or (

@@ -119,7 +119,7 @@ def supervised_job(argv: list[str], state_dir: Path) -> str | None:
 
 def _supervisors(state_dir: Path) -> dict[str, int]:
     """Job id -> pid of each supervisor of `state_dir` running on this host."""
-    return {job_id: pid for module in SUPERVISORS for pid, argv in command_lines(module).items()
+    return {job_id: pid for pid, argv in command_lines(SUPERVISORS).items()
             if (job_id := supervised_job(argv, state_dir)) is not None}
 
 

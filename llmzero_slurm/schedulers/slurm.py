@@ -101,10 +101,11 @@ class SlurmScheduler(Scheduler):
     name = "slurm"
     settle_s = 60.0   # several of slurmctld's MessageTimeout (10 s by default)
     default_poll_s = 30.0
-    least_poll_s = 5.0   # sites ask client tools to leave seconds between calls
+    least_poll_s = 5.0   # the shortest poll period (slurm_poll in __init__ says why)
 
     def __init__(self, runner: Runner | None = None, retries: int = 5, retry_wait_s: float = 2.0,
-                 min_poll_s: float = 5.0, max_poll_s: float = 60.0, lost_after_s: float = 900.0,
+                 min_poll_s: float = least_poll_s, max_poll_s: float = 60.0,
+                 lost_after_s: float = 900.0,
                  secret_names: Sequence[str] = (), kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
         kept = frozenset(kept_names)
