@@ -149,7 +149,13 @@ def test_metrics_file_speaks_verl_file_logger_format(good_phase):
         assert all(isinstance(v, float) for v in line["data"].values())
     # the test split is scored exactly where validation is, under its own prefix
     assert by_step(lines, TEST).keys() == by_step(lines, VAL).keys()
-    assert lines[-1]["data"]["perf/max_rss_gb"] < 1.0
+    # the process's peak memory; on a GPU, verl's reserved-memory figure too (there the
+    # resident set holds the CUDA runtime's ~1.7 GB as well: measured on an H200 node)
+    import torch
+    if torch.cuda.is_available():
+        assert lines[-1]["data"]["actor/perf/max_memory_reserved_gb"] < 1.0
+    else:
+        assert lines[-1]["data"]["perf/max_rss_gb"] < 1.0
 
 
 def test_checkpoints_are_loadable_peft_adapters(good_phase, cache_dir):
@@ -254,7 +260,7 @@ def test_a_checkpoint_resumes_only_on_the_device_type_it_was_written_on(cache_di
                      *args) == 0
     state_file = tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt"
     state = load_state(state_file.parent)
-    assert state["device"] == "cpu"
+    assert state["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     for written, here in (("cpu", "cuda"), ("cuda", "cpu")):
         save_state({**state, "device": written}, state_file)
         with monkeypatch.context() as patch:
@@ -448,12 +454,16 @@ def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_
 
 def test_oversized_batch_under_a_memory_limit_fails_with_a_real_allocation_error(
         cache_dir, good_phase, tmp_path):
-    job = spawn(cache_dir, tmp_path, "--max-memory-mb", "700", "train_batch_size=64",
-                "rollout_n=32", "ppo_mini_batch_size=64", "max_response_length=16",
-                "temperature=3.0", "total_training_steps=1")
+    """The CPU's cap counts the libraries too (~600 MB at start); the GPU's counts only
+    what the CUDA allocator holds, so it is set lower there."""
+    import torch
+    gpu = torch.cuda.is_available()
+    job = spawn(cache_dir, tmp_path, "--max-memory-mb", "64" if gpu else "700",
+                "train_batch_size=64", "rollout_n=32", "ppo_mini_batch_size=64",
+                "max_response_length=16", "temperature=3.0", "total_training_steps=1")
     _, err = job.communicate(timeout=300)
     assert job.returncode == 3, err
-    assert "out of memory" in err and "can't allocate memory" in err
+    assert "out of memory" in err and ("CUDA" if gpu else "can't allocate memory") in err
 
 
 @pytest.mark.parametrize("bad, named", [

@@ -28,12 +28,14 @@ def _status_mb(field: str) -> float:
 def limit_memory(megabytes: int, device: torch.device) -> None:
     """Cap what the trainer may use from now on; refuse a cap below what it already uses."""
     if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory / 2**20
-        used = torch.cuda.memory_reserved(device) / 2**20
+        # the allocator's cap wants an index, where the session's device is a bare `cuda`
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.get_device_properties(index).total_memory / 2**20
+        used = torch.cuda.memory_reserved(index) / 2**20
         if megabytes <= used:
             raise ConfigError("--max-memory-mb", f"{megabytes} MB is below the {used:.0f} MB "
                               "already reserved on the GPU")
-        torch.cuda.set_per_process_memory_fraction(min(1.0, megabytes / total), device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, megabytes / total), index)
         return
     used = _status_mb("VmData")
     if megabytes <= used:

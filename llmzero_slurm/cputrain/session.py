@@ -18,16 +18,15 @@ from .warmstart import WarmStart
 
 
 def pick_device() -> torch.device:
-    """CUDA when present; on CPU, OMP_NUM_THREADS threads (the phase script fixes it), else as
-    many as Slurm grants, else one.
+    """CUDA when present, else the CPU; either way OMP_NUM_THREADS CPU threads (the phase
+    script fixes it), else as many as Slurm grants, else one. The warm start trains on the
+    CPU on a GPU node too, and its base depends on the thread count.
 
     The tensors are tiny, so a second thread buys little and, on a shared node, costs more
     in contention than it gains (measured: 0.73 s/step with one thread, 1.28 s with two).
     """
-    if torch.cuda.is_available():
-        return torch.device("cuda")
     torch.set_num_threads(_thread_count())
-    return torch.device("cpu")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _thread_count() -> int:
