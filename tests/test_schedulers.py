@@ -293,9 +293,11 @@ def test_real_cpu_phase_then_the_same_script_by_hand(sched, tmp_path, base_cache
     other = "AVX2" if os.environ.get("MKL_CBWR") == "COMPATIBLE" else "COMPATIBLE"
     shell = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
              "SLURM_CPUS_PER_TASK": "2", "MKL_CBWR": other}
+    shell.pop("CUDA_VISIBLE_DEVICES", None)   # every GPU of the host visible: not "none"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240,
                           env=shell)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " gpus=all\n" in proc.stdout + proc.stderr
     again = rows(script.parent / "metrics.jsonl")
     # The same metrics at every step; only wall-clock and memory figures may differ.
     assert [r["step"] for r in again] == [0, 1, 2]
