@@ -18,7 +18,7 @@ validation so far against samples used, each method's mean over seeds.
     python benchmarks/search_quality.py [--tasks expand addition] [--seeds 0 1 2 3 4]
                                         [--methods llmzero grid random] [--dir DIR]
                                         [--phase-steps 50] [--test-freq 10]
-                                        [--results FILE]
+                                        [--results FILE] [--report-only]
 
 Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
 ends; searches found there are not run again, and with --dir a search cut off midway resumes
@@ -26,12 +26,12 @@ from its run directory. A whole table takes hours on two cores; it can be finish
 several sittings. `--phase-steps` sets the length of llmzero's phases (50 by default; grid and
 random trials stay at 100 steps) and `--test-freq` how often every method validates (10 by
 default); a results file holds one phase length and one validation interval, and its figures
-are named after it.
+are named after it. Rows record their commit (dirty or not) and numeric path; only the rows of
+the path this process runs on count as on file and are tabulated.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -44,7 +44,8 @@ from typing import Any
 
 import yaml
 
-from common import mean_se, numeric_env, provenance
+from common import (Row, add_row, commits, mean_se, provenance, read_rows, row_key, search_name,
+                    this_path)
 from llmzero_slurm.config import ExperimentConfig, parse_config
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.metrics import read_metrics
@@ -140,9 +141,8 @@ def compared(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
-        test_freq: int) -> dict[str, Any]:
-    # Another numeric path is another search: its own folder, never a resumed native one.
-    name = "-".join([task, method, str(seed), *(f"{k}={v}" for k, v in numeric_env().items())])
+        test_freq: int) -> Row:
+    name = search_name(task, method, seed)
     config = search_config(task, method, seed, root / "cache", phase_steps, test_freq)
     kept = root / name
     if (kept / "meta.json").exists() and \
@@ -151,7 +151,7 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
                  "or --test-freq, or another release's example): give another --dir")
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    started = time.time()
+    started, made = time.time(), provenance()   # the checkout the search starts from
     with open(root / f"{name}.log", "a") as log:
         subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
                         str(root / name)], stdout=log, stderr=subprocess.STDOUT, check=True,
@@ -160,22 +160,25 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
     phases = {"phase_steps": phase_steps} if method == "llmzero" else {}
     validated = {"test_freq": test_freq} if test_freq != TEST_FREQ else {}
     result = {"task": task, "method": method, "seed": seed, **phases, **validated,
-              **measure(root / name, task),
-              "wall_s": round(time.time() - started), **provenance()}
+              **measure(root / name, task), "wall_s": round(time.time() - started), **made}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
           f"{result['samples']:,} samples, {result['wall_s']} s", flush=True)
     return result
 
 
-def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str],
-           results: Path) -> None:
-    """The tables, and a figure per task named after the results file."""
+KEY = ("task", "method", "seed")      # with the numeric path: a row's identity in its file
+
+
+def report(runs: list[Row], tasks: list[str], methods: list[str], results: Path,
+           where: str) -> None:
+    """The tables of one numeric path (`where` says which), and a figure per task named after
+    the results file."""
     for task in tasks:
         mine = [r for r in runs if r["task"] == task and r["method"] in methods]
         if not mine:
             continue
-        print(f"\n{task}: test score at the best validation node, mean +- SE over seeds")
+        print(f"\n{task}: test score at the best validation node, mean +- SE over seeds; {where}")
         print(f"{'method':<10}{'seeds':>6}{'test':>16}{'relative gain':>20}{'headroom':>10}"
               f"{'samples':>12}{'early-stopped':>15}{'saved':>7}")
         for method in methods:
@@ -192,6 +195,7 @@ def report(runs: list[dict[str, Any]], tasks: list[str], methods: list[str],
                   f"{statistics.fmean(r['samples'] for r in rs):>12,.0f}"
                   f"{sum(r['early'] for r in rs):>9} / {sum(r['phases'] for r in rs):<4}"
                   f"{saved:>6.0%}")
+        print(f"measured at: {commits(mine)}")
         by = {(r["method"], r["seed"]): r for r in mine}
         paired = [by[("llmzero", s)]["test"] - by[("grid", s)]["test"]
                   for m, s in by if m == "llmzero" and ("grid", s) in by]
@@ -244,8 +248,7 @@ def main() -> None:
                         help="validate every N steps, every method (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="tabulate what is on file")
     args = parser.parse_args()
-    runs: list[dict[str, Any]] = json.loads(args.results.read_text()) \
-        if args.results.exists() else []
+    runs = read_rows(args.results)
     other = {n for r in runs if (n := phase_steps_of(r))} - {args.phase_steps}
     if other:
         sys.exit(f"{args.results} holds llmzero searches with {sorted(other)}-step phases, not "
@@ -254,18 +257,20 @@ def main() -> None:
         sys.exit(f"{args.results} holds searches that validated every "
                  f"{sorted({test_freq_of(r) for r in runs})} steps, not {args.test_freq}: give "
                  "--test-freq to match it, or another --results")
-    have = {(r["task"], r["method"], r["seed"]) for r in runs}
+    mine, where = this_path(runs)
+    have = {(r["task"], r["method"], r["seed"]) for r in mine}
     todo = [(t, m, s) for t in args.tasks for s in args.seeds for m in args.methods
             if (t, m, s) not in have]
-    print(f"{len(have)} searches on file, {0 if args.report_only else len(todo)} to run",
-          flush=True)
+    print(f"{len(have)} searches on file ({where}), {0 if args.report_only else len(todo)} to "
+          "run", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         for task, method, seed in [] if args.report_only else todo:
-            runs.append(run(task, method, seed, root, args.phase_steps, args.test_freq))
-            args.results.write_text(json.dumps(runs, indent=1) + "\n")
-    report(runs, args.tasks, args.methods, args.results)
+            add_row(args.results, run(task, method, seed, root, args.phase_steps, args.test_freq),
+                    lambda r: row_key(r, KEY))
+    mine, where = this_path(read_rows(args.results))
+    report(mine, args.tasks, args.methods, args.results, where)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ accuracy (mean +- standard error over seeds), and the schedule minus the best st
 configuration (the one with the highest mean, chosen after the fact, which favours the static
 side), paired by seed, with its standard error. Target: >= 2 standard errors.
 
-Per-seed results are appended to the design's JSON file as each run ends
+Per-seed results are added to the design's JSON file as each run ends
 (benchmarks/results/strategy_validity_<design>.json, committed), and runs found there are not run
 again, so the benchmark can be finished across several sittings; --dir keeps the phase folders
-so a run cut off mid-schedule resumes at its last finished phase.
+so a run cut off mid-schedule resumes at its last finished phase. Each row records its commit
+(dirty or not) and numeric path; only rows of the path this process runs on count as on file
+and are tabulated.
 
     python benchmarks/strategy_validity.py [--design expand-deep|expand-long-confirm|...]
                                            [--seeds N ...] [--jobs 2] [--dir DIR]
@@ -29,14 +31,14 @@ import json
 import math
 import os
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, mean_se, numeric_env, provenance, run_phase
+from common import (ROOT, Row, add_row, commits, mean_se, numeric_env, provenance, read_rows,
+                    row_key, run_phase, this_path)
 from llmzero_slurm.search.budget import samples_per_step
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -180,23 +182,17 @@ def run_chain(d: Design, phases: list[tuple[int, dict[str, Any]]], seed: int, fo
     return {"val": last[val], "test": last[test], "samples": samples, "steps": offset}
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text())["runs"] if path.exists() else []
+def header(d: Design) -> Row:
+    """What a design's results file says of the design, above its rows."""
+    return {"design": d.name, "task": d.task, "steps": d.steps, "common": d.common,
+            "grid": d.grid, "seeds": list(d.seeds), "schedules": d.schedules,
+            "machine": f"{os.cpu_count()} CPUs, one thread per run"}
 
 
-def save(d: Design, path: Path, runs: list[dict[str, Any]]) -> None:
-    header = {"design": d.name, "task": d.task, "steps": d.steps, "common": d.common,
-              "grid": d.grid, "seeds": list(d.seeds), "schedules": d.schedules,
-              "machine": f"{os.cpu_count()} CPUs, one thread per run"}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**header, "runs": runs}, indent=1) + "\n")
-    tmp.replace(path)
-
-
-def report(d: Design, runs: list[dict[str, Any]], seeds: list[int]) -> None:
+def report(d: Design, runs: list[Row], seeds: list[int], where: str) -> None:
     by = {(r["config"], r["seed"]): r for r in runs}
     print(f"\n{d.name}: task {d.task}, {d.steps} steps x {samples_per_step(d.common)} sampled "
-          f"responses per run ({d.common}); test accuracy at the end (1,024 prompts)")
+          f"responses per run ({d.common}); test accuracy at the end (1,024 prompts); {where}")
     means = {}
     for name in configurations(d):
         tests = [by[(name, s)]["test"] for s in seeds if (name, s) in by]
@@ -204,6 +200,7 @@ def report(d: Design, runs: list[dict[str, Any]], seeds: list[int]) -> None:
             means[name] = mean_se(tests)
             print(f"  {name:60s} {means[name][0]:.3f} +- {means[name][1]:.3f}  "
                   f"({len(tests)} seeds)")
+    print(f"measured at: {commits([r for r in runs if r['seed'] in seeds])}")
     statics = {n: m for n, m in means.items() if n not in d.schedules}
     if not statics:
         return
@@ -232,21 +229,19 @@ def main() -> None:
     d = DESIGNS[args.design]
     seeds = args.seeds or list(d.seeds)
     results = args.results or d.results
-    runs = load(results)
-    have = {(r["config"], r["seed"]) for r in runs}
+    mine, where = this_path(read_rows(results))
+    have = {(r["config"], r["seed"]) for r in mine}
     todo = [(n, s) for s in seeds for n in configurations(d) if (n, s) not in have]
-    print(f"{len(have)} runs on file, {len(todo)} to run", flush=True)
+    print(f"{len(have)} runs on file ({where}), {len(todo)} to run", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.dir or Path(tmp)
         cache = root / "cache"
         if todo:   # build the base once before the parallel runs race for it
             run_chain(d, [(1, {})], 0, root / f"warm-{d.task}", cache)
 
-        lock = threading.Lock()
-
         def one(item: tuple[str, int]) -> None:
             name, seed = item
-            started = time.time()
+            started, made = time.time(), provenance()
             phases = configurations(d)[name]
             # The folder names what it trains, and on which numeric path, so an edited schedule
             # or another path never resumes a stale one.
@@ -255,16 +250,16 @@ def main() -> None:
             folder = root / (f"{name.replace(' ', '_').replace('=', '')}-"
                              f"{digest.hexdigest()[:8]}-seed{seed}")
             result = run_chain(d, phases, seed, folder, cache)
-            with lock:
-                runs.append({"config": name, "seed": seed, **result,
-                             "wall_s": round(time.time() - started), **provenance()})
-                save(d, results, runs)
+            add_row(results, {"config": name, "seed": seed, **result,
+                              "wall_s": round(time.time() - started), **made},
+                    lambda r: row_key(r, ("config", "seed")), header(d))
             print(f"  {name} seed {seed}: test {result['test']:.3f} val {result['val']:.3f}"
                   f" ({time.time() - started:.0f} s)", flush=True)
 
         with ThreadPoolExecutor(args.jobs) as pool:
             list(pool.map(one, todo))
-    report(d, runs, seeds)
+    mine, where = this_path(read_rows(results))
+    report(d, mine, seeds, where)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""The benchmarks' bookkeeping on small synthetic results files and runs: which rows count as
+on file, how they are tabulated and paired, how several processes add to one file, and how
+the stopper's recorded decisions are replayed. No search or training runs here."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from llmzero_slurm.paths import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def bench(name: str) -> ModuleType:
+    """A benchmark script as a module (they import common.py as a sibling)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+@pytest.fixture(autouse=True)
+def native(monkeypatch):
+    """Every test starts on the native path (make test runs some tests under MKL_CBWR)."""
+    for name in ("MKL_CBWR", "ATEN_CPU_CAPABILITY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def row(method: str = "llmzero", seed: int = 0, test: float = 0.8, samples: int = 100,
+        planned: int = 100, task: str = "expand", **extra: Any) -> dict[str, Any]:
+    return {"task": task, "method": method, "seed": seed, "test": test, "val": test,
+            "base_test": 0.5, "samples": samples, "planned": planned, "phases": 4,
+            "early": int(samples < planned), "wall_s": 1, "curve": [[samples, test]], **extra}
+
+
+def main(module: ModuleType, monkeypatch, capsys, *argv: str) -> str:
+    monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *argv])
+    module.main()
+    return capsys.readouterr().out
+
+
+def quality(monkeypatch, capsys, results: Path, *argv: str) -> str:
+    return main(bench("search_quality"), monkeypatch, capsys, "--results", str(results),
+                "--tasks", "expand", *argv)
+
+
+def test_rows_of_another_numeric_path_are_neither_on_file_nor_tabulated(tmp_path, monkeypatch,
+                                                                        capsys):
+    """Review: under MKL_CBWR=COMPATIBLE the native rows counted as on file, and the native
+    table was printed as if measured on that path."""
+    sq = bench("search_quality")
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([row(m, s) for m in ("llmzero", "grid") for s in (0, 1)]))
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    ran = []
+
+    def search(task, method, seed, *_):
+        ran.append((method, seed))
+        return row(method, seed, test=0.625, commit="abc1234", dirty=True, MKL_CBWR="COMPATIBLE")
+
+    monkeypatch.setattr(sq, "run", search)
+    out = quality(monkeypatch, capsys, results, "--seeds", "0", "1", "--methods", "llmzero",
+                  "grid")
+    assert sorted(ran) == [("grid", 0), ("grid", 1), ("llmzero", 0), ("llmzero", 1)]
+    assert "0 searches on file (numeric path MKL_CBWR=COMPATIBLE (rows left out: 4 on native))" \
+        in out
+    assert "0.625 +- 0.000" in out and "0.800" not in out
+    assert "numeric path MKL_CBWR=COMPATIBLE" in out.split("expand: test score")[1]
+    assert "measured at: abc1234+dirty" in out
+    assert len(json.loads(results.read_text())) == 8
+
+
+def test_a_row_records_the_commit_whether_the_checkout_was_dirty_and_the_numeric_path(
+        tmp_path, monkeypatch):
+    """A change to the results being written is not a dirty checkout; any other is."""
+    common = bench("common")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    for name in ("code.py", "benchmarks/results/r.json"):
+        (tmp_path / name).write_text("1\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    (tmp_path / "benchmarks" / "results" / "r.json").write_text("2\n")
+    assert common.provenance() == {"commit": head, "dirty": False, "MKL_CBWR": "COMPATIBLE"}
+    (tmp_path / "code.py").write_text("2\n")
+    assert common.provenance()["dirty"] is True
+
+
+ADD_ROWS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from common import add_row, row_key
+for seed in range(int(sys.argv[3]), int(sys.argv[3]) + 30):
+    add_row(Path(sys.argv[2]), {"config": "c", "seed": seed},
+            lambda r: row_key(r, ("config", "seed")), {"design": "d"})
+"""
+
+
+def test_processes_adding_rows_to_one_results_file_lose_none(tmp_path):
+    """Review: each process read the file once and rewrote its own list after every run, so
+    two benchmarks on one file dropped each other's rows."""
+    results = tmp_path / "results.json"
+    writers = [subprocess.Popen([sys.executable, "-c", ADD_ROWS, str(BENCHMARKS), str(results),
+                                 str(start)]) for start in (0, 100, 200)]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0]
+    data = json.loads(results.read_text())
+    assert data["design"] == "d"
+    assert sorted(r["seed"] for r in data["runs"]) == [*range(30), *range(100, 130),
+                                                       *range(200, 230)]
+    common = bench("common")
+    again = common.add_row(results, {"config": "c", "seed": 0, "test": 1.0},
+                           lambda r: common.row_key(r, ("config", "seed")), {"design": "d"})
+    assert len(again) == 90 and [r for r in again if r["seed"] == 0] == [
+        {"config": "c", "seed": 0, "test": 1.0}]
