@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_a_row_records_the_commit_whether_the_checkout_was_dirty_and_the_numeric
     assert common.provenance() == {"commit": head, "dirty": False, "MKL_CBWR": "COMPATIBLE"}
     (tmp_path / "code.py").write_text("2\n")
     assert common.provenance()["dirty"] is True
+
+
+def test_the_saving_is_a_mean_over_seeds_and_the_pooled_figure_is_labelled(tmp_path, monkeypatch,
+                                                                           capsys):
+    """Pooled (1 - sum trained / sum planned) is never below the mean over seeds, and has no
+    standard error; the target is judged on the mean."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([row(seed=0, samples=50, planned=100),
+                                   row(seed=1, samples=90, planned=300)]))
+    out = quality(monkeypatch, capsys, results, "--report-only", "--seeds", "0", "1")
+    assert "saved, mean +- SE  pooled" in out
+    assert re.search(r"60\.0% \+- 10\.0%\s+65\.0%", out), out
+
+
+def test_the_report_keeps_to_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([row(seed=s, test=0.5 + s / 8) for s in (0, 1, 2)]))
+    out = quality(monkeypatch, capsys, results, "--report-only", "--seeds", "0", "1")
+    assert re.search(r"^llmzero\s+2\s+0\.562 ", out, re.M), out
 
 
 ADD_ROWS = """
