@@ -10,7 +10,7 @@ task and method, mean +- standard error over seeds: the test score of the best-v
 node, its relative gain over the base model (test accuracy at step 0) and the share of the
 base's headroom it closed ((test - base) / (1 - base)), samples used and, for llmzero, the
 share of its samples early stopping saved against running every phase to its planned end (and
-pooled over seeds); then llmzero minus grid paired by seed.
+pooled over seeds); then llmzero minus grid paired by seed (--baseline: another file's grid).
 Targets (issue 12): on expand llmzero beats grid by >= 2 standard errors with no more samples;
 on both tasks its relative gain is >= 50%; early stopping saves >= 40% (mean over seeds). One
 figure per task: the test score at the best validation so far against samples used, each
@@ -19,7 +19,8 @@ method's mean over seeds.
     python benchmarks/search_quality.py [--tasks expand addition] [--seeds 0 1 2 3 4]
                                         [--methods llmzero grid random] [--dir DIR]
                                         [--phase-steps 50] [--test-freq 10]
-                                        [--results FILE] [--report-only]
+                                        [--results FILE] [--baseline FILE]
+                                        [--report-only]
 
 Raw per-seed results go to benchmarks/results/search_quality.json (committed) as each search
 ends; searches found there are not run again, and with --dir a search cut off midway resumes
@@ -95,10 +96,6 @@ def search_config(task: str, method: str, seed: int, cache: Path,
     return config
 
 
-def test_key(task: str) -> str:
-    return f"test-core/{task}/acc/mean@1"
-
-
 def measure(run_dir: Path, task: str) -> dict[str, Any]:
     """What the search achieved, from its tree: the best-validation node's test score, the
     base's, samples used and planned, and the anytime curve (in order of finishing)."""
@@ -106,7 +103,8 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
     tree = store.load_tree()
     defaults = get_backend("cpu").defaults()
     best = best_node(tree)
-    root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(test_key(task))
+    root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(
+        f"test-core/{task}/acc/mean@1")
     spent = usage(tree, Budget(len(tree), defaults=defaults))
     curve, used, done = [], 0, []
     for node in sorted((n for n in tree if n.status.finished), key=lambda n: n.finished_at or 0):
@@ -121,17 +119,6 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
             "base_test": root_test[0][1] if root_test and root_test[0][0] == 0 else math.nan,
             "samples": spent.trained, "planned": spent.planned,
             "phases": len(tree), "early": spent.early_stopped, "curve": curve}
-
-
-def phase_steps_of(row: dict[str, Any]) -> int | None:
-    """The length of llmzero's phases a results row was searched with (rows written before
-    the setting existed used the default); None for methods without phases."""
-    return row.get("phase_steps", PHASE_STEPS) if row["method"] == "llmzero" else None
-
-
-def test_freq_of(row: dict[str, Any]) -> int:
-    """How often a results row's search validated (rows written before the setting: 10)."""
-    return int(row.get("test_freq", TEST_FREQ))
 
 
 def compared(config: ExperimentConfig) -> dict[str, Any]:
@@ -171,8 +158,8 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
 KEY = ("task", "method", "seed")      # with the numeric path: a row's identity in its file
 
 
-def report(runs: list[Row], tasks: list[str], methods: list[str], results: Path,
-           where: str) -> None:
+def report(runs: list[Row], tasks: list[str], methods: list[str], results: Path, where: str,
+           baseline: tuple[Path, list[Row]] | None = None) -> None:
     """The tables of one numeric path (`where` says which), and a figure per task named after
     the results file. The saving is judged as a mean over seeds; pooled (saved over planned
     of every seed together) weighs the larger searches more and is never below that mean."""
@@ -199,14 +186,24 @@ def report(runs: list[Row], tasks: list[str], methods: list[str], results: Path,
                   f"{sum(r['early'] for r in rs):>9} / {sum(r['phases'] for r in rs):<4}"
                   f"{saved[0]:>12.1%} +- {saved[1]:.1%}{pooled:>8.1%}")
         print(f"measured at: {commits(mine)}")
-        by = {(r["method"], r["seed"]): r for r in mine}
-        paired = [by[("llmzero", s)]["test"] - by[("grid", s)]["test"]
-                  for m, s in by if m == "llmzero" and ("grid", s) in by]
-        if len(paired) > 1:
-            diff, se = mean_se(paired)
-            print(f"llmzero - grid, paired over {len(paired)} seeds: {diff:+.3f} +- {se:.3f} "
-                  f"({diff / se if se else math.inf:.1f} SE)")
+        ours = [r for r in mine if r["method"] == "llmzero"]
+        name, theirs = baseline or (results, mine)
+        grid = [r for r in theirs if r["task"] == task and r["method"] == "grid"]
+        paired(ours, grid, f" of {name}" if baseline else "")
+        if baseline:
+            print(f"  llmzero rows measured at: {commits(ours)}; {name}'s grid rows at: "
+                  f"{commits(grid)}")
         figure(mine, methods, results.with_name(f"{results.stem}_{task}.png"), task)
+
+
+def paired(llmzero: list[Row], grid: list[Row], of: str) -> None:
+    """llmzero minus grid on the seeds both have."""
+    by = {r["seed"]: r["test"] for r in grid}
+    diffs = [r["test"] - by[r["seed"]] for r in llmzero if r["seed"] in by]
+    if len(diffs) > 1:
+        diff, se = mean_se(diffs)
+        print(f"llmzero - grid{of}, paired over {len(diffs)} seeds: {diff:+.3f} +- {se:.3f} "
+              f"({diff / se if se else math.inf:.1f} SE)")
 
 
 def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str) -> None:
@@ -238,6 +235,16 @@ def figure(runs: list[dict[str, Any]], methods: list[str], out: Path, task: str)
     print(f"figure: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
+def settings(rows: list[Row], phase_steps: int, test_freq: int) -> list[str]:
+    """How a file's rows differ from one length of llmzero's phases and one validation interval
+    (none: alike). Rows written before either setting existed used the defaults."""
+    phases = sorted({r.get("phase_steps", PHASE_STEPS) for r in rows if r["method"] == "llmzero"}
+                    - {phase_steps})
+    freqs = sorted({int(r.get("test_freq", TEST_FREQ)) for r in rows} - {test_freq})
+    return ([f"llmzero searches with {phases}-step phases, not {phase_steps}"] * bool(phases) +
+            [f"searches that validated every {freqs} steps, not {test_freq}"] * bool(freqs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["expand", "addition"])
@@ -245,6 +252,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["llmzero", "grid", "random"])
     parser.add_argument("--dir", type=Path, help="keep the searches here (resumable)")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--baseline", type=Path, help="pair llmzero by seed against the grid "
+                        "rows of this results file (same settings and numeric path)")
     parser.add_argument("--phase-steps", type=int, default=PHASE_STEPS,
                         help="training steps of each llmzero phase (default %(default)s)")
     parser.add_argument("--test-freq", type=int, default=TEST_FREQ,
@@ -252,14 +261,18 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="tabulate what is on file")
     args = parser.parse_args()
     runs = read_rows(args.results)
-    other = {n for r in runs if (n := phase_steps_of(r))} - {args.phase_steps}
-    if other:
-        sys.exit(f"{args.results} holds llmzero searches with {sorted(other)}-step phases, not "
-                 f"{args.phase_steps}: give --phase-steps to match it, or another --results")
-    if any(test_freq_of(r) != args.test_freq for r in runs):
-        sys.exit(f"{args.results} holds searches that validated every "
-                 f"{sorted({test_freq_of(r) for r in runs})} steps, not {args.test_freq}: give "
+    if differ := settings(runs, args.phase_steps, args.test_freq):
+        sys.exit(f"{args.results} holds {'; '.join(differ)}: give --phase-steps and "
                  "--test-freq to match it, or another --results")
+    baseline = None
+    if args.baseline:
+        rows = read_rows(args.baseline)
+        ours, there = this_path(rows)
+        if differ := settings(rows, args.phase_steps, args.test_freq) + \
+                [f"rows of another numeric path: {there}"] * (len(ours) < len(rows)):
+            sys.exit(f"--baseline {args.baseline} holds {'; '.join(differ)} (as {args.results} "
+                     "and this process have it): its grid is not paired with these rows")
+        baseline = (args.baseline, [r for r in rows if r["seed"] in args.seeds])
     mine, where = this_path(runs)
     have = {(r["task"], r["method"], r["seed"]) for r in mine}
     todo = [(t, m, s) for t in args.tasks for s in args.seeds for m in args.methods
@@ -274,7 +287,7 @@ def main() -> None:
                     lambda r: row_key(r, KEY))
     mine, where = this_path(read_rows(args.results))
     report([r for r in mine if r["seed"] in args.seeds], args.tasks, args.methods,
-           args.results, where)
+           args.results, where, baseline)
 
 
 if __name__ == "__main__":

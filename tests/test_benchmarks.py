@@ -117,6 +117,33 @@ def test_the_report_keeps_to_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
     assert re.search(r"^llmzero\s+2\s+0\.562 ", out, re.M), out
 
 
+def test_llmzero_is_paired_with_another_files_grid_on_the_seeds_both_have(tmp_path, monkeypatch,
+                                                                          capsys):
+    results, baseline = tmp_path / "results.json", tmp_path / "baseline.json"
+    results.write_text(json.dumps([row(seed=s, test=0.75, test_freq=5, commit="1111111")
+                                   for s in (0, 1, 2)]))
+    baseline.write_text(json.dumps([row("grid", s, test=0.5 + s / 16, test_freq=5)
+                                    for s in (1, 2, 3)]))
+    out = quality(monkeypatch, capsys, results, "--report-only", "--test-freq", "5",
+                  "--baseline", str(baseline))
+    assert f"llmzero - grid of {baseline}, paired over 2 seeds: +0.156 +- 0.031" in out
+    assert f"llmzero rows measured at: 1111111; {baseline}'s grid rows at: not recorded" in out
+
+
+@pytest.mark.parametrize("theirs, named", [
+    ({"test_freq": 10}, "searches that validated every [10] steps, not 5"),
+    ({"test_freq": 5, "MKL_CBWR": "COMPATIBLE"}, "rows left out: 1 on MKL_CBWR=COMPATIBLE")])
+def test_a_baseline_with_other_settings_or_another_numeric_path_is_refused(
+        tmp_path, monkeypatch, capsys, theirs, named):
+    results, baseline = tmp_path / "results.json", tmp_path / "baseline.json"
+    results.write_text(json.dumps([row(seed=s, test_freq=5) for s in (0, 1)]))
+    baseline.write_text(json.dumps([row("grid", 0, **theirs)]))
+    with pytest.raises(SystemExit) as refused:
+        quality(monkeypatch, capsys, results, "--report-only", "--test-freq", "5",
+                "--baseline", str(baseline))
+    assert named in str(refused.value)
+
+
 ADD_ROWS = """
 import sys
 sys.path.insert(0, sys.argv[1])
