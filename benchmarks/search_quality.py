@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +104,8 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
     best = best_node(tree)
     root_test = read_metrics(store.node_dir(tree.roots()[0].id).metrics_file).get(
         f"test-core/{task}/acc/mean@1")
-    spent = usage(tree, Budget(len(tree), defaults=defaults))
+    # Wall time from the run's creation to its last phase's end, whichever sittings ran it.
+    spent = usage(tree, Budget(len(tree), defaults=defaults, started_at=store.created_at))
     curve, used, done = [], 0, []
     for node in sorted((n for n in tree if n.status.finished), key=lambda n: n.finished_at or 0):
         used += node_samples(node, defaults)
@@ -118,14 +118,15 @@ def measure(run_dir: Path, task: str) -> dict[str, Any]:
             "val": best.score if best else math.nan,
             "base_test": root_test[0][1] if root_test and root_test[0][0] == 0 else math.nan,
             "samples": spent.trained, "planned": spent.planned,
-            "phases": len(tree), "early": spent.early_stopped, "curve": curve}
+            "phases": len(tree), "early": spent.early_stopped, "wall_s": round(spent.wall_s),
+            "curve": curve}
 
 
 def compared(config: ExperimentConfig) -> dict[str, Any]:
     """The settings a kept search must share with this benchmark's to be resumed as its own
-    (what it trains and how it searches; not where its cache lies)."""
-    return {k: v for k, v in config.by_key().items() if k.startswith(("task.", "hparams.",
-                                                                       "search."))}
+    (what it trains, on which trainer, how it searches and stops; not where its cache lies)."""
+    return {k: v for k, v in config.by_key().items()
+            if k.startswith(("task.", "hparams.", "search.", "agents.")) or k == "backend"}
 
 
 def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
@@ -136,10 +137,10 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
     if (kept / "meta.json").exists() and \
             compared(RunStore.config_of(kept)) != compared(parse_config(config)):
         sys.exit(f"{kept} was searched with other settings than these (another --phase-steps "
-                 "or --test-freq, or another release's example): give another --dir")
+                 "or --test-freq, or another release's example or agents): give another --dir")
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    started, made = time.time(), provenance()   # the checkout the search starts from
+    made = provenance()          # the checkout the search starts from, not the one it ends at
     with open(root / f"{name}.log", "a") as log:
         subprocess.run([str(ROOT / "bin" / "llmzero-start"), str(path), "--run-dir",
                         str(root / name)], stdout=log, stderr=subprocess.STDOUT, check=True,
@@ -148,7 +149,7 @@ def run(task: str, method: str, seed: int, root: Path, phase_steps: int,
     phases = {"phase_steps": phase_steps} if method == "llmzero" else {}
     validated = {"test_freq": test_freq} if test_freq != TEST_FREQ else {}
     result = {"task": task, "method": method, "seed": seed, **phases, **validated,
-              **measure(root / name, task), "wall_s": round(time.time() - started), **made}
+              **measure(root / name, task), **made}
     print(f"  {name}: test {result['test']:.3f} (base {result['base_test']:.3f}), "
           f"{result['phases']} phases ({result['early']} early-stopped), "
           f"{result['samples']:,} samples, {result['wall_s']} s", flush=True)

@@ -3,6 +3,7 @@ on file, how they are tabulated and paired, how several processes add to one fil
 the stopper's recorded decisions are replayed. No search or training runs here."""
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import re
@@ -14,7 +15,12 @@ from typing import Any
 
 import pytest
 
+from llmzero_slurm.config import parse_config
 from llmzero_slurm.paths import ROOT
+from llmzero_slurm.search.tree import Kind, Node, Results, Status
+from llmzero_slurm.store.run_store import RunStore
+
+from metrics_files import TEST, VAL, write_metrics
 
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -142,6 +148,27 @@ def test_a_baseline_with_other_settings_or_another_numeric_path_is_refused(
         quality(monkeypatch, capsys, results, "--report-only", "--test-freq", "5",
                 "--baseline", str(baseline))
     assert named in str(refused.value)
+
+
+def test_a_kept_search_with_another_stopper_margin_is_not_resumed_as_this_one(tmp_path):
+    sq = bench("search_quality")
+    config = sq.search_config("addition", "llmzero", 0, tmp_path, 50)
+    other = copy.deepcopy(config)
+    other["agents"]["stop_margin"] = 0.01
+    kept = sq.compared(parse_config(config))
+    assert sq.compared(parse_config(other)) != kept and "backend" in kept
+
+
+def test_a_searchs_wall_time_is_the_runs_own_from_creation_to_its_last_phase(tmp_path):
+    """Not the last sitting's clock: a kept search resumed (or finished) in a later sitting
+    took the time that sitting took."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "w", "scheduler": "local"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 10},
+                                  status=Status.COMPLETED, finished_at=store.created_at + 123,
+                                  results=Results(0.6, 10, 0.45, 10, [10])))
+    write_metrics(store.node_dir(0).metrics_file, [(0, {VAL: 0.5, TEST: 0.4}), (10, {VAL: 0.6})])
+    measured = bench("search_quality").measure(store.root, "addition")
+    assert (measured["wall_s"], measured["test"], measured["base_test"]) == (123, 0.45, 0.4)
 
 
 ADD_ROWS = """
