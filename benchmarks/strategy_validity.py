@@ -10,7 +10,8 @@ through jobs/cpu_grpo.py exactly as a phase script runs it; the schedule's phase
 other's adapters as a search's evolve phases do. Printed: each configuration's final test
 accuracy (mean +- standard error over seeds), and the schedule minus the best static
 configuration (the one with the highest mean, chosen after the fact, which favours the static
-side), paired by seed, with its standard error. Target: >= 2 standard errors.
+side; statics tied for it are each paired, and the weakest comparison is the verdict), paired
+by seed, with its standard error. Target: >= 2 standard errors.
 
 Per-seed results are added to the design's JSON file as each run ends
 (benchmarks/results/strategy_validity_<design>.json, committed), and runs found there are not run
@@ -204,16 +205,26 @@ def report(d: Design, runs: list[Row], seeds: list[int], where: str) -> None:
     statics = {n: m for n, m in means.items() if n not in d.schedules}
     if not statics:
         return
-    best = max(statics, key=lambda n: statics[n][0])
+    top = max(m[0] for m in statics.values())
+    best = [n for n, m in statics.items() if m[0] == top]
     for schedule in d.schedules:
-        paired = [by[(schedule, s)]["test"] - by[(best, s)]["test"] for s in seeds
-                  if (schedule, s) in by and (best, s) in by]
-        if len(paired) < 2:
+        # Against each static tied for the best mean; the weakest comparison is the verdict.
+        found = []
+        for static in best:
+            paired = [by[(schedule, s)]["test"] - by[(static, s)]["test"] for s in seeds
+                      if (schedule, s) in by and (static, s) in by]
+            if len(paired) > 1:
+                diff, se = mean_se(paired)
+                found.append((diff / se if se else math.copysign(math.inf, diff), diff, se,
+                              static, len(paired)))
+        if not found:
             continue
-        diff, se = mean_se(paired)
+        ratio, diff, se, static, n = min(found)
+        tie = f"; tied for the best mean with {', '.join(b for b in best if b != static)}" \
+            if len(best) > 1 else ""
         verdict = "met" if diff >= TARGET_SE * se else "MISSED"
-        print(f"{schedule} - best static ({best}), paired over {len(paired)} seeds: "
-              f"{diff:+.3f} +- {se:.3f} ({diff / se if se else math.inf:.1f} SE; target >= "
+        print(f"{schedule} - best static ({static}{tie}), paired over {n} seeds: "
+              f"{diff:+.3f} +- {se:.3f} ({ratio:.1f} SE; target >= "
               f"{TARGET_SE:.0f} SE: {verdict})")
 
 

@@ -198,3 +198,19 @@ def test_processes_adding_rows_to_one_results_file_lose_none(tmp_path):
                            lambda r: common.row_key(r, ("config", "seed")), {"design": "d"})
     assert len(again) == 90 and [r for r in again if r["seed"] == 0] == [
         {"config": "c", "seed": 0, "test": 1.0}]
+
+
+def test_a_tie_for_the_best_static_is_paired_with_each_and_the_weakest_comparison_decides(
+        capsys):
+    sv = bench("strategy_validity")
+    design = sv.Design(name="t", task="expand", steps=10, common={}, seeds=(0, 1, 2),
+                       grid=[[{"lr": 1e-3}, {"lr": 5e-4}]], schedules={"schedule s": [(10, {})]})
+    tests = {"static lr=0.001": [0.75] * 3, "static lr=0.0005": [0.5, 0.75, 1.0],
+             "schedule s": [0.875] * 3}
+    assert list(tests) == list(sv.configurations(design))
+    runs = [{"config": c, "seed": s, "test": t} for c, ts in tests.items() for s, t in enumerate(ts)]
+    sv.report(design, runs, [0, 1, 2], "numeric path native")
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert verdict.startswith("schedule s - best static (static lr=0.0005; tied for the best mean "
+                              "with static lr=0.001), paired over 3 seeds: +0.125 +- 0.144")
+    assert verdict.endswith("MISSED)")
