@@ -14,7 +14,8 @@ moment. For each margin, per task over the seeds on file:
 
 The tree is held as it grew, so this is a first-order estimate: samples saved would have paid
 for further phases, stopped about as often. Replaying at the search's own margin must reproduce
-its stops; the script checks that and exits 1 when it does not.
+every recorded decision, each STOP and each CONTINUE; the script checks that and exits 1 when
+it does not. Only the searches of the numeric path this process runs on are replayed.
 
     python benchmarks/stopper_margins.py --dir DIR [--margins 0.02 0.01 0]
                                          [--results FILE]
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common import numeric_env, path_name, search_name
 from llmzero_slurm.agents.offline.stopper import decide
 from llmzero_slurm.agents.stopper import StopperInput
 from llmzero_slurm.backends import get_backend
@@ -45,39 +47,50 @@ MARGINS = [0.02, 0.015, 0.01, 0.005, 0.0]
 
 
 def best_then(tree: Tree, when: float) -> float | None:
-    """The best validation score among phases finished before `when` (the monitor's incumbent)."""
-    scores = [n.score for n in tree if n.status.finished and n.score is not None
+    """The monitor's bar at `when`: the best strategy score (a completed or early-stopped
+    phase's, as the monitor's best_path takes it) among phases finished by then."""
+    scores = [s for n in tree if (s := n.strategy_score) is not None
               and n.finished_at is not None and n.finished_at < when]
     return max(scores) if scores else None
 
 
-def judgments(store: RunStore, tree: Tree, node: Node,
-              inp: StopperInput) -> list[tuple[int, Series, float | None]]:
-    """Each decision the monitor recorded for `node`, as the stopper saw it: the step, the
-    phase's validation points up to the one judged, and the best score finished by then."""
+# A recorded decision as the stopper saw it: the step, the phase's validation points up to the
+# one judged, the best score finished by then, and the action the monitor recorded.
+Judged = tuple[int, Series, float | None, str]
+
+
+def judgments(store: RunStore, tree: Tree, node: Node, inp: StopperInput) -> list[Judged]:
+    """Each decision the monitor recorded for `node` (one made before any validation point
+    of the phase judged none)."""
     val = val_score_series(inp.current.after(inp.start_step).without_test())
     seen = []
     for record in store.node_dir(node.id).stop_records():
         result = record.get("result") or {}
-        if result.get("val_step") is not None and result.get("step") is not None:
-            seen.append((int(result["step"]), [p for p in val if p[0] <= result["val_step"]],
-                         best_then(tree, record["created_at"])))
+        if result.get("step") is not None:
+            upto = result.get("val_step")
+            seen.append((int(result["step"]), [p for p in val if upto is not None and p[0] <= upto],
+                         best_then(tree, record["created_at"]), str(result.get("action"))))
     return seen
 
 
-def stop_step(judged: list[tuple[int, Series, float | None]], inp: StopperInput,
-              margin: float) -> int | None:
+def replayed(judged: list[Judged], inp: StopperInput, margin: float) -> list[str]:
+    """The action the stopper at `margin` takes at each recorded decision."""
+    return [decide(val, best, step - inp.start_step, inp.planned_end, margin).action
+            for step, val, best, _ in judged]
+
+
+def stop_step(judged: list[Judged], inp: StopperInput, margin: float) -> int | None:
     """The global step at which the stopper at `margin` would have stopped the phase, or None."""
-    for step, val, best in judged:
-        if decide(val, best, step - inp.start_step, inp.planned_end, margin).action == "STOP":
-            return step + 1      # the cancel lands after the step in flight
-    return None
+    actions = replayed(judged, inp, margin)
+    # the cancel lands after the step in flight
+    return judged[actions.index("STOP")][0] + 1 if "STOP" in actions else None
 
 
 def phases(store: RunStore, task: str, seed: int,
-           margins: list[float]) -> tuple[list[dict[str, Any]], list[int]]:
+           margins: list[float]) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
     """One row per phase (samples planned and used, and where each margin would stop it), and
-    the phases where the replay at the search's own margin disagrees with what it did."""
+    each (phase, step) where the replay at the search's own margin decides otherwise than the
+    monitor recorded."""
     tree = store.load_tree()
     defaults = get_backend("cpu").defaults()
     own = store.config.agents.stop_margin
@@ -87,7 +100,8 @@ def phases(store: RunStore, task: str, seed: int,
     path = best_path(tree)
     for node, nxt in zip(path, path[1:] + [None]):
         needed[node.id] = nxt.start_step if nxt else int(node.results.best_val_step or 0)
-    rows, disagree = [], []
+    rows: list[dict[str, Any]] = []
+    disagree: list[tuple[int, int]] = []
     for node in tree:
         if not node.status.finished:
             continue
@@ -97,8 +111,8 @@ def phases(store: RunStore, task: str, seed: int,
         judged = judgments(store, tree, node, inp)
         per_step = samples_per_step({**defaults, **node.hparams})
         stopped = node.status is Status.EARLY_STOPPED
-        if (stop_step(judged, inp, own) is not None) != stopped:
-            disagree.append(node.id)
+        disagree += [(node.id, j[0]) for j, action in zip(judged, replayed(judged, inp, own))
+                     if action != j[3]]
         stops = {}
         for m in margins:
             step = stop_step(judged, inp, m)
@@ -139,19 +153,28 @@ def main() -> None:
     args = parser.parse_args()
     if args.dir:
         rows, problems = [], []
-        searches = sorted(args.dir.glob("*-llmzero-*/"))
+        searches, where = [], f"the {path_name(numeric_env())} numeric path"
+        for run_dir in sorted(args.dir.glob("*-llmzero-*/")):
+            # TASK-llmzero-SEED, then the numeric path's variables when not the native one
+            task, rest = run_dir.name.split("-llmzero-", 1)
+            seed = rest.split("-", 1)[0]
+            if seed.isdigit() and run_dir.name == search_name(task, "llmzero", int(seed)):
+                searches.append((run_dir, task, int(seed)))
+            else:
+                print(f"{run_dir.name}: not a search on {where}, not replayed")
         if not searches:
-            sys.exit(f"{args.dir}: no llmzero searches (TASK-llmzero-SEED folders) to replay")
-        for run_dir in searches:
-            task, _, seed = run_dir.name.split("-")
+            sys.exit(f"{args.dir}: no llmzero searches on {where} (TASK-llmzero-SEED folders) "
+                     "to replay")
+        for run_dir, task, seed in searches:
             store = RunStore.open(run_dir)
             own = store.config.agents.stop_margin
             if max(args.margins) > own:
                 sys.exit(f"{run_dir.name} was searched at margin {own}: a larger margin would "
                          "have let phases it stopped run on, which cannot be replayed")
-            found, disagree = phases(store, task, int(seed), args.margins)
+            found, disagree = phases(store, task, seed, args.margins)
             problems += [f"{run_dir.name}: the replay at the search's own margin disagrees "
-                         f"with what the search did on phase {n}" for n in disagree]
+                         f"with the decision recorded for phase {n} at step {step}"
+                         for n, step in disagree]
             rows += found
         if problems:
             sys.exit("\n".join(problems))

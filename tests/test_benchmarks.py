@@ -20,7 +20,8 @@ from llmzero_slurm.paths import ROOT
 from llmzero_slurm.search.tree import Kind, Node, Results, Status
 from llmzero_slurm.store.run_store import RunStore
 
-from metrics_files import TEST, VAL, write_metrics
+from metrics_files import TEST, VAL, val_rows, write_metrics
+from treebuild import N, T
 
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -214,3 +215,57 @@ def test_a_tie_for_the_best_static_is_paired_with_each_and_the_weakest_compariso
     assert verdict.startswith("schedule s - best static (static lr=0.0005; tied for the best mean "
                               "with static lr=0.001), paired over 3 seeds: +0.125 +- 0.144")
     assert verdict.endswith("MISSED)")
+
+
+def test_the_stoppers_bar_is_the_best_strategy_score_not_a_failed_phases():
+    """The monitor's bar counts completed and early-stopped phases only."""
+    tree = T(N(0, None, score=0.5, finished_at=10.0),
+             N(1, None, Status.FAILED, score=0.9, finished_at=20.0))
+    assert bench("stopper_margins").best_then(tree, 30.0) == 0.5
+
+
+def kept_search(root: Path, name: str, recorded: dict[int, str]) -> RunStore:
+    """A kept llmzero search: node 0 completed at 0.8; node 1, planned for 100 steps, stays at
+    0.3, so the offline stopper at 0.02 says STOP at its third validation point (step 30);
+    the monitor recorded `recorded` ({step: action}) and the phase was early-stopped."""
+    store = RunStore.create(root / name, parse_config({
+        "name": "sm", "scheduler": "local", "agents": {"backend": "heuristic",
+                                                       "stop_margin": 0.02}}))
+    t0 = store.created_at
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 50},
+                                  status=Status.COMPLETED, finished_at=t0 + 10,
+                                  results=Results(0.8, 50, 0.8, 50, [50])))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 100},
+                                  status=Status.EARLY_STOPPED, finished_at=t0 + 100,
+                                  results=Results(0.3, 10, 0.3, max(recorded) + 1, [])))
+    write_metrics(store.node_dir(1).metrics_file, val_rows({s: 0.3 for s in recorded}))
+    store.node_dir(1).early_stop_file.write_text(json.dumps([
+        {"created_at": t0 + 20 + step, "result": {"action": action, "step": step,
+                                                  "val_step": step}}
+        for step, action in recorded.items()]))
+    return store
+
+
+def test_the_replay_at_the_searchs_own_margin_must_match_every_recorded_decision(tmp_path):
+    """Review: only whether a phase was stopped at all was compared, so a replay that stops
+    a phase earlier than the monitor did passed as reproducing it."""
+    sm = bench("stopper_margins")
+    store = kept_search(tmp_path, "late", {10: "CONTINUE", 20: "CONTINUE", 30: "CONTINUE",
+                                           40: "STOP"})
+    assert sm.phases(store, "addition", 0, [0.02])[1] == [(1, 30)]
+    store = kept_search(tmp_path, "same", {10: "CONTINUE", 20: "CONTINUE", 30: "STOP"})
+    assert sm.phases(store, "addition", 0, [0.02])[1] == []
+
+
+def test_only_the_searches_of_this_numeric_path_are_replayed(tmp_path, monkeypatch, capsys):
+    """Review: a folder with a numeric path in its name (TASK-llmzero-SEED-VAR=VALUE) crashed
+    the folder-name parse; its search is another measurement, not replayed with the native."""
+    decisions = {10: "CONTINUE", 20: "CONTINUE", 30: "STOP"}
+    kept_search(tmp_path, "addition-llmzero-3", decisions)
+    kept_search(tmp_path, "addition-llmzero-3-MKL_CBWR=COMPATIBLE", decisions)
+    results = tmp_path / "margins.json"
+    out = main(bench("stopper_margins"), monkeypatch, capsys, "--dir", str(tmp_path),
+               "--results", str(results), "--margins", "0.02", "0")
+    assert "addition-llmzero-3-MKL_CBWR=COMPATIBLE: not a search on the native numeric path" in out
+    assert {(r["task"], r["seed"], r["node"]) for r in json.loads(results.read_text())} == {
+        ("addition", 3, 0), ("addition", 3, 1)}
