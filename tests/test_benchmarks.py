@@ -217,6 +217,14 @@ def test_a_tie_for_the_best_static_is_paired_with_each_and_the_weakest_compariso
     assert verdict.endswith("MISSED)")
 
 
+def test_the_fault_matrix_is_not_met_when_a_scenario_was_skipped_or_did_not_report():
+    missed = bench("fault_matrix").missed
+    ok = {"scenario": "s", "jobs_per_node": 1, "lost": 0, "stuck": 0, "crashes": 0}
+    assert missed([ok, ok], ["a", "b"], [], 0) == []
+    assert "1 of 2 fault scenarios skipped" in missed([ok], ["a", "b"], ["b"], 0)[0]
+    assert missed([ok], ["a", "b"], [], 0) == ["1 scenarios reported their figures, 2 listed"]
+
+
 def test_the_stoppers_bar_is_the_best_strategy_score_not_a_failed_phases():
     """The monitor's bar counts completed and early-stopped phases only."""
     tree = T(N(0, None, score=0.5, finished_at=10.0),
