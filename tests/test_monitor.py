@@ -454,3 +454,49 @@ def test_the_monitor_beats_between_the_phases_of_a_long_pass(tmp_path, monkeypat
     monkeypatch.setattr("llmzero_slurm.controller.monitor.HEARTBEAT_S", 0.1)
     run_monitor(str(store.root), "local", 600.0, 1.0)     # one pass
     assert len(beats) == 3 and beats[0] < beats[1] < beats[2]
+
+
+def test_a_phase_whose_judgement_fails_otherwise_leaves_the_others_judged(
+        tmp_path, monkeypatch, capsys):
+    """Only StateError and OSError were caught around a phase's judgement: any other (a
+    ValueError out of matplotlib for an overflowed metric) ended the monitor job, and each
+    replacement died the same way at its first pass. Now that phase is skipped, its error
+    and where it came from in the monitor's log, and the pass goes on."""
+    from llmzero_slurm.agents.stopper import Stopper
+    store = run_with_a_best_phase(tmp_path, "local")
+    bad = add_running(store, "41", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    dominated = add_running(store, "42", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    decide = Stopper.decide
+
+    def failing(self, inp, out_dir):
+        if out_dir == store.node_dir(bad.id).path:
+            raise ValueError("arange: cannot compute length")
+        return decide(self, inp, out_dir)
+
+    monkeypatch.setattr(Stopper, "decide", failing)
+    sched = CancelRecorder()
+    assert Monitor(store, sched).check_once() == [dominated.id]
+    assert sched.cancelled == ["42"]
+    said = capsys.readouterr().err
+    assert f"monitor: node {bad.id}: not judged this pass: ValueError: arange: cannot " \
+           "compute length" in said and "in failing" in said       # the traceback
+
+
+RUN_MONITOR = ("import sys; from llmzero_slurm.controller.monitor import run_monitor; "
+               "print(run_monitor(sys.argv[1], 'local', 0.5, 3.0))")
+
+
+def test_a_monitor_whose_heartbeat_cannot_be_written_goes_on_and_says_so_once(tmp_path):
+    """One failed write of heartbeat.json (EIO, ESTALE, a full disk) ended the monitor job.
+    Now it is said once per kind of error, and the monitor goes on judging: one that truly
+    stops beating is the keeper's silence check's to replace."""
+    from full_disk import on_full_disk
+    store = run_with_a_best_phase(tmp_path, "local")
+    (store.root / "monitor").mkdir()
+    ended = on_full_disk(store.root / "monitor", [sys.executable, "-c", RUN_MONITOR,
+                                                  str(store.root)])
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert ended.stdout.splitlines()[-1] == "lifetime reached"
+    assert ended.stderr.count("monitor: heartbeat not written") == 1, ended.stderr
+    assert "No space left on device" in ended.stderr
+
