@@ -500,3 +500,52 @@ def test_a_monitor_whose_heartbeat_cannot_be_written_goes_on_and_says_so_once(tm
     assert ended.stderr.count("monitor: heartbeat not written") == 1, ended.stderr
     assert "No space left on device" in ended.stderr
 
+
+def test_a_monitor_that_ends_early_after_beating_is_resubmitted_with_a_back_off(
+        tmp_path, monkeypatch):
+    """The back-off held back only a monitor that ended before its first heartbeat: one that
+    beat and then crashed (a bug in a pass) was replaced at every poll, each replacement
+    crashing the same way, and nothing told the user."""
+    monkeypatch.setattr("llmzero_slurm.controller.keeper.START_RETRY_S", 0.5)
+    store = run_with_a_best_phase(tmp_path, "local")
+    sched = MonitorEndsAtOnceScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                          # job 901, whose body crashes after a beat
+
+    def crash(self, alive=lambda: None):
+        raise RuntimeError("a bug in the pass")
+
+    monkeypatch.setattr(Monitor, "check_once", crash)
+    with pytest.raises(RuntimeError):
+        run_monitor(str(store.root), "local", 1.0, 600.0)
+    news = keeper.ensure(True)
+    assert news is not None and "the monitor job 901 ended after 0 s of its" in news \
+        and "without saying why" in news and "submitting another in 0 s" in news
+    assert len(sched.calls) == 1                 # waits
+    time.sleep(0.6)
+    keeper.ensure(True)
+    assert len(sched.calls) == 2                 # then tries again
+
+
+def test_a_monitor_cancelled_as_its_controller_left_is_replaced_at_once(tmp_path):
+    """A monitor that ended by design (cancelled as the last controller stopped, at its
+    lifetime, its controller gone) holds no replacement back: the next llmzero-start gets its
+    monitor at its first poll."""
+    store = run_with_a_best_phase(tmp_path, "local")
+    lease = Lease(store)
+    lease.acquire()
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    try:
+        keeper = MonitorKeeper(store, sched)
+        keeper.ensure(True)
+        job = str(keeper._record()["job_id"])
+        wait_for(lambda: "started" in monitor_heartbeat(store), 60, "the monitor's first beat")
+        keeper.stop()                            # the controller leaves
+        wait_for(lambda: sched.call_state(job) is None, 15, "the monitor to end")
+        assert monitor_heartbeat(store)["ended"] == "stopped by SIGTERM"
+        following = MonitorKeeper(store, sched)  # the next controller's
+        assert following.ensure(True) is None
+        assert str(following._record()["job_id"]) != job
+        following.stop()
+    finally:
+        lease.release()
