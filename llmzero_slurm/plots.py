@@ -6,6 +6,7 @@ strategy (green, dashed) on the shared global-step axis. Test metrics are never 
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -22,6 +23,7 @@ VAL_SCORE = "validation score"
 OVERLAY_METRICS = (VAL_SCORE, "critic/rewards/mean", "actor/entropy", "actor/kl_loss",
                    "response_length/mean", "actor/grad_norm")
 DPI = 100
+DRAWABLE = 1e300   # larger magnitudes are left out of a plot (see _drawable)
 
 
 def _series(log: MetricsLog, name: str) -> Series:
@@ -32,9 +34,17 @@ def plot_name(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_") + ".png"
 
 
+def _drawable(value: float) -> float:
+    """`value`, or nan where it cannot be drawn. Matplotlib leaves inf and nan out of a line,
+    but lays its ticks out over the span of the rest: a value near the float maximum (an
+    overflowed grad norm, 1e308) makes that span overflow to inf and the tick layout raise
+    ValueError. Such a value is as good as infinite, and left out the same way."""
+    return value if abs(value) <= DRAWABLE else math.nan
+
+
 def _draw(ax: plt.Axes, points: Series, **style: Any) -> None:
     if points:
-        steps, values = zip(*points)
+        steps, values = zip(*((s, _drawable(v)) for s, v in points))
         marker = "o" if len(points) < 30 else None
         ax.plot(steps, values, marker=marker, markersize=3, linewidth=1.2, **style)
 

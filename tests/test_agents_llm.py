@@ -504,21 +504,27 @@ def test_stopper_asks_with_overlay_and_obeys(service, monkeypatch, tmp_path):
     assert "no DECISION line" in records[1]["fallbacks"][0]
 
 
+@pytest.mark.parametrize("echo, said", [
+    ({"status": 401, "message": "invalid x-api-key {key}"}, "AuthenticationError"),
+    ({"body": {"error": f"no such key {KEY}"}}, "not a Messages API answer"),   # a proxy's page
+    (f"REASON: you sent {KEY}.\nDECISION: STOP", None)])                        # in the answer
 def test_a_key_a_gateway_echoes_is_never_written_even_by_the_monitor(service, monkeypatch,
-                                                                     tmp_path, caplog):
+                                                                     tmp_path, caplog, echo, said):
     """The monitor job gets its key from the controller, not from its environment, so the
-    records' scrub of the environment's key missed it; the warning line was never scrubbed."""
+    records' scrub of the environment's key missed it; the warning line was never scrubbed.
+    A reply that is no API answer, or an answer, echoing the key reached early_stop.json."""
     monkeypatch.delenv(KEY_ENV, raising=False)
     cfg = config(service)
     stopper = Stopper(cfg, choose_backend(cfg, KEY))
     best = phase_log(tmp_path, "best.jsonl", 0, 0.01, 60)
-    service.reply({"status": 401, "message": "invalid x-api-key {key}"})
+    service.reply(echo)
     d = stopper.decide(StopperInput(phase_log(tmp_path, "cur.jsonl", 20, 0.0, 20), 20, 60,
                                     best, 0.9), tmp_path)
-    assert d.action == "STOP" and len(service.requests) == 1   # the heuristic, after a 401
+    assert d.action == "STOP" and len(service.requests) == 1   # one call, whatever it said
     written = (tmp_path / "early_stop.json").read_text()
     assert "[redacted]" in written and KEY not in written
-    assert "AuthenticationError" in caplog.text and KEY not in caplog.text
+    assert KEY not in caplog.text and (said is None or said in caplog.text)
+
 
 def test_stopper_asks_once_per_validation_point(service, monkeypatch, tmp_path):
     monkeypatch.setenv(KEY_ENV, KEY)

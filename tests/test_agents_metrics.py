@@ -150,3 +150,16 @@ def test_the_summary_ranges_skip_a_blow_ups_nan_and_show_it_last(tmp_path):
     assert "validation score | nan | 0.3 | 0.5 | 0.5" in summary.splitlines()
     assert "actor/grad_norm | nan | 2 | 5 | nan" in summary.splitlines()
     assert "3 | 0.5 | 5" in table.splitlines()       # the best validation's row is kept
+
+
+def test_a_metric_near_the_float_maximum_is_plotted_without_it(tmp_path):
+    """An overflowed grad norm (1e308, -1.7e308) raised ValueError out of matplotlib's tick
+    layout, the span of the axis being no float: the monitor's pass over every phase ended
+    there. Such values are left out of the drawing as inf and nan are; the rest is drawn."""
+    huge = [1e308, -1e308, 1.7e308, -1.7e308, float("inf"), float("nan")]
+    log = read_metrics(write(tmp_path / "m.jsonl", [
+        (s, {"actor/grad_norm": huge[s % len(huge)] if s % 2 else 1.0, "actor/entropy": v, VAL: v})
+        for s, v in ((s, 1e308 if s == 3 else 0.1 * s) for s in range(1, 13))]))
+    over = overlay_plot(log, log, tmp_path / "over.png")
+    assert _colour_share(over, (31, 119, 180)) > 0.001          # the finite points, drawn
+    assert len(metric_plots(log, tmp_path / "plots", ["actor/grad_norm", "actor/entropy"])) == 2

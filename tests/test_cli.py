@@ -1141,6 +1141,36 @@ def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny
         monitor.wait()
 
 
+
+def test_stop_cancel_with_no_controller_ends_a_phase_cancelled_while_queued(tmp_path):
+    """Review: a phase cancelled before its job started stayed `queued`: its job writes no
+    status.json when cancelled pending, and a cluster without accounting soon forgets it, so
+    the next llmzero-start failed it as LOST (against the budget and the parent's score).
+    Now it ends CANCELLED at once; a job that had started (its claim written, the controller
+    not yet told) is left to the status.json its trap writes."""
+    from llmzero_slurm.job_names import node_job_name
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    sched = LocalScheduler(store.root / "local-jobs")
+    jobs = []
+    for node_id in (0, 1):      # each a job that has not run the phase's script yet
+        node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 9},
+                                             status=Status.QUEUED))
+        script = store.node_dir(node_id).path / "held.sbatch"
+        script.write_text(f"#!/bin/bash\n#SBATCH --job-name={node_job_name('demo', node)}\n"
+                          f"#SBATCH --comment=token=t{node_id}\n#SBATCH --time=00:05:00\n"
+                          f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
+        jobs.append(sched.submit(script, f"t{node_id}"))
+        store.update_node(node_id, lambda n: setattr(n, "submission",  # noqa: B023 - called at once
+                                                     Submission(f"t{n.id}", jobs[-1])))
+    store.node_dir(1).claim_file.write_text(jobs[1])      # this one has just started
+    stop = cli("stop", str(store.root), "--cancel")
+    assert stop.returncode == 0, stop.stderr
+    assert all(finish(sched, j).status is Status.CANCELLED for j in jobs)
+    queued, started = store.load_tree()
+    assert (queued.status, queued.submission.scheduler_state, queued.submission.reason) == \
+        (Status.CANCELLED, "CANCELLED", "cancelled by llmzero-stop before it started")
+    assert started.status is Status.QUEUED
+
 def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
     """Audit: a torn stop.json. Status and stop carry on; a stop for a live controller keeps
     the damaged file (moved aside, said in one line) instead of writing over it."""

@@ -159,6 +159,24 @@ def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
     assert "cancelled 2 running phase(s)" in out.getvalue()
 
 
+
+def test_a_phase_cancelled_while_queued_ends_cancelled_at_the_stop(tmp_path):
+    """Review: `llmzero-stop --cancel` scancelled a phase still queued and recorded nothing.
+    A job cancelled while pending writes neither job.claim nor status.json, and on a cluster
+    without accounting a later llmzero-start, past MinJobAge, found it nowhere and failed it
+    as LOST: a failure against the budget and the parent's Q, sent to the error analyzer. Now
+    it ends CANCELLED (no verdict) at the stop; a running phase's trap says how it ended."""
+    store = new_run(tmp_path, budget_iterations=2, concurrency=2)
+    sched = ScriptedScheduler([["PENDING", lambda files: request_stop(store, cancel=True),
+                                "PENDING"], ["RUNNING"]])
+    ctl, _ = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 0
+    assert sorted(sched.cancelled) == ["100", "101"]
+    queued, running = store.load_tree()
+    assert (queued.status, queued.submission.job_id, queued.submission.reason) == \
+        (Status.CANCELLED, "100", "cancelled by llmzero-stop before it started")
+    assert queued.finished_at is not None and running.status is Status.RUNNING
+
 def test_llmzero_stop_names_the_cancels_a_live_controller_was_refused(tmp_path, capsys):
     """Review: `llmzero-stop --cancel` against a live controller exited 0 when scancel refused
     a phase (another member's, in a run a group shares): the refusal went to the controller's

@@ -454,3 +454,98 @@ def test_the_monitor_beats_between_the_phases_of_a_long_pass(tmp_path, monkeypat
     monkeypatch.setattr("llmzero_slurm.controller.monitor.HEARTBEAT_S", 0.1)
     run_monitor(str(store.root), "local", 600.0, 1.0)     # one pass
     assert len(beats) == 3 and beats[0] < beats[1] < beats[2]
+
+
+def test_a_phase_whose_judgement_fails_otherwise_leaves_the_others_judged(
+        tmp_path, monkeypatch, capsys):
+    """Only StateError and OSError were caught around a phase's judgement: any other (a
+    ValueError out of matplotlib for an overflowed metric) ended the monitor job, and each
+    replacement died the same way at its first pass. Now that phase is skipped, its error
+    and where it came from in the monitor's log, and the pass goes on."""
+    from llmzero_slurm.agents.stopper import Stopper
+    store = run_with_a_best_phase(tmp_path, "local")
+    bad = add_running(store, "41", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    dominated = add_running(store, "42", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    decide = Stopper.decide
+
+    def failing(self, inp, out_dir):
+        if out_dir == store.node_dir(bad.id).path:
+            raise ValueError("arange: cannot compute length")
+        return decide(self, inp, out_dir)
+
+    monkeypatch.setattr(Stopper, "decide", failing)
+    sched = CancelRecorder()
+    assert Monitor(store, sched).check_once() == [dominated.id]
+    assert sched.cancelled == ["42"]
+    said = capsys.readouterr().err
+    assert f"monitor: node {bad.id}: not judged this pass: ValueError: arange: cannot " \
+           "compute length" in said and "in failing" in said       # the traceback
+
+
+RUN_MONITOR = ("import sys; from llmzero_slurm.controller.monitor import run_monitor; "
+               "print(run_monitor(sys.argv[1], 'local', 0.5, 3.0))")
+
+
+def test_a_monitor_whose_heartbeat_cannot_be_written_goes_on_and_says_so_once(tmp_path):
+    """One failed write of heartbeat.json (EIO, ESTALE, a full disk) ended the monitor job.
+    Now it is said once per kind of error, and the monitor goes on judging: one that truly
+    stops beating is the keeper's silence check's to replace."""
+    from full_disk import on_full_disk
+    store = run_with_a_best_phase(tmp_path, "local")
+    (store.root / "monitor").mkdir()
+    ended = on_full_disk(store.root / "monitor", [sys.executable, "-c", RUN_MONITOR,
+                                                  str(store.root)])
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert ended.stdout.splitlines()[-1] == "lifetime reached"
+    assert ended.stderr.count("monitor: heartbeat not written") == 1, ended.stderr
+    assert "No space left on device" in ended.stderr
+
+
+def test_a_monitor_that_ends_early_after_beating_is_resubmitted_with_a_back_off(
+        tmp_path, monkeypatch):
+    """The back-off held back only a monitor that ended before its first heartbeat: one that
+    beat and then crashed (a bug in a pass) was replaced at every poll, each replacement
+    crashing the same way, and nothing told the user."""
+    monkeypatch.setattr("llmzero_slurm.controller.keeper.START_RETRY_S", 0.5)
+    store = run_with_a_best_phase(tmp_path, "local")
+    sched = MonitorEndsAtOnceScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                          # job 901, whose body crashes after a beat
+
+    def crash(self, alive=lambda: None):
+        raise RuntimeError("a bug in the pass")
+
+    monkeypatch.setattr(Monitor, "check_once", crash)
+    with pytest.raises(RuntimeError):
+        run_monitor(str(store.root), "local", 1.0, 600.0)
+    news = keeper.ensure(True)
+    assert news is not None and "the monitor job 901 ended after 0 s of its" in news \
+        and "without saying why" in news and "submitting another in 0 s" in news
+    assert len(sched.calls) == 1                 # waits
+    time.sleep(0.6)
+    keeper.ensure(True)
+    assert len(sched.calls) == 2                 # then tries again
+
+
+def test_a_monitor_cancelled_as_its_controller_left_is_replaced_at_once(tmp_path):
+    """A monitor that ended by design (cancelled as the last controller stopped, at its
+    lifetime, its controller gone) holds no replacement back: the next llmzero-start gets its
+    monitor at its first poll."""
+    store = run_with_a_best_phase(tmp_path, "local")
+    lease = Lease(store)
+    lease.acquire()
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    try:
+        keeper = MonitorKeeper(store, sched)
+        keeper.ensure(True)
+        job = str(keeper._record()["job_id"])
+        wait_for(lambda: "started" in monitor_heartbeat(store), 60, "the monitor's first beat")
+        keeper.stop()                            # the controller leaves
+        wait_for(lambda: sched.call_state(job) is None, 15, "the monitor to end")
+        assert monitor_heartbeat(store)["ended"] == "stopped by SIGTERM"
+        following = MonitorKeeper(store, sched)  # the next controller's
+        assert following.ensure(True) is None
+        assert str(following._record()["job_id"]) != job
+        following.stop()
+    finally:
+        lease.release()

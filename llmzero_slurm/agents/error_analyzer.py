@@ -21,7 +21,7 @@ from .knowledge import hparam_guide
 from .llm import Backend, Prompt
 from .offline import error_analyzer as offline
 from .prompting import as_yaml, render
-from .records import AgentRecord, save_record, secrets_from_env
+from .records import AgentRecord, agent_secrets, save_record
 
 TAIL_LINES = 80
 TAIL_CHARS = 8000
@@ -69,5 +69,5 @@ class ErrorAnalyzer:
                       lambda text: check_fix(extract_json(text), hparams, self.trainer,
                                              llm.name, resuming, self.bounds), fallback, record)
         record.result = asdict(fix)
-        save_record(NodeDir(out_dir).error_analysis_file, record, secrets_from_env([self.cfg.key_env]))
+        save_record(NodeDir(out_dir).error_analysis_file, record, agent_secrets(self.cfg, self.llm))
         return fix

@@ -80,6 +80,9 @@ def cut_reason(stop: str | None) -> str | None:
 class Backend(Protocol):
     name: str
 
+    @property
+    def key(self) -> str: ...
+
     def complete(self, prompt: Prompt) -> Reply: ...
 
     def probe(self) -> str: ...
@@ -120,6 +123,12 @@ class _SDKBackend:
                                max_retries=cfg.max_retries,
                                http_client=self.http_client(event_hooks=HOOKS))
 
+    @property
+    def key(self) -> str:
+        """The key the client sends: the records scrub it (records.py), since the monitor's is
+        handed over and not in its environment."""
+        return str(self.client.api_key or "")
+
     def request(self, prompt: Prompt) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -142,10 +151,14 @@ class _SDKBackend:
                 from None
 
     def redact(self, text: str) -> str:
-        """`text` without the key: the monitor's key is handed over, not in its environment,
-        so the records' scrub of the environment's key would not find it."""
-        key = str(self.client.api_key or "")
-        return text.replace(key, "[redacted]") if len(key) >= 8 else text
+        """`text` without the key, for the logs as much as the records (a gateway may echo
+        it)."""
+        return text.replace(self.key, "[redacted]") if len(self.key) >= 8 else text
+
+    def excerpt(self, reply: object) -> str:
+        """The start of a reply that is no answer (a proxy's page may echo the key): redacted
+        before it is cut, as a key cut in two would not be found."""
+        return self.redact(str(reply))[:200]
 
     def probe(self) -> str:
         """--check's trial of the key and the model: one request for one token. A refusal that
@@ -195,7 +208,7 @@ class AnthropicBackend(_SDKBackend):
         resp = self.client.messages.create(**body)
         if not isinstance(getattr(resp, "content", None), list):
             raise LLMUnavailable(f"{self.vendor}: the reply is not a Messages API answer (no "
-                                 f"content blocks): {str(resp)[:200]}")
+                                 f"content blocks): {self.excerpt(resp)}")
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
         usage = anthropic_usage(self.cfg, getattr(resp, "usage", None), self.vendor)
         return Reply(text, usage, cut_reason(getattr(resp, "stop_reason", None)))
@@ -223,7 +236,7 @@ class OpenAIBackend(_SDKBackend):
         resp = self.client.chat.completions.create(**body)
         if not resp.choices or getattr(resp.choices[0], "message", None) is None:
             raise LLMUnavailable(f"{self.vendor}: the reply has no choice with a message: "
-                                 f"{str(resp)[:200]}")
+                                 f"{self.excerpt(resp)}")
         usage = openai_usage(self.cfg, resp.usage, self.vendor)
         return Reply(resp.choices[0].message.content or "", usage,
                      cut_reason(resp.choices[0].finish_reason))

@@ -24,7 +24,7 @@ from .knowledge import hparam_guide, metric_guide
 from .llm import Backend, Prompt
 from .offline import proposer as offline
 from .prompting import as_yaml, render, score_text
-from .records import AgentRecord, save_record, secrets_from_env
+from .records import AgentRecord, agent_secrets, save_record
 
 SUMMARY_ROWS = 16   # enough for every validation of a typical phase
 
@@ -75,7 +75,7 @@ class Proposer:
                 extract_json(text), parent_hp, checkpoints, inp.scratch_only,
                 self.trainer, llm.name, self.bounds, taken), fallback, record)
         record.result = asdict(proposal)
-        save_record(NodeDir(out_dir).proposal_file, record, secrets_from_env([self.cfg.key_env]))
+        save_record(NodeDir(out_dir).proposal_file, record, agent_secrets(self.cfg, self.llm))
         return proposal
 
     def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],

@@ -12,10 +12,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..store.atomic import read_json, write_json
-from .llm import Prompt
+from ..config import AgentConfig
+from .llm import Backend, Prompt
 from .usage import Usage
 
 
@@ -42,9 +43,12 @@ class AgentRecord:
         self.images = [Path(p).name for p in prompt.images]
 
 
-def secrets_from_env(names: Iterable[str]) -> list[str]:
-    """Values of the named environment variables that are long enough to be real secrets."""
-    return [v for v in (os.environ.get(n, "") for n in names) if len(v) >= 8]
+def agent_secrets(cfg: AgentConfig, llm: Backend | None) -> list[str]:
+    """What an agent's records must not hold: the key in `agents.api_key_env` and the one its
+    LLM client sends (the monitor's is handed over, not in its environment), where long
+    enough to be a real secret."""
+    keys = (os.environ.get(cfg.key_env, ""), llm.key if llm is not None else "")
+    return [k for k in dict.fromkeys(keys) if len(k) >= 8]
 
 
 def scrub(data: Any, secrets: list[str]) -> Any:

@@ -26,7 +26,7 @@ from .knowledge import metric_guide
 from .llm import Backend, Prompt
 from .offline import stopper as offline
 from .prompting import render, score_text
-from .records import AgentRecord, append_record, secrets_from_env
+from .records import AgentRecord, agent_secrets, append_record
 
 # Latest values given as context beside the validation trajectory (the plot shows the rest).
 CONTEXT = ("critic/rewards/mean", "actor/entropy", "actor/kl_loss", "response_length/mean")
@@ -102,7 +102,7 @@ class Stopper:
             decision = _not_the_leader(decision, val, inp.best_val, record)
         decision.step, decision.val_step = step, val[-1][0] if val else None
         record.result = asdict(decision)
-        append_record(files.early_stop_file, record, secrets_from_env([self.cfg.key_env]))
+        append_record(files.early_stop_file, record, agent_secrets(self.cfg, self.llm))
         return decision
 
     def prompt(self, inp: StopperInput, out_dir: Path) -> Prompt:

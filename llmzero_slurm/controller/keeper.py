@@ -17,11 +17,12 @@ from ..store.atomic import read_json, write_json
 from ..store.locks import server_ages
 from ..store.run_store import RunStore
 from . import llm_key
-from .monitor import HEARTBEAT_FILE, run_monitor
+from .monitor import HEARTBEAT_FILE, monitor_heartbeat, run_monitor
 
 STALE_S = 120.0            # a running monitor silent this long is replaced
 # The wait before replacing a monitor that ended before its first heartbeat (a broken
-# environment fails every one the same way); it doubles with each such end, up to MAX_RETRY_S.
+# environment fails every one the same way), or that crashed well before its lifetime (a bug
+# its replacements meet too); it doubles with each such end in a row, up to MAX_RETRY_S.
 START_RETRY_S = 60.0
 MAX_RETRY_S = 1800.0
 UNLIMITED_S = 7 * 24 * 3600.0   # a monitor's lifetime where jobs need no time limit
@@ -41,7 +42,7 @@ class MonitorKeeper:
         self.lifetime = (max(parse_time(cfg.slurm.time), 4 * self.interval)
                          if scheduler.time_limited else UNLIMITED_S)
         self._judged: str | None = None     # the last ended monitor job looked at
-        self._early_ends = 0                # monitors in a row that ended before beating
+        self._early_ends = 0                # monitors in a row that ended too early
         self._retry_at = 0.0
 
     def _record(self) -> dict[str, Any]:
@@ -89,19 +90,36 @@ class MonitorKeeper:
         return news
 
     def _judge_end(self, job_id: str) -> str | None:
-        """A monitor job that ended on its own: one that never beat holds the next back."""
+        """A monitor job that ended without the keeper cancelling it: one that never beat, or
+        that crashed well before its lifetime, holds the next back."""
         if not job_id or job_id == self._judged:
             return None
         self._judged = job_id
         ages = server_ages([self.dir / HEARTBEAT_FILE, self.dir / "monitor.json"])
         if ages[0] is not None and ages[1] is not None and ages[0] <= ages[1]:
-            self._early_ends = 0
-            return None
+            why = self._crashed(monitor_heartbeat(self.store))
+            if why is None:
+                self._early_ends = 0
+                return None
+        else:
+            why = "ended before its first heartbeat"
         self._early_ends += 1
         wait = min(START_RETRY_S * 2 ** (self._early_ends - 1), MAX_RETRY_S)
         self._retry_at = time.monotonic() + wait
-        return (f"the monitor job {job_id} ended before its first heartbeat (its log is in "
-                f"{self.dir.name}/{job_id}/); submitting another in {wait:.0f} s")
+        return (f"the monitor job {job_id} {why} (its log is in {self.dir.name}/{job_id}/); "
+                f"submitting another in {wait:.0f} s")
+
+    def _crashed(self, beat: dict[str, Any]) -> str | None:
+        """How a monitor that beat ended early without saying why (a crash, or killed), or
+        None: one that said why ended by design (cancelled by a person or the last
+        controller, its controller gone, its lifetime up), and one that lived half its
+        lifetime is replaced at once. The two times are its own host's clock."""
+        started, last = beat.get("started"), beat.get("time")
+        if "ended" in beat or not isinstance(started, (int, float)) \
+                or not isinstance(last, (int, float)) or last - started >= self.lifetime / 2:
+            return None
+        return (f"ended after {last - started:.0f} s of its {self.lifetime:.0f} s lifetime "
+                "without saying why")
 
     def _submit(self) -> None:
         cfg = self.store.config

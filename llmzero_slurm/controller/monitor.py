@@ -14,6 +14,8 @@ import signal
 import socket
 import sys
 import time
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.llm import choose_backend, unreachable
@@ -80,11 +82,12 @@ class Monitor:
             try:
                 stop = (self.store.node_dir(node.id).stop_decided()
                         or self._judge(node, best, best_val))
-            except (StateError, OSError) as exc:
-                # One phase's torn early_stop.json or full disk must not end the monitor (its
-                # replacements would die the same way): the others are still judged.
-                print(f"monitor: node {node.id}: not judged this pass: "
-                      f"{full_storage(exc) or exc}", file=sys.stderr, flush=True)
+            except Exception as exc:  # noqa: BLE001 - see below
+                # One phase's torn early_stop.json, full disk or a bug its metrics meet must
+                # not end the monitor (its replacements would die the same way): the others
+                # are still judged.
+                print(f"monitor: node {node.id}: not judged this pass: {_why(exc)}",
+                      file=sys.stderr, flush=True)
                 continue
             if stop and node.id not in self.cancelled:
                 try:
@@ -112,6 +115,39 @@ class Monitor:
         return decision.action == "STOP"
 
 
+def _why(exc: Exception) -> str:
+    """A damaged or unwritable file as its message says; anything else, a bug, with where."""
+    if isinstance(exc, (StateError, OSError)):
+        return str(full_storage(exc) or exc)
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc().rstrip()}"
+
+
+class Heartbeat:
+    """The monitor's heartbeat.json: when it started and last beat (its host's clock), and on
+    a clean way out why it ended, which tells the keeper a crash from an end by design.
+
+    A write that fails (EIO, ESTALE, a full disk) is said once per kind of error, and the
+    monitor goes on judging: one that truly stops beating is the keeper's silence check's."""
+
+    def __init__(self, path: Path, cut_off: str | None):
+        self.path, self.cut_off = path, cut_off
+        self.started = time.time()
+        self.failed: set[tuple[str, int | None]] = set()
+
+    def __call__(self, **extra: Any) -> None:
+        try:
+            write_json(self.path, {"time": time.time(), "started": self.started,
+                                   "host": socket.gethostname(), "pid": os.getpid(), **extra,
+                                   **({"llm_unreachable": self.cut_off} if self.cut_off else {})})
+        except (StateError, OSError) as exc:
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+            kind = (type(exc).__name__, getattr(cause, "errno", None))
+            if kind not in self.failed:
+                self.failed.add(kind)
+                print(f"monitor: heartbeat not written, going on (said once): {exc}",
+                      file=sys.stderr, flush=True)
+
+
 def monitor_heartbeat(store: RunStore) -> dict[str, Any]:
     """What the monitor job last said about itself ({} before it first ran)."""
     try:
@@ -131,23 +167,24 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
     cut_off = unreachable(agents) if choose_backend(agents, key) else None
     monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), offline=bool(cut_off),
                       key=key)
-    lease = Lease(store)
-    heartbeat = store.root / "monitor" / HEARTBEAT_FILE
-    heartbeat.parent.mkdir(exist_ok=True)
+    (store.root / "monitor").mkdir(exist_ok=True)
+    beat = Heartbeat(store.root / "monitor" / HEARTBEAT_FILE, cut_off)
+    ended = _watch(monitor, Lease(store), beat, interval_s, lifetime_s)
+    beat(ended=ended)
+    return ended
 
-    def beat(**extra: Any) -> None:
-        write_json(heartbeat, {"time": time.time(), "host": socket.gethostname(),
-                               "pid": os.getpid(), **extra,
-                               **({"llm_unreachable": cut_off} if cut_off else {})})
 
+def _watch(monitor: Monitor, lease: Lease, beat: Heartbeat, interval_s: float,
+           lifetime_s: float) -> str:
+    """The monitor's loop; why it ended."""
     # submitit ignores SIGTERM (it waits for the SIGKILL) and fails the job on its time-limit
     # USR2 when the function cannot be checkpointed; a monitor must instead stop at once when
     # cancelled, and end cleanly near its limit for the keeper to replace it.
     # A cancel while the stopper waits on its LLM interrupts the call (signals.py).
     stop = StopSignals((signal.SIGTERM, signal.SIGUSR2))
     stop.install()
-    started = time.time()
     beat()
+    started = beat.started
     gone_since: float | None = None
     next_check = started
     while time.time() - started < lifetime_s:

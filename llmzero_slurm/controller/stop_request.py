@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..schedulers.base import Scheduler
-from ..search.tree import Status, Tree
+from ..search.tree import Node, Status, Tree
 from ..errors import SchedulerError, StateError
 from ..job_names import node_job_name
 from ..store.atomic import read_json, set_aside, write_json
@@ -110,13 +110,14 @@ def clear_stop_request(store: RunStore, token: str | None) -> bool:
     return True
 
 
-def cancel_phases(store: RunStore, tree: Tree,
-                  scheduler: Scheduler) -> tuple[list[str], list[SchedulerError]]:
+def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler,
+                  by: str = "llmzero-stop") -> tuple[list[str], list[SchedulerError]]:
     """scancel every queued or running phase's job, and that of a phase whose sbatch answer
     was never recorded (`submitting`: a controller killed in between), found as a restarted
     controller finds it; the job ids cancelled, and the refusals. Every job is tried: one the
-    scheduler refuses (another member's, in a run a group shares) keeps no other running."""
-    jobs: dict[str, str] = {}
+    scheduler refuses (another member's, in a run a group shares) keeps no other running.
+    A phase whose job had not started ends CANCELLED here, cancelled `by` (see `_unstarted`)."""
+    jobs: dict[str, Node] = {}
     cancelled, refused = [], []
     for node in tree:
         if node.status not in (Status.QUEUED, Status.RUNNING, Status.SUBMITTING):
@@ -131,14 +132,40 @@ def cancel_phases(store: RunStore, tree: Tree,
                                               f"up: {exc}"))
                 continue
         if job:
-            jobs[job] = name
-    for job_id, name in jobs.items():
+            jobs[job] = node
+    for job_id, node in jobs.items():
         try:
-            scheduler.cancel(job_id, name)
+            scheduler.cancel(job_id, node_job_name(store.config.name, node))
             cancelled.append(job_id)
         except SchedulerError as exc:
             refused.append(exc)
+    for job_id in cancelled:      # after every cancel: a record that cannot be written stops none
+        if jobs[job_id].status is not Status.RUNNING:
+            _unstarted(store, jobs[job_id].id, job_id, f"cancelled by {by} before it started")
     return cancelled, refused
+
+
+def _unstarted(store: RunStore, node_id: int, job_id: str, reason: str) -> None:
+    """End CANCELLED a phase whose job was cancelled before it started: such a job writes
+    neither job.claim nor status.json, and a scheduler without accounting soon forgets it, so
+    a later controller would fail it as LOST (a failure that counts against the budget and
+    the parent's score). Under the run's lock, and only while the node still waits on this
+    job and the job left no sign of a start: one that started says its end in status.json."""
+    files = store.node_dir(node_id)
+    with store.lock.hold():
+        node = store.read_node(node_id)
+        if node.status not in (Status.QUEUED, Status.SUBMITTING) \
+                or node.submission.job_id not in (None, job_id) \
+                or files.claimed_by() is not None or files.status() is not None:
+            return
+
+        def ended(n: Node) -> None:
+            n.status = Status.CANCELLED
+            n.submission.job_id = job_id
+            n.submission.scheduler_state = "CANCELLED"
+            n.submission.reason = reason
+            n.finished_at = time.time()
+        store.update_node(node_id, ended)
 
 
 def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool, token: str,
@@ -147,7 +174,10 @@ def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool,
     running, for the next controller to watch) and clear the request it acted on, its own
     lease `token`'s."""
     if cancel:
-        cancelled, refused = cancel_phases(store, tree, scheduler)
+        request = read_stop_request(store)
+        by = ("llmzero-stop" if request is not None and request.get("token") == token else
+              "the controller's --cancel-on-stop")
+        cancelled, refused = cancel_phases(store, tree, scheduler, by)
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
         for exc in refused:
             event(f"not cancelled: {exc}")
