@@ -6,6 +6,7 @@ trainer wrote all agree.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -589,6 +590,38 @@ def test_only_a_limit_on_queued_jobs_is_waited_out(token_script, reason, retryab
     with pytest.raises(SchedulerError, match="violates accounting/QOS policy") as err:
         SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k")
     assert err.value.retryable is retryable
+
+
+@pytest.mark.parametrize("code", [errno.EAGAIN, errno.ENOMEM, errno.EINTR])
+def test_a_client_the_system_cannot_start_for_a_moment_is_tried_again(token_script, code):
+    """Review: EAGAIN from a busy login node's process limit (or ENOMEM, EINTR) starting
+    sbatch was a refusal no waiting cures: the node failed, and the controller planned and
+    failed every phase of its budget in one poll. The client never ran, so nothing reached
+    slurmctld: retried, then a retryable error the submitter backs off on."""
+    calls = []
+
+    def clients(argv):
+        calls.append(argv[0])
+        if argv[0] == "sbatch" and calls.count("sbatch") == 1:
+            raise OSError(code, os.strerror(code))
+        return subprocess.CompletedProcess(argv, 0, "77\n" if argv[0] == "sbatch" else "", "")
+    assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
+
+    def never(argv):
+        if argv[0] == "sbatch":
+            raise OSError(code, os.strerror(code))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    with pytest.raises(SchedulerError, match="cannot run sbatch") as err:
+        SlurmScheduler(runner=never, retries=1, retry_wait_s=0).submit(token_script, "tok-k")
+    assert err.value.retryable and not err.value.unsure
+
+
+def test_a_client_that_is_not_there_is_a_refusal(token_script):
+    def missing(argv):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+    with pytest.raises(SchedulerError, match="cannot run sbatch: No such file") as err:
+        SlurmScheduler(runner=missing, retry_wait_s=0).submit(token_script, "tok-k")
+    assert not err.value.retryable
 
 
 def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_script):

@@ -5,14 +5,16 @@ ended within MinJobAge, with their exit codes); polls back off while nothing cha
 squeue has forgotten is looked up once in `sacct` (slurmdbd), then in `sacct -c` (jobcomp
 file), then in its own status.json, and a final answer is cached for good. No answer is read
 as a failure: a job no source knows stays unknown across polls and is declared lost only after
-`lost_after_s`. Transient client errors (controller restarting, socket timeouts) are retried
-with back-off, never read as a job failure.
+`lost_after_s`. Transient client errors (controller restarting, socket timeouts, a client the
+login node could not start for a moment) are retried with back-off, never read as a job
+failure.
 
 Long: these are the project's only calls to Slurm's clients, and the etiquette sites ask for
 (one squeue per poll, back-off, sacct only for jobs that left the queue) needs them together.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -43,6 +45,9 @@ UNSURE = ("socket timed out", "not responding", "zero bytes were transmitted")
 # the message after it says "job submit limit" for every association or QOS limit, a time
 # or size over the limit included, which no wait cures.
 SUBMIT_LIMITS = ("submitjob",)
+# A client the system could not start this once (a busy login node's process or file limit,
+# memory, a signal): it never ran, so nothing reached slurmctld, and a later try may start.
+UNSTARTED = (errno.EAGAIN, errno.ENOMEM, errno.EINTR, errno.EMFILE, errno.ENFILE, errno.ETXTBSY)
 NO_SUCH_JOB = "invalid job id"
 SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
 LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before a job is lost
@@ -161,7 +166,9 @@ class SlurmScheduler(Scheduler):
             except subprocess.TimeoutExpired:
                 err, unsure = f"{argv[0]} did not answer within its timeout", True
             except OSError as exc:
-                raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+                if exc.errno not in UNSTARTED:   # not installed, not executable: no wait cures it
+                    raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+                err, unsure = f"cannot run {argv[0]}: {exc.strerror}", False
             else:
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
