@@ -514,8 +514,8 @@ class RefusingScheduler(ScriptedScheduler):
         self.refusals = refusals
 
     def submit(self, script: Path, token: str) -> str:
-        if self.refusals:
-            raise self.refusals.pop(0)
+        if self.refusals and (refusal := self.refusals.pop(0)) is not None:   # None: taken
+            raise refusal
         return super().submit(script, token)
 
 
@@ -530,6 +530,27 @@ def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_p
     assert "invalid partition" in (first.submission.reason or "")
     assert second.status is Status.COMPLETED
     assert "node 0: failed before submission" in out.getvalue()
+    fault_outcome(ctl.store, sched.job_dirs())
+
+
+@pytest.mark.fault("sbatch refuses every phase for good (an unknown partition)")
+def test_refusals_in_a_row_stop_the_search_instead_of_spending_its_budget(tmp_path, fault_outcome):
+    """Review: a refusal of every phase (an unknown partition, a run-wide setting) failed
+    each node the method planned, in one poll, until the budget was spent. Refusals that no
+    wait cures, REFUSALS_IN_A_ROW of them with no job taken between, close the search to new
+    phases: it ends once its running phases have, says why, and exits as a batch-system
+    error, to be resumed once the cause is mended. A job taken starts the count again."""
+    from llmzero_slurm.controller.admission import REFUSALS_IN_A_ROW
+    bad = SchedulerError("sbatch: error: invalid partition specified")
+    sched = RefusingScheduler([bad, None, *[bad] * 10],
+                              [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch] * 12)
+    assert ctl.run() == SchedulerError.exit_code
+    tree = ctl.store.load_tree()
+    assert [n.status for n in tree] == [Status.FAILED, Status.COMPLETED,
+                                        *[Status.FAILED] * REFUSALS_IN_A_ROW], out.getvalue()
+    assert (f"search stopped: the scheduler refused the last {REFUSALS_IN_A_ROW} phases, each "
+            "for good (the last: sbatch: error: invalid partition specified)") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError, StateError, StorageError, full_storage
+from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
@@ -53,9 +53,10 @@ class Controller:
         self.on_finish, self.on_poll = on_finish, on_poll
         self.monitor = monitor
         self.lease = Lease(store)
-        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s)
-        self.backend = get_backend(self.config.backend)
         self.admission = Admission(run_budget(store), self.progress)
+        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s,
+                                   self.admission.submitted)
+        self.backend = get_backend(self.config.backend)
         self.signals = StopSignals()
         self.fixes = DebugFixes(store, scheduler, self.progress.event)
         self._quarantine_told: set[int] = set()
@@ -154,7 +155,7 @@ class Controller:
         code, said = outcome(tree, self.store)
         self.progress.finished(tree, reason, [*spent(self.store, tree, self.admission.budget).lines(),
                                               *said], "stopped" if halted else "finished")
-        return StateError.exit_code if halted else code
+        return halted or code
 
     def _sleep(self) -> None:
         end = time.monotonic() + self.poll_s
