@@ -108,6 +108,19 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     assert len(steps(script)) < 100
 
 
+def test_a_cancel_of_a_job_that_ended_or_is_unknown_is_done(sched, tmp_path, tiny_program):
+    """Review: scancel refuses a job that has ended ("Invalid job id specified", while squeue
+    still lists it too) and the local scheduler one its table does not know; either raised,
+    so a stop or a monitor's replacement failed on a job already gone. Both schedulers now
+    take a cancel of a job that is gone as done, and leave its end as it was."""
+    script = phase(tmp_path, tiny_program)
+    job = sched.submit(script, "tok-1")
+    assert finish(sched, job).raw == "COMPLETED"
+    sched.cancel(job, phase_job_name("sched", 1, "scratch"))
+    sched.cancel("999999", "llmz-never-submitted")
+    assert sched.states([job])[job].raw == "COMPLETED"
+
+
 def training(tmp_path: Path, tiny_program: Path) -> tuple[LocalScheduler, Path, str, int, int]:
     """A local job past its first step: its scheduler, script, id, supervisor and group."""
     sched = LocalScheduler(tmp_path / "local-jobs")
@@ -627,6 +640,32 @@ def test_a_client_that_is_not_there_is_a_refusal(token_script):
 def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_script):
     clients = killing(("sbatch",), squeue="77|PENDING|None|0|llmz:node=0000,token=tok-k\n")
     assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
+
+
+FORGOTTEN = "scancel: error: Kill job error on job id 4242: Invalid job id specified"
+
+
+def test_cancelling_a_job_slurm_has_forgotten_is_done():
+    """Review: scancel of a job Slurm had forgotten (ended past MinJobAge) exits 1 with
+    "Invalid job id specified" (Slurm 22.05). Read as a failure, a resumed controller could not
+    replace the previous session's monitor for 15 minutes (the keeper cancels it first) and
+    `llmzero-stop --cancel` of a phase that had just ended exited 5. The job is gone either
+    way; any other refusal still fails."""
+    asked = []
+
+    def scancel(argv):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", FORGOTTEN + "\n")
+    sched = SlurmScheduler(runner=scancel, retry_wait_s=0)
+    sched.cancel("4242", "llmz-x-0001-scratch")
+    sched.cancel_call("4242", "llmz-x-monitor")
+    assert [a[0] for a in asked] == ["scancel", "scancel"]
+
+    def denied(argv):
+        return subprocess.CompletedProcess(argv, 1, "", "scancel: error: Kill job error on job "
+                                           "id 4242: Access/permission denied")
+    with pytest.raises(SchedulerError, match="permission denied"):
+        SlurmScheduler(runner=denied, retry_wait_s=0).cancel("4242", "llmz-x-0001-scratch")
 
 
 class Clients:

@@ -232,7 +232,10 @@ class SlurmScheduler(Scheduler):
         return answer
 
     def cancel(self, job_id: str, name: str) -> None:
-        self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})")
+        """A job Slurm has forgotten (ended past MinJobAge) is "Invalid job id specified" to
+        scancel: gone either way, so done."""
+        self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})",
+                   ok_errors=(NO_SUCH_JOB,))
         self._next_poll = 0.0
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
