@@ -246,6 +246,70 @@ def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_noth
     assert "search finished" not in out.getvalue()
 
 
+def test_ctrl_c_while_slurm_does_not_answer_stops_within_seconds(tmp_path):
+    """Review: after a Ctrl-C the controller waited out the Slurm client's retries, polled
+    again, and retried the monitor's cancel as it left: exit 130 a minute after the Ctrl-C.
+    For the controller job, Slurm's SIGKILL comes 30 s after its SIGTERM, and its lease was
+    never released. The stop now ends every retry, the loop asks Slurm nothing new, and the
+    lease is released; a second Ctrl-C interrupts whatever is left at once."""
+    import threading
+    from llmzero_slurm.controller.keeper import MonitorKeeper
+    from llmzero_slurm.schedulers import SlurmScheduler
+    calls = []
+
+    def slurmctld_down(argv):
+        calls.append(argv[0])
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Unable to "
+                                           "contact slurm controller (connect failure)")
+    store = new_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.RUNNING,
+                                  submission=Submission("tok", "4242")))
+    (store.root / "monitor").mkdir()
+    (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": "4243"}))
+    sched = SlurmScheduler(runner=slurmctld_down)
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
+    ctl = Controller(store, sched, ScriptedMethod(ctx, []), poll_s=30, out=io.StringIO(),
+                     monitor=MonitorKeeper(store, sched))
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    began = time.monotonic()
+    assert ctl.run() == 130
+    assert time.monotonic() - began < 5, calls
+    assert calls == ["squeue", "squeue"]    # the poll, and the monitor's state as it left
+    assert not (store.root / Lease.FILE).exists()
+
+
+def test_a_signal_sends_nothing_more_to_the_scheduler(tmp_path, monkeypatch):
+    """Review: a signal that came while the controller slept was acted on only after the
+    next reconcile, which sent the nodes waiting for their sbatch (a back-off over, a
+    submission to confirm) as jobs the stopped run then left behind. Once a signal came,
+    nothing is submitted; the node waits for the next start to confirm it."""
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.0)
+    limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
+    sched = RefusingScheduler([limit], [])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.on_poll = lambda tree: os.kill(os.getpid(), signal.SIGTERM)   # as the poll ends
+    assert ctl.run() == 143
+    assert sched.jobs == {}, out.getvalue()
+    assert ctl.store.load_tree()[0].status is Status.SUBMITTING
+
+
+def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
+    """A person who pressed Ctrl-C twice wants out now: the second one is a
+    KeyboardInterrupt wherever the controller is (exit 130), and the lease is still given
+    back."""
+    def stuck(tree: Tree) -> None:
+        time.sleep(30)              # a cancel, an sbatch, a report that does not return
+    sched = ScriptedScheduler([["RUNNING"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.on_poll = lambda tree: (os.kill(os.getpid(), signal.SIGINT),
+                                os.kill(os.getpid(), signal.SIGINT), stuck(tree))
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ctl.run()
+    assert time.monotonic() - began < 5
+    assert not (ctl.store.root / Lease.FILE).exists()
+
+
 def test_a_stop_request_abandons_an_llm_call_in_flight(tmp_path, monkeypatch):
     """llmzero-stop while the proposer waited on an LLM that did not answer: the controller
     read the request only once the call ended (up to agents.timeout_s, two minutes by

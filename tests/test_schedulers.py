@@ -642,6 +642,30 @@ def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_scrip
     assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
 
 
+UNREACHABLE = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+@pytest.mark.parametrize("stop_at_s", [0.0, 0.5])
+def test_a_stop_ends_a_clients_retries_and_their_waits(stop_at_s):
+    """Review: a Ctrl-C while slurmctld did not answer waited out the client's retries (2 + 4 +
+    8 + 16 + 32 s of sleep), and the controller job's SIGTERM was followed by Slurm's SIGKILL
+    30 s later, its lease never released. Once the stop is asked for (before the call, or
+    during a wait between tries) the call makes no further try: a retryable error at once."""
+    stop_at = time.monotonic() + stop_at_s
+    calls = []
+
+    def down(argv):
+        calls.append(argv[0])
+        return subprocess.CompletedProcess(argv, 1, "", UNREACHABLE)
+    sched = SlurmScheduler(runner=down, retry_wait_s=2.0)
+    sched.give_up_when(lambda: time.monotonic() >= stop_at)
+    began = time.monotonic()
+    with pytest.raises(SchedulerError, match="Unable to contact.*not tried again") as err:
+        sched.states(["41"])
+    assert time.monotonic() - began < stop_at_s + 1.0
+    assert err.value.retryable and calls == ["squeue"]
+
+
 FORGOTTEN = "scancel: error: Kill job error on job id 4242: Invalid job id specified"
 
 

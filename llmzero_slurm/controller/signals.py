@@ -14,6 +14,7 @@ their record says why, and the caller then stops as the request asks.
 from __future__ import annotations
 
 import signal
+import time
 from contextlib import nullcontext
 from typing import Callable, TypeVar
 
@@ -43,7 +44,19 @@ class StopSignals:
             signal.signal(sig, handler)   # type: ignore[arg-type]  # what signal() returned
         self._previous = {}
 
+    def came(self) -> bool:
+        """Whether a stop signal has come."""
+        return self.received is not None
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep for `seconds`, or until a stop signal comes."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self.came():
+            time.sleep(min(0.2, seconds))
+
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt    # Ctrl-C again: out now, whatever is under way
         self.received = signum
         if self._asking:
             self._asking = False

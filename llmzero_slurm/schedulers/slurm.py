@@ -127,6 +127,7 @@ class SlurmScheduler(Scheduler):
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
         self._ended_unlisted: dict[str, JobState] = {}   # job -> the end its status.json gives
         self._inputs_noted = False
+        self.stopping: Callable[[], bool] = lambda: False    # give_up_when
 
     @staticmethod
     def available() -> bool:
@@ -146,6 +147,12 @@ class SlurmScheduler(Scheduler):
 
     # -- the client calls -----------------------------------------------------------------
 
+    def _pause(self, seconds: float) -> None:
+        """A wait between tries, cut short when a stop is asked for."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self.stopping():
+            time.sleep(min(left, 0.2))
+
     def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = (),
               recover: Callable[[], str | None] | None = None) -> _Answer:
         """Run a client; retry transient failures; raise SchedulerError on real ones. The
@@ -155,7 +162,8 @@ class SlurmScheduler(Scheduler):
         `recover` runs before each retry and may return the answer instead (a submission
         that got through although its client timed out). With `recover`, a failure that leaves
         it unsure whether the request got through is not retried here: it raises a retryable
-        error, and the caller looks for the answer until it could have arrived (settle_s)."""
+        error, and the caller looks for the answer until it could have arrived (settle_s).
+        Once a stop is asked for (`give_up_when`), a failure is not tried again."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
             if attempt and recover is not None and (found := recover()) is not None:
@@ -188,11 +196,16 @@ class SlurmScheduler(Scheduler):
                 raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
                                      f"through, so it is looked for by its token before any "
                                      f"new attempt", unsure=True)
-            if attempt < self.retries:
+            if attempt == self.retries:
+                break
+            if not self.stopping():
                 _log.warning("%s: %s: %.300s; attempt %d of %d in %g s", what, argv[0], err,
                              attempt + 2, self.retries + 1, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, 60.0)
+                self._pause(wait)
+            if self.stopping():
+                raise SchedulerError(f"{what}: {argv[0]}: {err}; not tried again: stopping",
+                                     retryable=True)
+            wait = min(wait * 2, 60.0)
         raise SchedulerError(f"{what}: {argv[0]} kept failing with a transient error after "
                              f"{self.retries + 1} attempts: {err}", retryable=True)
 
