@@ -246,6 +246,16 @@ def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_noth
     assert "search finished" not in out.getvalue()
 
 
+def sending(*signums: int):
+    """An on_poll that sends the i-th signal as the i-th poll ends."""
+    polls = []
+
+    def send(tree: Tree) -> None:
+        polls.append(tree)
+        os.kill(os.getpid(), signums[min(len(polls), len(signums)) - 1])
+    return send
+
+
 def test_ctrl_c_while_slurm_does_not_answer_stops_within_seconds(tmp_path):
     """Review: after a Ctrl-C the controller waited out the Slurm client's retries, polled
     again, and retried the monitor's cancel as it left: exit 130 a minute after the Ctrl-C.
@@ -287,7 +297,7 @@ def test_a_signal_sends_nothing_more_to_the_scheduler(tmp_path, monkeypatch):
     limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
     sched = RefusingScheduler([limit], [])
     ctl, out = controller(tmp_path, sched, [scratch])
-    ctl.on_poll = lambda tree: os.kill(os.getpid(), signal.SIGTERM)   # as the poll ends
+    ctl.on_poll = sending(signal.SIGTERM)
     assert ctl.run() == 143
     assert sched.jobs == {}, out.getvalue()
     assert ctl.store.load_tree()[0].status is Status.SUBMITTING
@@ -308,6 +318,26 @@ def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
         ctl.run()
     assert time.monotonic() - began < 5
     assert not (ctl.store.root / Lease.FILE).exists()
+
+
+def test_a_closed_terminal_stops_the_controller_as_ctrl_c_does_unless_nohup(tmp_path):
+    """Review: SIGHUP was no stop signal, so a controller in the foreground of an SSH session
+    that closed died of it without giving its lease back or cancelling its monitor. It now
+    stops as for Ctrl-C (exit 128 + SIGHUP). Started under nohup (SIGHUP ignored) it was asked
+    to outlive its terminal, and does."""
+    previous = signal.signal(signal.SIGHUP, lambda *_: None)    # no death of pytest on a failure
+    try:
+        ctl, out = controller(tmp_path, ScriptedScheduler([["RUNNING"]]), [scratch])
+        ctl.on_poll = sending(signal.SIGHUP, signal.SIGTERM)
+        assert ctl.run() == 128 + signal.SIGHUP, out.getvalue()
+        assert not (ctl.store.root / Lease.FILE).exists()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)             # nohup llmzero-start ...
+        again, _ = controller(tmp_path, ScriptedScheduler(), [scratch], store=ctl.store)
+        again.on_poll = sending(signal.SIGHUP, signal.SIGTERM)
+        assert again.run() == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_stop_request_abandons_an_llm_call_in_flight(tmp_path, monkeypatch):

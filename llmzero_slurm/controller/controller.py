@@ -67,7 +67,7 @@ class Controller:
 
     def run(self, cancel_on_stop: bool = False) -> int:
         """Run the search to its end; return 0 when finished, 7 when it ended without a
-        completed phase (outcome.py), 130/143 when stopped by a signal; LeaseLost if taken over."""
+        completed phase (outcome.py), 128 + the signal when stopped by one; LeaseLost if taken over."""
         with warnings_shown(self.progress):
             return self._run(cancel_on_stop)
 

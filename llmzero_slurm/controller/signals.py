@@ -21,7 +21,8 @@ from typing import Callable, TypeVar
 from ..agents.deadline import abandoned_when
 
 T = TypeVar("T")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal of a controller in the foreground closed (an SSH session ended).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Interrupted(BaseException):
@@ -37,7 +38,10 @@ class StopSignals:
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.signals}
+        """A SIGHUP ignored from the start (`nohup`) stays ignored: the process was asked to
+        outlive its terminal."""
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.signals
+                          if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN}
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
