@@ -264,6 +264,100 @@ def test_a_signal_while_an_agent_waits_on_its_llm_stops_at_once_and_creates_noth
     assert "search finished" not in out.getvalue()
 
 
+def sending(*signums: int):
+    """An on_poll that sends the i-th signal as the i-th poll ends."""
+    polls = []
+
+    def send(tree: Tree) -> None:
+        polls.append(tree)
+        os.kill(os.getpid(), signums[min(len(polls), len(signums)) - 1])
+    return send
+
+
+def test_ctrl_c_while_slurm_does_not_answer_stops_within_seconds(tmp_path):
+    """Review: after a Ctrl-C the controller waited out the Slurm client's retries, polled
+    again, and retried the monitor's cancel as it left: exit 130 a minute after the Ctrl-C.
+    For the controller job, Slurm's SIGKILL comes 30 s after its SIGTERM, and its lease was
+    never released. The stop now ends every retry, the loop asks Slurm nothing new, and the
+    lease is released; a second Ctrl-C interrupts whatever is left at once."""
+    import threading
+    from llmzero_slurm.controller.keeper import MonitorKeeper
+    from llmzero_slurm.schedulers import SlurmScheduler
+    calls = []
+
+    def slurmctld_down(argv):
+        calls.append(argv[0])
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Unable to "
+                                           "contact slurm controller (connect failure)")
+    store = new_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.RUNNING,
+                                  submission=Submission("tok", "4242")))
+    (store.root / "monitor").mkdir()
+    (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": "4243"}))
+    sched = SlurmScheduler(runner=slurmctld_down)
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
+    ctl = Controller(store, sched, ScriptedMethod(ctx, []), poll_s=30, out=io.StringIO(),
+                     monitor=MonitorKeeper(store, sched))
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    began = time.monotonic()
+    assert ctl.run() == 130
+    assert time.monotonic() - began < 5, calls
+    assert calls == ["squeue", "squeue"]    # the poll, and the monitor's state as it left
+    assert not (store.root / Lease.FILE).exists()
+
+
+def test_a_signal_sends_nothing_more_to_the_scheduler(tmp_path, monkeypatch):
+    """Review: a signal that came while the controller slept was acted on only after the
+    next reconcile, which sent the nodes waiting for their sbatch (a back-off over, a
+    submission to confirm) as jobs the stopped run then left behind. Once a signal came,
+    nothing is submitted; the node waits for the next start to confirm it."""
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.0)
+    limit = SchedulerError("sbatch: error: QOSMaxSubmitJobPerUserLimit", retryable=True)
+    sched = RefusingScheduler([limit], [])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.on_poll = sending(signal.SIGTERM)
+    assert ctl.run() == 143
+    assert sched.jobs == {}, out.getvalue()
+    assert ctl.store.load_tree()[0].status is Status.SUBMITTING
+
+
+def test_a_second_ctrl_c_interrupts_at_once(tmp_path):
+    """A person who pressed Ctrl-C twice wants out now: the second one is a
+    KeyboardInterrupt wherever the controller is (exit 130), and the lease is still given
+    back."""
+    def stuck(tree: Tree) -> None:
+        time.sleep(30)              # a cancel, an sbatch, a report that does not return
+    sched = ScriptedScheduler([["RUNNING"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.on_poll = lambda tree: (os.kill(os.getpid(), signal.SIGINT),
+                                os.kill(os.getpid(), signal.SIGINT), stuck(tree))
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        ctl.run()
+    assert time.monotonic() - began < 5
+    assert not (ctl.store.root / Lease.FILE).exists()
+
+
+def test_a_closed_terminal_stops_the_controller_as_ctrl_c_does_unless_nohup(tmp_path):
+    """Review: SIGHUP was no stop signal, so a controller in the foreground of an SSH session
+    that closed died of it without giving its lease back or cancelling its monitor. It now
+    stops as for Ctrl-C (exit 128 + SIGHUP). Started under nohup (SIGHUP ignored) it was asked
+    to outlive its terminal, and does."""
+    previous = signal.signal(signal.SIGHUP, lambda *_: None)    # no death of pytest on a failure
+    try:
+        ctl, out = controller(tmp_path, ScriptedScheduler([["RUNNING"]]), [scratch])
+        ctl.on_poll = sending(signal.SIGHUP, signal.SIGTERM)
+        assert ctl.run() == 128 + signal.SIGHUP, out.getvalue()
+        assert not (ctl.store.root / Lease.FILE).exists()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)             # nohup llmzero-start ...
+        again, _ = controller(tmp_path, ScriptedScheduler(), [scratch], store=ctl.store)
+        again.on_poll = sending(signal.SIGHUP, signal.SIGTERM)
+        assert again.run() == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def test_a_stop_request_abandons_an_llm_call_in_flight(tmp_path, monkeypatch):
     """llmzero-stop while the proposer waited on an LLM that did not answer: the controller
     read the request only once the call ended (up to agents.timeout_s, two minutes by
@@ -532,8 +626,8 @@ class RefusingScheduler(ScriptedScheduler):
         self.refusals = refusals
 
     def submit(self, script: Path, token: str) -> str:
-        if self.refusals:
-            raise self.refusals.pop(0)
+        if self.refusals and (refusal := self.refusals.pop(0)) is not None:   # None: taken
+            raise refusal
         return super().submit(script, token)
 
 
@@ -548,6 +642,27 @@ def test_a_permanent_sbatch_refusal_fails_that_node_and_the_search_goes_on(tmp_p
     assert "invalid partition" in (first.submission.reason or "")
     assert second.status is Status.COMPLETED
     assert "node 0: failed before submission" in out.getvalue()
+    fault_outcome(ctl.store, sched.job_dirs())
+
+
+@pytest.mark.fault("sbatch refuses every phase for good (an unknown partition)")
+def test_refusals_in_a_row_stop_the_search_instead_of_spending_its_budget(tmp_path, fault_outcome):
+    """Review: a refusal of every phase (an unknown partition, a run-wide setting) failed
+    each node the method planned, in one poll, until the budget was spent. Refusals that no
+    wait cures, REFUSALS_IN_A_ROW of them with no job taken between, close the search to new
+    phases: it ends once its running phases have, says why, and exits as a batch-system
+    error, to be resumed once the cause is mended. A job taken starts the count again."""
+    from llmzero_slurm.controller.admission import REFUSALS_IN_A_ROW
+    bad = SchedulerError("sbatch: error: invalid partition specified")
+    sched = RefusingScheduler([bad, None, *[bad] * 10],
+                              [["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch] * 12)
+    assert ctl.run() == SchedulerError.exit_code
+    tree = ctl.store.load_tree()
+    assert [n.status for n in tree] == [Status.FAILED, Status.COMPLETED,
+                                        *[Status.FAILED] * REFUSALS_IN_A_ROW], out.getvalue()
+    assert (f"search stopped: the scheduler refused the last {REFUSALS_IN_A_ROW} phases, each "
+            "for good (the last: sbatch: error: invalid partition specified)") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
 
 

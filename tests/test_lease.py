@@ -94,6 +94,44 @@ def test_a_dead_controllers_pid_given_to_another_program_does_not_hold_the_run(t
         other.wait()
 
 
+def test_a_requeued_controller_job_takes_over_its_own_earlier_runs_lease_at_once(
+        tmp_path, monkeypatch):
+    """Review: a controller job SIGKILLed (its node failed, or Slurm's KillWait ran out) left
+    a fresh lease; requeued and started on another host within the lease's expiry, the job
+    was refused (exit 6) and nothing ever started it again. The lease names the Slurm job and
+    its restart count, and a later run of the same job takes it over at once: Slurm never runs
+    two at a time. A process of another job, or of the same run of it (a second start inside
+    one allocation), is still refused."""
+    store = new_run(tmp_path)
+    (store.root / Lease.FILE).write_text(json.dumps({      # fresh, from another host
+        "host": "compute-1", "pid": 4321, "token": "killed", "heartbeat_at": time.time(),
+        "slurm_job_id": "4242", "slurm_restart_count": 0}))
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    with pytest.raises(LeaseHeld, match="already running"):
+        Lease(store).acquire()                                # the same run of the job
+    monkeypatch.setenv("SLURM_JOB_ID", "4243")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    with pytest.raises(LeaseHeld, match="already running"):
+        Lease(store).acquire()                                # another job
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    again = Lease(store)
+    again.acquire()
+    try:
+        info = again.read()
+        assert (info["token"], info["slurm_job_id"], info["slurm_restart_count"]) == (
+            again.token, "4242", 1)
+    finally:
+        again.release()
+    monkeypatch.delenv("SLURM_JOB_ID")
+    outside = Lease(store)
+    outside.acquire()            # on a login node: the record names no job of an earlier holder
+    try:
+        assert outside.read()["slurm_job_id"] is None
+    finally:
+        outside.release()
+
+
 def test_a_paused_controller_taken_over_writes_nothing_when_it_resumes(tmp_path):
     store = new_run(tmp_path)
     store.add_node(lambda i: _node(i))

@@ -6,6 +6,7 @@ trainer wrote all agree.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -105,6 +106,19 @@ def test_cancelled_running_phase(sched, tmp_path, tiny_program):
     status = status_json(script)
     assert status["state"] == "cancelled" and status["exit_code"] == 143
     assert len(steps(script)) < 100
+
+
+def test_a_cancel_of_a_job_that_ended_or_is_unknown_is_done(sched, tmp_path, tiny_program):
+    """Review: scancel refuses a job that has ended ("Invalid job id specified", while squeue
+    still lists it too) and the local scheduler one its table does not know; either raised,
+    so a stop or a monitor's replacement failed on a job already gone. Both schedulers now
+    take a cancel of a job that is gone as done, and leave its end as it was."""
+    script = phase(tmp_path, tiny_program)
+    job = sched.submit(script, "tok-1")
+    assert finish(sched, job).raw == "COMPLETED"
+    sched.cancel(job, phase_job_name("sched", 1, "scratch"))
+    sched.cancel("999999", "llmz-never-submitted")
+    assert sched.states([job])[job].raw == "COMPLETED"
 
 
 def training(tmp_path: Path, tiny_program: Path) -> tuple[LocalScheduler, Path, str, int, int]:
@@ -591,9 +605,91 @@ def test_only_a_limit_on_queued_jobs_is_waited_out(token_script, reason, retryab
     assert err.value.retryable is retryable
 
 
+@pytest.mark.parametrize("code", [errno.EAGAIN, errno.ENOMEM, errno.EINTR])
+def test_a_client_the_system_cannot_start_for_a_moment_is_tried_again(token_script, code):
+    """Review: EAGAIN from a busy login node's process limit (or ENOMEM, EINTR) starting
+    sbatch was a refusal no waiting cures: the node failed, and the controller planned and
+    failed every phase of its budget in one poll. The client never ran, so nothing reached
+    slurmctld: retried, then a retryable error the submitter backs off on."""
+    calls = []
+
+    def clients(argv):
+        calls.append(argv[0])
+        if argv[0] == "sbatch" and calls.count("sbatch") == 1:
+            raise OSError(code, os.strerror(code))
+        return subprocess.CompletedProcess(argv, 0, "77\n" if argv[0] == "sbatch" else "", "")
+    assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
+
+    def never(argv):
+        if argv[0] == "sbatch":
+            raise OSError(code, os.strerror(code))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    with pytest.raises(SchedulerError, match="cannot run sbatch") as err:
+        SlurmScheduler(runner=never, retries=1, retry_wait_s=0).submit(token_script, "tok-k")
+    assert err.value.retryable and not err.value.unsure
+
+
+def test_a_client_that_is_not_there_is_a_refusal(token_script):
+    def missing(argv):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+    with pytest.raises(SchedulerError, match="cannot run sbatch: No such file") as err:
+        SlurmScheduler(runner=missing, retry_wait_s=0).submit(token_script, "tok-k")
+    assert not err.value.retryable
+
+
 def test_an_sbatch_killed_after_it_got_through_is_found_by_its_token(token_script):
     clients = killing(("sbatch",), squeue="77|PENDING|None|0|llmz:node=0000,token=tok-k\n")
     assert SlurmScheduler(runner=clients, retry_wait_s=0).submit(token_script, "tok-k") == "77"
+
+
+UNREACHABLE = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+@pytest.mark.parametrize("stop_at_s", [0.0, 0.5])
+def test_a_stop_ends_a_clients_retries_and_their_waits(stop_at_s):
+    """Review: a Ctrl-C while slurmctld did not answer waited out the client's retries (2 + 4 +
+    8 + 16 + 32 s of sleep), and the controller job's SIGTERM was followed by Slurm's SIGKILL
+    30 s later, its lease never released. Once the stop is asked for (before the call, or
+    during a wait between tries) the call makes no further try: a retryable error at once."""
+    stop_at = time.monotonic() + stop_at_s
+    calls = []
+
+    def down(argv):
+        calls.append(argv[0])
+        return subprocess.CompletedProcess(argv, 1, "", UNREACHABLE)
+    sched = SlurmScheduler(runner=down, retry_wait_s=2.0)
+    sched.give_up_when(lambda: time.monotonic() >= stop_at)
+    began = time.monotonic()
+    with pytest.raises(SchedulerError, match="Unable to contact.*not tried again") as err:
+        sched.states(["41"])
+    assert time.monotonic() - began < stop_at_s + 1.0
+    assert err.value.retryable and calls == ["squeue"]
+
+
+FORGOTTEN = "scancel: error: Kill job error on job id 4242: Invalid job id specified"
+
+
+def test_cancelling_a_job_slurm_has_forgotten_is_done():
+    """Review: scancel of a job Slurm had forgotten (ended past MinJobAge) exits 1 with
+    "Invalid job id specified" (Slurm 22.05). Read as a failure, a resumed controller could not
+    replace the previous session's monitor for 15 minutes (the keeper cancels it first) and
+    `llmzero-stop --cancel` of a phase that had just ended exited 5. The job is gone either
+    way; any other refusal still fails."""
+    asked = []
+
+    def scancel(argv):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", FORGOTTEN + "\n")
+    sched = SlurmScheduler(runner=scancel, retry_wait_s=0)
+    sched.cancel("4242", "llmz-x-0001-scratch")
+    sched.cancel_call("4242", "llmz-x-monitor")
+    assert [a[0] for a in asked] == ["scancel", "scancel"]
+
+    def denied(argv):
+        return subprocess.CompletedProcess(argv, 1, "", "scancel: error: Kill job error on job "
+                                           "id 4242: Access/permission denied")
+    with pytest.raises(SchedulerError, match="permission denied"):
+        SlurmScheduler(runner=denied, retry_wait_s=0).cancel("4242", "llmz-x-0001-scratch")
 
 
 class Clients:

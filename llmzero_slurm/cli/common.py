@@ -3,7 +3,8 @@
 Exit codes: 0 done, 1 failure, 2 bad configuration or arguments (a run directory or node
 that is not there), 3 corrupt or unwritable state (a full disk), 4 lock timeout, 5 batch-system
 error, 6 another controller holds the run, 7 the search ended without a completed phase,
-130/143 stopped by a signal, 141 the reader of the output left early (`| head`).
+129/130/143 stopped by a signal (SIGHUP, SIGINT, SIGTERM), 141 the reader of the output left
+early (`| head`).
 """
 from __future__ import annotations
 

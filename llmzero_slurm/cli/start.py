@@ -17,6 +17,7 @@ from ..controller.controller_job import submit_controller, take_key, withdraw_ke
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
+from ..controller.signals import STOP_SIGNALS
 from ..errors import ConfigError, SchedulerError
 from ..hparams import validate_hparams
 from ..methods import make_method
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     take_key(store)
     controller = build_controller(store, args.poll)
     code = controller.run(cancel_on_stop=args.cancel_on_stop)
-    if code not in (130, 143):   # ended or stopped, not ended by a signal (a requeue, a preemption)
+    if code - 128 not in STOP_SIGNALS:   # ended or stopped, not by a signal (a requeue, a preemption)
         withdraw_key(store)
     report = controller.refresh_report()
     if report is not None:

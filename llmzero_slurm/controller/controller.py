@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError, StateError, StorageError, full_storage
+from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
 from ..methods.base import GiveUp, PhasePlan, SearchMethod
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
@@ -53,10 +53,12 @@ class Controller:
         self.on_finish, self.on_poll = on_finish, on_poll
         self.monitor = monitor
         self.lease = Lease(store)
-        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s)
-        self.backend = get_backend(self.config.backend)
         self.admission = Admission(run_budget(store), self.progress)
+        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s,
+                                   self.admission.submitted)
+        self.backend = get_backend(self.config.backend)
         self.signals = StopSignals()
+        scheduler.give_up_when(self.signals.came)
         self.fixes = DebugFixes(store, scheduler, self.progress.event)
         self._quarantine_told: set[int] = set()
         self._install = InstallWatch()
@@ -65,7 +67,7 @@ class Controller:
 
     def run(self, cancel_on_stop: bool = False) -> int:
         """Run the search to its end; return 0 when finished, 7 when it ended without a
-        completed phase (outcome.py), 130/143 when stopped by a signal; LeaseLost if taken over."""
+        completed phase (outcome.py), 128 + the signal when stopped by one; LeaseLost if taken over."""
         with warnings_shown(self.progress):
             return self._run(cancel_on_stop)
 
@@ -93,14 +95,16 @@ class Controller:
                 raise
             raise full from exc
         finally:
-            self.signals.restore()
-            if self.monitor is not None and not lost:
-                try:
-                    self.monitor.stop()
-                except LLMZeroError as exc:     # the lease must still be given back
-                    self.progress.event(f"monitor job not cancelled: {exc}")
-            self.lease.release()
-            self.store.fence = lambda: None
+            try:
+                if self.monitor is not None and not lost:
+                    try:
+                        self.monitor.stop()
+                    except LLMZeroError as exc:
+                        self.progress.event(f"monitor job not cancelled: {exc}")
+            finally:     # the lease is given back, a second Ctrl-C in the cancel or not
+                self.signals.restore()
+                self.lease.release()
+                self.store.fence = lambda: None
 
     def _loop(self, cancel_on_stop: bool) -> int:
         while True:
@@ -138,7 +142,7 @@ class Controller:
                     self.progress.event(f"monitor job not submitted, tried again at the next poll: {exc}")
             self.progress.show(tree)
             self._export_curves(tree)
-            self._sleep()
+            self.signals.sleep(self.poll_s)
 
     def _export_curves(self, tree: Tree) -> None:
         """After each poll, and at the end: the poll that ingests the last phase ends there."""
@@ -154,16 +158,11 @@ class Controller:
         code, said = outcome(tree, self.store)
         self.progress.finished(tree, reason, [*spent(self.store, tree, self.admission.budget).lines(),
                                               *said], "stopped" if halted else "finished")
-        return StateError.exit_code if halted else code
-
-    def _sleep(self) -> None:
-        end = time.monotonic() + self.poll_s
-        while time.monotonic() < end and self.signals.received is None:
-            time.sleep(min(0.2, self.poll_s))
+        return halted or code
 
     def _stopping(self) -> bool:
         """A stop signal or request came (an agent may have waited minutes on its LLM)."""
-        return self.signals.received is not None or stop_request_for(
+        return self.signals.came() or stop_request_for(
             self.store, self.lease.token, self.progress.event) is not None
 
     def _start_phases(self, tree: Tree, running: int) -> Tree:
@@ -205,6 +204,8 @@ class Controller:
         """Bring every pending node up to date with the scheduler; ingest finished phases."""
         tree = self.store.load_tree()
         for node in tree:
+            if self.signals.came():   # stopping: nothing is sent, nor asked of a Slurm maybe down
+                return self.store.load_tree()
             if node.status is Status.PROPOSED:
                 self.submitter.submit(node)
             elif node.status is Status.SUBMITTING:

@@ -7,6 +7,10 @@ age on the file server's clock (`server_age`). A holder that lost its lease (pau
 expiry and taken over) learns it under the run lock before its next state write or sbatch
 (`verify`, which the run store calls as its fence) and stops instead of writing; from then on
 it never writes or removes the lease file again, which is the new holder's.
+
+A controller job names itself in the lease (its Slurm job id and restart count): requeued after
+a run that could not release it (SIGKILLed, its node failed), a later run of that job takes the
+lease over at once, wherever it starts, since Slurm never runs one job twice at a time.
 """
 from __future__ import annotations
 
@@ -27,6 +31,15 @@ from ..store.run_store import RunStore
 EXPIRE_S = 120.0     # a lease file untouched this long (file server's clock) is a dead holder
 READ_TRIES, READ_RETRY_S = 3, 0.5   # reading a lease through a filesystem hiccup
 CONTROLLER_COMMAND = "llmzero_slurm.cli.start"   # in every controller's command line
+
+
+def slurm_run() -> tuple[str | None, int]:
+    """The Slurm job this process runs in (None outside one) and that job's restart count."""
+    try:
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        restarts = 0
+    return os.environ.get("SLURM_JOB_ID") or None, restarts
 
 
 class LeaseHeld(LLMZeroError):
@@ -98,7 +111,8 @@ class Lease:
         """LeaseHeld while a live controller other than this one holds the run: also asked
         before starting one in the background or as a job, which would only exit 6."""
         info = self.read()
-        if info and info.get("token") != self.token and self.holder_alive(info):
+        if info and info.get("token") != self.token and not _earlier_run(info) \
+                and self.holder_alive(info):
             raise LeaseHeld(f"{self.store.root}: a controller is already running "
                             f"(host {info.get('host')}, pid {info.get('pid')}); stop it with "
                             f"llmzero-stop or wait {self.expire_s:.0f} s after it died")
@@ -117,9 +131,11 @@ class Lease:
         if self._lost is not None:      # the file is the new holder's: never write it again
             raise LeaseLost(self._lost)
         info = self.read() or {}
+        job, restarts = slurm_run()
         info.update({"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                      "heartbeat_at": time.time(), "beat": int(info.get("beat", 0)) + 1,
-                     "expire_s": self.expire_s, **extra})
+                     "expire_s": self.expire_s, "slurm_job_id": job,
+                     "slurm_restart_count": restarts, **extra})
         write_json(self.path, info)
 
     def _beat_loop(self) -> None:
@@ -164,3 +180,13 @@ class Lease:
                 if info and info.get("token") == self.token:
                     Path(self.path).unlink(missing_ok=True)
             self._held = False
+
+
+def _earlier_run(info: dict[str, Any]) -> bool:
+    """Whether the lease in `info` was this very Slurm job's in an earlier run (a lower
+    restart count): gone, as Slurm starts a job again only once its last run has ended. Two
+    processes in one run of a job (a second start inside an allocation) do not count."""
+    job, restarts = slurm_run()
+    held = info.get("slurm_restart_count")
+    return job is not None and info.get("slurm_job_id") == job and isinstance(held, int) \
+        and held < restarts

@@ -14,13 +14,15 @@ their record says why, and the caller then stops as the request asks.
 from __future__ import annotations
 
 import signal
+import time
 from contextlib import nullcontext
 from typing import Callable, TypeVar
 
 from ..agents.deadline import abandoned_when
 
 T = TypeVar("T")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal of a controller in the foreground closed (an SSH session ended).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Interrupted(BaseException):
@@ -36,14 +38,29 @@ class StopSignals:
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.signals}
+        """A SIGHUP ignored from the start (`nohup`) stays ignored: the process was asked to
+        outlive its terminal."""
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.signals
+                          if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN}
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)   # type: ignore[arg-type]  # what signal() returned
         self._previous = {}
 
+    def came(self) -> bool:
+        """Whether a stop signal has come."""
+        return self.received is not None
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep for `seconds`, or until a stop signal comes."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not self.came():
+            time.sleep(min(0.2, seconds))
+
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt    # Ctrl-C again: out now, whatever is under way
         self.received = signum
         if self._asking:
             self._asking = False

@@ -13,6 +13,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from ..backends.spec import PhaseSpec
 from ..errors import LLMZeroError, SchedulerError, StorageError
@@ -31,9 +32,12 @@ SUBMIT_BACKOFF_S = 60.0   # wait after a refusal that may pass (submit limit, sl
 
 class Submitter:
     def __init__(self, store: RunStore, scheduler: Scheduler, lease: Lease, progress: Progress,
-                 poll_s: float):
+                 poll_s: float, outcome: Callable[[str | None], object]):
+        """`outcome(refusal)` after each sbatch: None when a job was taken, else why the
+        scheduler refused the phase for good (the admission counts refusals in a row)."""
         self.store, self.scheduler, self.lease, self.progress = store, scheduler, lease, progress
         self.poll_s = poll_s
+        self.outcome = outcome
         self._after = 0.0    # monotonic time before which no sbatch is tried again
 
     @property
@@ -79,6 +83,7 @@ class Submitter:
         except SchedulerError as exc:
             if not exc.retryable:
                 self.fail(node.id, f"the scheduler refused it: {exc}")
+                self.outcome(str(exc))
                 return False
             wait = max(self.poll_s, SUBMIT_BACKOFF_S)
             self._after = time.monotonic() + wait
@@ -86,6 +91,7 @@ class Submitter:
                                 f"{wait:.0f} s: {exc}")
             return True
         faults.point("after_sbatch")
+        self.outcome(None)
         self.store.update_node(node.id, partial(submitted, job_id=job_id))
         self.progress.event(f"node {node.id}: submitted as job {job_id}")
         return True

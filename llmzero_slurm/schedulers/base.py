@@ -229,3 +229,9 @@ class Scheduler(ABC):
     def cancel_call(self, job_id: str, name: str) -> None:
         """Stop a `submit_call` job, the `name` of its CallJob."""
         self.cancel(job_id, name)
+
+    def give_up_when(self, stopping: Callable[[], bool]) -> None:
+        """Once `stopping()` is true (a stop signal came), a failing call is neither tried
+        again nor waited on: a stopping controller must leave before Slurm's SIGKILL (KillWait)
+        or the user's patience ends. A scheduler that never retries has nothing to give up."""
+        self.stopping = stopping

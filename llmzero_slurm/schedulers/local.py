@@ -133,13 +133,12 @@ class LocalScheduler(Scheduler):
     def cancel(self, job_id: str, name: str) -> None:
         """Recorded (`cancel_request`) before the supervisor is signalled, under the table's
         lock so that no submit is half-way: a job cancelled as it starts is CANCELLED, as
-        Slurm shows a job cancelled while pending."""
+        Slurm shows a job cancelled while pending. A job the table does not know is gone, as
+        one Slurm has forgotten: nothing to do."""
         job_id = str(job_id)
         with self._lock.hold():
             job = self._table()["jobs"].get(job_id)
-            if job is None:
-                raise SchedulerError(f"cancelling job {job_id}: no such local job in {self.dir}")
-            if job["name"] != name:
+            if job is None or job["name"] != name:
                 return
             write_json(cancel_request(self.dir, job_id), {"requested_at": time.time()})
         what = f"cancelling job {job_id}"

@@ -5,14 +5,16 @@ ended within MinJobAge, with their exit codes); polls back off while nothing cha
 squeue has forgotten is looked up once in `sacct` (slurmdbd), then in `sacct -c` (jobcomp
 file), then in its own status.json, and a final answer is cached for good. No answer is read
 as a failure: a job no source knows stays unknown across polls and is declared lost only after
-`lost_after_s`. Transient client errors (controller restarting, socket timeouts) are retried
-with back-off, never read as a job failure.
+`lost_after_s`. Transient client errors (controller restarting, socket timeouts, a client the
+login node could not start for a moment) are retried with back-off, never read as a job
+failure.
 
 Long: these are the project's only calls to Slurm's clients, and the etiquette sites ask for
 (one squeue per poll, back-off, sacct only for jobs that left the queue) needs them together.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -43,6 +45,9 @@ UNSURE = ("socket timed out", "not responding", "zero bytes were transmitted")
 # the message after it says "job submit limit" for every association or QOS limit, a time
 # or size over the limit included, which no wait cures.
 SUBMIT_LIMITS = ("submitjob",)
+# A client the system could not start this once (a busy login node's process or file limit,
+# memory, a signal): it never ran, so nothing reached slurmctld, and a later try may start.
+UNSTARTED = (errno.EAGAIN, errno.ENOMEM, errno.EINTR, errno.EMFILE, errno.ENFILE, errno.ETXTBSY)
 NO_SUCH_JOB = "invalid job id"
 SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
 LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before a job is lost
@@ -122,6 +127,7 @@ class SlurmScheduler(Scheduler):
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
         self._ended_unlisted: dict[str, JobState] = {}   # job -> the end its status.json gives
         self._inputs_noted = False
+        self.stopping: Callable[[], bool] = lambda: False    # give_up_when
 
     @staticmethod
     def available() -> bool:
@@ -141,6 +147,12 @@ class SlurmScheduler(Scheduler):
 
     # -- the client calls -----------------------------------------------------------------
 
+    def _pause(self, seconds: float) -> None:
+        """A wait between tries, cut short when a stop is asked for."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self.stopping():
+            time.sleep(min(left, 0.2))
+
     def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = (),
               recover: Callable[[], str | None] | None = None) -> _Answer:
         """Run a client; retry transient failures; raise SchedulerError on real ones. The
@@ -150,7 +162,8 @@ class SlurmScheduler(Scheduler):
         `recover` runs before each retry and may return the answer instead (a submission
         that got through although its client timed out). With `recover`, a failure that leaves
         it unsure whether the request got through is not retried here: it raises a retryable
-        error, and the caller looks for the answer until it could have arrived (settle_s)."""
+        error, and the caller looks for the answer until it could have arrived (settle_s).
+        Once a stop is asked for (`give_up_when`), a failure is not tried again."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
             if attempt and recover is not None and (found := recover()) is not None:
@@ -161,7 +174,9 @@ class SlurmScheduler(Scheduler):
             except subprocess.TimeoutExpired:
                 err, unsure = f"{argv[0]} did not answer within its timeout", True
             except OSError as exc:
-                raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+                if exc.errno not in UNSTARTED:   # not installed, not executable: no wait cures it
+                    raise SchedulerError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
+                err, unsure = f"cannot run {argv[0]}: {exc.strerror}", False
             else:
                 err = (proc.stderr or "").strip()
                 if proc.returncode == 0 or any(e in err.lower() for e in ok_errors):
@@ -181,11 +196,16 @@ class SlurmScheduler(Scheduler):
                 raise SchedulerError(f"{what}: {argv[0]}: {err}; it may still have gone "
                                      f"through, so it is looked for by its token before any "
                                      f"new attempt", unsure=True)
-            if attempt < self.retries:
+            if attempt == self.retries:
+                break
+            if not self.stopping():
                 _log.warning("%s: %s: %.300s; attempt %d of %d in %g s", what, argv[0], err,
                              attempt + 2, self.retries + 1, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, 60.0)
+                self._pause(wait)
+            if self.stopping():
+                raise SchedulerError(f"{what}: {argv[0]}: {err}; not tried again: stopping",
+                                     retryable=True)
+            wait = min(wait * 2, 60.0)
         raise SchedulerError(f"{what}: {argv[0]} kept failing with a transient error after "
                              f"{self.retries + 1} attempts: {err}", retryable=True)
 
@@ -225,7 +245,10 @@ class SlurmScheduler(Scheduler):
         return answer
 
     def cancel(self, job_id: str, name: str) -> None:
-        self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})")
+        """A job Slurm has forgotten (ended past MinJobAge) is "Invalid job id specified" to
+        scancel: gone either way, so done."""
+        self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})",
+                   ok_errors=(NO_SUCH_JOB,))
         self._next_poll = 0.0
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
