@@ -68,6 +68,21 @@ def test_cluster_script_reports_status_and_environment(slurm_cluster, forgotten)
     assert after.stdout.splitlines()[:3] == status.stdout.splitlines()[:3]   # same daemons
 
 
+def test_reachable_only_while_a_slurmctld_answers(slurm_cluster, tmp_path, monkeypatch):
+    """`squeue -j 0` was the probe, and squeue refuses job id 0 itself, without asking any
+    controller: with slurmctld down, status and stop spent minutes in retries and the
+    controller job's "nothing answers" guard never fired. The same configuration with the
+    controller's port moved to one nobody listens on must read as unreachable, at once."""
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster)
+    assert SlurmScheduler.reachable()
+    text = Path(slurm_cluster).read_text()
+    dead = tmp_path / "slurm.conf"
+    dead.write_text("\n".join("SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line
+                              for line in text.splitlines()) + "\n")
+    monkeypatch.setenv("SLURM_CONF", str(dead))
+    assert not SlurmScheduler.reachable()
+
+
 def test_phase_appears_in_squeue_under_its_name(tmp_path, tiny_program, timed_out):
     sched = SlurmScheduler(min_poll_s=0)
     script = phase(tmp_path, tiny_program, 7, {"total_training_steps": 30}, step_s=0.5)

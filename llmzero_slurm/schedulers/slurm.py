@@ -135,15 +135,16 @@ class SlurmScheduler(Scheduler):
 
     @staticmethod
     def reachable(timeout_s: float = 15.0) -> bool:
-        """Whether a slurmctld answers (clients installed is not a configured cluster)."""
+        """Whether a slurmctld answers (clients installed is not a configured cluster):
+        `scontrol ping` asks each controller (primary and backups) and says which is UP. A
+        query of no real job (`squeue -j 0`) is refused by the client alone."""
         if conf_problem():
             return False
         try:
-            done = subprocess.run(["squeue", "-h", "-o", "%i", "-j", "0"], capture_output=True,
-                                  timeout=timeout_s)
+            done = subprocess.run(["scontrol", "ping"], capture_output=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired):
             return False
-        return done.returncode == 0 or b"Invalid job id" in done.stderr
+        return b" is UP" in done.stdout
 
     # -- the client calls -----------------------------------------------------------------
 
