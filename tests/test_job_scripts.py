@@ -8,10 +8,12 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from llmzero_slurm.config import SlurmConfig
 from llmzero_slurm.job_settings import CheckJob
 from llmzero_slurm.render import render_check_job, write_phase_script
 
@@ -110,3 +112,32 @@ def test_a_check_job_runs_its_checks_under_older_bash(tmp_path, bash):
     script.write_text(render_check_job("exp", tmp_path, job, "t", tmp_path / "plan.json"))
     done = run(script, bash, cwd=tmp_path, LLMZ_NODE_DIR=str(tmp_path))
     assert done.returncode == 0 and (tmp_path / "env.json").exists(), done.stderr
+
+
+# What common activations do: conda's activate.d hooks read variables that may be unset
+# (conda/conda#9979), and a line may end a pipeline early (`... | head -1`).
+LAX_SETUP = ['[ -z "$LLMZ_NEVER_SET" ]', "yes | head -n 1 >/dev/null",
+             'x=$(false | true) && export LLMZ_FROM_SETUP="set up"']
+
+
+def test_setup_lines_run_as_a_login_shell_would_in_every_job(tmp_path):
+    """The setup lines ran under the script's own set -u and pipefail: an activation that
+    reads an unset variable, or a pipeline whose first command a `head` cut short, ended
+    every phase and every check job "during setup", though the monitor's job ran the same
+    lines fine. They run with errexit alone; a failing line still ends the job, named."""
+    s = spec(tmp_path, trainer={"python": env_dump(tmp_path)},
+             slurm=SlurmConfig(setup=LAX_SETUP))
+    phase = write_phase_script(s)
+    check = tmp_path / "check.sbatch"
+    check.write_text(render_check_job("exp", tmp_path, CheckJob(
+        "environment", "controller", env_dump(tmp_path), setup=LAX_SETUP), "t", tmp_path / "p"))
+    for script, where in ((phase, s.node_dir), (check, tmp_path)):
+        done = run(script, cwd=tmp_path, LLMZ_NODE_DIR=str(where))
+        assert done.returncode == 0, done.stderr
+        assert json.loads((where / "env.json").read_text())["LLMZ_FROM_SETUP"] == "set up"
+        text = script.read_text()     # the script's own options are back after them
+        assert text.index(LAX_SETUP[-1]) < text.index("set +e -u -o pipefail")
+    failing = write_phase_script(replace(s, slurm=SlurmConfig(setup=["false", "echo never"])))
+    done = run(failing, cwd=tmp_path)
+    assert done.returncode == 1 and "never" not in done.stdout
+    assert record(failing)["reason"] == "the script exited with code 1 during setup"
