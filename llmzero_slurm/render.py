@@ -28,7 +28,7 @@ from .job_settings import CheckJob, ControllerJobConfig, setup_script
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
-from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS, VARIABLE_NAME
+from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS, VARIABLE_NAME, check_setup_lines
 from .search.tree import Kind
 from .store.atomic import write_text
 
@@ -81,6 +81,7 @@ def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
     _setup(spec.slurm.setup)
     hparams = validate_hparams(spec.hparams, backend.name)
     trainer = backend.check_trainer(spec.trainer)
+    check_setup_lines(spec.slurm.setup, spec.secret_names, backend.kept_credentials(trainer))
     return replace(spec, hparams=hparams, trainer=trainer)
 
 

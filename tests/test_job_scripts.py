@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmzero_slurm.config import SlurmConfig
+from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.job_settings import CheckJob
 from llmzero_slurm.render import render_check_job, write_phase_script
 
@@ -141,3 +142,109 @@ def test_setup_lines_run_as_a_login_shell_would_in_every_job(tmp_path):
     done = run(failing, cwd=tmp_path)
     assert done.returncode == 1 and "never" not in done.stdout
     assert record(failing)["reason"] == "the script exited with code 1 during setup"
+
+
+# A verl phase's trainer: section with the wandb logger, which logs in with WANDB_API_KEY.
+WANDB = {"test_data_sources": ["gsm8k_test"], "extra_loggers": ["wandb"]}
+KEYS_SH = """export ANTHROPIC_API_KEY=sk-ant-from-bashrc-123456
+export LLMZ_COPY_OF_IT=$ANTHROPIC_API_KEY
+export WANDB_API_KEY=wandb-from-bashrc-0001
+"""
+
+
+def test_a_key_a_setup_line_brings_back_is_dropped_again(tmp_path):
+    """The credentials were dropped before the setup lines: one that sources ~/.bashrc or a
+    .env exporting ANTHROPIC_API_KEY handed the key to the trainer and the reward code. They
+    are dropped again after the setup lines, a copy under another name too, in every job
+    that runs them."""
+    (tmp_path / "keys.sh").write_text(KEYS_SH)
+    setup = [f"source {tmp_path}/keys.sh"]
+    s = spec(tmp_path, trainer={"python": env_dump(tmp_path)}, slurm=SlurmConfig(setup=setup))
+    check = tmp_path / "check.sbatch"
+    check.write_text(render_check_job("exp", tmp_path, CheckJob(
+        "environment", "controller", env_dump(tmp_path), setup=setup), "t", tmp_path / "p"))
+    for script, where in ((write_phase_script(s), s.node_dir), (check, tmp_path)):
+        assert run(script, cwd=tmp_path, LLMZ_NODE_DIR=str(where)).returncode == 0
+        trainer = json.loads((where / "env.json").read_text())
+        assert not {"ANTHROPIC_API_KEY", "LLMZ_COPY_OF_IT", "WANDB_API_KEY"} & set(trainer)
+
+
+def test_a_logger_key_a_setup_line_exports_still_reaches_the_trainer(tmp_path):
+    """What the trainer reads itself (the key of a logger it is configured with) stays."""
+    from test_verl_phase import script_of, spec as verl_spec, stub_programs
+    (tmp_path / "keys.sh").write_text(KEYS_SH)
+    phase = verl_spec(tmp_path, trainer=WANDB, slurm=SlurmConfig(gpus_per_node=2, setup=[f"source {tmp_path}/keys.sh"]))
+    env, log, _ = stub_programs(tmp_path)
+    done = subprocess.run(["bash", str(script_of(phase))], env={**env, "SLURM_JOB_ID": "48"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    trainer = (log / "main_ppo.environ").read_text()
+    assert "WANDB_API_KEY=wandb-from-bashrc-0001\n" in trainer
+    assert "ANTHROPIC_API_KEY" not in trainer and "LLMZ_COPY_OF_IT" not in trainer
+
+
+@pytest.mark.parametrize("line, name, read", [
+    ("export ANTHROPIC_API_KEY=sk-ant-api03-abcdef", "ANTHROPIC_API_KEY", True),
+    ("module load x && declare -x SITE_AUTH_TOKEN=abc", "SITE_AUTH_TOKEN", True),
+    ("env MY_LLM_CRED=$(cat ~/.key) true", "MY_LLM_CRED", True),      # agents.api_key_env
+    ("export A=1 WANDB_API_KEY=wandb-literal-0001", "WANDB_API_KEY", True),
+    # Still a key handed to the job, though read from a file; whether the trainer reads it
+    # itself (a logger's) is its backend's to say, as each phase is rendered.
+    ("export OPENAI_API_KEY=$(cat ~/.openai)", "OPENAI_API_KEY", False),
+])
+def test_a_setup_line_that_sets_a_credential_is_refused_naming_it(tmp_path, line, name, read):
+    """`export ANTHROPIC_API_KEY=sk-...` in slurm.setup landed verbatim in every phase.sbatch
+    (mode 0755) and handed the key to the job; so would a variable read from a file. Refused
+    as a phase is rendered and, all that can be told without the backend, as the config is
+    read, naming the line and the variable."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.render import render
+    with pytest.raises(ConfigError) as err:
+        render(spec(tmp_path, slurm=SlurmConfig(setup=["module load cuda", line]),
+                    secret_names=("MY_LLM_CRED",)))
+    assert err.value.key == "slurm.setup[1]" and name in err.value.problem
+    config = {"name": "demo", "task": {"builtin": "addition"},
+              "agents": {"api_key_env": "MY_LLM_CRED"}, "slurm": {"setup": ["true", line]}}
+    if not read:
+        parse_config(config)
+        return
+    with pytest.raises(ConfigError) as err:
+        parse_config(config)
+    assert "slurm.setup[1]" in str(err.value) and name in str(err.value)
+
+
+def test_setup_lines_may_name_credentials_without_setting_them(tmp_path):
+    """What a line may do: read a logger key the trainer is configured with from a file,
+    unset a key, set a variable that is no credential, pass an option named like one."""
+    from test_verl_phase import spec as verl_spec
+    from llmzero_slurm.render import render
+    fine = ["export WANDB_API_KEY=$(cat ~/.wandb_key)", "unset ANTHROPIC_API_KEY",
+            "export HF_TOKEN=$(cat ~/.hf)", "tool --api_key=none --openai_api_key_file=x"]
+    render(verl_spec(tmp_path, trainer=WANDB, slurm=SlurmConfig(gpus_per_node=2, setup=fine)))
+    with pytest.raises(ConfigError, match=r"writes the value of WANDB_API_KEY into every job"):
+        render(verl_spec(tmp_path, trainer=WANDB, slurm=SlurmConfig(
+            gpus_per_node=2, setup=["export WANDB_API_KEY=wandb-literal-0001"])))
+
+
+@pytest.mark.parametrize("override, name", [
+    ("+ray_kwargs.ray_init.runtime_env.env_vars.OPENAI_API_KEY=sk-test-4445556667",
+     "OPENAI_API_KEY"),
+    ("+ray_kwargs.ray_init.runtime_env.env_vars={ANTHROPIC_API_KEY:sk-ant-1234567}",
+     "ANTHROPIC_API_KEY"),
+    ("++ray_kwargs.ray_init.runtime_env.env_vars.MY_LLM_CRED=x", "MY_LLM_CRED"),
+    ("+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=wandb-literal", "WANDB_API_KEY"),
+])
+def test_an_override_that_sets_a_credential_is_refused_naming_it(tmp_path, monkeypatch,
+                                                               override, name):
+    """trainer.overrides go into phase.sbatch as they are: a key given to Ray's workers there
+    was written into every script and handed to the trainer and the reward code. A logger's
+    key read from the job's environment is the trainer's own."""
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-0001112223")     # verl's schema resolves it
+    from test_verl_phase import spec as verl_spec
+    from llmzero_slurm.render import render
+    with pytest.raises(ConfigError) as err:
+        render(verl_spec(tmp_path, trainer={**WANDB, "overrides": [override]},
+                         secret_names=("MY_LLM_CRED",)))
+    assert err.value.key.startswith("trainer.overrides") and name in str(err.value)
+    render(verl_spec(tmp_path, trainer={**WANDB, "overrides": [
+        "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=${oc.env:WANDB_API_KEY}"]}))
