@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -248,3 +250,118 @@ def test_an_override_that_sets_a_credential_is_refused_naming_it(tmp_path, monke
     assert err.value.key.startswith("trainer.overrides") and name in str(err.value)
     render(verl_spec(tmp_path, trainer={**WANDB, "overrides": [
         "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_API_KEY=${oc.env:WANDB_API_KEY}"]}))
+
+
+# A trainer that records its parent's environment as the kernel shows it to any process of
+# the user: /proc/<pid>/environ keeps what a process was started with, unset or not.
+PARENT_DUMP = f"""#!{sys.executable}
+import os, sys
+with open(os.environ["LLMZ_PARENT_DUMP"], "ab") as fh:
+    fh.write(open(f"/proc/{{os.getppid()}}/environ", "rb").read().replace(b"\\0", b"\\n"))
+"""
+HAND = {"ANTHROPIC_API_KEY": "sk-ant-test-0001112223", "LLMZ_COPY": "sk-ant-test-0001112223",
+        "OPENAI_API_KEY": "sk-test-4445556667"}
+
+
+def parent_dump(tmp_path: Path) -> str:
+    dump = tmp_path / "parent-dump"
+    dump.write_text(PARENT_DUMP)
+    dump.chmod(0o755)
+    return str(dump)
+
+
+@pytest.mark.parametrize("job", [{}, {"SLURM_JOB_ID": "51", "SLURM_RESTART_COUNT": "1"}],
+                         ids=["bash", "requeued"])
+def test_a_rerun_by_hand_starts_again_without_the_shells_keys(tmp_path, job):
+    """A rerun by hand unset the keys, but the shell running the script was started with
+    them: the trainer and the reward code read them from /proc/$PPID/environ. A script that
+    finds a credential starts itself again without it, once, requeue or not."""
+    dump = tmp_path / "environ.txt"
+    s = spec(tmp_path, trainer={"python": parent_dump(tmp_path)},
+             slurm=SlurmConfig(setup=[f"tr '\\0' '\\n' </proc/$$/environ >>{dump}"]))
+    done = run(write_phase_script(s), cwd=tmp_path, LLMZ_PARENT_DUMP=str(dump), **HAND, **job)
+    assert done.returncode == 0 and done.stdout.count("llmzero: job ") == 1, done.stderr
+    seen = dump.read_text()
+    assert seen.count("LLMZ_PARENT_DUMP=") == 2          # the setup lines' view, the trainer's
+    assert not [value for value in HAND.values() if value in seen], seen
+
+
+def test_a_startup_file_that_exports_a_key_again_cannot_make_it_loop(tmp_path):
+    """BASH_ENV (Lmod sets it) is read by every bash the script starts, itself again
+    included: one that exports a key would have it start itself for ever. It starts again
+    once; the key is then unset as before, and the trainer never has it."""
+    startup = tmp_path / "bashenv"
+    startup.write_text("export ANTHROPIC_API_KEY=sk-ant-test-0001112223\n")
+    s = spec(tmp_path, trainer={"python": env_dump(tmp_path)})
+    done = run(write_phase_script(s), cwd=tmp_path, BASH_ENV=str(startup), **HAND)
+    assert done.returncode == 0 and done.stdout.count("llmzero: job ") == 1, done.stderr
+    assert not set(HAND) & set(json.loads((s.node_dir / "env.json").read_text()))
+
+
+def test_the_hints_to_rerun_by_hand_leave_the_key_out_of_sbatch(tmp_path):
+    """The scripts said "Rerun by hand: sbatch phase.sbatch": from the shell that runs
+    llmzero-start that hands sbatch the LLM key, which slurmctld keeps with the job."""
+    from test_render import controller_job
+    phase = write_phase_script(spec(tmp_path, secret_names=("MY_LLM_CRED",))).read_text()
+    check = render_check_job("exp", tmp_path, CheckJob("environment", "controller", "python3"),
+                             "t", tmp_path / "p", ["MY_LLM_CRED"])
+    unset = "env -u ANTHROPIC_API_KEY -u MY_LLM_CRED -u OPENAI_API_KEY sbatch"
+    assert f"# {unset} phase.sbatch" in phase and f"{unset} --export=ALL,LLMZ_RERUN_DIR" in phase
+    assert f"{unset} {tmp_path}/environment.sbatch" in check
+    controller = controller_job(tmp_path).read_text()
+    assert f"llmzero-start {tmp_path} --submit" in controller
+    assert "env -u ANTHROPIC_API_KEY -u OPENAI_API_KEY sbatch" in controller
+    for text in (phase, check, controller):
+        assert "by hand: sbatch" not in text
+
+
+def test_a_check_job_by_hand_starts_again_without_the_shells_keys(tmp_path):
+    dump = tmp_path / "environ.txt"
+    check = tmp_path / "check.sbatch"
+    check.write_text(render_check_job("exp", tmp_path, CheckJob(
+        "environment", "controller", env_dump(tmp_path),
+        setup=[f"tr '\\0' '\\n' </proc/$$/environ >{dump}"]), "t", tmp_path / "p"))
+    done = run(check, cwd=tmp_path, LLMZ_NODE_DIR=str(tmp_path), **HAND)
+    assert done.returncode == 0, done.stderr
+    assert "PATH=" in dump.read_text() and not set(HAND) & {
+        line.split("=")[0] for line in dump.read_text().splitlines()}
+
+
+def test_the_controller_job_by_hand_starts_without_the_key_and_as_submitted_keeps_its_own(
+        tmp_path):
+    """The controller's own job takes the LLM key from controller-key/, never from its
+    environment: by hand it starts again without the shell's keys. As llmzero-start --submit
+    sent it (LLMZ_SCHEDULED), its environment is already the one it may hold, a logger's
+    key for the phases included."""
+    from llmzero_slurm.config import ControllerJobConfig
+    from llmzero_slurm.render import write_controller_script
+    dump = tmp_path / "environ.txt"
+    script = write_controller_script("exp1", tmp_path, ControllerJobConfig(time="1:00:00"),
+                                     [parent_dump(tmp_path)], "tok-c")
+    for scheduled in ({}, {"LLMZ_SCHEDULED": "1", "WANDB_API_KEY": "wandb-0001112223"}):
+        done = run(script, cwd=tmp_path, LLMZ_PARENT_DUMP=str(dump), SLURM_JOB_ID="61",
+                   **({} if scheduled else HAND), **scheduled)
+        assert done.returncode == 0, done.stderr
+    by_hand, submitted = dump.read_text().split("LLMZ_PARENT_DUMP=", 2)[1:]
+    assert not [value for value in HAND.values() if value in by_hand]
+    assert "WANDB_API_KEY=wandb-0001112223" in submitted
+
+
+@pytest.mark.slurm
+def test_a_phase_sbatch_by_hand_starts_without_the_key_on_slurm(tmp_path):
+    """Under sbatch the script is slurmd's spooled copy ($0): it starts that again."""
+    dump = tmp_path / "environ.txt"
+    s = spec(tmp_path, trainer={"python": parent_dump(tmp_path)},
+             slurm=SlurmConfig(cpus_per_task=1, time="00:05:00"))
+    script = write_phase_script(s)
+    job = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
+                         check=True, env={**os.environ, **HAND, "LLMZ_PARENT_DUMP": str(dump)}
+                         ).stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (
+            (s.node_dir / "status.json").exists() and record(script)["state"] != "running"):
+        time.sleep(1)
+    output = (s.node_dir / f"slurm-{job}.out").read_text()
+    assert record(script)["state"] == "completed", output
+    seen = dump.read_text()
+    assert "LLMZ_PARENT_DUMP=" in seen and not [v for v in HAND.values() if v in seen], seen

@@ -33,6 +33,9 @@ from ..errors import ConfigError
 # a gateway's ACCESS_TOKEN. HF_TOKEN is not among them: a job may download its model with it.
 # The job scripts apply it too (bash's [[ =~ ]], case ignored): keep it POSIX ERE.
 CREDENTIAL = re.compile(r"API_?KEY|AUTH_?TOKEN|ACCESS_?TOKEN|SECRET", re.I)
+# The agents' default key variables (config.AgentConfig.key_env), which a user's shell may
+# hold whichever one the run uses: the scripts' hints to rerun by hand leave them out of sbatch.
+LLM_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies would drop noise
 # A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
 JOB_VARIABLE = re.compile(r"SLURMD?_")
