@@ -365,3 +365,11 @@ def test_a_phase_sbatch_by_hand_starts_without_the_key_on_slurm(tmp_path):
     assert record(script)["state"] == "completed", output
     seen = dump.read_text()
     assert "LLMZ_PARENT_DUMP=" in seen and not [v for v in HAND.values() if v in seen], seen
+
+
+def test_the_hint_to_rerun_elsewhere_keeps_slurms_notices(tmp_path):
+    """Without --output, a rerun's log starts in the node folder and moves to DIR as the job
+    starts: Slurm's own notices (a requeue's, a cancel's) went to the file it left behind."""
+    phase = write_phase_script(spec(tmp_path)).read_text()
+    assert "--export=ALL,LLMZ_RERUN_DIR=DIR --output=DIR/slurm-%j.out phase.sbatch" in phase
+    assert "DIR made first" in phase
