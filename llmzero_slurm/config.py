@@ -25,7 +25,7 @@ from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .sbatch_options import (cpu_job_directives, memory_size, phase_directives,
                              placement_directives)
 from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
-from .schedulers.job_env import VARIABLE_NAME
+from .schedulers.job_env import VARIABLE_NAME, check_setup_lines
 from .search.settings import SearchSettings, check_ranges
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -296,6 +296,10 @@ def parse_config(data: Any, source: str = "<memory>",
                                        cfg.monitor.qos))
     check(lambda: cpu_job_directives("controller", cfg.controller, "controller.time", []))
     check(lambda: _check_for_backend(cfg), "backend", "slurm.gpus_per_node")
+    # Which credentials the trainer keeps is its backend's to say: each phase's render
+    # checks the lines again knowing that.
+    check(lambda: check_setup_lines(cfg.slurm.setup, [cfg.agents.key_env], None),
+          "agents", "slurm.setup")
     check(cfg.search.check, "search.strategy_file")
     if refused is not None and readable:
         refused += problems.errors

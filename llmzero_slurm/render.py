@@ -28,7 +28,8 @@ from .job_settings import CheckJob, ControllerJobConfig, setup_script
 from .hparams import validate_hparams
 from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
-from .schedulers.job_env import CREDENTIAL, MIN_SECRET_CHARS, VARIABLE_NAME
+from .schedulers.job_env import (CREDENTIAL, LLM_KEYS, MIN_SECRET_CHARS, VARIABLE_NAME,
+                                 check_setup_lines)
 from .search.tree import Kind
 from .store.atomic import write_text
 
@@ -60,11 +61,15 @@ def _directives(spec: PhaseSpec) -> list[str]:
 def credential_rule(names: Iterable[str], kept: Iterable[str] = ()) -> dict[str, Any]:
     """What a script unsets before any child starts (shell.j2's drop_credentials): job_env's
     rule, the one the controller's submissions follow, with the credential variables `names`
-    and without the trainer's own (`kept`)."""
+    and without the trainer's own (`kept`). `sbatch`: how its hints say to submit it by hand,
+    the LLM keys left out (sbatch keeps the environment it is given with the job)."""
     def variables(key: str, values: Iterable[str]) -> list[str]:
         return sorted(checked(key, v, VARIABLE_NAME, "must be a variable name") for v in values)
+    names = variables("secret_names", names)
     return {"pattern": shlex.quote(CREDENTIAL.pattern), "min_chars": MIN_SECRET_CHARS,
-            "names": variables("secret_names", names), "kept": variables("kept", kept)}
+            "names": names, "kept": variables("kept", kept),
+            "sbatch": " ".join(["env", *(f"-u {n}" for n in sorted({*names, *LLM_KEYS})),
+                                "sbatch"])}
 
 
 def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
@@ -81,6 +86,7 @@ def _check(spec: PhaseSpec, backend: TrainerBackend) -> PhaseSpec:
     _setup(spec.slurm.setup)
     hparams = validate_hparams(spec.hparams, backend.name)
     trainer = backend.check_trainer(spec.trainer)
+    check_setup_lines(spec.slurm.setup, spec.secret_names, backend.kept_credentials(trainer))
     return replace(spec, hparams=hparams, trainer=trainer)
 
 
@@ -145,10 +151,13 @@ CONTROLLER_SCRIPT = "controller.sbatch"
 
 
 def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
-                      command: list[str], token: str) -> str:
+                      command: list[str], token: str, secret_names: Sequence[str] = (),
+                      kept: Iterable[str] = ()) -> str:
     """The controller's own batch script: `command` (llmzero-start on the run directory) in
     a small, long, requeueable CPU job that requeues itself near its limit. Its --comment
-    carries `token`, by which a job whose sbatch answer was lost is found, as a phase's is."""
+    carries `token`, by which a job whose sbatch answer was lost is found, as a phase's is.
+    Submitted by hand, it drops the credentials (`secret_names`: the LLM key's variable)
+    but those its phases' trainer reads (`kept`), as llmzero-start --submit sends it."""
     run = output_folder("run_dir", run_dir)
     name = controller_job_name(checked("experiment", experiment, _NAME, "a name"))
     directives = [f"--job-name={name}",
@@ -165,15 +174,17 @@ def render_controller(experiment: str, run_dir: Path, job: ControllerJobConfig,
     return _ENV.get_template("controller/controller.sbatch.j2").render(
         directives=directives, experiment=experiment, run_dir=shlex.quote(run),
         script=shlex.quote(f"{run}/{CONTROLLER_SCRIPT}"),
+        credentials=credential_rule(secret_names, kept),
         command=" ".join(shlex.quote(a) for a in command))
 
 
 def write_controller_script(experiment: str, run_dir: Path, job: ControllerJobConfig,
-                            command: list[str], token: str) -> Path:
+                            command: list[str], token: str, secret_names: Sequence[str] = (),
+                            kept: Iterable[str] = ()) -> Path:
     """Render into <run_dir>/controller.sbatch (atomically, executable) and return its path."""
     path = Path(run_dir) / CONTROLLER_SCRIPT
-    write_text(path, render_controller(experiment, Path(run_dir), job, command, token),
-               mode=0o777)
+    write_text(path, render_controller(experiment, Path(run_dir), job, command, token,
+                                       secret_names, kept), mode=0o777)
     return path
 
 

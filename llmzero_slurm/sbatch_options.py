@@ -22,7 +22,7 @@ _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,&|\[\]*:!()-]{1,256}$")
 _MEM = re.compile(r"^[0-9]{1,9}[KMGT]?$")                       # memory_size's spelling
 _SIZE = re.compile(r"^([0-9]{1,9})(?:([KMGT])B?)?$", re.I)       # what sbatch reads as one
 _DIRECTIVE_PATH = re.compile(r"^/[A-Za-z0-9_./+,=@:~-]*$")       # no space, quote, % or control
-_EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%]{1,256})?$")
+_EXTRA = re.compile(r"^--([a-z][a-z0-9-]*)(=[^\s\"'\\`$;%#]{1,256})?$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Directives the controller relies on; extra_directives may not replace them.
 MANAGED = frozenset({"job-name", "output", "error", "comment", "open-mode", "requeue",
@@ -37,10 +37,23 @@ _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 # Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
 _WHERE = ("partition", "account", "qos")       # what every section of the config may set
 _PLACEMENT = (*_WHERE, "constraint")
+# Options that break the submission itself, and why.
+_BREAKS = {
+    "wait": "sbatch would answer only when the job ends: the controller would wait in sbatch "
+            "for each job's whole run",
+    "test-only": "sbatch submits no job with it (it only estimates a start time): the "
+                 "controller would find no job id in its answer",
+    "hold": "every job would be queued held until someone releases it (scontrol release): "
+            "the search would wait for ever",
+    "export-file": "it adds a file's variables to every job's environment, past the "
+                   "credential filter llmzero-slurm submits through: set variables in "
+                   "slurm.setup lines (credentials excepted) or in the shell that submits",
+}
 # Every long option the extra-directive rules refuse, and (so none is misread as an
 # abbreviation of another) every sbatch option whose name starts another's here.
 RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
-                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS, *_PLACEMENT}
+                   *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS, *_PLACEMENT, *_BREAKS,
+                   "wait-all-nodes"}
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -178,7 +191,10 @@ def extra_directives(where: str, lines: list[str], sized: Mapping[str, str],
 
 
 def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, str]) -> None:
-    match = _EXTRA.match(checked(key, line))
+    if "#" in checked(key, line):
+        raise ConfigError(key, "sbatch reads a #SBATCH line only up to a '#' (--job-name=ab#cd "
+                               f"is read as ab): leave the '#' out (got {line[:60]!r})")
+    match = _EXTRA.match(line)
     if not match:
         raise ConfigError(key, "must be one long option like --reservation=name, without "
                                f"spaces, quotes or shell characters (got {line[:60]!r})")
@@ -194,6 +210,8 @@ def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, s
                                "lines for the phases")
     if option in MANAGED:
         raise ConfigError(key, f"{read_as}--{option} is set by llmzero-slurm itself")
+    if option in _BREAKS:
+        raise ConfigError(key, f"{read_as}--{option} breaks the submission: {_BREAKS[option]}")
     if option in sized:
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")

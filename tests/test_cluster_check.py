@@ -124,8 +124,8 @@ def test_check_job_script_runs_setup_then_the_checks_where_the_controller_runs(t
                       f"--output={tmp_path}/environment-%j.out",
                       "--comment=llmz:check,run=exp,token=check-environment-1"):
         assert f"#SBATCH {directive}\n" in text
-    body = text.split("set -e\n", 1)[1]
-    assert body.index("module load cuda") < body.index("set +e") < body.index(
+    body = text.split("set -e +u +o pipefail\n", 1)[1]
+    assert body.index("module load cuda") < body.index("set +e -u -o pipefail") < body.index(
         f"exec /opt/verl-env/bin/python -m llmzero_slurm.cluster_probe {tmp_path}/plan.json")
     script = tmp_path / "check.sbatch"
     script.write_text(text)

@@ -265,7 +265,7 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
                                                 extra_directives=[line])))
     assert "'slurm.extra_directives[0]'" in str(err.value) and said in str(err.value)
     fine = ["--reservation=llm", "--gres-flags=enforce-binding", "--mem-bind=local",
-            "--time-min=1:00:00", "--hold", "--mail-type=END"]
+            "--time-min=1:00:00", "--wait-all-nodes=1", "--mail-type=END"]
     assert "#SBATCH --time-min=1:00:00" in render(spec(tmp_path, slurm=SlurmConfig(
         extra_directives=fine)))
     with pytest.raises(ConfigError, match=r"--cpus-per-task is already in the script, from "
@@ -302,7 +302,7 @@ def test_an_extra_directive_cannot_place_the_phases_elsewhere(tmp_path, line, sa
         tmp_path, extra_directives=["--constraint=skylake"]).read_text()
 
 
-@pytest.mark.parametrize("line", ["--export=NONE", "--exp=NONE", "--export=ALL,FOO=1"])
+@pytest.mark.parametrize("line", ["--export=NONE", "--export=ALL,FOO=1"])
 def test_an_extra_export_directive_is_refused_saying_why(tmp_path, line):
     """Review: extra_directives: ['--export=NONE'] was accepted and did nothing: every job is
     submitted with --export=ALL,LLMZ_SCHEDULED=1 on sbatch's command line, which wins over an
@@ -314,6 +314,29 @@ def test_an_extra_export_directive_is_refused_saying_why(tmp_path, line):
         assert "extra_directives[0]" in str(err.value)
         assert "the submitting environment, less its credentials" in str(err.value)
         assert "slurm.setup" in str(err.value)
+
+
+@pytest.mark.parametrize("line, said", [
+    ("--wait", "sbatch would answer only when the job ends"),
+    ("--test-only", "submits no job"),
+    ("--test", "--test stands for --test-only"),
+    ("--hold", "held until someone releases it"),
+    ("--hol", "--hol stands for --hold"),
+    ("--export-file=/home/me/env", "past the credential filter"),
+    ("--wai", "--wai is ambiguous (--wait, --wait-all-nodes)"),
+    ("--exp=NONE", "--exp is ambiguous (--export, --export-file)"),
+    ("--reservation=ab#cd", "reads a #SBATCH line only up to a '#'"),
+    ("--mail-user=me#x@site.org", "reads a #SBATCH line only up to a '#'"),
+])
+def test_an_extra_directive_that_breaks_submission_is_refused_saying_why(tmp_path, line, said):
+    """Review: --wait kept sbatch --parsable from answering until the phase ended, --test-only
+    submitted nothing ("not a job id"), --hold queued every phase for ever, --export-file put
+    a file's variables past the credential filter; and sbatch cut --job-name=ab#cd to ab."""
+    for render_job in (lambda: render(spec(tmp_path, slurm=SlurmConfig(extra_directives=[line]))),
+                       lambda: controller_job(tmp_path, extra_directives=[line])):
+        with pytest.raises(ConfigError) as err:
+            render_job()
+        assert "extra_directives[0]" in str(err.value) and said in str(err.value)
 
 
 def test_extra_directives_may_size_what_the_script_leaves_unset(tmp_path):

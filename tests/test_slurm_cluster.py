@@ -246,9 +246,13 @@ def test_status_says_why_a_phase_is_waiting(tmp_path, tiny_program):
         subprocess.run(["scancel", job], check=False)
 
 
+WAIT_IN_QUEUE = "--begin=now+1days"     # a job that waits in the queue whatever the load
+
+
 def controller_job_run(tmp_path: Path, name: str, **controller: Any) -> tuple[Any, Callable]:
     """A Slurm run for the controller-job tests (`llmzero-start --submit`), and a function
-    running bin/llmzero-<command> on it as a user does. Its phases are submitted held: none
+    running bin/llmzero-<command> on it as a user does. Its phases are submitted to begin
+    tomorrow (extra_directives refuses --hold, which would hold a run's phases for ever): none
     ever runs."""
     import yaml
     from llmzero_slurm.config import load_config
@@ -258,7 +262,7 @@ def controller_job_run(tmp_path: Path, name: str, **controller: Any) -> tuple[An
     config.write_text(yaml.safe_dump({
         "name": name, "scheduler": "slurm", "task": {"builtin": "addition"},
         "search": {"poll_interval_s": 5}, "agents": {"backend": "heuristic"},
-        "slurm": {"extra_directives": ["--hold"]},
+        "slurm": {"extra_directives": [WAIT_IN_QUEUE]},
         "controller": {"time": "00:10:00", "mem": "1G", **controller}}))
     store = RunStore.create(tmp_path / "run", load_config(config))
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
@@ -294,7 +298,7 @@ def test_the_controller_runs_as_a_slurm_job(tmp_path):
 def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(tmp_path):
     """Audit: a controller job waiting in the queue holds no lease, so llmzero-status did not
     show it and llmzero-stop said "no controller is running" and left it to start later."""
-    store, tool = controller_job_run(tmp_path, "ctlq", extra_directives=["--hold"])  # it waits
+    store, tool = controller_job_run(tmp_path, "ctlq", extra_directives=[WAIT_IN_QUEUE])
     run_dir = store.root
     record = run_dir / "controller-jobs.json"
     record.write_text('{"jobs": [{"job_id": "41"')       # damaged: kept aside, not lost
@@ -311,12 +315,12 @@ def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(
         status = tool("status")
         assert status.returncode == 0, status.stderr
         assert status.stdout.startswith(f"experiment ctlq (llmzero), controller job {job} "
-                                        f"PENDING (JobHeldUser), not started yet\n"), status.stdout
+                                        f"PENDING (BeginTime), not started yet\n"), status.stdout
         data = json.loads(tool("status", "--json").stdout)
         assert data["controller_running"] is False and data["waiting_controller_jobs"] == {job: "PENDING"}
         stop = tool("stop")
         assert stop.returncode == 0, stop.stderr
-        assert f"cancelled controller job {job} PENDING (JobHeldUser), not started yet\n" \
+        assert f"cancelled controller job {job} PENDING (BeginTime), not started yet\n" \
             in stop.stdout
         assert finish(SlurmScheduler(min_poll_s=0), job).raw == "CANCELLED"
         after = tool("status")

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -291,6 +292,12 @@ STUB_PYTHON = """#!/bin/bash
 if [[ ${1:-} == -m && ${2:-} == verl.trainer.main_ppo ]]; then
     printf '%s\\n' "${@:3}" >"$STUB_LOG/main_ppo.args"
     printf 'RAY_TMPDIR=%s\\nRAY_ADDRESS=%s\\n' "${RAY_TMPDIR:-}" "${RAY_ADDRESS:-}" >"$STUB_LOG/main_ppo.env"
+    # What Ray leaves in its folder (session logs, spilled objects) while verl trains.
+    mkdir -p "$RAY_TMPDIR/session_latest/logs" && touch "$RAY_TMPDIR/session_latest/logs/raylet.out"
+    if [[ -n ${STUB_TRAIN_S:-} ]]; then      # training that a signal ends
+        sleep "$STUB_TRAIN_S" >/dev/null 2>&1 &
+        wait $!
+    fi
     printf '%s\\n' "${HF_HUB_OFFLINE-unset}" "${TRANSFORMERS_OFFLINE-unset}" >"$STUB_LOG/main_ppo.hub"
     env >"$STUB_LOG/main_ppo.environ"
     for arg in "$@"; do
@@ -351,11 +358,44 @@ def test_ray_sockets_fit_whatever_the_sites_tmpdir(tmp_path, tmpdir):
     subprocess.run(["bash", str(script)], env={**env, "TMPDIR": str(site_tmp), "SLURM_JOB_ID": job_id},
                    check=True, capture_output=True, timeout=120)
     ray_tmp = (log / "main_ppo.env").read_text().splitlines()[0].removeprefix("RAY_TMPDIR=")
-    assert job_id in ray_tmp and Path(ray_tmp).is_dir()
+    assert job_id in ray_tmp and not Path(ray_tmp).exists()     # made, then removed (below)
     assert len(ray_tmp) + RAY_SOCKET_TAIL <= SOCKET_PATH_MAX, ray_tmp
     if tmpdir == "short":
         assert ray_tmp == f"{site_tmp}/llmz-ray-{job_id}"       # the site's own, where it fits
-    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def node_tmp():
+    """A node's local TMPDIR, short enough for Ray's sockets (a longer one gives way to /tmp)."""
+    folder = Path(tempfile.mkdtemp(prefix="llmzt", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("end", ["trained", "cancelled"])
+def test_a_phase_leaves_no_ray_folder_on_the_node(tmp_path, node_tmp, end):
+    """RAY_TMPDIR (Ray's session logs and spilled objects, on the node's local disk) was made
+    for every job and never removed: nodes filled up phase by phase. It goes when the trainer
+    has ended, whether it finished or a signal ended it; another job's folder stays."""
+    script = script_of(spec(tmp_path))
+    env, log, _ = stub_programs(tmp_path)
+    site_tmp = node_tmp
+    (site_tmp / "llmz-ray-52").mkdir()     # another phase's, on the same node
+    env = {**env, "TMPDIR": str(site_tmp), "SLURM_JOB_ID": "53"}
+    if end == "trained":
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+    else:
+        job = subprocess.Popen(["bash", str(script)], env={**env, "STUB_TRAIN_S": "60"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (site_tmp / "llmz-ray-53" / "session_latest").exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.1)
+        job.terminate()
+        assert job.wait(timeout=60) == 143, job.communicate()
+    assert sorted(p.name for p in site_tmp.iterdir()) == ["llmz-ray-52"]
 
 
 @pytest.mark.parametrize("model, offline", [("/models/Qwen3-8B", ["1", "1"]),
@@ -416,7 +456,7 @@ exec "$@"
 """
 
 
-def test_each_ray_step_of_a_multi_node_phase_gets_the_jobs_cpus(tmp_path):
+def test_each_ray_step_of_a_multi_node_phase_gets_the_jobs_cpus(tmp_path, node_tmp):
     """srun of Slurm 22.05-23.02 does not inherit the batch job's --cpus-per-task: the Ray
     head and workers each ran in a step of one CPU, whatever --num-cpus told Ray."""
     script = script_of(spec(tmp_path, nodes=2, slurm=SlurmConfig(
@@ -428,16 +468,21 @@ def test_each_ray_step_of_a_multi_node_phase_gets_the_jobs_cpus(tmp_path):
         (tmp_path / "bin" / stub).chmod(0o755)
     allocation = {"SLURM_JOB_ID": "47", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
                   "SLURM_JOB_NUM_NODES": "2", "SLURM_CPUS_PER_TASK": "16"}
-    with open(tmp_path / "job.out", "w") as out:     # Ray's steps outlive the script
+    allocation["TMPDIR"] = str(node_tmp)
+    with open(tmp_path / "job.out", "w") as out:
         job = subprocess.Popen(["bash", str(script)], env={**env, **allocation}, stdout=out,
                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
             assert job.wait(timeout=120) == 0, (tmp_path / "job.out").read_text()
+            # Ray's steps end with the job: none is left in its process group.
+            assert subprocess.run(["pgrep", "-g", str(job.pid)]).returncode == 1
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, signal.SIGTERM)
     steps = (log / "srun.log").read_text().splitlines()
-    assert sorted(steps) == ["16 hostname", "16 ray", "16 ray"]
+    # The Ray head and worker, then one step on every node that removes Ray's folder there.
+    assert sorted(steps) == ["16 hostname", "16 ray", "16 ray", "16 rm"]
+    assert not list(node_tmp.iterdir())
 
 
 @pytest.mark.parametrize("validated", [True, False])

@@ -25,12 +25,17 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from ..errors import ConfigError
 
 # Names that hold a service credential: ANTHROPIC_API_KEY, OPENAI_API_KEY, ANTHROPIC_AUTH_TOKEN,
 # a gateway's ACCESS_TOKEN. HF_TOKEN is not among them: a job may download its model with it.
 # The job scripts apply it too (bash's [[ =~ ]], case ignored): keep it POSIX ERE.
 CREDENTIAL = re.compile(r"API_?KEY|AUTH_?TOKEN|ACCESS_?TOKEN|SECRET", re.I)
+# The agents' default key variables (config.AgentConfig.key_env), which a user's shell may
+# hold whichever one the run uses: the scripts' hints to rerun by hand leave them out of sbatch.
+LLM_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 MIN_SECRET_CHARS = 8    # a value this short is no key; dropping its copies would drop noise
 # A job's own variables (SLURM_JOB_ID, SLURM_MEM_PER_NODE, SLURMD_NODENAME...), and the ones kept.
 JOB_VARIABLE = re.compile(r"SLURMD?_")
@@ -39,14 +44,55 @@ SBATCH_INPUT = "SBATCH_"
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")   # what a shell can name and unset
 
 
+# A shell word that assigns a variable (NAME=..., NAME+=...): at a command's start or after
+# export, declare, env..., not inside another word (--api_key=...). Group 2: the value's text.
+_ASSIGNMENT = re.compile(r"(?:^|[\s;&|(){}`])([A-Za-z_][A-Za-z0-9_]*)\+?=(\S*)")
+
+
+def is_credential(name: str, names: Iterable[str] = (), keep: Iterable[str] = ()) -> bool:
+    """Whether no job may hold the variable `name` (see without_credentials)."""
+    return name in names or (CREDENTIAL.search(name) is not None and name not in keep)
+
+
+def credential_written(name: str, value: str, names: Iterable[str] = (),
+                       keep: Iterable[str] | None = ()) -> str | None:
+    """Why a config may not set the variable `name` to `value` in a job script (a setup
+    line, a trainer override), or None. No credential may be set at all: the trainer and the
+    reward code would read it, and a value would lie in the script for anyone who can read
+    the run. One the trainer reads itself (`keep`) may be read from elsewhere ($(cat FILE)),
+    not written out. `keep` None: not known yet (the trainer's section is its backend's to
+    read), so any credential but `names` is taken for one the trainer may keep."""
+    if name in names or (keep is not None and is_credential(name, names, keep)):
+        return (f"sets {name}, a credential variable: no job may hold one (its trainer and "
+                "the reward code it runs could read it), and a value given here is written "
+                "into every job script. Leave the key to the shell that runs llmzero-start")
+    kept = CREDENTIAL.search(name) if keep is None else name in keep
+    if kept and value and not any(c in value for c in "$`"):
+        return (f"writes the value of {name} into every job script: export it in the shell "
+                "that runs llmzero-start instead (the phases get it from there), or read it "
+                f"here from a file ({name}=$(cat FILE))")
+    return None
+
+
+def check_setup_lines(lines: Sequence[str], names: Iterable[str],
+                      keep: Iterable[str] | None) -> None:
+    """Refuse a slurm.setup line that sets a credential (credential_written), naming it:
+    `names` the LLM key's variable, `keep` the credentials the phases' trainer reads."""
+    names, keep = set(names), None if keep is None else set(keep)
+    for i, line in enumerate(lines):
+        for match in _ASSIGNMENT.finditer(line):
+            if why := credential_written(match[1], match[2], names, keep):
+                raise ConfigError(f"slurm.setup[{i}]", why)
+
+
 def without_credentials(env: Mapping[str, str] | None = None, names: Iterable[str] = (),
                         keep: Iterable[str] = ()) -> dict[str, str]:
     """`env` (default: this process's) without credential variables, the variables `names`,
     and any other variable holding one of their values. `keep`: credential variables the
     trainer reads itself (a logger's key, TrainerBackend.kept_credentials)."""
     env = dict(os.environ if env is None else env)
-    kept = set(keep)
-    secret = {n for n in env if CREDENTIAL.search(n) and n not in kept} | set(names)
+    names, kept = set(names), set(keep)
+    secret = {n for n in env if is_credential(n, names, kept)}
     values = {env[n] for n in secret if len(env.get(n, "")) >= MIN_SECRET_CHARS}
     return {k: v for k, v in env.items() if k not in secret and v not in values}
 

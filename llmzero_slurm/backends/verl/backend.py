@@ -17,7 +17,7 @@ from .metrics_copy import scores_at
 from .keys import HPARAM_KEYS, STEP_OFFSET_FILE, TRACKER_FILE, VERL_METRICS_FILE
 from .overrides import ParentAdapter, build_overrides, ray_cpus
 from .schema import check_overrides, verl_default
-from .settings import LOGGER_CREDENTIALS, VerlSettings
+from .settings import VerlSettings
 
 
 class VerlBackend(TrainerBackend):
@@ -44,8 +44,7 @@ class VerlBackend(TrainerBackend):
 
     def kept_credentials(self, trainer: Mapping[str, Any]) -> frozenset[str]:
         """The login keys of the loggers in `trainer.extra_loggers` (wandb: WANDB_API_KEY)."""
-        return frozenset(name for logger in self.settings(trainer).extra_loggers
-                         for name in LOGGER_CREDENTIALS.get(logger, ()))
+        return self.settings(trainer).logger_credentials()
 
     def own_default(self, key: str) -> Any:
         """verl's config file's value (read where hydra and verl's config are installed)."""

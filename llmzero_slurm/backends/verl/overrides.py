@@ -120,7 +120,7 @@ def build_overrides(spec: PhaseSpec, hparams: Mapping[str, Any], settings: VerlS
         pairs.append(("+ray_kwargs.ray_init.include_dashboard", False))
     overrides = [f"{key}={_spelled(key, value)}" for key, value in pairs]
     overrides.append(f"{FILE_LOGGER_ENV}={hydra_value(f'{node_dir}/{VERL_METRICS_FILE}')}")
-    check_raw_overrides(settings.overrides)
+    check_raw_overrides(settings.overrides, spec.secret_names, settings.logger_credentials())
     overrides += settings.overrides
     check_traps(overrides)
     return overrides

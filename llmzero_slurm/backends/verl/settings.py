@@ -50,5 +50,10 @@ class VerlSettings:
                 raise ConfigError(f"trainer.extra_loggers[{i}]", f"{logger!r} is not a verl "
                                   "logger" + (f"; did you mean {close[0]!r}?" if close else "")
                                   + f" (verl 0.9.1 has {', '.join(LOGGERS)})")
-        check_raw_overrides(settings.overrides)
+        check_raw_overrides(settings.overrides, keep=settings.logger_credentials())
         return settings
+
+    def logger_credentials(self) -> frozenset[str]:
+        """The variables the configured loggers log in with (wandb: WANDB_API_KEY)."""
+        return frozenset(name for logger in self.extra_loggers
+                         for name in LOGGER_CREDENTIALS.get(logger, ()))

@@ -3,9 +3,11 @@ sets or break resuming from a phase's checkpoints: refused with the reason befor
 is written."""
 from __future__ import annotations
 
+import re
 from typing import Iterable, Sequence
 
 from ...errors import ConfigError
+from ...schedulers.job_env import credential_written
 from .grammar import parse_override
 from .keys import FOLLOWERS, HPARAM_KEYS, PHASE_KEYS
 
@@ -64,13 +66,33 @@ def trap_reason(key: str) -> str | None:
     return None
 
 
-def check_raw_overrides(overrides: Iterable[str]) -> None:
+# An entry of a mapping an override gives: {OPENAI_API_KEY: sk-..., ...}.
+_ENTRY = re.compile(r"(?:^|[{,\s])([A-Za-z_][A-Za-z0-9_]*)\s*:")
+
+
+def credential_problem(prefix: str, key: str, value: str | None, names: Iterable[str],
+                       keep: Iterable[str]) -> str | None:
+    """Why an override sets a credential (job_env.credential_written), or None: the variable
+    is its key's last part (`...runtime_env.env_vars.OPENAI_API_KEY=`) or an entry of the
+    mapping it gives. The override would be written into every phase script as it is."""
+    if prefix == "~":
+        return None
+    for name in [key.rsplit(".", 1)[-1], *_ENTRY.findall(value or "")]:
+        if why := credential_written(name, value or "", names, keep):
+            return why
+    return None
+
+
+def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
+                        keep: Iterable[str] = ()) -> None:
     """Refuse user overrides that are traps, that break resuming, or that would undo what the
-    search sets per phase, or freeze a key that follows one of those."""
+    search sets per phase, or freeze a key that follows one of those, or that set a
+    credential: `names` the LLM key's variable, `keep` those the trainer's loggers read."""
     managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
     for text in overrides:
-        _, key, value = parse_override(text)
-        reason = trap_reason(key) or checkpoint_problem(key, value)
+        prefix, key, value = parse_override(text)
+        reason = trap_reason(key) or checkpoint_problem(key, value) \
+            or credential_problem(prefix, key, value, names, keep)
         if reason:
             raise ConfigError(f"trainer.overrides: {key}", reason)
         followed = FOLLOWERS.get(key, key)
