@@ -1304,6 +1304,20 @@ def test_the_controller_job_gets_the_llm_key_through_a_private_file(tmp_path, mo
     assert not kept.exists()
 
 
+def test_a_controller_script_submitted_by_hand_drops_the_runs_own_llm_key(tmp_path,
+                                                                          monkeypatch):
+    """The controller script drops credentials when submitted by hand, but was rendered
+    without the run's LLM key variable: one no credential pattern matches (a gateway's
+    `LLM_GATEWAY_PASS`) stayed in the job's environment, and its phases'."""
+    from llmzero_slurm.controller import controller_job
+    store = two_phase_run(tmp_path, agents={"api_key_env": "LLM_GATEWAY_PASS"})
+    slurm_clients(tmp_path, monkeypatch, sbatch='echo 4244')
+    assert controller_job.submit_controller(store, ["true"], event=lambda line: None) == "4244"
+    script = (store.root / "controller.sbatch").read_text()
+    assert "local -A named=([LLM_GATEWAY_PASS]=1)" in script
+    assert "-u LLM_GATEWAY_PASS " in script          # and the hint to submit it by hand
+
+
 @pytest.mark.parametrize("registered", [True, False])
 def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
         tmp_path, monkeypatch, registered):

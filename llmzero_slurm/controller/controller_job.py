@@ -67,10 +67,11 @@ def submit_controller(store: RunStore, command: list[str],
     but those its phases' trainer reads (a logger's key): the LLM key is left in a private
     file (see above)."""
     token = f"controller-{uuid.uuid4().hex[:12]}"
-    script = write_controller_script(store.config.name, store.root, store.config.controller,
-                                     command, token)
     agents = store.config.agents
     kept = get_backend(store.config.backend).kept_credentials(store.config.trainer)
+    # submitted by hand, the script drops what this submission leaves out of its environment
+    script = write_controller_script(store.config.name, store.root, store.config.controller,
+                                     command, token, [agents.key_env], kept)
     folder = store.root / KEY_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     llm_key.hand_over(folder, agents)
