@@ -839,6 +839,28 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down)
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_submit_with_no_slurm_answering_creates_nothing(tmp_path, slurm_down):
+    """Review: `--submit` froze `scheduler: auto` as local and made the run (and its
+    controller-key/) before sbatch failed; the next --submit ran a controller job that trained
+    every phase as local processes inside its one CPU."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"}}))
+    done = cli("start", str(path), "--run-dir", str(tmp_path / "run"), "--submit")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "--submit" in done.stderr and "no slurmctld answers" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_submit_refuses_a_run_frozen_as_local(tmp_path):
+    store = two_phase_run(tmp_path)
+    done = cli("start", str(store.root), "--submit")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "frozen as scheduler: local" in done.stderr and "Traceback" not in done.stderr
+    assert not (store.root / "controller.sbatch").exists()
+    assert not (store.root / "controller-key").exists()
+
+
 def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, monkeypatch):
     """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
     frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and

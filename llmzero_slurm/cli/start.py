@@ -17,7 +17,7 @@ from ..controller.controller_job import submit_controller, take_key, withdraw_ke
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
-from ..errors import ConfigError, SchedulerError
+from ..errors import ConfigError, SchedulerError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -129,10 +129,13 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     for _, check in script_checks(cfg, run_dir):
         check()
     check_method(cfg)
-    # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
-    # the run's Slurm jobs as local processes, nor start phases on the login node. Its poll,
-    # maybe set for local processes, is frozen as one Slurm takes.
+    # `auto` is decided once, here: a restart while slurmctld is down must not watch Slurm jobs
+    # as local processes, nor start phases on the login node. Its poll is frozen as Slurm's.
     kind = resolve_scheduler_kind(cfg.scheduler)
+    if args.submit and (kind != "slurm" or cfg.scheduler == "slurm" and not SlurmScheduler.reachable()):
+        raise SchedulerError("--submit needs a Slurm cluster (frozen as local, its job would run "
+                             "every phase inside itself), but no slurmctld answers squeue; "
+                             "nothing was created: submit again once it answers")
     if kind == "slurm":
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
@@ -274,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         print(note, flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
         Lease(store).refuse_if_held()
+    if args.submit and store.config.scheduler != "slurm":
+        raise UsageError(f"{store.root} was frozen as scheduler: local: its controller job would "
+                         f"run every phase inside itself; resume with llmzero-start {store.root}")
     if args.detach:
         return detach(store, args)
     if args.submit:
