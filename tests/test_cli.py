@@ -1193,6 +1193,33 @@ def test_stop_cancel_with_no_controller_ends_a_phase_cancelled_while_queued(tmp_
         (Status.CANCELLED, "CANCELLED", "cancelled by llmzero-stop before it started")
     assert started.status is Status.QUEUED
 
+def test_stop_sees_a_controller_that_dies_before_acting_on_the_request(tmp_path):
+    """Review: a controller killed while llmzero-stop waited left its lease file: stop waited
+    the whole --wait, said "controller still running" and left the phases and the key."""
+    store = two_phase_run(tmp_path)
+    key = store.root / "controller-key" / "llm-key.json"
+    key.parent.mkdir()
+    key.write_text("{}")
+    holder = subprocess.Popen([sys.executable, "-c",
+        "import os, signal, sys, time\n"
+        "from llmzero_slurm.controller.lease import Lease\n"
+        "from llmzero_slurm.store.run_store import RunStore\n"
+        f"Lease(RunStore.open({str(store.root)!r})).acquire()\n"
+        "time.sleep(4)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"], cwd=ROOT)
+    wait_for(lambda: (store.root / "controller.json").exists(), 60, "the controller's lease")
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    started = time.monotonic()
+    stop = subprocess.Popen([str(ROOT / "bin" / "llmzero-stop"), str(store.root), "--wait", "90"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    holder.wait(60)                    # reaped: its pid is gone, its lease file stays
+    out, err = stop.communicate(timeout=120)
+    assert time.monotonic() - started < 60, out + err
+    assert "ended without acting on the stop request" in out, out + err
+    assert "still running" not in out and stop.returncode == 0, out + err
+    assert not key.exists() and not (store.root / "stop.json").exists()
+
+
 def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
     """Audit: a torn stop.json. Status and stop carry on; a stop for a live controller keeps
     the damaged file (moved aside, said in one line) instead of writing over it."""
