@@ -1410,6 +1410,16 @@ def test_a_controller_job_refused_for_a_submit_limit_is_not_looked_for(tmp_path,
     assert not (store.root / "controller-jobs.json").exists()
 
 
+def frozen_by_another_release(store: RunStore, data: dict, release: str = "0.1.9") -> None:
+    """The run as another release froze it: experiment.yaml and its copy alike (it wrote
+    both), meta.json naming that release; a file differing from its copy is a hand edit."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    for name in ("experiment.yaml", "experiment.yaml.bak"):
+        (store.root / name).write_text(text)
+    meta = store.root / "meta.json"
+    write_json(meta, {**json.loads(meta.read_text()), "created_by": release})
+
+
 @pytest.mark.parametrize("name", ["status", "report", "stop", "start"])
 def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, name):
     """Audit (upgrades): a run frozen by another release (here a newer one, with a key this
@@ -1419,13 +1429,35 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     frozen = store.root / "experiment.yaml"
     data = yaml.safe_load(frozen.read_text())
     data["search"]["budget_tokens"] = 5                 # what a later release might add
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data, "9.9.9")
     done = cli(name, str(store.root))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"{frozen}, this run's configuration as frozen when it started, is refused" in done.stderr
     assert "config key 'search.budget_tokens': unknown key" in done.stderr
     assert "written by a newer release: read, stop and resume the run with that one" in done.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_repaired(
+        tmp_path):
+    """Review: a typo'd key in the frozen experiment.yaml (which the README invites editing)
+    locked out every command, llmzero-stop and -repair included, blaming "a newer release"
+    when the run's own release, the current one, had written it."""
+    store = two_phase_run(tmp_path, search={"budget_iterations": 4})
+    frozen = store.root / "experiment.yaml"
+    frozen.write_text(frozen.read_text().replace("budget_iterations", "budget_iteratons"))
+    status = cli("status", str(store.root))
+    assert status.returncode == 2 and "Traceback" not in status.stderr
+    assert "edited" in status.stderr and "newer release" not in status.stderr
+    assert "search.budget_iteratons" in status.stderr and str(frozen) in status.stderr
+    assert f"llmzero-repair {store.root}" in status.stderr
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout, stop.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "experiment.yaml.bak" in repair.stdout
+    assert "budget_iteratons" not in frozen.read_text()
+    assert cli("status", str(store.root)).returncode == 0
 
 
 def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrades(tmp_path):
@@ -1454,11 +1486,9 @@ def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrade
     assert shown.returncode == 0, shown.stderr
     assert "note: this run was created by a release its meta.json does not name (as before " \
            f"llmzero-slurm 0.2.0); this is llmzero-slurm {version}" in shown.stdout
-    write_json(meta, {**record, "created_by": "9.9.9"})                          # a newer one's
-    frozen = store.root / "experiment.yaml"
-    data = yaml.safe_load(frozen.read_text())
+    data = yaml.safe_load((store.root / "experiment.yaml").read_text())
     data["search"]["budget_tokens"] = 5
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data, "9.9.9")                             # a newer one's
     done = cli("start", str(store.root))
     assert done.returncode == 2, done.stderr
     assert "It was accepted by llmzero-slurm 9.9.9, which started the run. A key unknown here " \
@@ -1498,7 +1528,7 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     frozen = store.root / "experiment.yaml"
     data = yaml.safe_load(frozen.read_text())
     data["slurm"]["time"] = "forever"                   # refused here, say by a newer check
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data)
     refused = "config key 'slurm.time': 'forever' is not a Slurm time"
     for name, args, says in (("status", (), "best val 0.500 (node 1: 0 -> 1)"),
                              ("report", (), "report: "), ("stop", ("--cancel",), "no controller"),

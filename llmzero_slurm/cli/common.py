@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..errors import LLMZeroError, StateError, UsageError, full_storage
+from ..config import load_config
+from ..errors import EditedConfigError, LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
 from ..store.meta_repair import open_run_store
 from ..store.run_store import RunStore
@@ -82,9 +83,11 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="the run directory (runs/<experiment>)")
 
 
-def open_run(path: Path) -> RunStore:
+def open_run(path: Path, stopping: bool = False) -> RunStore:
     """The run at `path`: a path that is not there, or a file, is the user's typing (exit 2);
-    a folder without a run is named as damaged state (exit 3)."""
+    a folder without a run is named as damaged state (exit 3). `stopping`: a frozen config
+    refused after a hand edit is read from its copy instead, so a typo never keeps a run from
+    being stopped."""
     if not path.exists():
         raise UsageError(f"no run directory at {path}")
     if not path.is_dir():   # e.g. the experiment.yaml the run was started from
@@ -92,7 +95,17 @@ def open_run(path: Path) -> RunStore:
                          "runs/<experiment>)")
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
-    store = open_run_store(path, reading=True)
+    try:
+        store = open_run_store(path, reading=True)
+    except EditedConfigError as exc:
+        copy = path / "experiment.yaml.bak"
+        if not stopping or not copy.exists():
+            raise
+        print(f"warning: {exc.errors[0]} in the edited {path / 'experiment.yaml'}: stopping the "
+              f"run as {copy.name} has it", file=sys.stderr)
+        config = load_config(copy)
+        return RunStore(path, config.state.lock, config.state.lock_timeout_s,
+                        config.state.stale_after_s, config)
     if store.refused:
         problems = "\n  ".join(map(str, store.refused))
         print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "

@@ -3,11 +3,13 @@
 The request is a file in the run directory, so it reaches a controller on any login node. It
 names that controller: if it dies before acting on it, a controller started later ignores it
 (and clears it), and one seen to die while this waits is taken for no controller (below).
-Without --cancel, running phases continue and a later llmzero-start re-attaches to them. With no controller alive, this does what a stopping controller does:
-cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
-was handed to it. Either way a controller job (llmzero-start --submit) still queued is
-cancelled: it would start later and resume the run. Every job is tried: those the scheduler
-refuses to cancel (a colleague's, in a run a group shares) are named, and the exit code is 5."""
+Without --cancel, running phases continue and a later llmzero-start re-attaches to them.
+With no controller alive, this does what a stopping controller does: cancels the phases with
+--cancel, and always the monitor job, withdrawing the LLM key that was handed to it. Either
+way a controller job (llmzero-start --submit) still queued is cancelled: it would start later
+and resume the run. Every job is tried: those the scheduler refuses to cancel (a colleague's,
+in a run a group shares) are named, and the exit code is 5. A frozen experiment.yaml refused
+after a hand edit is read from its copy (experiment.yaml.bak)."""
 from __future__ import annotations
 
 import argparse
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", type=seconds_or_zero, default=120.0, metavar="S",
                    help="seconds to wait for the controller to exit (default 120; 0: do not wait)")
     args = p.parse_args(argv)
-    store = open_run(args.run_dir)
+    store = open_run(args.run_dir, stopping=True)
     lease = Lease(store)
     info = request_stop(store, args.cancel)
     if info is None:
