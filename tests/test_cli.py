@@ -1220,6 +1220,21 @@ def test_stop_sees_a_controller_that_dies_before_acting_on_the_request(tmp_path)
     assert not key.exists() and not (store.root / "stop.json").exists()
 
 
+def test_a_run_that_lost_its_meta_json_is_named_damaged_and_repair_rebuilds_it(tmp_path):
+    """Review: a deleted meta.json made status, stop, report and repair say "not a run
+    directory; start one with llmzero-start", and llmzero-start "not a run directory"."""
+    store = two_phase_run(tmp_path)
+    (store.root / "meta.json").unlink()
+    for name in ("status", "report", "stop", "start"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 3 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert f"llmzero-repair {store.root} rebuilds meta.json" in done.stderr, done.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "meta.json" in repair.stdout and "next node id 2" in repair.stdout
+    assert cli("status", str(store.root)).returncode == 0
+
+
 def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
     """Audit: a torn stop.json. Status and stop carry on; a stop for a live controller keeps
     the damaged file (moved aside, said in one line) instead of writing over it."""

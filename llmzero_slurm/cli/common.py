@@ -93,6 +93,7 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
     if not path.is_dir():   # e.g. the experiment.yaml the run was started from
         raise UsageError(f"{path} is a file, not a run directory (give the run's folder, "
                          "runs/<experiment>)")
+    refuse_lost_meta(path)
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
     try:
@@ -113,6 +114,20 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
               f"{problems}\nThey are read as the release that started the run accepted them; a "
               "resume with this release needs each set to a value it accepts.", file=sys.stderr)
     return store
+
+
+def lost_meta(path: Path) -> bool:
+    """Whether `path` is a run that lost its meta.json (deleted, a partial copy): its frozen
+    config and node folders are there, and llmzero-repair rebuilds the rest from them."""
+    return not (path / "meta.json").exists() and (path / "experiment.yaml").is_file() \
+        and (path / "nodes").is_dir()
+
+
+def refuse_lost_meta(path: Path) -> None:
+    """StateError for a run that lost its meta.json: named as damaged, not as no run at all."""
+    if lost_meta(path):
+        raise StateError(path / "meta.json", f"is missing; llmzero-repair {path} rebuilds meta.json "
+                                             "from the node folders")
 
 
 def group_note(root: Path) -> str | None:

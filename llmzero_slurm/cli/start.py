@@ -29,7 +29,7 @@ from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind,
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
-from .common import group_note, run_main, seconds
+from .common import group_note, refuse_lost_meta, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -88,6 +88,7 @@ def config_of(args: argparse.Namespace) -> ExperimentConfig:
     if (args.config / "meta.json").exists():
         return RunStore.config_of(args.config)
     if args.config.is_dir():
+        refuse_lost_meta(args.config)
         raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
     return load_config(args.config)
 
@@ -124,8 +125,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
                   f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
                   "for a new run)")
         return store
-    # Frozen, a config that no script renders from, or that its search method refuses (hparams
-    # outside search.space, a bad strategy file), would fail every later start of the run.
+    # Frozen, a config no script renders from, or its method refuses, fails every later start.
     for _, check in script_checks(cfg, run_dir):
         check()
     check_method(cfg)
