@@ -916,6 +916,27 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     assert not (store.root / "controller.sbatch").exists()
 
 
+def test_ctrl_c_while_detach_waits_says_the_controller_goes_on(tmp_path, monkeypatch, capsys):
+    """Review: Ctrl-C while --detach waited for its controller to hold the run exited 130
+    silently, the controller running on in the background unnamed."""
+    from llmzero_slurm.cli import background
+    store = two_phase_run(tmp_path)
+    monkeypatch.setattr(background, "controller_command", lambda store, args: ["sleep", "60"])
+    def interrupted(proc, lease):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(background, "_started", interrupted)
+    args = parse_args([str(store.root), "--detach"])
+    assert background.detach(store, args) == 130
+    said = capsys.readouterr().err
+    pid = int(re.search(r"pid (\d+)", said).group(1))
+    try:
+        assert "goes on in the background" in said and str(store.root / "controller.log") in said
+        assert f"llmzero-stop {store.root}" in said
+        os.kill(pid, 0)                                     # still running
+    finally:
+        os.kill(pid, 9)
+
+
 def test_detach_on_a_finished_run_says_so_and_exits_0(tmp_path):
     """It printed "error: the controller exited at once (code 0)" and exited 1: a finished
     run's controller ends at once, with success. Under load the start may first see it hold
