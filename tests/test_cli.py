@@ -60,6 +60,23 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
+def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
+    """Review: a dangling .venv/bin/python (after a pyenv upgrade), or a colleague's that this
+    user may not run, fell back to the system python3: a ModuleNotFoundError traceback."""
+    checkout = tmp_path / "checkout"
+    (checkout / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "bin" / "llmzero-cli", checkout / "bin")
+    (checkout / "bin" / "llmzero-status").symlink_to("llmzero-cli")
+    venv = checkout / ".venv" / "bin" / "python"
+    venv.parent.mkdir(parents=True)
+    venv.symlink_to(tmp_path / "gone" / "python3.11")
+    env = {k: v for k, v in os.environ.items() if k != "LLMZERO_PYTHON"}
+    done = subprocess.run([str(checkout / "bin" / "llmzero-status"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert str(venv) in done.stderr and "LLMZERO_PYTHON" in done.stderr
+
+
 def test_cancel_on_stop_is_refused_for_a_controller_job(tmp_path):
     """Review: Slurm ends a controller job with SIGTERM for its own requeue near the time limit
     and for a preemption, not only for a person's scancel; with --cancel-on-stop each requeue
