@@ -779,6 +779,20 @@ def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_th
     assert used["samples_saved_by_early_stopping"] == 30 * per_step
 
 
+def test_status_shows_no_nan_base_score_and_its_json_is_valid(tmp_path):
+    """Review: a NaN validation at step 0 was taken as the base score: the table said
+    "validation nan -> 0.500 (+nan)" and --json printed NaN, which is not JSON."""
+    store = two_phase_run(tmp_path)
+    write_metrics(store.node_dir(0).metrics_file, [(0, {VAL: float("nan")}), (10, {VAL: 0.45})])
+    table = cli("status", str(store.root))
+    assert table.returncode == 0 and "nan" not in table.stdout.lower(), table.stdout
+    done = cli("status", str(store.root), "--json")
+    def refuse(constant):
+        raise AssertionError(f"{constant} in --json")
+    data = json.loads(done.stdout, parse_constant=refuse)
+    assert data["usage"]["base_val"] is None
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from typing import Any
 
 from .. import __version__
 from ..controller.controller_job import waiting_jobs, waiting_line
@@ -73,6 +75,18 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
         return {}, f"job states are shown as last recorded: {exc}"
 
 
+def finite(value: Any) -> Any:
+    """`value` with each non-finite float (a NaN a trainer logged) as null: NaN is not JSON,
+    and a strict reader of --json refused the whole answer."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-status", description=__doc__)
     add_run_dir(p)
@@ -94,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     used = spent(store, tree)
     use = used.usage
     if args.json:
-        print(json.dumps({"experiment": store.config.name, "controller_running": running,
+        print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
                           "controller": lease, "controller_note": lease_note, "best_path": path,
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
@@ -113,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "samples_saved_by_early_stopping": use.saved,
                                     "samples_planned": use.planned, "early_stopped": use.early_stopped,
                                     "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),
-                                    "base_val": used.base_val}},
-                         indent=2, sort_keys=True))
+                                    "base_val": used.base_val}}),
+                         indent=2, sort_keys=True, allow_nan=False))
         return 0
     holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
               else "controller state unknown" if lease_note
