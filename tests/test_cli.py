@@ -793,6 +793,29 @@ def test_status_shows_no_nan_base_score_and_its_json_is_valid(tmp_path):
     assert data["usage"]["base_val"] is None
 
 
+def test_status_after_a_cancel_counts_phases_whose_jobs_ended_as_ended(tmp_path, monkeypatch,
+                                                                        capsys):
+    """Review: after llmzero-stop --cancel, status kept counting the phases as running: the note
+    that a job ended since a controller recorded it came only with a reason (a cancel has
+    none), and --json held no live exit code, reason or whether the state is final."""
+    from llmzero_slurm.cli import status
+    from llmzero_slurm.schedulers.base import job_state
+    store = two_phase_run(tmp_path)
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 1e-4}, resume=Resume(1, 10),
+                                  status=Status.RUNNING, submission=Submission(job_id="4242")))
+    monkeypatch.setattr(status, "live_states", lambda store, tree: (
+        {"4242": job_state("4242", "CANCELLED", 0)}, None))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "note: node 2: job 4242 ended CANCELLED" in out
+    assert "running" not in out.split("phases:")[1].splitlines()[0], out
+    assert status.main([str(store.root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["live_jobs"]["4242"] == {"state": "CANCELLED", "exit_code": 0, "reason": None,
+                                         "final": True}
+    assert isinstance(data["terminal"]["2"], bool)
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""
