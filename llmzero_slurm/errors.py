@@ -117,6 +117,27 @@ class FrozenConfigError(ConfigError):
         return self._errors
 
 
+class EditedConfigError(ConfigError):
+    """A run's frozen experiment.yaml refused after a hand edit (the README invites tuning
+    it): the run's own release wrote it, or it differs from the copy frozen with it, so the
+    cause is the edit, not another release. Named as such, with the copy as the way back."""
+
+    def __init__(self, path: Any, refused: ConfigError, copy: Any | None):
+        super().__init__(refused.key, refused.problem)
+        self._errors = refused.errors
+        problems = "\n  ".join(map(str, refused.errors))
+        back = (f"or `llmzero-repair {path.parent}` puts back {copy.name}, the copy frozen when "
+                "the run started, keeping the edited file beside it" if copy is not None else
+                "or put back what it held when the run started")
+        self.args = (f"{path}, this run's frozen configuration, was edited since the run started "
+                     f"and is refused:\n  {problems}\nFix that key in {path.name}, {back} "
+                     "(llmzero-stop can stop the run meanwhile).",)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self._errors
+
+
 class HyperparameterError(ConfigError):
     """A hyperparameter value that must never reach a script."""
 

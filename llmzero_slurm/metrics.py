@@ -215,10 +215,11 @@ def test_score_at(log: MetricsLog, step: int) -> float | None:
 
 def base_scores(tree: Iterable[Node], metrics_of: Callable[[int], MetricsLog]) -> tuple[float | None, float | None]:
     """The base model's validation and test scores: step 0 of the oldest phase that starts from
-    it and validated before training (the cpu trainer always does; verl's val_before_train)."""
+    it and validated before training (the cpu trainer always does; verl's val_before_train).
+    A non-finite one (a NaN source) is no score, as best_point skips it."""
     for node in sorted((n for n in tree if n.resume is None), key=lambda n: n.id):
         log = metrics_of(node.id).until(0)
-        if (val := dict(val_score_series(log)).get(0)) is not None:
+        if (val := dict(val_score_series(log)).get(0)) is not None and math.isfinite(val):
             return val, test_score_at(log, 0)
     return None, None
 

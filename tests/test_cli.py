@@ -60,6 +60,23 @@ def test_every_command_has_help(name):
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
 
 
+def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
+    """Review: a dangling .venv/bin/python (after a pyenv upgrade), or a colleague's that this
+    user may not run, fell back to the system python3: a ModuleNotFoundError traceback."""
+    checkout = tmp_path / "checkout"
+    (checkout / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "bin" / "llmzero-cli", checkout / "bin")
+    (checkout / "bin" / "llmzero-status").symlink_to("llmzero-cli")
+    venv = checkout / ".venv" / "bin" / "python"
+    venv.parent.mkdir(parents=True)
+    venv.symlink_to(tmp_path / "gone" / "python3.11")
+    env = {k: v for k, v in os.environ.items() if k != "LLMZERO_PYTHON"}
+    done = subprocess.run([str(checkout / "bin" / "llmzero-status"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert str(venv) in done.stderr and "LLMZERO_PYTHON" in done.stderr
+
+
 def test_cancel_on_stop_is_refused_for_a_controller_job(tmp_path):
     """Review: Slurm ends a controller job with SIGTERM for its own requeue near the time limit
     and for a preemption, not only for a person's scancel; with --cancel-on-stop each requeue
@@ -762,6 +779,43 @@ def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_th
     assert used["samples_saved_by_early_stopping"] == 30 * per_step
 
 
+def test_status_shows_no_nan_base_score_and_its_json_is_valid(tmp_path):
+    """Review: a NaN validation at step 0 was taken as the base score: the table said
+    "validation nan -> 0.500 (+nan)" and --json printed NaN, which is not JSON."""
+    store = two_phase_run(tmp_path)
+    write_metrics(store.node_dir(0).metrics_file, [(0, {VAL: float("nan")}), (10, {VAL: 0.45})])
+    table = cli("status", str(store.root))
+    assert table.returncode == 0 and "nan" not in table.stdout.lower(), table.stdout
+    done = cli("status", str(store.root), "--json")
+    def refuse(constant):
+        raise AssertionError(f"{constant} in --json")
+    data = json.loads(done.stdout, parse_constant=refuse)
+    assert data["usage"]["base_val"] is None
+
+
+def test_status_after_a_cancel_counts_phases_whose_jobs_ended_as_ended(tmp_path, monkeypatch,
+                                                                        capsys):
+    """Review: after llmzero-stop --cancel, status kept counting the phases as running: the note
+    that a job ended since a controller recorded it came only with a reason (a cancel has
+    none), and --json held no live exit code, reason or whether the state is final."""
+    from llmzero_slurm.cli import status
+    from llmzero_slurm.schedulers.base import job_state
+    store = two_phase_run(tmp_path)
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 1e-4}, resume=Resume(1, 10),
+                                  status=Status.RUNNING, submission=Submission(job_id="4242")))
+    monkeypatch.setattr(status, "live_states", lambda store, tree: (
+        {"4242": job_state("4242", "CANCELLED", 0)}, None))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "note: node 2: job 4242 ended CANCELLED" in out
+    assert "running" not in out.split("phases:")[1].splitlines()[0], out
+    assert status.main([str(store.root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["live_jobs"]["4242"] == {"state": "CANCELLED", "exit_code": 0, "reason": None,
+                                         "final": True}
+    assert isinstance(data["terminal"]["2"], bool)
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""
@@ -839,6 +893,28 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down)
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_submit_with_no_slurm_answering_creates_nothing(tmp_path, slurm_down):
+    """Review: `--submit` froze `scheduler: auto` as local and made the run (and its
+    controller-key/) before sbatch failed; the next --submit ran a controller job that trained
+    every phase as local processes inside its one CPU."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"}}))
+    done = cli("start", str(path), "--run-dir", str(tmp_path / "run"), "--submit")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "--submit" in done.stderr and "no slurmctld answers" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_submit_refuses_a_run_frozen_as_local(tmp_path):
+    store = two_phase_run(tmp_path)
+    done = cli("start", str(store.root), "--submit")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "frozen as scheduler: local" in done.stderr and "Traceback" not in done.stderr
+    assert not (store.root / "controller.sbatch").exists()
+    assert not (store.root / "controller-key").exists()
+
+
 def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, monkeypatch):
     """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
     frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and
@@ -892,6 +968,27 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     assert "started in the background" not in done.stdout
     assert not (store.root / "controller.log").exists()
     assert not (store.root / "controller.sbatch").exists()
+
+
+def test_ctrl_c_while_detach_waits_says_the_controller_goes_on(tmp_path, monkeypatch, capsys):
+    """Review: Ctrl-C while --detach waited for its controller to hold the run exited 130
+    silently, the controller running on in the background unnamed."""
+    from llmzero_slurm.cli import background
+    store = two_phase_run(tmp_path)
+    monkeypatch.setattr(background, "controller_command", lambda store, args: ["sleep", "60"])
+    def interrupted(proc, lease):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(background, "_started", interrupted)
+    args = parse_args([str(store.root), "--detach"])
+    assert background.detach(store, args) == 130
+    said = capsys.readouterr().err
+    pid = int(re.search(r"pid (\d+)", said).group(1))
+    try:
+        assert "goes on in the background" in said and str(store.root / "controller.log") in said
+        assert f"llmzero-stop {store.root}" in said
+        os.kill(pid, 0)                                     # still running
+    finally:
+        os.kill(pid, 9)
 
 
 def test_detach_on_a_finished_run_says_so_and_exits_0(tmp_path):
@@ -1171,6 +1268,48 @@ def test_stop_cancel_with_no_controller_ends_a_phase_cancelled_while_queued(tmp_
         (Status.CANCELLED, "CANCELLED", "cancelled by llmzero-stop before it started")
     assert started.status is Status.QUEUED
 
+def test_stop_sees_a_controller_that_dies_before_acting_on_the_request(tmp_path):
+    """Review: a controller killed while llmzero-stop waited left its lease file: stop waited
+    the whole --wait, said "controller still running" and left the phases and the key."""
+    store = two_phase_run(tmp_path)
+    key = store.root / "controller-key" / "llm-key.json"
+    key.parent.mkdir()
+    key.write_text("{}")
+    holder = subprocess.Popen([sys.executable, "-c",
+        "import os, signal, sys, time\n"
+        "from llmzero_slurm.controller.lease import Lease\n"
+        "from llmzero_slurm.store.run_store import RunStore\n"
+        f"Lease(RunStore.open({str(store.root)!r})).acquire()\n"
+        "time.sleep(4)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"], cwd=ROOT)
+    wait_for(lambda: (store.root / "controller.json").exists(), 60, "the controller's lease")
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    started = time.monotonic()
+    stop = subprocess.Popen([str(ROOT / "bin" / "llmzero-stop"), str(store.root), "--wait", "90"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    holder.wait(60)                    # reaped: its pid is gone, its lease file stays
+    out, err = stop.communicate(timeout=120)
+    assert time.monotonic() - started < 60, out + err
+    assert "ended without acting on the stop request" in out, out + err
+    assert "still running" not in out and stop.returncode == 0, out + err
+    assert not key.exists() and not (store.root / "stop.json").exists()
+
+
+def test_a_run_that_lost_its_meta_json_is_named_damaged_and_repair_rebuilds_it(tmp_path):
+    """Review: a deleted meta.json made status, stop, report and repair say "not a run
+    directory; start one with llmzero-start", and llmzero-start "not a run directory"."""
+    store = two_phase_run(tmp_path)
+    (store.root / "meta.json").unlink()
+    for name in ("status", "report", "stop", "start"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 3 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert f"llmzero-repair {store.root} rebuilds meta.json" in done.stderr, done.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "meta.json" in repair.stdout and "next node id 2" in repair.stdout
+    assert cli("status", str(store.root)).returncode == 0
+
+
 def test_status_and_stop_with_a_damaged_stop_request(tmp_path):
     """Audit: a torn stop.json. Status and stop carry on; a stop for a live controller keeps
     the damaged file (moved aside, said in one line) instead of writing over it."""
@@ -1374,6 +1513,16 @@ def test_a_controller_job_refused_for_a_submit_limit_is_not_looked_for(tmp_path,
     assert not (store.root / "controller-jobs.json").exists()
 
 
+def frozen_by_another_release(store: RunStore, data: dict, release: str = "0.1.9") -> None:
+    """The run as another release froze it: experiment.yaml and its copy alike (it wrote
+    both), meta.json naming that release; a file differing from its copy is a hand edit."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    for name in ("experiment.yaml", "experiment.yaml.bak"):
+        (store.root / name).write_text(text)
+    meta = store.root / "meta.json"
+    write_json(meta, {**json.loads(meta.read_text()), "created_by": release})
+
+
 @pytest.mark.parametrize("name", ["status", "report", "stop", "start"])
 def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, name):
     """Audit (upgrades): a run frozen by another release (here a newer one, with a key this
@@ -1383,13 +1532,35 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     frozen = store.root / "experiment.yaml"
     data = yaml.safe_load(frozen.read_text())
     data["search"]["budget_tokens"] = 5                 # what a later release might add
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data, "9.9.9")
     done = cli(name, str(store.root))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"{frozen}, this run's configuration as frozen when it started, is refused" in done.stderr
     assert "config key 'search.budget_tokens': unknown key" in done.stderr
     assert "written by a newer release: read, stop and resume the run with that one" in done.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_repaired(
+        tmp_path):
+    """Review: a typo'd key in the frozen experiment.yaml (which the README invites editing)
+    locked out every command, llmzero-stop and -repair included, blaming "a newer release"
+    when the run's own release, the current one, had written it."""
+    store = two_phase_run(tmp_path, search={"budget_iterations": 4})
+    frozen = store.root / "experiment.yaml"
+    frozen.write_text(frozen.read_text().replace("budget_iterations", "budget_iteratons"))
+    status = cli("status", str(store.root))
+    assert status.returncode == 2 and "Traceback" not in status.stderr
+    assert "edited" in status.stderr and "newer release" not in status.stderr
+    assert "search.budget_iteratons" in status.stderr and str(frozen) in status.stderr
+    assert f"llmzero-repair {store.root}" in status.stderr
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout, stop.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "experiment.yaml.bak" in repair.stdout
+    assert "budget_iteratons" not in frozen.read_text()
+    assert cli("status", str(store.root)).returncode == 0
 
 
 def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrades(tmp_path):
@@ -1418,11 +1589,9 @@ def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrade
     assert shown.returncode == 0, shown.stderr
     assert "note: this run was created by a release its meta.json does not name (as before " \
            f"llmzero-slurm 0.2.0); this is llmzero-slurm {version}" in shown.stdout
-    write_json(meta, {**record, "created_by": "9.9.9"})                          # a newer one's
-    frozen = store.root / "experiment.yaml"
-    data = yaml.safe_load(frozen.read_text())
+    data = yaml.safe_load((store.root / "experiment.yaml").read_text())
     data["search"]["budget_tokens"] = 5
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data, "9.9.9")                             # a newer one's
     done = cli("start", str(store.root))
     assert done.returncode == 2, done.stderr
     assert "It was accepted by llmzero-slurm 9.9.9, which started the run. A key unknown here " \
@@ -1462,7 +1631,7 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     frozen = store.root / "experiment.yaml"
     data = yaml.safe_load(frozen.read_text())
     data["slurm"]["time"] = "forever"                   # refused here, say by a newer check
-    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    frozen_by_another_release(store, data)
     refused = "config key 'slurm.time': 'forever' is not a Slurm time"
     for name, args, says in (("status", (), "best val 0.500 (node 1: 0 -> 1)"),
                              ("report", (), "report: "), ("stop", ("--cancel",), "no controller"),

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..errors import LLMZeroError, StateError, UsageError, full_storage
+from ..config import load_config
+from ..errors import EditedConfigError, LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
 from ..store.meta_repair import open_run_store
 from ..store.run_store import RunStore
@@ -83,17 +84,30 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="the run directory (runs/<experiment>)")
 
 
-def open_run(path: Path) -> RunStore:
+def open_run(path: Path, stopping: bool = False) -> RunStore:
     """The run at `path`: a path that is not there, or a file, is the user's typing (exit 2);
-    a folder without a run is named as damaged state (exit 3)."""
+    a folder without a run is named as damaged state (exit 3). `stopping`: a frozen config
+    refused after a hand edit is read from its copy instead, so a typo never keeps a run from
+    being stopped."""
     if not path.exists():
         raise UsageError(f"no run directory at {path}")
     if not path.is_dir():   # e.g. the experiment.yaml the run was started from
         raise UsageError(f"{path} is a file, not a run directory (give the run's folder, "
                          "runs/<experiment>)")
+    refuse_lost_meta(path)
     if not (path / "meta.json").exists():
         raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
-    store = open_run_store(path, reading=True)
+    try:
+        store = open_run_store(path, reading=True)
+    except EditedConfigError as exc:
+        copy = path / "experiment.yaml.bak"
+        if not stopping or not copy.exists():
+            raise
+        print(f"warning: {exc.errors[0]} in the edited {path / 'experiment.yaml'}: stopping the "
+              f"run as {copy.name} has it", file=sys.stderr)
+        config = load_config(copy)
+        return RunStore(path, config.state.lock, config.state.lock_timeout_s,
+                        config.state.stale_after_s, config)
     if store.refused:
         problems = "\n  ".join(map(str, store.refused))
         print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "
@@ -101,6 +115,20 @@ def open_run(path: Path) -> RunStore:
               f"{problems}\nThey are read as the release that started the run accepted them; a "
               "resume with this release needs each set to a value it accepts.", file=sys.stderr)
     return store
+
+
+def lost_meta(path: Path) -> bool:
+    """Whether `path` is a run that lost its meta.json (deleted, a partial copy): its frozen
+    config and node folders are there, and llmzero-repair rebuilds the rest from them."""
+    return not (path / "meta.json").exists() and (path / "experiment.yaml").is_file() \
+        and (path / "nodes").is_dir()
+
+
+def refuse_lost_meta(path: Path) -> None:
+    """StateError for a run that lost its meta.json: named as damaged, not as no run at all."""
+    if lost_meta(path):
+        raise StateError(path / "meta.json", f"is missing; llmzero-repair {path} rebuilds meta.json "
+                                             "from the node folders")
 
 
 def group_note(root: Path) -> str | None:

@@ -20,7 +20,7 @@ from ..schedulers import LOCAL_JOBS
 from ..schedulers.local_table import TABLE, KnownJob, rebuild_table
 from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
 from ..store.run_store import RunStore
-from .common import add_run_dir, open_run, run_main
+from .common import add_run_dir, lost_meta, open_run, run_main
 
 
 def _listed(ids: list[int]) -> str:
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         if damage is not None:
             print(f"{CONFIG}: {damage}; put back from {CONFIG_COPY}, the damaged file kept "
                   "beside it")
-    if args.run_dir.is_dir() and (args.run_dir / "meta.json").exists():
+    if args.run_dir.is_dir() and ((args.run_dir / "meta.json").exists()
+                                  or lost_meta(args.run_dir)):
         rebuilt = rebuild_meta(args.run_dir)
         if rebuilt is not None:
             meta, damage = rebuilt

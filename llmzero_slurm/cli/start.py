@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +15,7 @@ from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
-from ..errors import ConfigError, SchedulerError
+from ..errors import ConfigError, SchedulerError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -30,7 +27,8 @@ from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind,
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
-from .common import group_note, run_main, seconds
+from .background import controller_command, detach
+from .common import group_note, refuse_lost_meta, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -89,6 +87,7 @@ def config_of(args: argparse.Namespace) -> ExperimentConfig:
     if (args.config / "meta.json").exists():
         return RunStore.config_of(args.config)
     if args.config.is_dir():
+        refuse_lost_meta(args.config)
         raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
     return load_config(args.config)
 
@@ -125,15 +124,17 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
                   f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
                   "for a new run)")
         return store
-    # Frozen, a config that no script renders from, or that its search method refuses (hparams
-    # outside search.space, a bad strategy file), would fail every later start of the run.
+    # Frozen, a config no script renders from, or its method refuses, fails every later start.
     for _, check in script_checks(cfg, run_dir):
         check()
     check_method(cfg)
-    # `auto` is decided once, here: a restart while slurmctld is briefly down must not watch
-    # the run's Slurm jobs as local processes, nor start phases on the login node. Its poll,
-    # maybe set for local processes, is frozen as one Slurm takes.
+    # `auto` is decided once, here: a restart while slurmctld is down must not watch Slurm jobs
+    # as local processes, nor start phases on the login node. Its poll is frozen as Slurm's.
     kind = resolve_scheduler_kind(cfg.scheduler)
+    if args.submit and (kind != "slurm" or cfg.scheduler == "slurm" and not SlurmScheduler.reachable()):
+        raise SchedulerError("--submit needs a Slurm cluster (frozen as local, its job would run "
+                             "every phase inside itself), but no slurmctld answers squeue; "
+                             "nothing was created: submit again once it answers")
     if kind == "slurm":
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
@@ -180,57 +181,6 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                       on_finish=write_report, monitor=monitor, on_poll=curves)
 
 
-def detach(store: RunStore, args: argparse.Namespace) -> int:
-    """Run the controller on the run directory in a new session, output to controller.log."""
-    log = store.root / "controller.log"
-    cmd = controller_command(store, args)
-    with open(log, "ab") as out:
-        start = out.tell()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    code = _started(proc, Lease(store))
-    if code is not None:       # it ended before it held the run: say why, from its log
-        with open(log, "rb") as written:
-            written.seek(start)
-            said = written.read().decode(errors="replace").strip()
-        if code == 0:    # a finished run: its controller has nothing left to do
-            print(f"the controller ended at once, with success; {log}:\n{said}")
-            return 0
-        print(f"error: the controller exited at once (code {code}); {log}:\n{said}",
-              file=sys.stderr)
-        return code if code > 0 else 1     # negative: ended by a signal
-    print(f"controller started in the background (pid {proc.pid}); log: {log}\n"
-          f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
-    return 0
-
-
-DETACH_WAIT_S = 60.0   # a controller holds its lease within seconds; imports take the most
-
-
-def _started(proc: subprocess.Popen, lease: Lease) -> int | None:
-    """Wait until the detached controller holds the run's lease (None) or has ended (its exit
-    code), so a start that fails at once is not reported as running."""
-    deadline = time.monotonic() + DETACH_WAIT_S
-    while time.monotonic() < deadline:
-        if (code := proc.poll()) is not None:
-            return code
-        held = lease.peek()
-        if held and held.get("pid") == proc.pid:
-            return None
-        time.sleep(0.2)
-    return None
-
-
-def controller_command(store: RunStore, args: argparse.Namespace) -> list[str]:
-    """This program on the run directory, as --detach and --submit run it."""
-    cmd = [sys.executable, "-m", "llmzero_slurm.cli.start", str(store.root)]
-    if args.cancel_on_stop:
-        cmd.append("--cancel-on-stop")
-    if args.poll is not None:
-        cmd += ["--poll", str(args.poll)]
-    return cmd
-
-
 def submit(store: RunStore, args: argparse.Namespace) -> int:
     """sbatch the controller's own job script (recorded, so status and stop see it queued)."""
     submit_controller(store, controller_command(store, args))
@@ -275,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         print(note, flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
         Lease(store).refuse_if_held()
+    if args.submit and store.config.scheduler != "slurm":
+        raise UsageError(f"{store.root} was frozen as scheduler: local: its controller job would "
+                         f"run every phase inside itself; resume with llmzero-start {store.root}")
     if args.detach:
         return detach(store, args)
     if args.submit:

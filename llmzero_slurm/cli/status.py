@@ -4,7 +4,10 @@ queued (llmzero-start --submit). --json prints the same as one JSON document."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import math
+from typing import Any
 
 from .. import __version__
 from ..controller.controller_job import waiting_jobs, waiting_line
@@ -73,6 +76,29 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
         return {}, f"job states are shown as last recorded: {exc}"
 
 
+def as_live(tree: Tree, states: dict[str, JobState]) -> Tree:
+    """A copy of `tree` with each watched phase whose job has ended (a cancel, a crash) in
+    the status its scheduler says, as the next controller will record it, so the summary
+    does not count it as running meanwhile."""
+    shown = copy.deepcopy(tree)
+    for job_id, node in watched_phases(shown).items():
+        if (state := states.get(job_id)) is not None and state.final:
+            node.status = state.status
+    return shown
+
+
+def finite(value: Any) -> Any:
+    """`value` with each non-finite float (a NaN a trainer logged) as null: NaN is not JSON,
+    and a strict reader of --json refused the whole answer."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-status", description=__doc__)
     add_run_dir(p)
@@ -94,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     used = spent(store, tree)
     use = used.usage
     if args.json:
-        print(json.dumps({"experiment": store.config.name, "controller_running": running,
+        print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
                           "controller": lease, "controller_note": lease_note, "best_path": path,
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
@@ -105,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
                           "pending_reasons": {j: r for j, s in states.items()
                                               if (r := s.pending_reason)},
                           "live_states_note": note,
+                          "live_jobs": {j: {"state": s.raw, "exit_code": s.exit_code,
+                                            "reason": s.reason, "final": s.final}
+                                        for j, s in states.items()},
+                          "terminal": {str(i): t for i, t in
+                                       is_terminal(tree, store.config.search).items()},
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "budget_closed": use.budget.spent(tree),
                           "monitor": monitor,
@@ -113,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "samples_saved_by_early_stopping": use.saved,
                                     "samples_planned": use.planned, "early_stopped": use.early_stopped,
                                     "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),
-                                    "base_val": used.base_val}},
-                         indent=2, sort_keys=True))
+                                    "base_val": used.base_val}}),
+                         indent=2, sort_keys=True, allow_nan=False))
         return 0
     holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
               else "controller state unknown" if lease_note
@@ -123,17 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     if (release := release_note(store.root)) is not None:
         print(f"note: {release}")
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search), used.logged)))
-    print(tree_summary(tree))
+    print(tree_summary(as_live(tree, states)))
     print("\n".join(used.lines()))
     for said in (lease_note, note, job_note):
         if said:
             print(f"note: {said}")
     watched = watched_phases(tree)
     for job_id, state in states.items():   # ended since a controller last recorded it
-        if state.final and state.reason and job_id in watched:
+        if state.final and job_id in watched:
             code = f" (exit {state.exit_code})" if state.exit_code else ""
-            print(f"note: node {watched[job_id].id}: job {job_id} ended {state.raw}{code}: "
-                  f"{state.reason}")
+            print(f"note: node {watched[job_id].id}: job {job_id} ended {state.raw}{code}"
+                  + (f": {state.reason}" if state.reason else "") + " (as its scheduler says)")
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:

@@ -2,12 +2,14 @@
 
 The request is a file in the run directory, so it reaches a controller on any login node. It
 names that controller: if it dies before acting on it, a controller started later ignores it
-(and clears it). Without --cancel, running phases continue and a later llmzero-start
-re-attaches to them. With no controller alive, this does what a stopping controller does:
-cancels the phases with --cancel, and always the monitor job, withdrawing the LLM key that
-was handed to it. Either way a controller job (llmzero-start --submit) still queued is
-cancelled: it would start later and resume the run. Every job is tried: those the scheduler
-refuses to cancel (a colleague's, in a run a group shares) are named, and the exit code is 5."""
+(and clears it), and one seen to die while this waits is taken for no controller (below).
+Without --cancel, running phases continue and a later llmzero-start re-attaches to them.
+With no controller alive, this does what a stopping controller does: cancels the phases with
+--cancel, and always the monitor job, withdrawing the LLM key that was handed to it. Either
+way a controller job (llmzero-start --submit) still queued is cancelled: it would start later
+and resume the run. Every job is tried: those the scheduler refuses to cancel (a colleague's,
+in a run a group shares) are named, and the exit code is 5. A frozen experiment.yaml refused
+after a hand edit is read from its copy (experiment.yaml.bak)."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +19,8 @@ import time
 from ..controller.controller_job import cancel_waiting, waiting_line, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
-from ..controller.stop_request import cancel_phases, refused_cancels, request_stop
+from ..controller.stop_request import (cancel_phases, clear_stop_request, refused_cancels,
+                                       request_stop)
 from ..errors import SchedulerError, StateError
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
@@ -31,23 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", type=seconds_or_zero, default=120.0, metavar="S",
                    help="seconds to wait for the controller to exit (default 120; 0: do not wait)")
     args = p.parse_args(argv)
-    store = open_run(args.run_dir)
+    store = open_run(args.run_dir, stopping=True)
     lease = Lease(store)
     info = request_stop(store, args.cancel)
     if info is None:
         print("no controller is running for this run", flush=True)
-        refused = cancel_controller_jobs(store)     # a controller job that has not started yet
-        withdraw_key(store)                         # which no longer needs the key it was left
-        scheduler = make_scheduler(store.config.scheduler, store.root)
-        if args.cancel:
-            jobs, phases_refused = cancel_phases(store, store.load_tree(), scheduler)
-            print(f"cancelled {len(jobs)} queued or running phase(s)"
-                  + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
-            refused += phases_refused
-        monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
-        if monitor is not None:
-            print(f"cancelled the monitor job {monitor}")
-        return reported(refused)
+        return reported(without_controller(store, args.cancel))
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
     refused = cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
@@ -57,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             held = lease.read()
         except StateError:
             held = info         # cannot be told now: wait on
+        if held and held.get("token") == info.get("token") and not lease.holder_alive(held):
+            # killed (its lease file stays): nobody will act on the request, so act as if
+            # no controller held the run, as a later llmzero-stop would
+            print("the controller ended without acting on the stop request", flush=True)
+            clear_stop_request(store, info.get("token"))
+            return reported(refused + without_controller(store, args.cancel))
         if (held or {}).get("token") != info.get("token"):
             print("controller stopped", flush=True)
             refused += refused_cancels(store, info.get("token"))
@@ -68,6 +66,23 @@ def main(argv: list[str] | None = None) -> int:
               "a controller started later ignores the request)")
         return reported(refused) or 1
     return reported(refused)
+
+
+def without_controller(store: RunStore, cancel: bool) -> list[SchedulerError]:
+    """What a stopping controller does, done here: cancel a controller job not yet started,
+    withdraw the LLM key, the phases with --cancel, and the monitor; the refusals."""
+    refused = cancel_controller_jobs(store)     # a controller job that has not started yet
+    withdraw_key(store)                         # which no longer needs the key it was left
+    scheduler = make_scheduler(store.config.scheduler, store.root)
+    if cancel:
+        jobs, phases_refused = cancel_phases(store, store.load_tree(), scheduler)
+        print(f"cancelled {len(jobs)} queued or running phase(s)"
+              + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
+        refused += phases_refused
+    monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
+    if monitor is not None:
+        print(f"cancelled the monitor job {monitor}")
+    return refused
 
 
 def cancel_controller_jobs(store: RunStore, queued_only: bool = False) -> list[SchedulerError]:

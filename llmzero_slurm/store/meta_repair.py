@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import load_config
-from ..errors import ConfigError, FrozenConfigError, StateError
+from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError
 from .atomic import keep_copy, write_json, write_text
 from .run_store import RunStore
 from .schema import SCHEMA_VERSION, other_schema, read_meta
@@ -33,8 +33,8 @@ def open_run_store(root: Path, reading: bool = False) -> RunStore:
             raise
         raise StateError(meta, f"{exc.problem}; llmzero-repair {root} rebuilds it from the "
                                "node folders") from None
-    except FrozenConfigError:
-        raise       # whole but another release's: the copy holds the same, repair cannot help
+    except (FrozenConfigError, EditedConfigError):
+        raise       # whole, another release's (repair cannot help) or an edit: each says why
     except ConfigError as exc:
         if not (root / CONFIG_COPY).exists():
             raise

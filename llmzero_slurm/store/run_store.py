@@ -16,13 +16,14 @@ import yaml
 
 from .. import __version__, faults
 from ..config import ExperimentConfig, load_config
-from ..errors import ConfigError, FrozenConfigError, StateError
+from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError
 from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .new_run import refuse_taken
 from .node_dir import NodeDir
-from .schema import SCHEMA_VERSION, created_by, new_meta, read_meta, versioned
+from .schema import (SCHEMA_VERSION, created_by, edited_by_hand, new_meta, read_meta,
+                     versioned)
 
 
 CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start --submit submitted
@@ -93,6 +94,9 @@ class RunStore:
         except ConfigError as exc:
             if exc.key == "<file>":     # unreadable or not YAML: named as it is
                 raise
+            if edited_by_hand(root):
+                copy = path.with_name("experiment.yaml.bak")
+                raise EditedConfigError(path, exc, copy if copy.exists() else None) from None
             raise FrozenConfigError(path, exc, __version__, created_by(root)) from None
 
     @property

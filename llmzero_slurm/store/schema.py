@@ -101,3 +101,16 @@ def release_note(root: str | Path) -> str | None:
     if created_by(root) == __version__:
         return None
     return f"this run was created by {creator(root)}; this is llmzero-slurm {__version__}"
+
+
+def edited_by_hand(root: str | Path) -> bool:
+    """Whether the frozen experiment.yaml at `root` is a hand edit rather than another
+    release's: this release created the run, or the file differs from the copy frozen with it
+    (experiment.yaml.bak, which no command rewrites)."""
+    root = Path(root)
+    if created_by(root) == __version__:
+        return True
+    try:
+        return (root / "experiment.yaml").read_bytes() != (root / "experiment.yaml.bak").read_bytes()
+    except OSError:
+        return False        # no copy (or none readable): nothing tells an edit apart
