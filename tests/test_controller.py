@@ -148,19 +148,7 @@ def test_a_cancel_after_a_recorded_stop_is_an_early_stop(tmp_path):
     assert ctl.store.load_tree()[0].status is Status.EARLY_STOPPED
 
 
-def test_a_stop_request_cancels_running_phases_when_asked(tmp_path):
-    store = new_run(tmp_path, budget_iterations=2, concurrency=2)
-    sched = ScriptedScheduler([["RUNNING", lambda files: request_stop(store, cancel=True),
-                                "RUNNING"], ["RUNNING"]])
-    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
-    assert ctl.run() == 0
-    assert sorted(sched.cancelled) == ["100", "101"]
-    assert read_stop_request(store) is None
-    assert "cancelled 2 running phase(s)" in out.getvalue()
-
-
-
-def test_a_phase_cancelled_while_queued_ends_cancelled_at_the_stop(tmp_path):
+def test_a_stop_request_cancels_the_phases_and_one_still_queued_ends_cancelled(tmp_path):
     """Review: `llmzero-stop --cancel` scancelled a phase still queued and recorded nothing.
     A job cancelled while pending writes neither job.claim nor status.json, and on a cluster
     without accounting a later llmzero-start, past MinJobAge, found it nowhere and failed it
@@ -169,13 +157,16 @@ def test_a_phase_cancelled_while_queued_ends_cancelled_at_the_stop(tmp_path):
     store = new_run(tmp_path, budget_iterations=2, concurrency=2)
     sched = ScriptedScheduler([["PENDING", lambda files: request_stop(store, cancel=True),
                                 "PENDING"], ["RUNNING"]])
-    ctl, _ = controller(tmp_path, sched, [scratch, scratch], store=store)
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
     assert ctl.run() == 0
     assert sorted(sched.cancelled) == ["100", "101"]
+    assert read_stop_request(store) is None
+    assert "cancelled 2 running phase(s)" in out.getvalue()
     queued, running = store.load_tree()
     assert (queued.status, queued.submission.job_id, queued.submission.reason) == \
         (Status.CANCELLED, "100", "cancelled by llmzero-stop before it started")
     assert queued.finished_at is not None and running.status is Status.RUNNING
+
 
 def test_llmzero_stop_names_the_cancels_a_live_controller_was_refused(tmp_path, capsys):
     """Review: `llmzero-stop --cancel` against a live controller exited 0 when scancel refused
