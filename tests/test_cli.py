@@ -906,6 +906,18 @@ def test_submit_with_no_slurm_answering_creates_nothing(tmp_path, slurm_down):
     assert not (tmp_path / "run").exists()
 
 
+def test_submit_refuses_a_config_that_asks_for_local_processes(tmp_path):
+    """Review of the change above: `scheduler: local` with --submit said "no slurmctld
+    answers" (exit 5) of a cluster that may be fine: it is the config that asks for no Slurm."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    done = cli("start", str(path), "--run-dir", str(tmp_path / "run"), "--submit")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "scheduler: local" in done.stderr and "no slurmctld" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_submit_refuses_a_run_frozen_as_local(tmp_path):
     store = two_phase_run(tmp_path)
     done = cli("start", str(store.root), "--submit")
@@ -1293,6 +1305,26 @@ def test_stop_sees_a_controller_that_dies_before_acting_on_the_request(tmp_path)
     assert "ended without acting on the stop request" in out, out + err
     assert "still running" not in out and stop.returncode == 0, out + err
     assert not key.exists() and not (store.root / "stop.json").exists()
+
+
+def test_stop_waits_on_through_a_lease_it_cannot_read(tmp_path, monkeypatch, capsys):
+    """Review of the change above: a lease that could not be read for a moment (EIO on a
+    network filesystem) stood in for the holder, so its dead-looking pid (here: a pid no
+    process has) ended the wait as if the controller had died, cancelling the monitor and
+    withdrawing the key of a controller that was alive. A read that fails tells nothing."""
+    from llmzero_slurm.cli import stop
+    from llmzero_slurm.controller.lease import Lease
+    from llmzero_slurm.errors import StateError
+    store = two_phase_run(tmp_path)
+    info = {"token": "t-live", "host": os.uname().nodename, "pid": 2 ** 22 + 1}
+    monkeypatch.setattr(stop, "request_stop", lambda store, cancel: info)
+
+    def unreadable(self):
+        raise StateError(self.path, "Input/output error")
+    monkeypatch.setattr(Lease, "read", unreadable)
+    assert stop.main([str(store.root), "--wait", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "controller still running after 2 s" in out and "ended without" not in out, out
 
 
 def test_a_run_that_lost_its_meta_json_is_named_damaged_and_repair_rebuilds_it(tmp_path):

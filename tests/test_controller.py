@@ -168,6 +168,30 @@ def test_a_stop_request_cancels_the_phases_and_one_still_queued_ends_cancelled(t
     assert queued.finished_at is not None and running.status is Status.RUNNING
 
 
+def test_a_cancelled_phase_whose_end_cannot_be_recorded_leaves_the_stop_whole(tmp_path,
+                                                                              monkeypatch):
+    """Review of the change above: the CANCELLED record of a phase cancelled while queued
+    could fail (a full disk, the lock's timeout) and its error escaped the stop: the stop
+    request stayed and the controller crashed. The failure is now said, and the stop done."""
+    import copy
+    store = new_run(tmp_path, budget_iterations=2, concurrency=2)
+    update = RunStore.update_node
+
+    def full_disk(self, node_id, change):
+        trial = copy.deepcopy(self.read_node(node_id))
+        change(trial)
+        if (trial.submission.reason or "").startswith("cancelled by"):
+            raise StateError(self.node_dir(node_id).path / "node.json", "No space left on device")
+        return update(self, node_id, change)
+    monkeypatch.setattr(RunStore, "update_node", full_disk)
+    sched = ScriptedScheduler([["PENDING", lambda files: request_stop(store, cancel=True),
+                                "PENDING"], ["RUNNING"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch], store=store)
+    assert ctl.run() == 0
+    assert sorted(sched.cancelled) == ["100", "101"] and read_stop_request(store) is None
+    assert "node 0: job 100 is cancelled, but its end could not be recorded" in out.getvalue()
+
+
 def test_llmzero_stop_names_the_cancels_a_live_controller_was_refused(tmp_path, capsys):
     """Review: `llmzero-stop --cancel` against a live controller exited 0 when scancel refused
     a phase (another member's, in a run a group shares): the refusal went to the controller's

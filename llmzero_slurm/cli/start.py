@@ -130,11 +130,15 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     check_method(cfg)
     # `auto` is decided once, here: a restart while slurmctld is down must not watch Slurm jobs
     # as local processes, nor start phases on the login node. Its poll is frozen as Slurm's.
+    if args.submit and cfg.scheduler == "local":
+        raise UsageError("--submit runs the controller as a Slurm job, and this config asks for "
+                         "scheduler: local (its job would run every phase inside itself); "
+                         "set scheduler: slurm or auto, or start without --submit")
     kind = resolve_scheduler_kind(cfg.scheduler)
     if args.submit and (kind != "slurm" or cfg.scheduler == "slurm" and not SlurmScheduler.reachable()):
         raise SchedulerError("--submit needs a Slurm cluster (frozen as local, its job would run "
-                             "every phase inside itself), but no slurmctld answers squeue; "
-                             "nothing was created: submit again once it answers")
+                             "every phase inside itself), but no slurmctld answers (scontrol "
+                             "ping); nothing was created: submit again once it answers")
     if kind == "slurm":
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))

@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     while time.monotonic() < deadline:
         try:
             held = lease.read()
-        except StateError:
-            held = info         # cannot be told now: wait on
+        except StateError:      # cannot be told now: wait on
+            time.sleep(1.0)
+            continue
         if held and held.get("token") == info.get("token") and not lease.holder_alive(held):
             # killed (its lease file stays): nobody will act on the request, so act as if
             # no controller held the run, as a later llmzero-stop would

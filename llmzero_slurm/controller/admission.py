@@ -25,7 +25,8 @@ class Admission:
     def __init__(self, budget: Budget, progress: Progress):
         self.budget, self.progress = budget, progress
         self._short_at: int | None = None   # samples left when a plan last had no room
-        self._refusals: list[str] = []      # the definite refusals since a job was last taken
+        self._refused_in_a_row = 0          # definite refusals since a job was last taken
+        self._last_refusal = ""
 
     def closed(self, tree: Tree) -> str | None:
         """Why no new phase may be created now, or None."""
@@ -37,14 +38,15 @@ class Admission:
         return spent or self._refused()
 
     def _refused(self) -> str | None:
-        if len(self._refusals) < REFUSALS_IN_A_ROW:
+        if self._refused_in_a_row < REFUSALS_IN_A_ROW:
             return None
-        return (f"the scheduler refused the last {len(self._refusals)} phases, each for good "
-                f"(the last: {self._refusals[-1]}); mend the cause, then resume the run")
+        return (f"the scheduler refused the last {self._refused_in_a_row} phases, each for good "
+                f"(the last: {self._last_refusal}); mend the cause, then resume the run")
 
     def submitted(self, refusal: str | None) -> None:
         """A submission's outcome: a job taken (None), or why the scheduler refused it for good."""
-        self._refusals = [*self._refusals, refusal] if refusal is not None else []
+        self._refused_in_a_row = self._refused_in_a_row + 1 if refusal is not None else 0
+        self._last_refusal = refusal or ""
 
     def halted(self, tree: Tree) -> int | None:
         """The exit code of a search closed by something a person must mend rather than by a

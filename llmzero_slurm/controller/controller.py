@@ -118,9 +118,9 @@ class Controller:
             request = stop_request_for(self.store, self.lease.token, self.progress.event)
             stop_signal = self.signals.received
             if stop_signal is not None or request is not None:
-                # A stop request says itself whether to cancel (llmzero-stop --cancel).
-                cancel = bool(request.get("cancel")) if request is not None else cancel_on_stop
-                stop_phases(self.store, tree, self.scheduler, cancel, self.lease.token, self.progress.event)
+                cancel = bool(request.get("cancel")) if request is not None else cancel_on_stop  # its --cancel
+                stop_phases(self.store, tree, self.scheduler, cancel, self.lease.token,
+                            self.progress.event, by_request=request is not None)
                 return 128 + stop_signal if stop_signal else 0
             pending = [n for n in tree if n.status.pending]
             spent = self.admission.closed(tree)

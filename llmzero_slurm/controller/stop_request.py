@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..schedulers.base import Scheduler
 from ..search.tree import Node, Status, Tree
-from ..errors import SchedulerError, StateError
+from ..errors import LLMZeroError, SchedulerError, StateError
 from ..job_names import node_job_name
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import RunStore
@@ -140,8 +140,13 @@ def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler,
         except SchedulerError as exc:
             refused.append(exc)
     for job_id in cancelled:      # after every cancel: a record that cannot be written stops none
-        if jobs[job_id].status is not Status.RUNNING:
-            _unstarted(store, jobs[job_id].id, job_id, f"cancelled by {by} before it started")
+        node = jobs[job_id]
+        if node.status is not Status.RUNNING:
+            try:
+                _unstarted(store, node.id, job_id, f"cancelled by {by} before it started")
+            except LLMZeroError as exc:   # a full disk, the lock's timeout: the stop goes on
+                refused.append(SchedulerError(f"node {node.id}: job {job_id} is cancelled, but "
+                                              f"its end could not be recorded ({exc})"))
     return cancelled, refused
 
 
@@ -169,18 +174,16 @@ def _unstarted(store: RunStore, node_id: int, job_id: str, reason: str) -> None:
 
 
 def stop_phases(store: RunStore, tree: Tree, scheduler: Scheduler, cancel: bool, token: str,
-                event: Callable[[str], object]) -> None:
+                event: Callable[[str], object], by_request: bool = True) -> None:
     """The controller's side of a stop: cancel its phases when asked (else say they keep
     running, for the next controller to watch) and clear the request it acted on, its own
-    lease `token`'s."""
+    lease `token`'s; `by_request`: asked by llmzero-stop, not by a signal."""
     if cancel:
-        request = read_stop_request(store)
-        by = ("llmzero-stop" if request is not None and request.get("token") == token else
-              "the controller's --cancel-on-stop")
+        by = "llmzero-stop" if by_request else "the controller's --cancel-on-stop"
         cancelled, refused = cancel_phases(store, tree, scheduler, by)
         event(f"stopped; cancelled {len(cancelled)} running phase(s)")
         for exc in refused:
-            event(f"not cancelled: {exc}")
+            event(f"stop: {exc}")
         if refused:
             try:
                 write_json(store.root / STOP_REFUSED,
