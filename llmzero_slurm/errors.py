@@ -87,15 +87,26 @@ class ConfigProblems:
             raise found[0]
 
 
-class FrozenConfigError(ConfigError):
+class RefusedRunConfig(ConfigError):
+    """A run's frozen experiment.yaml refused as it is read, keeping every refusal of it."""
+
+    def __init__(self, refused: ConfigError):
+        super().__init__(refused.key, refused.problem)
+        self._errors = refused.errors
+        self.problems = "\n  ".join(map(str, refused.errors))
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return self._errors
+
+
+class FrozenConfigError(RefusedRunConfig):
     """A run's frozen experiment.yaml that this install refuses. The run's own release accepted
     it, so the cause is a change of release (a newer one wrote a key this one lacks, or this
     one checks a value more strictly), not the user's typing: said so, with the way on."""
 
     def __init__(self, path: Any, refused: ConfigError, version: str, created_by: str | None):
-        super().__init__(refused.key, refused.problem)
-        self._errors = refused.errors
-        problems = "\n  ".join(map(str, refused.errors))
+        super().__init__(refused)
         if created_by:      # meta.json names it (runs made from 0.2.0 on)
             accepted = f"llmzero-slurm {created_by}, which started the run"
             newer = starter = f"llmzero-slurm {created_by}"
@@ -105,37 +116,27 @@ class FrozenConfigError(ConfigError):
             starter = "the release that started the run"
         self.args = (
             f"{path}, this run's configuration as frozen when it started, is refused by this "
-            f"llmzero-slurm ({version}):\n  {problems}\n"
+            f"llmzero-slurm ({version}):\n  {self.problems}\n"
             f"It was accepted by {accepted}. A key unknown here was written by a newer release: "
             f"read, stop and resume the run with {newer}. "
             "A value refused here is checked more strictly by this release: set it in that file "
             "to one it accepts to resume with this release (llmzero-status, -report and -stop "
             f"read the run as it is), or carry on with {starter}.",)
 
-    @property
-    def errors(self) -> list[ConfigError]:
-        return self._errors
 
-
-class EditedConfigError(ConfigError):
+class EditedConfigError(RefusedRunConfig):
     """A run's frozen experiment.yaml refused after a hand edit (the README invites tuning
     it): the run's own release wrote it, or it differs from the copy frozen with it, so the
     cause is the edit, not another release. Named as such, with the copy as the way back."""
 
     def __init__(self, path: Any, refused: ConfigError, copy: Any | None):
-        super().__init__(refused.key, refused.problem)
-        self._errors = refused.errors
-        problems = "\n  ".join(map(str, refused.errors))
+        super().__init__(refused)
         back = (f"or `llmzero-repair {path.parent}` puts back {copy.name}, the copy frozen when "
                 "the run started, keeping the edited file beside it" if copy is not None else
                 "or put back what it held when the run started")
         self.args = (f"{path}, this run's frozen configuration, was edited since the run started "
-                     f"and is refused:\n  {problems}\nFix that key in {path.name}, {back} "
+                     f"and is refused:\n  {self.problems}\nFix that key in {path.name}, {back} "
                      "(llmzero-stop can stop the run meanwhile).",)
-
-    @property
-    def errors(self) -> list[ConfigError]:
-        return self._errors
 
 
 class HyperparameterError(ConfigError):

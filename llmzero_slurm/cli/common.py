@@ -23,6 +23,7 @@ from ..config import load_config
 from ..errors import EditedConfigError, LLMZeroError, StateError, UsageError, full_storage
 from ..store.atomic import umask
 from ..store.meta_repair import open_run_store
+from ..store.schema import CONFIG_COPY
 from ..store.run_store import RunStore
 
 
@@ -100,14 +101,13 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
     try:
         store = open_run_store(path, reading=True)
     except EditedConfigError as exc:
-        copy = path / "experiment.yaml.bak"
+        copy = path / CONFIG_COPY
         if not stopping or not copy.exists():
             raise
         print(f"warning: {exc.errors[0]} in the edited {path / 'experiment.yaml'}: stopping the "
               f"run as {copy.name} has it", file=sys.stderr)
         config = load_config(copy)
-        return RunStore(path, config.state.lock, config.state.lock_timeout_s,
-                        config.state.stale_after_s, config)
+        return RunStore.of(path, config)
     if store.refused:
         problems = "\n  ".join(map(str, store.refused))
         print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "

@@ -205,8 +205,5 @@ def _watch(monitor: Monitor, lease: Lease, beat: Heartbeat, interval_s: float,
             next_check = time.time() + interval_s
         else:
             beat()
-        pause = min(HEARTBEAT_S, max(0.1, next_check - time.time()))
-        while pause > 0 and stop.received is None:
-            time.sleep(min(0.2, pause))
-            pause -= 0.2
+        stop.sleep(min(HEARTBEAT_S, max(0.1, next_check - time.time())))
     return "lifetime reached"

@@ -14,11 +14,11 @@ their record says why, and the caller then stops as the request asks.
 from __future__ import annotations
 
 import signal
-import time
 from contextlib import nullcontext
 from typing import Callable, TypeVar
 
 from ..agents.deadline import abandoned_when
+from ..schedulers.base import wait_unless
 
 T = TypeVar("T")
 # SIGHUP: the terminal of a controller in the foreground closed (an SSH session ended).
@@ -54,9 +54,7 @@ class StopSignals:
 
     def sleep(self, seconds: float) -> None:
         """Sleep for `seconds`, or until a stop signal comes."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and not self.came():
-            time.sleep(min(0.2, seconds))
+        wait_unless(seconds, self.came)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if signum == signal.SIGINT and self.received is not None:

@@ -13,6 +13,7 @@ know why a job was cancelled).
 from __future__ import annotations
 
 import re
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,8 +231,18 @@ class Scheduler(ABC):
         """Stop a `submit_call` job, the `name` of its CallJob."""
         self.cancel(job_id, name)
 
+    stopping: Callable[[], bool] = staticmethod(lambda: False)   # see give_up_when
+
     def give_up_when(self, stopping: Callable[[], bool]) -> None:
         """Once `stopping()` is true (a stop signal came), a failing call is neither tried
         again nor waited on: a stopping controller must leave before Slurm's SIGKILL (KillWait)
         or the user's patience ends. A scheduler that never retries has nothing to give up."""
         self.stopping = stopping
+
+
+def wait_unless(seconds: float, stopping: Callable[[], bool]) -> None:
+    """Sleep for `seconds`, cut short (within 0.2 s) once `stopping()` is true: the waits of a
+    controller, its Slurm client and its monitor all end promptly on a stop signal."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and not stopping():
+        time.sleep(min(left, 0.2))

@@ -27,7 +27,7 @@ from ..errors import SchedulerError
 from ..job_settings import setup_script
 from ..search.tree import Status
 from .base import (LOST, SCHEDULED_ENV, CallJob, JobState, Scheduler, job_state, read_submission,
-                   state_from_status_file)
+                   state_from_status_file, wait_unless)
 from .job_env import credentials_withheld, new_job_environment, sbatch_inputs_note
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
@@ -127,7 +127,6 @@ class SlurmScheduler(Scheduler):
         self._unknown_since: dict[str, tuple[float, int]] = {}   # job -> (first miss, misses)
         self._ended_unlisted: dict[str, JobState] = {}   # job -> the end its status.json gives
         self._inputs_noted = False
-        self.stopping: Callable[[], bool] = lambda: False    # give_up_when
 
     @staticmethod
     def available() -> bool:
@@ -150,9 +149,7 @@ class SlurmScheduler(Scheduler):
 
     def _pause(self, seconds: float) -> None:
         """A wait between tries, cut short when a stop is asked for."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0 and not self.stopping():
-            time.sleep(min(left, 0.2))
+        wait_unless(seconds, self.stopping)
 
     def _call(self, argv: Sequence[str], what: str, ok_errors: tuple[str, ...] = (),
               recover: Callable[[], str | None] | None = None) -> _Answer:

@@ -16,10 +16,9 @@ from ..config import load_config
 from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError
 from .atomic import keep_copy, write_json, write_text
 from .run_store import RunStore
-from .schema import SCHEMA_VERSION, other_schema, read_meta
+from .schema import CONFIG, CONFIG_COPY, SCHEMA_VERSION, other_schema, read_meta
 
 
-CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"
 
 
 def open_run_store(root: Path, reading: bool = False) -> RunStore:
@@ -71,8 +70,7 @@ def rebuild_meta(root: Path) -> tuple[dict[str, Any], str] | None:
     from, is when the run's files say it began (RunStore.began_at)."""
     path = root / "meta.json"
     config = RunStore.config_of(root, [])   # as leniently as the commands read it
-    store = RunStore(root, config.state.lock, config.state.lock_timeout_s,
-                     config.state.stale_after_s, config)
+    store = RunStore.of(root, config)
     with store.lock.hold():
         try:
             read_meta(root)

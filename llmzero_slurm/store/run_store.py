@@ -22,7 +22,7 @@ from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .new_run import refuse_taken
 from .node_dir import NodeDir
-from .schema import (SCHEMA_VERSION, created_by, edited_by_hand, new_meta, read_meta,
+from .schema import (CONFIG_COPY, SCHEMA_VERSION, created_by, edited_by_hand, new_meta, read_meta,
                      versioned)
 
 
@@ -48,6 +48,12 @@ class RunStore:
     # -- creation and opening -------------------------------------------------------------
 
     @classmethod
+    def of(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
+        """The store of the run at `root`, locked as its `config` says."""
+        return cls(root, config.state.lock, config.state.lock_timeout_s,
+                   config.state.stale_after_s, config)
+
+    @classmethod
     def create(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
         """Make a new run directory with a frozen copy of the config. A path that is a file, or
         a folder holding anything but what an interrupted create leaves (its experiment.yaml
@@ -60,12 +66,11 @@ class RunStore:
             (root / "nodes").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(root, f"cannot be created as a run directory ({exc.strerror})") from None
-        store = cls(root, config.state.lock, config.state.lock_timeout_s,
-                    config.state.stale_after_s, config)
+        store = cls.of(root, config)
         with store.lock.hold():
             refuse_taken(root)   # another create may have won the race to the folder
             frozen = yaml.safe_dump(config.to_dict(), sort_keys=False)
-            write_text(root / "experiment.yaml.bak", frozen)   # llmzero-repair's copy
+            write_text(root / CONFIG_COPY, frozen)   # llmzero-repair's copy
             write_text(root / "experiment.yaml", frozen)
             write_json(root / "meta.json", new_meta(0, time.time()))
         return store
@@ -79,8 +84,7 @@ class RunStore:
         read_meta(root)
         refused: list[ConfigError] | None = [] if reading else None
         config = cls.config_of(root, refused)
-        store = cls(root, config.state.lock, config.state.lock_timeout_s,
-                    config.state.stale_after_s, config)
+        store = cls.of(root, config)
         store.refused = refused or []
         return store
 
@@ -95,7 +99,7 @@ class RunStore:
             if exc.key == "<file>":     # unreadable or not YAML: named as it is
                 raise
             if edited_by_hand(root):
-                copy = path.with_name("experiment.yaml.bak")
+                copy = path.with_name(CONFIG_COPY)
                 raise EditedConfigError(path, exc, copy if copy.exists() else None) from None
             raise FrozenConfigError(path, exc, __version__, created_by(root)) from None
 

@@ -15,6 +15,9 @@ from .. import __version__
 from ..errors import StateError
 from .atomic import read_json
 
+# The frozen config, and the copy frozen beside it that no command rewrites (llmzero-repair's).
+CONFIG, CONFIG_COPY = "experiment.yaml", "experiment.yaml.bak"
+
 SCHEMA_VERSION = 1
 # meta.json's name for the release that created the run. Added without a new schema version:
 # older releases read past it; a run made before FIRST_RECORDED has none (nor has a meta.json
@@ -111,6 +114,6 @@ def edited_by_hand(root: str | Path) -> bool:
     if created_by(root) == __version__:
         return True
     try:
-        return (root / "experiment.yaml").read_bytes() != (root / "experiment.yaml.bak").read_bytes()
+        return (root / CONFIG).read_bytes() != (root / CONFIG_COPY).read_bytes()
     except OSError:
         return False        # no copy (or none readable): nothing tells an edit apart
