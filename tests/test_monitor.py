@@ -482,6 +482,32 @@ def test_a_phase_whose_judgement_fails_otherwise_leaves_the_others_judged(
            "compute length" in said and "in failing" in said       # the traceback
 
 
+def test_a_pass_whose_tree_cannot_be_read_is_skipped_and_the_next_judges(
+        tmp_path, monkeypatch, capsys):
+    """The tree's folder listing failing for a moment (ESTALE on NFS) raised out of the pass:
+    the monitor job ended, and no phase was judged until its replacement left the queue. Now
+    the pass is skipped, said with the cause, and the next one judges as usual."""
+    import errno
+    store = run_with_a_best_phase(tmp_path, "local")
+    dominated = add_running(store, "42", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    listing = RunStore.node_ids
+    fails = [OSError(errno.ESTALE, "Stale file handle", str(store.root / "nodes"))]
+
+    def flaky(self):
+        if fails:
+            raise fails.pop()
+        return listing(self)
+
+    monkeypatch.setattr(RunStore, "node_ids", flaky)
+    sched = CancelRecorder()
+    monitor = Monitor(store, sched)
+    assert monitor.check_once() == []
+    said = capsys.readouterr().err
+    assert "monitor: pass skipped, the run's tree could not be read: " in said \
+        and "Stale file handle" in said
+    assert monitor.check_once() == [dominated.id] and sched.cancelled == ["42"]
+
+
 RUN_MONITOR = ("import sys; from llmzero_slurm.controller.monitor import run_monitor; "
                "print(run_monitor(sys.argv[1], 'local', 0.5, 3.0))")
 

@@ -70,8 +70,15 @@ class Monitor:
         """Judge every running phase with new metrics; return the nodes cancelled. `alive` is
         called before each phase: a pass over many phases with a slow LLM outlasts the
         keeper's patience with a silent monitor."""
-        tree = self.store.load_tree()
-        best, best_val = self.best_strategy(tree)
+        try:
+            tree = self.store.load_tree()
+            best, best_val = self.best_strategy(tree)
+        except (StateError, OSError) as exc:
+            # A listing failing for a moment (ESTALE on NFS) must not end the job: its
+            # replacement may wait in the queue for hours while nothing is judged.
+            print(f"monitor: pass skipped, the run's tree could not be read: {_why(exc)}",
+                  file=sys.stderr, flush=True)
+            return []
         stopped = []
         for node in tree:
             if node.status is not Status.RUNNING or not node.submission.job_id:
