@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from llm_loopback import LoopbackLLM
+from llmzero_slurm.agents.answers import NothingUntried
 from llmzero_slurm.agents.ask import ask
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
@@ -216,6 +217,28 @@ def test_an_llm_proposal_outside_search_space_is_returned_to_it_with_the_bounds(
     assert fallback.source == "heuristic" and bounds.problem(fallback.hparams) is None
     assert "rollout_n 12 is outside search.space" in \
         service.requests[1]["body"]["messages"][2]["content"]
+
+
+def test_when_neither_the_llm_nor_its_fallback_has_an_untried_proposal_none_is_made(
+        service, monkeypatch, run, tmp_path):
+    """Review: with search.space pinning the seed and every knob, the LLM's answers were
+    refused and its offline fallback proposed the parent's configuration again, a phase spent
+    learning nothing. Now nothing is proposed (NothingUntried), and the record of the LLM's
+    answers, paid for, is kept with the reason."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service)
+    parent = CPU.effective_hparams(HP)
+    pinned = ("seed", "lr", "kl_loss_coef", "temperature", "rollout_n", "grad_clip",
+              "max_response_length", "clip_ratio_high")
+    proposer = Proposer(cfg, CPU, choose_backend(cfg),
+                        parse_bounds({k: parent[k] for k in pinned}, "cpu"))
+    node, log = run
+    service.reply(good())
+    with pytest.raises(NothingUntried, match="no untried proposal is left within search.space"):
+        proposer.propose(ProposerInput(node, log, 0.5), tmp_path)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert len(record["answers"]) == 2 and record["usage"]["input_tokens"]
+    assert record["result"]["nothing_untried"].startswith("no untried proposal is left")
 
 
 def test_forced_scratch_shows_no_checkpoints(service, anthropic_proposer, run, tmp_path):

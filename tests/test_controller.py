@@ -1174,3 +1174,40 @@ def test_a_full_disk_at_a_folder_the_controller_makes_stops_it_naming_the_folder
     ctl, out = controller(tmp_path, sched, [scratch], store=RunStore.open(ctl.store.root))
     assert ctl.run() == 0 and [n.status for n in ctl.store.load_tree()] == [Status.COMPLETED]
     fault_outcome(ctl.store, sched.job_dirs())
+
+
+def test_a_parent_with_nothing_untried_left_takes_no_more_children(tmp_path):
+    """Review: where search.space pins the seed and every knob the offline rules move, no
+    proposal was left that a sibling had not taken or the space allowed, and the proposer fell
+    back to the parent's configuration again from scratch: each of the budget's phases trained
+    the root's configuration once more. The parent is now closed, saying why, no phase is
+    submitted for the repeat, and the search ends as exhausted, the log saying why."""
+    from llmzero_slurm.agents.answers import knobs
+    from llmzero_slurm.cli.status import render_tree
+    from llmzero_slurm.methods import make_method
+    from llmzero_slurm.search.policy import is_terminal
+    hparams = {**HP, "seed": 1, "kl_loss_coef": 0.04, "temperature": 1.0}
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "ctl", "backend": "cpu", "scheduler": "local", "task": {"builtin": "addition"},
+        "hparams": hparams, "agents": {"backend": "heuristic"},
+        "search": {"method": "llmzero", "budget_iterations": 4,
+                   "space": {k: hparams[k] for k in ("seed", "lr", "kl_loss_coef", "temperature")}}}))
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}), "COMPLETED"]] * 4)
+    out = io.StringIO()
+    ctl = Controller(store, sched, make_method("llmzero", ctx), poll_s=0.001, out=out)
+    assert ctl.run() == 0
+    tree = store.load_tree()
+    trained_knobs = [json.dumps(knobs(ctx.backend.effective_hparams(n.hparams)), sort_keys=True)
+                     for n in tree]
+    assert len(sched.jobs) == len(set(trained_knobs)) == len(trained_knobs) == 1, out.getvalue()
+    closed = read_json(store.node_path(0))["closed"]
+    assert closed.startswith("no untried proposal is left within search.space (healthy: ")
+    record = read_json(store.node_dir(0).closed / "proposal.json")
+    assert record["result"] == {"nothing_untried": closed} and not list(store.proposals_dir.iterdir())
+    said = out.getvalue()
+    assert f"node 0: takes no more children: {closed}" in said
+    assert ("search finished: the search has no branch left to grow (nothing untried was left "
+            "to propose from node 0)") in said
+    rows = render_tree(tree, {}, is_terminal(tree, store.config.search), {})
+    assert rows[1].endswith(" TC") and "C closed (nothing untried left to propose from it)" in rows[-1]

@@ -165,6 +165,24 @@ def test_a_cancelled_phase_neither_forces_nor_blocks_an_injection():
                   SET).injected is True
 
 
+def test_a_closed_node_is_offered_no_new_child_and_uct_goes_on_among_the_rest():
+    """A node the proposer found nothing untried to propose from is closed: selection neither
+    expands it (as an evolve parent or as the injection's best node) nor ends the search while
+    its children can still grow; with every node closed, nothing is left to select."""
+    why = "no untried proposal is left within search.space"
+    open_tree = T(N(0, None, score=0.6), N(1, 0, score=0.2))
+    assert select(open_tree, SET) == Action(Kind.EVOLVE, 0)
+    assert select(T(N(0, None, score=0.6, closed=why), N(1, 0, score=0.2)), SET) \
+        == Action(Kind.EVOLVE, 1)
+    chain = [N(0, None, score=0.3)] + [N(i, i - 1, score=0.3 + i / 100) for i in range(1, 6)]
+    chain += [N(6, 5, score=0.2)]
+    assert select(T(*chain), SET) == Action(Kind.SCRATCH, 5, injected=True)
+    elsewhere = select(T(*chain[:5], N(5, 4, score=0.35, closed=why), chain[6]), SET)
+    assert elsewhere is not None and not elsewhere.injected and elsewhere.parent != 5
+    assert select(T(N(0, None, score=0.6, closed=why), N(1, 0, score=0.2, closed=why)),
+                  SET) is None
+
+
 def test_reparenting_after_a_successful_debug():
     r = Resume(0, 10)
     tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED),

@@ -65,6 +65,20 @@ def test_create_open_and_round_trip(tmp_path):
     assert [n.id for n in again.load_tree()] == [0]
 
 
+def test_a_record_written_before_nodes_could_be_closed_reads_as_open(tmp_path):
+    """`closed` (why a node takes no more children) came later: a record without it is open,
+    and a closed one keeps its reason through a write and a read."""
+    store = new_store(tmp_path)
+    root = add_root(store)
+    data = read_json(store.node_path(0))
+    del data["closed"]
+    write_json(store.node_path(0), data)
+    assert store.read_node(0) == root and root.closed is None
+    root.closed = "no untried proposal is left within search.space"
+    store.write_node(root)
+    assert RunStore.open(store.root).read_node(0).closed == root.closed
+
+
 def test_creating_over_an_existing_run_is_refused(tmp_path):
     store = new_store(tmp_path)
     with pytest.raises(StateError, match="already holds a run"):

@@ -30,6 +30,11 @@ class AnswerError(ValueError):
     """The answer cannot be used; the message tells the LLM what to fix."""
 
 
+class NothingUntried(Exception):
+    """No proposal is left for the parent that no sibling took and search.space allows; the
+    message says why. The parent takes no more children, rather than training one again."""
+
+
 @dataclass
 class Proposal:
     diagnosis: str

@@ -35,7 +35,8 @@ def bounded(text: str) -> str:
 def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Callable[[], T],
         record: AgentRecord, repairs: int = 1, unusable: Callable[[], T] | None = None) -> T:
     """`parse` raises AnswerError with a message meant for the LLM (anything else it raises
-    is a fallback, never an escape that would lose the record); `fallback` cannot fail.
+    is a fallback, never an escape that would lose the record); `fallback` cannot fail (what
+    it raises by design, the proposer's NothingUntried, is its caller's to record).
 
     A rejected answer is sent back with the problem `repairs` times. `unusable`, when given,
     answers instead of `fallback` once every answer was rejected (the LLM did answer, so the

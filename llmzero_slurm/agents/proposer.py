@@ -18,7 +18,7 @@ from ..plots import metric_plots
 from ..search.budget import planned_length, samples_per_step
 from ..search.tree import Node, Status
 from ..store.node_dir import NodeDir
-from .answers import SCHEDULE_KEYS, Proposal, check_proposal, extract_json
+from .answers import SCHEDULE_KEYS, NothingUntried, Proposal, check_proposal, extract_json
 from .ask import ask
 from .knowledge import hparam_guide, metric_guide
 from .llm import Backend, Prompt
@@ -52,7 +52,8 @@ class Proposer:
         self.cfg, self.trainer, self.llm, self.bounds = cfg, trainer, llm, bounds
 
     def propose(self, inp: ProposerInput, out_dir: str | Path) -> Proposal:
-        """Propose the child, writing the plots it was shown and proposal.json to out_dir."""
+        """Propose the child, writing the plots it was shown and proposal.json to out_dir;
+        NothingUntried (recorded there too) when neither the LLM nor its fallback has one."""
         out_dir = Path(out_dir)
         metrics = inp.metrics.without_test()
         checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
@@ -65,17 +66,22 @@ class Proposer:
                                    self.trainer, inp.scratch_only, taken, self.bounds)
 
         llm = self.llm
-        if llm is None:
-            record = AgentRecord("proposer", "heuristic")
-            proposal = fallback()
-        else:
-            record = AgentRecord("proposer", llm.name, self.cfg.model)
-            prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
-            proposal = ask(llm, prompt, lambda text: check_proposal(
-                extract_json(text), parent_hp, checkpoints, inp.scratch_only,
-                self.trainer, llm.name, self.bounds, taken), fallback, record)
-        record.result = asdict(proposal)
-        save_record(NodeDir(out_dir).proposal_file, record, agent_secrets(self.cfg, self.llm))
+        record = AgentRecord("proposer", "heuristic") if llm is None \
+            else AgentRecord("proposer", llm.name, self.cfg.model)
+        try:
+            if llm is None:
+                proposal = fallback()
+            else:
+                prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
+                proposal = ask(llm, prompt, lambda text: check_proposal(
+                    extract_json(text), parent_hp, checkpoints, inp.scratch_only,
+                    self.trainer, llm.name, self.bounds, taken), fallback, record)
+            record.result = asdict(proposal)
+        except NothingUntried as exc:   # the LLM's answers that found none are kept too
+            record.result = {"nothing_untried": str(exc)}
+            raise
+        finally:
+            save_record(NodeDir(out_dir).proposal_file, record, agent_secrets(self.cfg, self.llm))
         return proposal
 
     def prompt(self, inp: ProposerInput, metrics: MetricsLog, checkpoints: list[int],

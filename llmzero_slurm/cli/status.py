@@ -39,7 +39,7 @@ def _row(node: Node, depth: int, live: dict[str, str], terminal: bool,
     job = node.submission.job_id or "-"
     state = live.get(job, node.submission.scheduler_state or "")
     flags = "".join(f for f, on in (("*", node.injected), ("T", terminal and not node.pruned),
-                                    ("P", node.pruned)) if on)
+                                    ("P", node.pruned), ("C", node.closed is not None)) if on)
     return (f"{'  ' * depth}{node.id:04d} {node.kind.value:<7} {node.status.value:<13} "
             f"{val:>6}  {_steps(node, logged):<11} {job:<10} {state:<12} {flags}")
 
@@ -52,7 +52,8 @@ def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool],
         node, depth = stack.pop()
         lines.append(_row(node, depth, live, terminal.get(node.id, True), logged.get(node.id)))
         stack += [(c, depth + 1) for c in reversed(tree.children(node.id, include_pruned=True))]
-    lines.append("flags: * injected scratch, T terminal, P pruned")
+    lines.append("flags: * injected scratch, T terminal, P pruned, C closed (nothing untried "
+                 "left to propose from it)")
     return lines
 
 

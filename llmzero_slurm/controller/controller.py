@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 
 from ..backends import get_backend
 from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
-from ..methods.base import GiveUp, PhasePlan, SearchMethod
+from ..methods.base import PhasePlan, SearchMethod, Verdict
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
 from ..search.policy import make_child
@@ -130,10 +130,9 @@ class Controller:
                 if self._stopping():
                     continue      # asked to stop while the agents answered: acted on above
                 if not pending:   # nothing running and nothing the method can start
-                    return self._finished(tree, self.admission.closed(tree)
-                                          or f"{self.method.name} has nothing left to run")
+                    return self._finished(tree, self.admission.closed(tree) or self.method.ended(tree))
             elif not pending:
-                return self._finished(tree, spent or "the search has no branch left to grow")
+                return self._finished(tree, spent or self.method.ended(tree))
             if self.monitor is not None and self.method.early_stopping:
                 try:
                     if news := self.monitor.ensure(any(n.status is Status.RUNNING for n in tree)):
@@ -177,10 +176,10 @@ class Controller:
                 plan = self.admission.admit(tree, plan)
                 if plan is None:
                     break
-            if isinstance(plan, GiveUp):
-                self.store.file_records(plan.records_dir, self.store.node_dir(plan.node).give_up)
-                self.store.update_node(plan.node, partial(Node.give_up, message=plan.message))
-                self.progress.event(f"node {plan.node}: debug chain stopped: {plan.message}")
+            if isinstance(plan, Verdict):
+                self.store.file_records(plan.records_dir, plan.folder(self.store.node_dir(plan.node)))
+                self.store.update_node(plan.node, plan.apply)
+                self.progress.event(f"node {plan.node}: {plan.said}: {plan.message}")
             else:
                 node = self._create(tree, plan)
                 running += self.submitter.submit(node)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..backends import TrainerBackend, get_backend
 from ..config import ExperimentConfig
 from ..search.policy import Action
-from ..search.tree import Tree
+from ..search.tree import Node, Tree
 from ..store.node_dir import NodeDir
 
 
@@ -31,13 +31,49 @@ class PhasePlan:
 
 
 @dataclass
-class GiveUp:
-    """Stop a failed node's debug chain: its failure needs a person, not another retry."""
+class Verdict(ABC):
+    """No phase, a decision about an existing node: recorded on it, the agent's records that
+    led to it filed in one of its folders."""
 
     node: int
     message: str
-    # The analyzer's records that ended the chain, to move into the node's give_up/ folder.
-    records_dir: Path | None = None
+    records_dir: Path | None = None     # the agent's records, written before the verdict
+    said: ClassVar[str]                 # the controller's line, before the message
+
+    @abstractmethod
+    def folder(self, files: NodeDir) -> Path:
+        """Where the agent's records go."""
+
+    @abstractmethod
+    def apply(self, node: Node) -> None:
+        """Record the verdict on the node."""
+
+
+@dataclass
+class GiveUp(Verdict):
+    """Stop a failed node's debug chain: its failure needs a person, not another retry."""
+
+    said = "debug chain stopped"
+
+    def folder(self, files: NodeDir) -> Path:
+        return files.give_up
+
+    def apply(self, node: Node) -> None:
+        node.give_up(self.message)
+
+
+@dataclass
+class Close(Verdict):
+    """Nothing untried is left to propose from the node: it takes no more children, and the
+    search goes on elsewhere (or ends) rather than train a configuration again."""
+
+    said = "takes no more children"
+
+    def folder(self, files: NodeDir) -> Path:
+        return files.closed
+
+    def apply(self, node: Node) -> None:
+        node.closed = self.message
 
 
 @dataclass
@@ -68,9 +104,13 @@ class SearchMethod(ABC):
         self.ctx = ctx
 
     @abstractmethod
-    def next_phase(self, tree: Tree) -> PhasePlan | GiveUp | None:
+    def next_phase(self, tree: Tree) -> PhasePlan | Verdict | None:
         """The next phase to start now, or None when nothing can start until a job ends."""
 
     @abstractmethod
     def exhausted(self, tree: Tree) -> bool:
         """True when no further phase will ever be proposed (pending jobs aside)."""
+
+    def ended(self, tree: Tree) -> str:
+        """Why the search ended with budget left: the controller's last word on it."""
+        return f"{self.name} has nothing left to run"

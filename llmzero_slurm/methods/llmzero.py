@@ -1,8 +1,8 @@
 """The LLMZero search: UCT selection over the tree, agents for every new phase (Algorithm 1).
 
-Selection picks where to branch; the proposer fills in an evolve or injected-scratch child,
-the error analyzer a debug child. The root runs the experiment's own configuration (the
-practitioner's recipe), as in the paper.
+Selection picks where to branch; the proposer fills in an evolve or injected-scratch child
+(or, with nothing untried left, closes the parent), the error analyzer a debug child. The root
+runs the experiment's own configuration (the practitioner's recipe), as in the paper.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..agents.answers import NothingUntried
 from ..agents.error_analyzer import ErrorAnalyzer
 from ..agents.llm import choose_backend
 from ..agents.proposer import Proposer, ProposerInput
@@ -18,7 +19,7 @@ from ..errors import ConfigError
 from ..search.budget import Budget, planned_length, planned_steps
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Node, Status, Tree
-from .base import GiveUp, MethodContext, PhasePlan, SearchMethod
+from .base import Close, GiveUp, MethodContext, PhasePlan, SearchMethod, Verdict
 from .space import parse_bounds
 
 
@@ -52,7 +53,13 @@ class LLMZeroMethod(SearchMethod):
         return len(tree) > 0 and select(tree, self.ctx.config.search) is None \
             and not any(n.status.pending for n in tree)
 
-    def next_phase(self, tree: Tree) -> PhasePlan | GiveUp | None:
+    def ended(self, tree: Tree) -> str:
+        closed = sorted(n.id for n in tree if n.closed is not None and not n.pruned)
+        return "the search has no branch left to grow" + (
+            f" (nothing untried was left to propose from node{'s' * (len(closed) > 1)} "
+            f"{', '.join(map(str, closed))})" if closed else "")
+
+    def next_phase(self, tree: Tree) -> PhasePlan | Verdict | None:
         action = select(tree, self.ctx.config.search)
         if action is None:
             return None
@@ -64,7 +71,7 @@ class LLMZeroMethod(SearchMethod):
             return self._debug(tree, action, records)
         return self._propose(tree, action, records)
 
-    def _propose(self, tree: Tree, action: Action, records: Path) -> PhasePlan:
+    def _propose(self, tree: Tree, action: Action, records: Path) -> PhasePlan | Close:
         assert action.parent is not None   # select() gives roots no proposal
         parent = tree[action.parent]
         best = best_node(tree)
@@ -74,7 +81,10 @@ class LLMZeroMethod(SearchMethod):
                             best.score if best else None, scratch_only=action.injected,
                             siblings=siblings, budget_left=self.budget.left(tree),
                             configured_steps=self._configured_steps)
-        proposal = self.proposer.propose(inp, records)
+        try:
+            proposal = self.proposer.propose(inp, records)
+        except NothingUntried as exc:
+            return Close(parent.id, str(exc), records)
         if proposal.checkpoint is None:
             action = Action(Kind.SCRATCH, action.parent, action.injected)
         return PhasePlan(action, proposal.hparams, proposal.checkpoint, proposal.diagnosis, records)

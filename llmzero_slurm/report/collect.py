@@ -34,6 +34,7 @@ class NodeView:
     proposal: dict[str, Any] | None = None
     error_analysis: dict[str, Any] | None = None
     give_up_analysis: dict[str, Any] | None = None     # the answer that ended its debug chain
+    closing_proposal: dict[str, Any] | None = None     # the one that found nothing untried
     stops: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -182,6 +183,7 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     view.proposal = _agent_record(files.proposal_file, notes)
     view.error_analysis = _agent_record(files.error_analysis_file, notes)
     view.give_up_analysis = _agent_record(NodeDir(files.give_up).error_analysis_file, notes)
+    view.closing_proposal = _agent_record(NodeDir(files.closed).proposal_file, notes)
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
     return view
@@ -218,7 +220,7 @@ def _agent_costs(views: dict[int, NodeView],
     records: list[tuple[str, dict | None]] = list(unused)
     for view in views.values():
         records += [("proposer", view.proposal), ("error_analyzer", view.error_analysis),
-                    ("error_analyzer", view.give_up_analysis)]
+                    ("error_analyzer", view.give_up_analysis), ("proposer", view.closing_proposal)]
         records += [("stopper", stop) for stop in view.stops]
     for fallback, record in records:
         if record:

@@ -77,7 +77,7 @@ class Analysis:
     def child_kind(self, node: Node) -> Kind | None:
         """The kind of child the node could get now, or None when it can have no more."""
         s = self.settings
-        if node.pruned or node.terminal:
+        if node.pruned or node.terminal or node.closed is not None:
             return None
         k = len(self.limit_children(node))
         if node.status in (Status.COMPLETED, Status.EARLY_STOPPED):
@@ -133,7 +133,8 @@ def select(tree: Tree, settings: SearchSettings) -> Action | None:
     if not len(tree) or (roots and all(r.status is Status.CANCELLED for r in roots)):
         return Action(Kind.SCRATCH, None)
     best = best_node(tree)
-    if best is not None and scratch_ratio(tree) < settings.min_scratch_ratio:
+    # A closed best node takes no more children, an injected one included.
+    if best is not None and best.closed is None and scratch_ratio(tree) < settings.min_scratch_ratio:
         return Action(Kind.SCRATCH, best.id, injected=True)
     analysis = Analysis.of(tree, settings)
     return _descend(analysis, None)

@@ -92,6 +92,7 @@ class Node:
     fixed_from: int | None = None  # a debug fix reparented beside the node it fixes
     terminal: bool = False         # set explicitly (chain resolved, analyzer gave up)
     pruned: bool = False           # removed from the search (debug subtree of a fixed chain)
+    closed: str | None = None      # why it takes no more children (nothing untried to propose)
     created_at: float = 0.0
     submitted_at: float | None = None
     started_at: float | None = None

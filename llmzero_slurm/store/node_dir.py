@@ -15,7 +15,7 @@ node file's path or parses one itself. Who writes what (each file has one writer
                                                           adapter, with best.json (step, score)
     early_stop.json    the monitor (stopper)              its decisions, one entry each
     proposal.json,     the controller (agents)            what an agent saw and answered
-    error_analysis.json, plots/, give_up/
+    error_analysis.json, plots/, give_up/, closed/
 
 Readers here never load an unbounded file whole: metrics are read incrementally through a
 `MetricsReader`, and the log only as a bounded tail.
@@ -156,6 +156,12 @@ class NodeDir:
         """The error analyzer's records (error_analysis.json) when it ended this failed node's
         debug chain; its own error_analysis.json, if any, is the one that made the node."""
         return self.path / "give_up"
+
+    @property
+    def closed(self) -> Path:
+        """The proposer's record (proposal.json) that found nothing untried to propose from
+        this node, which then took no more children."""
+        return self.path / "closed"
 
     @property
     def plots(self) -> Path:

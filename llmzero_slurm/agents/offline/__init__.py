@@ -33,5 +33,7 @@ ways. When a proposal would duplicate an existing sibling, or a forced fresh sta
 replay the parent's configuration, the next alternative is used, each differing from the
 others in several knobs: more cautious (lr x0.5, KL x1.5), bolder (lr x1.5, KL x2,
 temperature +0.1), then sharper (rule 8's move), and last the parent's configuration with a
-seed none of them ran with.
+seed none of them ran with. When none of these is untried within search.space (it pins the
+seed and the knobs they move), the parent takes no more children (its record says why): the
+search goes on elsewhere, or ends, rather than train a configuration again.
 """

@@ -1,5 +1,5 @@
 """The offline proposer: the first matching rule's change, or the next alternative when a
-sibling already has it (see the rules in this package's docstring)."""
+sibling already has it, or none left (see the rules in this package's docstring)."""
 from __future__ import annotations
 
 from functools import partial
@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...backends.base import TrainerBackend
 from ...methods.space import NO_BOUNDS, Bounds
 from ...metrics import MetricsLog
-from ..answers import AnswerError, Proposal, Tried, check_proposal
+from ..answers import AnswerError, NothingUntried, Proposal, Tried, check_proposal
 from .knobs import add, clamp, kl, scale
 from .signals import Signals, diagnose
 
@@ -90,7 +90,8 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
             phase_steps: int, backend: TrainerBackend, scratch_only: bool = False,
             taken: Sequence[Tried] = (), bounds: Bounds = NO_BOUNDS) -> Proposal:
     """A validated proposal; `taken`: each sibling's start and configuration, not repeated;
-    each knob moves only as far as the user's `bounds` (search.space) allow."""
+    each knob moves only as far as the user's `bounds` (search.space) allow. NothingUntried
+    when every variant is taken or refused: a repeat would spend a phase learning nothing."""
     sig = Signals.of(log.without_test())
     rule, why = diagnose(sig)
     step = None if scratch_only else _resume_step(checkpoints, sig, rule)
@@ -114,11 +115,7 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
                                   "heuristic", bounds, taken)
         except AnswerError as exc:
             tried.append(str(exc))
-    # Every variant was taken or invalid (search.space fixes the seed): nothing untried is left,
-    # so the parent's configuration again from scratch, said so; knowingly a repeat, so not
-    # checked as a fresh strategy or against the siblings.
-    return check_proposal({"diagnosis": f"{rule}: {why}; no untried variant is left within "
-                           f"search.space ({tried}): the parent's configuration again",
-                           "changes": {}, "checkpoint_step": None,
-                           "additional_steps": fresh},
-                          parent_hp, checkpoints, False, backend, "heuristic", bounds)
+    # search.space fixes the knobs these move and the seed, or siblings took the rest.
+    raise NothingUntried(f"no untried proposal is left within search.space ({rule}: the rule's "
+                         f"change, the alternatives and a new seed were each taken or refused: "
+                         f"{'; '.join(dict.fromkeys(tried))})")
