@@ -634,14 +634,17 @@ def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
 # -- one node's trouble stays its own (issue 14.5) ------------------------------------------
 
 class RefusingScheduler(ScriptedScheduler):
-    """Refuses the first submissions with the given errors, then takes jobs as scripted."""
+    """Refuses the first submissions with the given errors, then takes jobs as scripted. An
+    unsure error (a timed-out sbatch) takes the job and loses its answer."""
 
-    def __init__(self, refusals: list[SchedulerError], scripts: list):
+    def __init__(self, refusals: list[SchedulerError | None], scripts: list):
         super().__init__(scripts)
         self.refusals = refusals
 
     def submit(self, script: Path, token: str) -> str:
         if self.refusals and (refusal := self.refusals.pop(0)) is not None:   # None: taken
+            if refusal.unsure:
+                super().submit(script, token)
             raise refusal
         return super().submit(script, token)
 
@@ -679,6 +682,25 @@ def test_refusals_in_a_row_stop_the_search_instead_of_spending_its_budget(tmp_pa
     assert (f"search stopped: the scheduler refused the last {REFUSALS_IN_A_ROW} phases, each "
             "for good (the last: sbatch: error: invalid partition specified)") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
+
+
+def test_a_job_found_by_its_token_is_a_job_taken_between_refusals(tmp_path, monkeypatch):
+    """A submission whose sbatch answer was lost (a timed-out client), its job then found by
+    its token, did not start the count of refusals in a row again: two refusals before it and
+    one after closed the search (exit 5) although the scheduler had taken a phase between. A
+    job found so is a job taken, and said as one."""
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.0)
+    bad = SchedulerError("sbatch: error: invalid partition specified")
+    lost = SchedulerError("submitting: sbatch: socket timed out; it may still have gone through",
+                          unsure=True)
+    sched = RefusingScheduler([bad, bad, lost, bad, bad],
+                              [["RUNNING", trained({10: 0.4}), "COMPLETED"]] * 2)
+    ctl, out = controller(tmp_path, sched, [scratch] * 6)
+    assert ctl.run() == 0, out.getvalue()
+    assert [n.status for n in ctl.store.load_tree()] == [
+        Status.FAILED, Status.FAILED, Status.COMPLETED, Status.FAILED, Status.FAILED,
+        Status.COMPLETED]
+    assert "node 2: submitted as job 100 (found after its sbatch answer was lost)" in out.getvalue()
 
 
 def test_a_search_with_nothing_completed_names_the_failure_not_the_plan(tmp_path):
