@@ -27,7 +27,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import read_json
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
-from conftest import wait_for
+from conftest import slurm_clients, wait_for
 from metrics_files import val_rows, write_metrics
 
 HP = {"lr": 1e-3, "total_training_steps": 20, "save_freq": 10}
@@ -319,6 +319,31 @@ def test_ctrl_c_while_slurm_does_not_answer_stops_within_seconds(tmp_path):
     assert time.monotonic() - began < 5, calls
     assert calls == ["squeue", "squeue"]    # the poll, and the monitor's state as it left
     assert not (store.root / Lease.FILE).exists()
+
+
+def test_a_stop_signal_ends_the_squeue_under_way_and_keeps_the_phases_states(tmp_path,
+                                                                           monkeypatch):
+    """Review: a SIGTERM that came while squeue waited on a slow slurmctld was acted on only
+    once squeue answered, up to its 120 s timeout. The squeue under way is ended at once; the
+    poll had no answer, so every phase keeps the state on record, for the next start."""
+    import threading
+    from llmzero_slurm.schedulers import SlurmScheduler
+    slurm_clients(tmp_path, monkeypatch, squeue="sleep 30")
+    store = new_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.RUNNING,
+                                  submission=Submission("tok", "4242")))
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
+    out = io.StringIO()
+    ctl = Controller(store, SlurmScheduler(min_poll_s=0), ScriptedMethod(ctx, []), poll_s=30,
+                     out=out)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    began = time.monotonic()
+    assert ctl.run() == 143
+    assert time.monotonic() - began < 3, out.getvalue()
+    assert ("could not poll the scheduler, states kept as they were: polling jobs: squeue was "
+            "ended unanswered: stopping") in out.getvalue()
+    [node] = store.load_tree()
+    assert (node.status, node.submission.job_id) == (Status.RUNNING, "4242")
 
 
 def test_a_signal_sends_nothing_more_to_the_scheduler(tmp_path, monkeypatch):
