@@ -34,6 +34,9 @@ _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-s
 _CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
 _GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+# A --tres-per-task entry that asks for GPUs (gres/gpu:2, gres/gpu:a100=2): sbatch keeps
+# --gpus-per-task=2 as that same entry, so it is refused as --gpus-per-task is.
+_GPU_TRES = re.compile(r"(?:^|,)(?:gres[/:])?gpu(?:[:=,]|$)", re.I)
 # Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
 _WHERE = ("partition", "account", "qos")       # what every section of the config may set
 _PLACEMENT = (*_WHERE, "constraint")
@@ -49,11 +52,12 @@ _BREAKS = {
                    "credential filter llmzero-slurm submits through: set variables in "
                    "slurm.setup lines (credentials excepted) or in the shell that submits",
 }
-# Every long option the extra-directive rules refuse, and (so none is misread as an
-# abbreviation of another) every sbatch option whose name starts another's here.
+# Every long option the extra-directive rules refuse or read, and (so none is misread as an
+# abbreviation of another) every sbatch option whose name starts another's here or shares
+# its first word (--tres is --tres-bind or --tres-per-task).
 RULED = MANAGED | {"array", "cluster", "clusters", "nodes", "time", *_NTASKS_OPTIONS,
                    *_CPUS_OPTIONS, *_GPUS_OPTIONS, *_MEM_OPTIONS, *_PLACEMENT, *_BREAKS,
-                   "wait-all-nodes"}
+                   "wait-all-nodes", "tres-per-task", "tres-bind"}
 WARN_SIGNAL_S = 120     # --signal=B:USR1@N: the script learns a time limit is near
 
 
@@ -215,6 +219,11 @@ def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, s
     if option in sized:
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")
+    if option == "tres-per-task" and "gpus-per-task" in sized \
+            and _GPU_TRES.search((match.group(2) or "=")[1:]):
+        raise ConfigError(key, f"{read_as}a gres/gpu entry of --tres-per-task asks for GPUs, as "
+                               f"--gpus-per-task does: the script asks for them, from "
+                               f"{sized['gpus-per-task']} (got {line[:60]!r})")
     if option in placed:
         raise ConfigError(key, f"{read_as}set {placed[option]} instead: a second --{option} "
                                "line would quietly win over it in this job alone, while the "

@@ -219,3 +219,15 @@ def verl_task_files(folder: Path) -> dict[str, Path]:
     pq.write_table(table.set_column(at, "data_source", pa.array(["addition_test"] * len(table))),
                    files["test"])
     return files
+
+
+def slurm_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **scripts: str) -> None:
+    """Stand-ins for Slurm's clients, first on PATH: each keyword a client, its value the body
+    of its shell script; `scontrol ping` says a controller is up unless given otherwise."""
+    scripts.setdefault("scontrol", 'echo "Slurmctld(primary) at stand-in is UP"')
+    shims = tmp_path / "bin"
+    shims.mkdir(exist_ok=True)
+    for client, body in scripts.items():
+        (shims / client).write_text(f"#!/bin/sh\n{body}\n")
+        (shims / client).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")

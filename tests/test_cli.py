@@ -26,7 +26,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
-from conftest import finish, local_phases, verl_task_files, wait_for
+from conftest import finish, local_phases, slurm_clients, verl_task_files, wait_for
 from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
@@ -1403,18 +1403,6 @@ def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_pat
     assert f"note: {said}\n" in status.stdout
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr
-
-
-def slurm_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **scripts: str) -> None:
-    """Stand-ins for Slurm's clients, first on PATH: each keyword a client, its value the body
-    of its shell script; `scontrol ping` says a controller is up unless given otherwise."""
-    scripts.setdefault("scontrol", 'echo "Slurmctld(primary) at stand-in is UP"')
-    shims = tmp_path / "bin"
-    shims.mkdir(exist_ok=True)
-    for client, body in scripts.items():
-        (shims / client).write_text(f"#!/bin/sh\n{body}\n")
-        (shims / client).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
 
 
 def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_path, monkeypatch):

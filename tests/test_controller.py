@@ -27,7 +27,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import read_json
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
-from conftest import wait_for
+from conftest import slurm_clients, wait_for
 from metrics_files import val_rows, write_metrics
 
 HP = {"lr": 1e-3, "total_training_steps": 20, "save_freq": 10}
@@ -319,6 +319,31 @@ def test_ctrl_c_while_slurm_does_not_answer_stops_within_seconds(tmp_path):
     assert time.monotonic() - began < 5, calls
     assert calls == ["squeue", "squeue"]    # the poll, and the monitor's state as it left
     assert not (store.root / Lease.FILE).exists()
+
+
+def test_a_stop_signal_ends_the_squeue_under_way_and_keeps_the_phases_states(tmp_path,
+                                                                           monkeypatch):
+    """Review: a SIGTERM that came while squeue waited on a slow slurmctld was acted on only
+    once squeue answered, up to its 120 s timeout. The squeue under way is ended at once; the
+    poll had no answer, so every phase keeps the state on record, for the next start."""
+    import threading
+    from llmzero_slurm.schedulers import SlurmScheduler
+    slurm_clients(tmp_path, monkeypatch, squeue="sleep 30")
+    store = new_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.RUNNING,
+                                  submission=Submission("tok", "4242")))
+    ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
+    out = io.StringIO()
+    ctl = Controller(store, SlurmScheduler(min_poll_s=0), ScriptedMethod(ctx, []), poll_s=30,
+                     out=out)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    began = time.monotonic()
+    assert ctl.run() == 143
+    assert time.monotonic() - began < 3, out.getvalue()
+    assert ("could not poll the scheduler, states kept as they were: polling jobs: squeue was "
+            "ended unanswered: stopping") in out.getvalue()
+    [node] = store.load_tree()
+    assert (node.status, node.submission.job_id) == (Status.RUNNING, "4242")
 
 
 def test_a_signal_sends_nothing_more_to_the_scheduler(tmp_path, monkeypatch):
@@ -634,14 +659,17 @@ def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):
 # -- one node's trouble stays its own (issue 14.5) ------------------------------------------
 
 class RefusingScheduler(ScriptedScheduler):
-    """Refuses the first submissions with the given errors, then takes jobs as scripted."""
+    """Refuses the first submissions with the given errors, then takes jobs as scripted. An
+    unsure error (a timed-out sbatch) takes the job and loses its answer."""
 
-    def __init__(self, refusals: list[SchedulerError], scripts: list):
+    def __init__(self, refusals: list[SchedulerError | None], scripts: list):
         super().__init__(scripts)
         self.refusals = refusals
 
     def submit(self, script: Path, token: str) -> str:
         if self.refusals and (refusal := self.refusals.pop(0)) is not None:   # None: taken
+            if refusal.unsure:
+                super().submit(script, token)
             raise refusal
         return super().submit(script, token)
 
@@ -679,6 +707,25 @@ def test_refusals_in_a_row_stop_the_search_instead_of_spending_its_budget(tmp_pa
     assert (f"search stopped: the scheduler refused the last {REFUSALS_IN_A_ROW} phases, each "
             "for good (the last: sbatch: error: invalid partition specified)") in out.getvalue()
     fault_outcome(ctl.store, sched.job_dirs())
+
+
+def test_a_job_found_by_its_token_is_a_job_taken_between_refusals(tmp_path, monkeypatch):
+    """A submission whose sbatch answer was lost (a timed-out client), its job then found by
+    its token, did not start the count of refusals in a row again: two refusals before it and
+    one after closed the search (exit 5) although the scheduler had taken a phase between. A
+    job found so is a job taken, and said as one."""
+    monkeypatch.setattr("llmzero_slurm.controller.submission.SUBMIT_BACKOFF_S", 0.0)
+    bad = SchedulerError("sbatch: error: invalid partition specified")
+    lost = SchedulerError("submitting: sbatch: socket timed out; it may still have gone through",
+                          unsure=True)
+    sched = RefusingScheduler([bad, bad, lost, bad, bad],
+                              [["RUNNING", trained({10: 0.4}), "COMPLETED"]] * 2)
+    ctl, out = controller(tmp_path, sched, [scratch] * 6)
+    assert ctl.run() == 0, out.getvalue()
+    assert [n.status for n in ctl.store.load_tree()] == [
+        Status.FAILED, Status.FAILED, Status.COMPLETED, Status.FAILED, Status.FAILED,
+        Status.COMPLETED]
+    assert "node 2: submitted as job 100 (found after its sbatch answer was lost)" in out.getvalue()
 
 
 def test_a_search_with_nothing_completed_names_the_failure_not_the_plan(tmp_path):

@@ -273,6 +273,27 @@ def test_an_extra_directive_cannot_replace_what_the_script_sets(tmp_path, line, 
         controller_job(tmp_path, extra_directives=["--cpus-per-task=4"])
 
 
+@pytest.mark.parametrize("line", ["--tres-per-task=gres/gpu:2", "--tres-per-task=gres/gpu:a100:1",
+                                  "--tres-per-task=cpu:4,gres/gpu=1", "--tres-per=gres/GPU:2"])
+def test_an_extra_directive_cannot_ask_for_gpus_through_tres_per_task(tmp_path, line):
+    """--gpus, --gpus-per-task and --gres=gpu:N were refused in slurm.extra_directives, but
+    --tres-per-task=gres/gpu:N (what sbatch makes of --gpus-per-task=N) was taken: the phase
+    asked for GPUs the config's GPU count, and every check of it, never saw. It is refused,
+    CPU phase or GPU phase, naming the key to set; other trackable resources stay the user's."""
+    for gpus in (0, 1):
+        with pytest.raises(ConfigError) as err:
+            render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=gpus, extra_directives=[line])))
+        assert "'slurm.extra_directives[0]'" in str(err.value)
+        assert "a gres/gpu entry of --tres-per-task asks for GPUs" in str(err.value)
+        assert "from slurm.gpus_per_node (with slurm.gpu_type" in str(err.value)
+    d = directives(render(spec(tmp_path, slurm=SlurmConfig(
+        gpus_per_node=1, extra_directives=["--tres-per-task=license/matlab:1,gres/nvme:1",
+                                           "--tres-bind=gres/gpu:single:1"]))))
+    assert d["tres-per-task"] == "license/matlab:1,gres/nvme:1"
+    with pytest.raises(ConfigError, match=r"--tres is ambiguous \(--tres-bind, --tres-per-task\)"):
+        render(spec(tmp_path, slurm=SlurmConfig(extra_directives=["--tres=gres/gpu:1"])))
+
+
 @pytest.mark.parametrize("line, said", [
     ("--partition=other", "set slurm.partition instead"),
     ("--part=other", "--part stands for --partition"),

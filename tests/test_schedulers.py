@@ -34,7 +34,8 @@ from llmzero_slurm.schedulers.slurm import LOST_AFTER_MISSES
 from llmzero_slurm.search.tree import Status
 from llmzero_slurm.store.node_dir import NodeDir
 
-from conftest import TinyBackend, files_of, finish, local_phases, status_json, tiny_phase, wait_for
+from conftest import (TinyBackend, files_of, finish, local_phases, slurm_clients, status_json,
+                      tiny_phase, wait_for)
 from full_disk import on_full_disk
 
 BACKENDS = [pytest.param("local"), pytest.param("slurm", marks=pytest.mark.slurm)]
@@ -664,6 +665,42 @@ def test_a_stop_ends_a_clients_retries_and_their_waits(stop_at_s):
         sched.states(["41"])
     assert time.monotonic() - began < stop_at_s + 1.0
     assert err.value.retryable and calls == ["squeue"]
+
+
+SLOW = "sleep 30 & echo $$ $! >>\"$0.pids\"\nwait"   # a wrapper script and the client it waits on
+
+
+@pytest.mark.parametrize("clients", [{"squeue": SLOW}, {"squeue": "true", "sacct": SLOW}])
+def test_a_stop_ends_a_query_under_way_as_no_answer(tmp_path, monkeypatch, clients):
+    """Review: an squeue or sacct under way when the stop signal came held the stopping
+    controller until slurmctld answered, up to the clients' 120 s timeout (Slurm's SIGKILL
+    may come first, the lease never released). The query is ended within a second, with the
+    processes it started, and the poll has no answer: no job is reported, nor counted as
+    unknown (a sacct stopped is not a sacct that found nothing)."""
+    slurm_clients(tmp_path, monkeypatch, **clients)
+    stop_at = time.monotonic() + 0.5
+    sched = SlurmScheduler(retries=0, min_poll_s=0)
+    sched.give_up_when(lambda: time.monotonic() >= stop_at)
+    with pytest.raises(SchedulerError, match="was ended unanswered: stopping") as err:
+        sched.states(["41"])
+    assert time.monotonic() - stop_at < 1.0 and err.value.retryable
+    [slow] = [client for client, body in clients.items() if body == SLOW]
+    started = (tmp_path / "bin" / f"{slow}.pids").read_text().split()
+    assert len(started) == 2 and not any(alive(int(pid)) for pid in started)
+
+
+def test_a_stop_lets_an_sbatch_under_way_and_a_later_lookup_answer(token_script, tmp_path,
+                                                                    monkeypatch):
+    """sbatch is not ended by the stop: a request killed half sent leaves it unknown whether
+    slurmctld took the job. Nor is a query started once the stop came: a stopping controller
+    looks its unconfirmed jobs up by token to cancel them."""
+    slurm_clients(tmp_path, monkeypatch, sbatch="sleep 1.5\necho 77",
+                  squeue="sleep 1\necho '77|PENDING|None|0|llmz:node=0000,token=tok-k'")
+    stop_at = time.monotonic() + 0.3
+    sched = SlurmScheduler(retries=0)
+    sched.give_up_when(lambda: time.monotonic() >= stop_at)
+    assert sched.submit(token_script, "tok-k") == "77"
+    assert sched.find_by_token("tok-k", "phase.sbatch") == "77"
 
 
 FORGOTTEN = "scancel: error: Kill job error on job id 4242: Invalid job id specified"

@@ -91,10 +91,15 @@ class Submitter:
                                 f"{wait:.0f} s: {exc}")
             return True
         faults.point("after_sbatch")
-        self.outcome(None)
-        self.store.update_node(node.id, partial(submitted, job_id=job_id))
-        self.progress.event(f"node {node.id}: submitted as job {job_id}")
+        self._taken(node.id, job_id)
         return True
+
+    def _taken(self, node_id: int, job_id: str, how: str = "") -> None:
+        """The scheduler holds the node's job: an sbatch answered, or a lost answer's job was
+        found; either is a job taken, which ends a run of refusals (the admission's count)."""
+        self.outcome(None)
+        self.store.update_node(node_id, partial(submitted, job_id=job_id))
+        self.progress.event(f"node {node_id}: submitted as job {job_id}{how}")
 
     def confirm(self, node: Node) -> None:
         """A `submitting` node: adopt the job found for it, or send it again once settled."""
@@ -105,7 +110,7 @@ class Submitter:
             self.progress.event(f"node {node.id}: cannot look its job up yet: {exc}")
             return
         if job_id is not None:
-            self.store.update_node(node.id, partial(submitted, job_id=job_id))
+            self._taken(node.id, job_id, " (found after its sbatch answer was lost)")
         elif time.time() - (node.submitted_at or 0.0) >= self.scheduler.settle_s:
             self.submit(node)
 

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from signal import SIGKILL
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from ..errors import SchedulerError
@@ -54,12 +55,58 @@ LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before 
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
+CLIENT_TIMEOUT_S = 120.0
+# Clients that only read: one under way when a stop comes is ended, its answer not awaited.
+# sbatch and scancel are let finish: a request half sent leaves it unknown what slurmctld did.
+QUERIES = ("squeue", "sacct")
+STOP_CHECK_S = 0.2      # how often a query under way looks for the stop
+
+
+class QueryStopped(Exception):
+    """A query a stop ended before it answered: no answer, rather than a failure."""
+
+
 def run_command(argv: Sequence[str], secret_names: Iterable[str] = (),
-                kept_names: Iterable[str] = ()) -> subprocess.CompletedProcess:
+                kept_names: Iterable[str] = (),
+                stopping: Callable[[], bool] = lambda: False) -> subprocess.CompletedProcess:
     """A Slurm client call; sbatch exports this environment to the job, so no credential but
-    the trainer's own (`kept_names`)."""
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120,
-                          env=new_job_environment(names=secret_names, keep=kept_names))
+    the trainer's own (`kept_names`). A query (QUERIES) under way when `stopping()` turns
+    true is killed with its process group (a site's wrapper script too) and QueryStopped
+    raised; one started after the stop (a stopping controller's cancels look jobs up) is
+    answered. TimeoutExpired after CLIENT_TIMEOUT_S, as subprocess.run's timeout."""
+    query = argv[0] in QUERIES
+    stoppable = query and not stopping()
+    end = time.monotonic() + CLIENT_TIMEOUT_S
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=query,
+                            env=new_job_environment(names=secret_names, keep=kept_names))
+    try:
+        while True:
+            left = end - time.monotonic()
+            try:
+                out, err = proc.communicate(timeout=max(min(left, STOP_CHECK_S) if stoppable
+                                                        else left, 0.0))
+                return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= end:
+                    raise subprocess.TimeoutExpired(proc.args, CLIENT_TIMEOUT_S) from None
+                if stoppable and stopping():
+                    raise QueryStopped(f"{argv[0]} was ended unanswered: stopping") from None
+    except BaseException:
+        _end(proc, query)
+        raise
+
+
+def _end(proc: subprocess.Popen, group: bool) -> None:
+    """Kill a client (its process group, when it leads one) and reap it."""
+    try:
+        if group:
+            os.killpg(proc.pid, SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 def _exit_status(shown: str) -> tuple[int | None, str | None]:
@@ -114,7 +161,8 @@ class SlurmScheduler(Scheduler):
                  secret_names: Sequence[str] = (), kept_names: Iterable[str] = ()):
         self.secret_names = tuple(secret_names)
         kept = frozenset(kept_names)
-        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names, kept))
+        self.run: Runner = runner or (lambda argv: run_command(argv, secret_names, kept,
+                                                               lambda: self.stopping()))
         self.retries, self.retry_wait_s = retries, retry_wait_s
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
         self._poll_s = min_poll_s
@@ -161,7 +209,8 @@ class SlurmScheduler(Scheduler):
         that got through although its client timed out). With `recover`, a failure that leaves
         it unsure whether the request got through is not retried here: it raises a retryable
         error, and the caller looks for the answer until it could have arrived (settle_s).
-        Once a stop is asked for (`give_up_when`), a failure is not tried again."""
+        Once a stop is asked for (`give_up_when`), a failure is not tried again, and a query
+        under way is ended unanswered (run_command): a retryable error at once."""
         wait = self.retry_wait_s
         for attempt in range(self.retries + 1):
             if attempt and recover is not None and (found := recover()) is not None:
@@ -169,6 +218,8 @@ class SlurmScheduler(Scheduler):
             asked = time.monotonic()
             try:
                 proc = self.run(argv)
+            except QueryStopped as exc:
+                raise SchedulerError(f"{what}: {exc}", retryable=True) from None
             except subprocess.TimeoutExpired:
                 err, unsure = f"{argv[0]} did not answer within its timeout", True
             except OSError as exc:
@@ -399,6 +450,8 @@ class SlurmScheduler(Scheduler):
         try:
             text = self._call(argv, f"reading {source}").text
         except SchedulerError:
+            if self.stopping():   # no answer, not "no such job": nothing is counted as lost
+                raise
             return {}
         found: dict[str, JobState] = {}
         for line in text.splitlines():   # a requeued job has one row per attempt: the last wins
