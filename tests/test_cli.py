@@ -1680,6 +1680,35 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
 
 
+def test_a_hand_edited_value_this_release_refuses_is_named_as_the_edit_and_repaired(tmp_path):
+    """Issue: a value typed by hand into the frozen experiment.yaml that this release refuses
+    was read leniently by status, report and stop with a warning that blamed another release
+    ("read as the release that started the run accepted them"), and llmzero-repair left the
+    file as it was. The warning now names the edit, the refused value and the way back, and
+    llmzero-repair puts back the copy frozen with the run, keeping the edited file."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["slurm"]["time"] = "forever"
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    refused = "config key 'slurm.time': 'forever' is not a Slurm time"
+    for name, args in (("status", ()), ("report", ()), ("stop", ("--cancel",))):
+        done = cli(name, str(store.root), *args)
+        assert done.returncode == 0, done.stderr
+        assert f"warning: {frozen}, this run's frozen configuration, was edited since the run " \
+               "started and holds values this llmzero-slurm" in done.stderr, done.stderr
+        assert refused in done.stderr and "release that started the run" not in done.stderr
+        assert f"`llmzero-repair {store.root}` puts back experiment.yaml.bak" in done.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "put back from experiment.yaml.bak" in repair.stdout and "warning" not in repair.stderr
+    assert frozen.read_text() == (store.root / "experiment.yaml.bak").read_text()
+    kept = [p for p in store.root.iterdir() if p.name.startswith("experiment.yaml.damaged-")]
+    assert len(kept) == 1 and "forever" in kept[0].read_text()   # the edit is not lost
+    status = cli("status", str(store.root))
+    assert status.returncode == 0 and status.stderr == "", status.stderr
+
+
 def test_a_frozen_state_value_this_release_refuses_is_named_not_a_traceback(tmp_path):
     """The run's lock is made from `state:`: a value refused there cannot be read past (an
     unknown lock kind was a ValueError traceback once the rest of the file was read on)."""

@@ -20,10 +20,11 @@ from typing import Callable
 
 from .. import __version__
 from ..config import load_config
-from ..errors import EditedConfigError, LLMZeroError, StateError, UsageError, full_storage
+from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
+                      full_storage, way_back)
 from ..store.atomic import umask
 from ..store.meta_repair import open_run_store
-from ..store.schema import CONFIG_COPY
+from ..store.schema import CONFIG, CONFIG_COPY, differs_from_copy, edited_by_hand
 from ..store.run_store import RunStore
 
 
@@ -109,12 +110,25 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
         config = load_config(copy)
         return RunStore.of(path, config)
     if store.refused:
-        problems = "\n  ".join(map(str, store.refused))
-        print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "
-              f"when it started, holds values this llmzero-slurm ({__version__}) refuses:\n  "
-              f"{problems}\nThey are read as the release that started the run accepted them; a "
-              "resume with this release needs each set to a value it accepts.", file=sys.stderr)
+        print(f"warning: {refused_values(store.root, store.refused)}", file=sys.stderr)
     return store
+
+
+def refused_values(root: Path, refused: list[ConfigError]) -> str:
+    """What reading the run past values of its frozen config that this release refuses says:
+    a hand edit (edited_by_hand) named as one, with the way back; else another release's."""
+    problems = "\n  ".join(map(str, refused))
+    frozen = root / CONFIG
+    if edited_by_hand(root):
+        copy = root / CONFIG_COPY if differs_from_copy(root) else None
+        return (f"{frozen}, this run's frozen configuration, was edited since the run started "
+                f"and holds values this llmzero-slurm ({__version__}) refuses:\n  {problems}\n"
+                "They are read as they are to show, report or stop the run; a resume needs each "
+                f"fixed in {frozen.name}, {way_back(frozen, copy)}.")
+    return (f"{frozen}, this run's configuration as frozen when it started, holds values this "
+            f"llmzero-slurm ({__version__}) refuses:\n  {problems}\nThey are read as the release "
+            "that started the run accepted them; a resume with this release needs each set to a "
+            "value it accepts.")
 
 
 def lost_meta(path: Path) -> bool:
