@@ -26,7 +26,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
-from conftest import finish, local_phases, verl_task_files, wait_for
+from conftest import finish, flock_held, local_phases, verl_task_files, wait_for
 from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
@@ -1678,6 +1678,29 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     assert refused in resume.stderr and "set it in that file to one it accepts to resume with " \
         "this release (llmzero-status, -report and -stop read the run as it is)" in resume.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_a_command_waiting_on_a_held_run_lock_says_so_then_what_to_do(tmp_path):
+    """Issue: llmzero-stop (as -repair and -start) waited up to state.lock_timeout_s on a
+    tree.lock another process held, silent, as if hung, then said only "still held by another
+    process". The wait is said within seconds, naming the file and its holder; the timeout
+    says who may hold it and what to do."""
+    store = two_phase_run(tmp_path, state={"lock_timeout_s": 6})
+    lock = store.root / "tree.lock"
+    with flock_held(lock) as holder:
+        stop = subprocess.Popen([str(ROOT / "bin" / "llmzero-stop"), str(store.root)],
+                                env={**os.environ, "LLMZERO_PYTHON": sys.executable},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        notice = stop.stderr.readline()
+        assert stop.poll() is None, notice      # said while it waits
+        out, err = stop.communicate(timeout=120)
+    held_by = f"held by pid {holder.pid} on this host ({sys.executable} -c import fcntl"
+    assert notice.startswith(f"waiting for the lock {lock}, {held_by}"), notice
+    assert notice.endswith("(giving up after 6 s)\n")
+    assert stop.returncode == 4 and "Traceback" not in err, err
+    assert err.startswith(f"error: {lock}: still held after 6 s by pid {holder.pid} on this host")
+    assert "another llmzero command or a controller of this run is using it; try again once it " \
+           "is done (llmzero-status names a running controller)" in err
 
 
 def test_a_hand_edited_value_this_release_refuses_is_named_as_the_edit_and_repaired(tmp_path):

@@ -23,12 +23,15 @@ from ..config import load_config
 from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
                       full_storage, way_back)
 from ..store.atomic import umask
+from ..store.lock_wait import say_long_waits
 from ..store.meta_repair import open_run_store
 from ..store.schema import CONFIG, CONFIG_COPY, differs_from_copy, edited_by_hand
 from ..store.run_store import RunStore
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    """Run a command: a wait for a lock past a few seconds is said on stderr (lock_wait)."""
+    say_long_waits(lambda line: print(line, file=sys.stderr, flush=True))
     try:
         code = main(argv)
     except LLMZeroError as exc:
