@@ -7,9 +7,11 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,30 @@ def test_output_cut_short_by_a_pipe_ends_quietly():
 def test_every_command_has_help(name):
     done = cli(name, "--help")
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
+
+
+def importing(pid: int) -> bool:
+    """Whether the process has begun importing the command's modules: an extension module of
+    the standard library is loaded (Python's own start and its site load none)."""
+    try:
+        return ".cpython-" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
+    """Issue: Ctrl-C in the first seconds of any llmzero-* command, while Python imported its
+    modules, printed a KeyboardInterrupt traceback. It now ends as an interrupt later does: exit
+    130 and one line. Each signal lands in the imports: the help is not printed yet."""
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    for delay in (0.0, 0.1, 0.3):
+        proc = subprocess.Popen([str(ROOT / "bin" / "llmzero-status"), "--help"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(partial(importing, proc.pid), 60, "the command's imports", every=0.001)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err, out) == (130, "interrupted\n", ""), (delay, err[-2000:])
 
 
 def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
+from . import interrupted
 from ..config import load_config
 from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
                       full_storage, way_back)
@@ -38,7 +39,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         print(f"error: {exc}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
-        code = 130
+        code = interrupted()
     except BrokenPipeError:
         # Python's advice: point stdout at devnull so the flush at exit cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
