@@ -255,7 +255,7 @@ class SoftLock:
         deadline, said = started + self.timeout, False
         judged = 0.0      # staleness is judged once a second: each look writes a probe file
         while not self._try_create():
-            if not said and time.monotonic() - started >= lock_wait.WAIT_NOTICE_S:
+            if not said and lock_wait.noticing() and time.monotonic() - started >= lock_wait.WAIT_NOTICE_S:
                 said = True
                 lock_wait.notice(self.path, self.timeout, self._holder_named())
             if time.monotonic() - judged >= 1.0:
