@@ -21,7 +21,7 @@ def main() -> None:
         run_main = import_module(".common", __package__).run_main
         run_main(import_module(f".{name}", __package__).main, sys.argv[2:])
     except KeyboardInterrupt:
-        sys.exit(interrupted())
+        interrupted()
 
 
 if __name__ == "__main__":
