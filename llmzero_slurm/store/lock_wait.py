@@ -26,7 +26,7 @@ def say_long_waits(say: Callable[[str], None] | None) -> None:
 
 
 def noticing() -> bool:
-    """Whether a long wait is to be said (the first WAIT_NOTICE_S are waited apart)."""
+    """Whether a long wait is said: only then does a lock wait out WAIT_NOTICE_S first."""
     return _say is not None
 
 
