@@ -131,12 +131,18 @@ class EditedConfigError(RefusedRunConfig):
 
     def __init__(self, path: Any, refused: ConfigError, copy: Any | None):
         super().__init__(refused)
-        back = (f"or `llmzero-repair {path.parent}` puts back {copy.name}, the copy frozen when "
-                "the run started, keeping the edited file beside it" if copy is not None else
-                "or put back what it held when the run started")
         self.args = (f"{path}, this run's frozen configuration, was edited since the run started "
-                     f"and is refused:\n  {self.problems}\nFix that key in {path.name}, {back} "
-                     "(llmzero-stop can stop the run meanwhile).",)
+                     f"and is refused:\n  {self.problems}\nFix that key in {path.name}, "
+                     f"{way_back(path, copy)} (llmzero-stop can stop the run meanwhile).",)
+
+
+def way_back(path: Any, copy: Any | None) -> str:
+    """How a hand-edited frozen experiment.yaml at `path` gets back what the run was started
+    with: from `copy` (llmzero-repair), or by hand where there is none."""
+    if copy is None:
+        return "or put back what it held when the run started"
+    return (f"or `llmzero-repair {path.parent}` puts back {copy.name}, the copy frozen when the "
+            "run started, keeping the edited file beside it")
 
 
 class HyperparameterError(ConfigError):

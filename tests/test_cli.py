@@ -7,9 +7,11 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
 
-from conftest import finish, local_phases, slurm_clients, verl_task_files, wait_for
+from conftest import finish, flock_held, local_phases, slurm_clients, verl_task_files, wait_for
 from metrics_files import TEST, VAL, write_metrics
 from slurm_shims import CLIENTS, Shims
 
@@ -58,6 +60,30 @@ def test_output_cut_short_by_a_pipe_ends_quietly():
 def test_every_command_has_help(name):
     done = cli(name, "--help")
     assert done.returncode == 0 and f"llmzero-{name}" in done.stdout
+
+
+def importing(pid: int) -> bool:
+    """Whether the process has begun importing the command's modules: an extension module of
+    the standard library is loaded (Python's own start and its site load none)."""
+    try:
+        return ".cpython-" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
+    """Issue: Ctrl-C in the first seconds of any llmzero-* command, while Python imported its
+    modules, printed a KeyboardInterrupt traceback. It now ends as an interrupt later does: exit
+    130 and one line. Each signal lands in the imports: the help is not printed yet."""
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    for delay in (0.0, 0.1, 0.3):
+        proc = subprocess.Popen([str(ROOT / "bin" / "llmzero-status"), "--help"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(partial(importing, proc.pid), 60, "the command's imports", every=0.001)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err, out) == (130, "interrupted\n", ""), (delay, err[-2000:])
 
 
 def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
@@ -1666,6 +1692,58 @@ def test_a_run_frozen_with_a_value_a_later_release_refuses_can_still_be_read(tmp
     assert refused in resume.stderr and "set it in that file to one it accepts to resume with " \
         "this release (llmzero-status, -report and -stop read the run as it is)" in resume.stderr
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
+
+
+def test_a_command_waiting_on_a_held_run_lock_says_so_then_what_to_do(tmp_path):
+    """Issue: llmzero-stop (as -repair and -start) waited up to state.lock_timeout_s on a
+    tree.lock another process held, silent, as if hung, then said only "still held by another
+    process". The wait is said within seconds, naming the file and its holder; the timeout
+    says who may hold it and what to do."""
+    store = two_phase_run(tmp_path, state={"lock_timeout_s": 6})
+    lock = store.root / "tree.lock"
+    with flock_held(lock) as holder:
+        stop = subprocess.Popen([str(ROOT / "bin" / "llmzero-stop"), str(store.root)],
+                                env={**os.environ, "LLMZERO_PYTHON": sys.executable},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        notice = stop.stderr.readline()
+        assert stop.poll() is None, notice      # said while it waits
+        out, err = stop.communicate(timeout=120)
+    held_by = f"held by pid {holder.pid} on this host ({sys.executable} -c import fcntl"
+    assert notice.startswith(f"waiting for the lock {lock}, {held_by}"), notice
+    assert notice.endswith("(giving up after 6 s)\n")
+    assert stop.returncode == 4 and "Traceback" not in err, err
+    assert err.startswith(f"error: {lock}: still held after 6 s by pid {holder.pid} on this host")
+    assert "another llmzero command or a controller of this run is using it; try again once it " \
+           "is done (llmzero-status names a running controller)" in err
+
+
+def test_a_hand_edited_value_this_release_refuses_is_named_as_the_edit_and_repaired(tmp_path):
+    """Issue: a value typed by hand into the frozen experiment.yaml that this release refuses
+    was read leniently by status, report and stop with a warning that blamed another release
+    ("read as the release that started the run accepted them"), and llmzero-repair left the
+    file as it was. The warning now names the edit, the refused value and the way back, and
+    llmzero-repair puts back the copy frozen with the run, keeping the edited file."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    data = yaml.safe_load(frozen.read_text())
+    data["slurm"]["time"] = "forever"
+    frozen.write_text(yaml.safe_dump(data, sort_keys=False))
+    refused = "config key 'slurm.time': 'forever' is not a Slurm time"
+    for name, args in (("status", ()), ("report", ()), ("stop", ("--cancel",))):
+        done = cli(name, str(store.root), *args)
+        assert done.returncode == 0, done.stderr
+        assert f"warning: {frozen}, this run's frozen configuration, was edited since the run " \
+               "started and holds values this llmzero-slurm" in done.stderr, done.stderr
+        assert refused in done.stderr and "release that started the run" not in done.stderr
+        assert f"`llmzero-repair {store.root}` puts back experiment.yaml.bak" in done.stderr
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "put back from experiment.yaml.bak" in repair.stdout and "warning" not in repair.stderr
+    assert frozen.read_text() == (store.root / "experiment.yaml.bak").read_text()
+    kept = [p for p in store.root.iterdir() if p.name.startswith("experiment.yaml.damaged-")]
+    assert len(kept) == 1 and "forever" in kept[0].read_text()   # the edit is not lost
+    status = cli("status", str(store.root))
+    assert status.returncode == 0 and status.stderr == "", status.stderr
 
 
 def test_a_frozen_state_value_this_release_refuses_is_named_not_a_traceback(tmp_path):

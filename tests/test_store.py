@@ -22,6 +22,8 @@ from llmzero_slurm.store.atomic import read_json, write_json
 from llmzero_slurm.store.locks import SoftLock
 from llmzero_slurm.store.run_store import RunStore
 
+from conftest import flock_held
+
 
 def new_store(tmp_path, lock="flock") -> RunStore:
     cfg = parse_config({"name": "t", "hparams": {"lr": 1e-3}, "state": {"lock": lock}})
@@ -720,6 +722,50 @@ def test_soft_lock_waits_for_a_live_holder_then_times_out(tmp_path):
         with SoftLock(path, timeout=0.3, stale_after=30).hold():
             pass
     assert path.exists()  # a live holder's lock is not broken
+
+
+@pytest.fixture
+def long_waits():
+    """The lines a command is shown while it waits for a lock, as the CLI has them said."""
+    from llmzero_slurm.store import lock_wait
+    said: list[str] = []
+    lock_wait.say_long_waits(said.append)
+    yield said
+    lock_wait.say_long_waits(None)
+
+
+def test_a_long_wait_for_a_flock_names_the_file_and_its_holder_then_what_to_do(tmp_path,
+                                                                               long_waits):
+    """Issue: llmzero-stop, -repair and -start waited up to state.lock_timeout_s (120 s) on a
+    held tree.lock without a word, and then said only "still held by another process". A wait
+    past a couple of seconds is now said once, naming the file and the process holding it."""
+    from llmzero_slurm.store.locks import FlockLock
+    path = tmp_path / "tree.lock"
+    with flock_held(path) as holder, pytest.raises(LockTimeout) as caught:
+        with FlockLock(path, timeout=3).hold():
+            pass
+    who = f"pid {holder.pid} on this host ({sys.executable} -c import fcntl"
+    assert len(long_waits) == 1, long_waits
+    assert long_waits[0].startswith(f"waiting for the lock {path}, held by {who}")
+    assert long_waits[0].endswith("(giving up after 3 s)")
+    assert str(caught.value).startswith(f"{path}: still held after 3 s by {who}")
+    assert "another llmzero command or a controller of this run is using it; try again once it " \
+           "is done" in str(caught.value)
+    with FlockLock(path, timeout=3).hold():      # a short wait, or none, says nothing
+        pass
+    assert len(long_waits) == 1
+
+
+def test_a_long_wait_for_a_soft_lock_names_the_holder_its_file_records(tmp_path, long_waits):
+    path = tmp_path / "tree.lock"
+    path.write_text(json.dumps({"host": "node7", "pid": 4242, "token": "x"}))
+    with pytest.raises(LockTimeout) as caught:
+        with SoftLock(path, timeout=3, stale_after=30).hold():
+            pass
+    assert long_waits == [f"waiting for the lock {path}, held by pid 4242 on node7 (giving up "
+                          "after 3 s)"]
+    assert str(caught.value).startswith(f"{path}: still held after 3 s by pid 4242 on node7: ")
+    assert str(caught.value).endswith("; if its holder is gone, remove the file by hand")
 
 
 def test_soft_lock_breaks_a_lock_past_its_grace_period(tmp_path):

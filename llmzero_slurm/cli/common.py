@@ -19,22 +19,27 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
+from . import interrupted
 from ..config import load_config
-from ..errors import EditedConfigError, LLMZeroError, StateError, UsageError, full_storage
+from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
+                      full_storage, way_back)
 from ..store.atomic import umask
+from ..store.lock_wait import say_long_waits
 from ..store.meta_repair import open_run_store
-from ..store.schema import CONFIG_COPY
+from ..store.schema import CONFIG, CONFIG_COPY, differs_from_copy, edited_by_hand
 from ..store.run_store import RunStore
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    """Run a command: a wait for a lock past a few seconds is said on stderr (lock_wait)."""
+    say_long_waits(lambda line: print(line, file=sys.stderr, flush=True))
     try:
         code = main(argv)
     except LLMZeroError as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
-        code = 130
+        interrupted()
     except BrokenPipeError:
         # Python's advice: point stdout at devnull so the flush at exit cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -109,12 +114,25 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
         config = load_config(copy)
         return RunStore.of(path, config)
     if store.refused:
-        problems = "\n  ".join(map(str, store.refused))
-        print(f"warning: {store.root / 'experiment.yaml'}, this run's configuration as frozen "
-              f"when it started, holds values this llmzero-slurm ({__version__}) refuses:\n  "
-              f"{problems}\nThey are read as the release that started the run accepted them; a "
-              "resume with this release needs each set to a value it accepts.", file=sys.stderr)
+        print(f"warning: {refused_values(store.root, store.refused)}", file=sys.stderr)
     return store
+
+
+def refused_values(root: Path, refused: list[ConfigError]) -> str:
+    """What reading the run past values of its frozen config that this release refuses says:
+    a hand edit (edited_by_hand) named as one, with the way back; else another release's."""
+    problems = "\n  ".join(map(str, refused))
+    frozen = root / CONFIG
+    if edited_by_hand(root):
+        copy = root / CONFIG_COPY if differs_from_copy(root) else None
+        return (f"{frozen}, this run's frozen configuration, was edited since the run started "
+                f"and holds values this llmzero-slurm ({__version__}) refuses:\n  {problems}\n"
+                "They are read as they are to show, report or stop the run; a resume needs each "
+                f"fixed in {frozen.name}, {way_back(frozen, copy)}.")
+    return (f"{frozen}, this run's configuration as frozen when it started, holds values this "
+            f"llmzero-slurm ({__version__}) refuses:\n  {problems}\nThey are read as the release "
+            "that started the run accepted them; a resume with this release needs each set to a "
+            "value it accepts.")
 
 
 def lost_meta(path: Path) -> bool:

@@ -26,6 +26,7 @@ import filelock
 
 from ..errors import LockTimeout, StateError, StorageError
 from ..processes import alive
+from . import lock_wait
 
 
 def server_ages(paths: Sequence[Path]) -> list[float | None]:
@@ -81,10 +82,10 @@ class FlockLock:
     @contextmanager
     def hold(self) -> Iterator[None]:
         try:
-            self._lock.acquire()
+            self._acquire()
         except filelock.Timeout:
-            raise LockTimeout(f"{self.path}: still held by another process after "
-                              f"{self.timeout:.0f} s") from None
+            raise LockTimeout(lock_wait.timed_out(self.path, self.timeout,
+                                                  lock_wait.flock_holder(self.path))) from None
         except (OSError, NotImplementedError) as exc:   # older filelock: NotImplementedError
             if isinstance(exc, NotImplementedError) or exc.errno == errno.ENOSYS:
                 _remove_if_empty(self.path)    # flock's empty file, which a soft lock would wait out
@@ -95,6 +96,19 @@ class FlockLock:
             yield
         finally:
             self._lock.release()
+
+    def _acquire(self) -> None:
+        """Take the lock, a wait past WAIT_NOTICE_S said (lock_wait) with its holder."""
+        first = lock_wait.WAIT_NOTICE_S
+        if not lock_wait.noticing() or 0 <= self.timeout <= first:
+            self._lock.acquire()
+            return
+        try:
+            self._lock.acquire(timeout=first)
+            return
+        except filelock.Timeout:
+            lock_wait.notice(self.path, self.timeout, lock_wait.flock_holder(self.path))
+        self._lock.acquire(timeout=self.timeout - first if self.timeout >= 0 else -1)
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -199,6 +213,13 @@ class SoftLock:
             marker.unlink(missing_ok=True)
         return None
 
+    def _holder_named(self) -> str | None:
+        """The holder the lock file records, in words; None when it cannot be read."""
+        try:
+            return lock_wait.recorded(_holder(self.path))
+        except (OSError, ValueError):
+            return None
+
     @staticmethod
     def _token_of(path: Path) -> str | None:
         """The token of the lock at `path`; None when it cannot be read (gone, being written)."""
@@ -230,9 +251,13 @@ class SoftLock:
             finally:
                 self._depth -= 1
             return
-        deadline = time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline, said = started + self.timeout, False
         judged = 0.0      # staleness is judged once a second: each look writes a probe file
         while not self._try_create():
+            if not said and lock_wait.noticing() and time.monotonic() - started >= lock_wait.WAIT_NOTICE_S:
+                said = True
+                lock_wait.notice(self.path, self.timeout, self._holder_named())
             if time.monotonic() - judged >= 1.0:
                 judged = time.monotonic()
                 stale = self._stale_token()
@@ -240,8 +265,8 @@ class SoftLock:
                     self._break(stale)
                     continue
             if time.monotonic() > deadline:
-                raise LockTimeout(f"{self.path}: still held after {self.timeout:.0f} s "
-                                  f"(remove it by hand if its holder is gone)")
+                raise LockTimeout(lock_wait.timed_out(self.path, self.timeout, self._holder_named())
+                                  + "; if its holder is gone, remove the file by hand")
             time.sleep(self.poll)
         self._depth, self._owner = 1, threading.get_ident()
         try:

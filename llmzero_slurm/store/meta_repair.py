@@ -16,7 +16,7 @@ from ..config import load_config
 from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError
 from .atomic import keep_copy, write_json, write_text
 from .run_store import RunStore
-from .schema import CONFIG, CONFIG_COPY, SCHEMA_VERSION, other_schema, read_meta
+from .schema import CONFIG, CONFIG_COPY, SCHEMA_VERSION, differs_from_copy, other_schema, read_meta
 
 
 
@@ -42,17 +42,23 @@ def open_run_store(root: Path, reading: bool = False) -> RunStore:
 
 
 def rebuild_config(root: Path) -> str | None:
-    """Put back a frozen experiment.yaml that cannot be read from the copy written with it,
-    keeping the damaged file as experiment.yaml.damaged-<time>; what was wrong, or None when
-    it is whole (another release's included). StateError when the copy cannot help either."""
+    """Put back a frozen experiment.yaml that cannot be read, or that was edited by hand to
+    values this release refuses, from the copy written with it, keeping the replaced file as
+    experiment.yaml.damaged-<time>; what was wrong, or None when it is whole (another
+    release's included). StateError when the copy cannot help either."""
     path, copy = root / CONFIG, root / CONFIG_COPY
+    refused: list[ConfigError] = []
     try:
-        RunStore.config_of(root, [])   # values another release wrote are read, not damage
-        return None
+        RunStore.config_of(root, refused)   # values another release wrote are read, not damage
     except FrozenConfigError:
         return None     # whole, another release's: read as it is, never replaced
     except ConfigError as exc:
         damage = str(exc)
+    else:
+        if not refused or not differs_from_copy(root):
+            return None     # whole, or values another release wrote: read as they are
+        damage = "edited since the run started, to values this release refuses: " + \
+            "; ".join(map(str, refused))
     try:
         load_config(copy)
     except ConfigError as exc:

@@ -110,10 +110,13 @@ def edited_by_hand(root: str | Path) -> bool:
     """Whether the frozen experiment.yaml at `root` is a hand edit rather than another
     release's: this release created the run, or the file differs from the copy frozen with it
     (experiment.yaml.bak, which no command rewrites)."""
-    root = Path(root)
-    if created_by(root) == __version__:
-        return True
+    return created_by(root) == __version__ or differs_from_copy(root)
+
+
+def differs_from_copy(root: str | Path) -> bool:
+    """Whether the frozen experiment.yaml at `root` was changed since the run started: it
+    differs from its copy. False without a copy (or one that cannot be read)."""
     try:
-        return (root / CONFIG).read_bytes() != (root / CONFIG_COPY).read_bytes()
+        return (Path(root) / CONFIG).read_bytes() != (Path(root) / CONFIG_COPY).read_bytes()
     except OSError:
-        return False        # no copy (or none readable): nothing tells an edit apart
+        return False
