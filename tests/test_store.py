@@ -684,19 +684,26 @@ i = 0
 while True:
     i += 1
     store.update_node(i % 3, lambda n: setattr(n, "diagnosis", "x" * (i % 5000)))
+    if i == 1:
+        print("writing", flush=True)
 """
 
 
 def test_writers_killed_mid_stream_leave_every_file_valid(tmp_path):
+    """Killed while they write (each has written once: on a loaded machine a fixed sleep could
+    end writers still importing, and the test saw no write at all)."""
     store = new_store(tmp_path)
     for _ in range(3):
         add_root(store)
     for round_ in range(5):
-        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store.root)]) for _ in range(3)]
-        time.sleep(0.8 + 0.1 * round_)
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store.root)],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(3)]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "writing\n"
+        time.sleep(0.1 + 0.05 * round_)
         for p in procs:
             p.send_signal(signal.SIGKILL)
-            p.wait()
+            p.communicate()
     tree = store.load_tree()  # raises StateError on any torn record
     assert len(tree) == 3
     assert any(len(n.diagnosis) > 0 for n in tree)
