@@ -104,6 +104,38 @@ def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
     assert str(venv) in done.stderr and "LLMZERO_PYTHON" in done.stderr
 
 
+@pytest.mark.parametrize("how", ["no .venv", "a dangling .venv", "LLMZERO_PYTHON"])
+def test_a_python_without_the_requirements_is_one_line_saying_what_to_do(tmp_path, how):
+    """Walkthrough: in a clone with no .venv (or a .venv linked to a venv that is gone) every
+    llmzero-* command fell back to python3 and died with a 20-line ModuleNotFoundError."""
+    checkout = tmp_path / "checkout"
+    (checkout / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "bin" / "llmzero-cli", checkout / "bin")
+    (checkout / "bin" / "llmzero-status").symlink_to("llmzero-cli")
+    (checkout / "llmzero_slurm").symlink_to(ROOT / "llmzero_slurm")
+    bare = tmp_path / "bare"                     # a Python with none of the requirements
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMZERO_PYTHON", "PYTHONPATH")}
+    env["PATH"] = f"{bare / 'bin'}:{env['PATH']}"   # its python3 is the one found
+    if how == "a dangling .venv":
+        (checkout / ".venv").symlink_to(tmp_path / "gone")
+    if how == "LLMZERO_PYTHON":
+        env["LLMZERO_PYTHON"] = str(bare / "bin" / "python")
+    done = subprocess.run([str(checkout / "bin" / "llmzero-status"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no usable environment" in done.stderr and "make venv" in done.stderr
+    assert "LLMZERO_PYTHON" in done.stderr
+
+
+def test_a_missing_module_of_llmzero_slurm_itself_is_a_traceback(tmp_path):
+    """A bug (a module of the package gone) is not taken for a missing environment."""
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['llmzero_slurm.cli.status'] = None; "
+                           "sys.argv = ['x', 'status']; from llmzero_slurm.cli.__main__ import main; main()"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
+
+
 def test_cancel_on_stop_is_refused_for_a_controller_job(tmp_path):
     """Review: Slurm ends a controller job with SIGTERM for its own requeue near the time limit
     and for a preemption, not only for a person's scancel; with --cancel-on-stop each requeue
