@@ -23,8 +23,7 @@ from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
-from llmzero_slurm.schedulers.local import CALL_MODULE
-from llmzero_slurm.schedulers.local_table import SUPERVISOR
+from llmzero_slurm.schedulers.local_table import CALL_MODULE, SUPERVISOR
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore

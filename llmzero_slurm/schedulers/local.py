@@ -22,11 +22,9 @@ from ..store.atomic import read_json, write_json
 from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
 from .local_supervisor import stop_group
-from .local_table import (MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
+from .local_table import (CALL_MODULE, MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
                           supervised_job)
 from .local_table import lock as table_lock
-
-CALL_MODULE = "llmzero_slurm.schedulers.local_call"   # what a call job runs, its folder next
 
 
 def _refusal(pid: int, what: str) -> SchedulerError:

@@ -20,7 +20,7 @@ from typing import Any
 from submitit import LocalExecutor
 from submitit.local.local import Controller, LocalJob
 
-from .local import CALL_MODULE
+from .local_table import CALL_MODULE
 
 
 class SessionExecutor(LocalExecutor):
