@@ -13,7 +13,7 @@ resumes its own newest checkpoint with optimizer, RNG and data position.
 Exit codes: 0 finished; 1 unexpected error, or a full disk or quota (one line naming it); 2 bad
 arguments, hyperparameters, data or reward file; 3 out of memory (a line containing "out of
 memory" names the torch error); 143 stopped by SIGTERM (scancel, time limit, preemption)
-after saving and flushing.
+after saving and flushing (during the warm start: within a step, its base not cached).
 """
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     if not finished:
-        print("cpu_grpo: stopped by SIGTERM after saving a checkpoint", file=sys.stderr)
+        print("cpu_grpo: stopped by SIGTERM; the steps it finished are checkpointed", file=sys.stderr)
         return EXIT_TERMINATED
     return EXIT_OK
 

@@ -22,8 +22,8 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
-from llmzero_slurm.schedulers.local import SUBMITIT_LOCAL
-from llmzero_slurm.schedulers.local_table import SUPERVISOR
+from llmzero_slurm.schedulers.base import CallJob
+from llmzero_slurm.schedulers.local_table import CALL_MODULE, SUPERVISOR
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
 from llmzero_slurm.store.atomic import write_json
 from llmzero_slurm.store.run_store import RunStore
@@ -101,6 +101,38 @@ def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert str(venv) in done.stderr and "LLMZERO_PYTHON" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["no .venv", "a dangling .venv", "LLMZERO_PYTHON"])
+def test_a_python_without_the_requirements_is_one_line_saying_what_to_do(tmp_path, how):
+    """Walkthrough: in a clone with no .venv (or a .venv linked to a venv that is gone) every
+    llmzero-* command fell back to python3 and died with a 20-line ModuleNotFoundError."""
+    checkout = tmp_path / "checkout"
+    (checkout / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "bin" / "llmzero-cli", checkout / "bin")
+    (checkout / "bin" / "llmzero-status").symlink_to("llmzero-cli")
+    (checkout / "llmzero_slurm").symlink_to(ROOT / "llmzero_slurm")
+    bare = tmp_path / "bare"                     # a Python with none of the requirements
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMZERO_PYTHON", "PYTHONPATH")}
+    env["PATH"] = f"{bare / 'bin'}:{env['PATH']}"   # its python3 is the one found
+    if how == "a dangling .venv":
+        (checkout / ".venv").symlink_to(tmp_path / "gone")
+    if how == "LLMZERO_PYTHON":
+        env["LLMZERO_PYTHON"] = str(bare / "bin" / "python")
+    done = subprocess.run([str(checkout / "bin" / "llmzero-status"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no usable environment" in done.stderr and "make venv" in done.stderr
+    assert "LLMZERO_PYTHON" in done.stderr
+
+
+def test_a_missing_module_of_llmzero_slurm_itself_is_a_traceback(tmp_path):
+    """A bug (a module of the package gone) is not taken for a missing environment."""
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['llmzero_slurm.cli.status'] = None; "
+                           "sys.argv = ['x', 'status']; from llmzero_slurm.cli.__main__ import main; main()"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
 
 
 def test_cancel_on_stop_is_refused_for_a_controller_job(tmp_path):
@@ -1260,7 +1292,7 @@ def test_stop_cancel_with_no_controller_cancels_the_phases_itself(tmp_path, tiny
     key = store.root / "monitor" / "llm-key.json"
     key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
     monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                                SUBMITIT_LOCAL, str(store.root / "monitor" / "%j")])
+                                CALL_MODULE, str(store.root / "monitor" / "%j")])
     try:
         (store.root / "monitor" / "monitor.json").write_text(json.dumps({"job_id": monitor.pid}))
         stop = cli("stop", str(store.root))      # the monitor and the key go with the controller
@@ -1447,7 +1479,7 @@ def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_p
     key = store.root / "controller-key" / "llm-key.json"
     key.parent.mkdir()
     key.write_text(json.dumps({"name": "ANTHROPIC_API_KEY", "value": "sk-left-behind"}))
-    monitor = subprocess.Popen(["sh", "-c", "sleep 300; :", SUBMITIT_LOCAL,
+    monitor = subprocess.Popen(["sh", "-c", "sleep 300; :", CALL_MODULE,
                                 str(store.root / "monitor" / "%j")])
     try:
         (store.root / "monitor").mkdir()
@@ -1793,3 +1825,49 @@ def test_a_controller_says_when_its_install_is_upgraded_under_it(tmp_path):
         cli("stop", str(run), "--cancel", "--wait", "60")
         controller.wait(60)
     assert log.read_text().count(said) == 1
+
+
+def test_a_local_call_job_leads_its_own_session_and_logs_where_slurm_would(tmp_path):
+    """Walkthrough: the local monitor ran in the controller's process group (a terminal's
+    Ctrl-C reached it too) and left an empty folder literally named %j beside its log folder."""
+    sched = LocalScheduler(tmp_path / "run" / "local-jobs")
+    folder = tmp_path / "run" / "monitor"
+    job_id = sched.submit_call(time.sleep, [300], folder / "%j", CallJob("m", 5))
+    try:
+        pid = int(job_id)
+        wait_for(lambda: list((folder / job_id).glob("*_log.out")), 60, "the call job's log")
+        assert os.getsid(pid) == pid != os.getsid(0)
+        assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [job_id]
+    finally:
+        sched.cancel_call(job_id, "m")
+
+
+def test_ctrl_c_on_a_foreground_local_start_stops_it_without_a_traceback(tmp_path):
+    """Walkthrough: Ctrl-C on a foreground `llmzero-start` of a local run printed the
+    controller's stop lines, then a KeyboardInterrupt traceback from the monitor's submitit
+    process, which shared the terminal's process group. The signal goes to the whole group,
+    as a terminal sends it."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "ctrl-c", "backend": "cpu", "scheduler": "local", "task": {"builtin": "addition"},
+        "search": {"method": "llmzero", "budget_iterations": 1, "concurrency": 1, "poll_interval_s": 1},
+        "agents": {"backend": "heuristic"}}))
+    run = tmp_path / "run"
+    env = {**os.environ, "LLMZERO_PYTHON": sys.executable, "LLMZERO_CACHE": str(tmp_path / "cache")}
+    env.pop("ANTHROPIC_API_KEY", None)
+    proc = subprocess.Popen([str(ROOT / "bin" / "llmzero-start"), str(config), "--run-dir", str(run)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: list((run / "monitor").glob("*/*_log.out")), 120, "the monitor job")
+        wait_for(lambda: list((run / "nodes").glob("*/status.json")), 120, "a phase")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cli("stop", str(run), "--cancel")
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err and "keep running" in out + err, out + err
+    logs = "".join(p.read_text() for p in (run / "monitor").glob("*/*_log.*"))
+    assert "Traceback" not in logs, logs

@@ -26,6 +26,8 @@ from llmzero_slurm.paths import JOBS
 from llmzero_slurm.tasks import addition, expand
 from llmzero_slurm.tasks.dataset import SPLIT_SIZES
 
+from conftest import wait_for
+
 pytestmark = pytest.mark.slow
 
 VERL_STEP_METRICS = {
@@ -450,6 +452,25 @@ def test_sigterm_stops_cleanly_and_a_requeue_resumes(cache_dir, good_phase, tmp_
     val = {s: v for s, v in by_step(lines, VAL).items() if s > 0}
     assert json.loads((tmp_path / "best_adapter/best.json").read_text())["step"] == max(
         val, key=lambda s: (val[s], -s))   # one curve, one best across the stop
+
+
+def test_sigterm_during_the_warm_start_stops_it_at_once_and_caches_no_base(tmp_path):
+    """Walkthrough: a phase still in its warm start trained on ~10 s after SIGTERM, until
+    SIGKILL. It now stops within a step, exit 143, and leaves no base that a later phase
+    would take for a finished one."""
+    cache = tmp_path / "cache"
+    job = spawn(cache, tmp_path / "out", "--warm-start-steps", "100000")
+    try:
+        wait_for(lambda: list((cache / "base").glob("*.lock")), 120, "the warm start")
+        time.sleep(2)
+        job.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        out, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 143 and time.monotonic() - signalled < 5, out + err
+    assert "warm start: stopped at step" in out and "Traceback" not in err, out + err
+    assert not list((cache / "base").rglob("warm_start.json"))
 
 
 def test_oversized_batch_under_a_memory_limit_fails_with_a_real_allocation_error(

@@ -18,8 +18,21 @@ def main() -> None:
         print(f"usage: llmzero-{{{','.join(COMMANDS)}}} ... (run one of the symlinks)", file=sys.stderr)
         sys.exit(2)
     try:
-        run_main = import_module(".common", __package__).run_main
-        run_main(import_module(f".{name}", __package__).main, sys.argv[2:])
+        try:
+            run_main = import_module(".common", __package__).run_main
+            command = import_module(f".{name}", __package__).main
+        except ModuleNotFoundError as exc:
+            # A requirement missing (a clone with no .venv, so python3; a .venv that is a
+            # dangling link) is one line saying what to do. One of llmzero_slurm's own modules
+            # missing is a bug: raised as it is.
+            if not exc.name or exc.name.partition(".")[0] == "llmzero_slurm":
+                raise
+            print(f"error: no usable environment: {sys.executable} cannot import {exc.name}, "
+                  "which llmzero-slurm needs. Run `make venv` (or `make search`) once in the "
+                  "checkout, or set LLMZERO_PYTHON to a Python that has llmzero-slurm installed",
+                  file=sys.stderr)
+            sys.exit(2)
+        run_main(command, sys.argv[2:])
     except KeyboardInterrupt:
         interrupted()
 

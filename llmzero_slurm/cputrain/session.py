@@ -14,7 +14,7 @@ from ..tasks.reward_file import fingerprint, load_reward
 from .memory import limit_memory
 from .trainer import GRPOTrainer, Phase
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
-from .warmstart import WarmStart
+from .warmstart import WarmStart, WarmStartStopped
 
 
 def pick_device() -> torch.device:
@@ -75,7 +75,11 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
                   warm_start=warm_start_plan(args), init_adapter=args.init_adapter,
                   step_offset=args.step_offset)
     torch.manual_seed(args.hparams["seed"])   # LoRA's initialisation draws from the global RNG
-    trainer = GRPOTrainer(phase)
+    try:
+        trainer = GRPOTrainer(phase, should_stop=should_stop)
+    except WarmStartStopped as stopped:
+        print(stopped, flush=True)
+        return False
     if args.max_memory_mb:
         limit_memory(args.max_memory_mb, device)
     return trainer.run(should_stop)

@@ -50,7 +50,10 @@ class Phase:
 
 
 class GRPOTrainer:
-    def __init__(self, phase: Phase, log: Callable[[str], None] = print):
+    def __init__(self, phase: Phase, log: Callable[[str], None] = print,
+                 should_stop: Callable[[], bool] = lambda: False):
+        """Builds the base first when no cache has it: WarmStartStopped once `should_stop`
+        says so while it trains."""
         self.phase, self.hp, self.log = phase, phase.hparams, log
         self.tok = CharTokenizer()
         if len(phase.train) < self.hp["train_batch_size"]:
@@ -69,7 +72,7 @@ class GRPOTrainer:
         state = checkpoint.load_state(resume[1], phase.device.type) if resume else {}
         base, base_id, self.base = load_base(self.tok, phase.train, phase.reward,
                                              phase.reward_path, phase.warm_start,
-                                             phase.cache_dir, log)
+                                             phase.cache_dir, log, should_stop)
         adapter = resume[1] if resume else phase.init_adapter
         self.model = with_lora(base.to(phase.device),  # type: ignore[arg-type]  # transformers' .to() stub
                                base_id, self.hp["lora_rank"],

@@ -49,6 +49,14 @@ RECORD = "warm_start.json"
 WEIGHTS = "model.safetensors"     # what save_pretrained writes the base's weights to
 
 
+class WarmStartStopped(Exception):
+    """The warm start was asked to stop (SIGTERM) before it finished: nothing is cached, so
+    the next phase on this data trains the base again rather than take a cut one."""
+
+    def __init__(self, step: int):
+        super().__init__(f"warm start: stopped at step {step}; the base is not cached")
+
+
 @dataclass(frozen=True)
 class WarmStart:
     """How the base is made. `steps` set: exactly that many steps (0 = no warm start, the
@@ -126,9 +134,11 @@ def base_folder(cache_dir: Path, base: str) -> Path:
 
 def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
               reward_path: Path, plan: WarmStart, cache_dir: Path,
-              log: Callable[[str], None] = print) -> tuple[LlamaForCausalLM, str, BaseRecord]:
+              log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False,
+              ) -> tuple[LlamaForCausalLM, str, BaseRecord]:
     """The warm-started base for this training data, training and caching it on first use;
-    with its id (model.weighed_id), which adapters trained on it carry."""
+    with its id (model.weighed_id), which adapters trained on it carry. WarmStartStopped
+    once `should_stop` says so, between two steps of its training."""
     name = base_id(tok, examples, plan)
     folder = base_folder(cache_dir, name)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +153,8 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
             # then draws from: without the fork, a phase that built the base would start from
             # other weights than one that found it cached (a rerun by hand, say).
             with torch.random.fork_rng(devices=[]):
-                model, record = train_base(tok, examples, reward, reward_path, plan, name, log)
+                model, record = train_base(tok, examples, reward, reward_path, plan, name, log,
+                                           should_stop)
             tmp = folder.with_name(f".{name}.{os.getpid()}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             model.save_pretrained(tmp)
@@ -180,8 +191,9 @@ class _Probe:
 class _Trainer:
     """Teacher-forced training on prompt -> answer + EOS; only answer tokens carry loss."""
 
-    def __init__(self, tok: CharTokenizer, rows: Sequence[Example]):
-        self.tok = tok
+    def __init__(self, tok: CharTokenizer, rows: Sequence[Example],
+                 should_stop: Callable[[], bool]):
+        self.tok, self.should_stop = tok, should_stop
         self.model = random_model(tok, SEED)
         self.gen = torch.Generator().manual_seed(SEED)
         self.optim = torch.optim.AdamW(self.model.parameters(), lr=LR)
@@ -191,6 +203,8 @@ class _Trainer:
         self.model.train()
 
     def train_step(self) -> None:
+        if self.should_stop():
+            raise WarmStartStopped(self.step)
         pick = torch.randint(len(self.pairs), (BATCH_SIZE,), generator=self.gen).tolist()
         ids, labels = _teacher_batch([self.pairs[i] for i in pick], self.tok.pad_id)
         logits = self.model(input_ids=ids, attention_mask=(ids != self.tok.pad_id).long()).logits
@@ -215,10 +229,11 @@ class _Trainer:
 
 def train_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
                reward_path: Path, plan: WarmStart, name: str,
-               log: Callable[[str], None] = print) -> tuple[LlamaForCausalLM, BaseRecord]:
+               log: Callable[[str], None] = print, should_stop: Callable[[], bool] = lambda: False,
+               ) -> tuple[LlamaForCausalLM, BaseRecord]:
     started = time.perf_counter()
     if plan.steps is not None:
-        trainer = _Trainer(tok, examples)
+        trainer = _Trainer(tok, examples, should_stop)
         for _ in range(plan.steps):
             trainer.train_step()
         return trainer.model, BaseRecord(name, "steps" if plan.steps else "none", plan.steps,
@@ -228,7 +243,7 @@ def train_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn
     low, high = plan.band
     check_written(reward, reward_path, probe_rows, low)
     probe = _Probe(tok, probe_rows, reward, reward_path)
-    trainer = _Trainer(tok, rows)
+    trainer = _Trainer(tok, rows, should_stop)
     curve = [(0, probe.accuracy(trainer.model))]
     before = trainer.snapshot()
     while curve[-1][1] < low:

@@ -22,11 +22,9 @@ from ..store.atomic import read_json, write_json
 from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
 from .local_supervisor import stop_group
-from .local_table import (MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
+from .local_table import (CALL_MODULE, MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
                           supervised_job)
 from .local_table import lock as table_lock
-
-SUBMITIT_LOCAL = "submitit.local._local"   # the module a local submitit job runs, its folder next
 
 
 def _refusal(pid: int, what: str) -> SchedulerError:
@@ -99,9 +97,9 @@ class LocalScheduler(Scheduler):
         """True while the call job's pid runs submitit's local job for a folder of this run (a
         pid since given to another program, or to another run's monitor, does not)."""
         argv = arguments(int(job_id)) if job_id.isdigit() else None
-        if argv is None or SUBMITIT_LOCAL not in argv:
+        if argv is None or CALL_MODULE not in argv:
             return False
-        folder = (argv[argv.index(SUBMITIT_LOCAL) + 1:] + [""])[0]
+        folder = (argv[argv.index(CALL_MODULE) + 1:] + [""])[0]
         return bool(folder) and self._in_run(folder)
 
     # -- interface --------------------------------------------------------------------------
@@ -155,14 +153,15 @@ class LocalScheduler(Scheduler):
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
                     job: CallJob) -> str:
-        """A local submitit process; its job id is its pid. Its folder lies in this run: that
-        is how its process is told from another run's (`_call_runs`)."""
-        import submitit
+        """A local submitit process in a session of its own (local_call.py); its job id is its
+        pid. Its folder lies in this run: that is how its process is told from another run's
+        (`_call_runs`)."""
+        from .local_call import SessionExecutor
 
         if not self._in_run(folder):
             raise SchedulerError(f"the call job's folder {folder} lies outside the run "
                                  f"{self.dir.parent}")
-        ex = submitit.LocalExecutor(folder=folder)
+        ex = SessionExecutor(folder=folder)
         ex.update_parameters(timeout_min=job.minutes)
         with credentials_withheld(self.secret_names):
             return str(ex.submit(fn, *args).job_id)

@@ -24,6 +24,7 @@ from .directives import expand_output
 
 TABLE = "jobs.json"
 SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
+CALL_MODULE = "llmzero_slurm.schedulers.local_call"   # what a call job runs, its folder next
 # The modules supervisors have run as, this release's first: one an upgrade left running
 # (its phases go on through `llmzero-stop` without --cancel) still supervises its job.
 SUPERVISORS = (SUPERVISOR, "llmzero_slurm.schedulers.local")
