@@ -1180,6 +1180,23 @@ def test_a_dead_local_jobs_pid_taken_by_another_supervisor_or_call_is_not_that_j
             other.cancel(job, "same-run" if other.dir == sched.dir else "plain")
 
 
+def test_a_monitor_an_earlier_release_started_with_submitits_own_local_job_is_still_known(
+        tmp_path):
+    """Call jobs now run as llmzero_slurm.schedulers.local_call; one an upgrade left running
+    under submitit's own local module read as gone, and the controller started a second
+    monitor beside it."""
+    import submitit
+    sched = LocalScheduler(tmp_path / "run" / "local-jobs")
+    ex = submitit.LocalExecutor(folder=tmp_path / "run" / "monitor" / "%j")
+    ex.update_parameters(timeout_min=5)
+    old = str(ex.submit(time.sleep, 60).job_id)
+    try:
+        wait_for(lambda: sched.call_state(old) is Status.RUNNING, 30, "the old monitor to be known")
+    finally:
+        os.kill(int(old), signal.SIGKILL)
+    wait_for(lambda: sched.call_state(old) is None, 30, "the old monitor to be gone")
+
+
 def test_a_local_job_cancelled_as_it_is_submitted_is_cancelled(tmp_path):
     """Review: a cancel right after the submit reached the supervisor before it had set its
     TERM handler: the signal killed it, and the job read NODE_FAIL ("the local supervisor died

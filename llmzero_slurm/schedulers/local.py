@@ -22,7 +22,7 @@ from ..store.atomic import read_json, write_json
 from .base import LOST, CallJob, JobState, Scheduler, job_state, state_from_status_file
 from .job_env import credentials_withheld, new_job_environment
 from .local_supervisor import stop_group
-from .local_table import (CALL_MODULE, MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
+from .local_table import (CALL_MODULES, MARK, SUPERVISOR, cancel_request, job_entry, job_mark, read_table,
                           supervised_job)
 from .local_table import lock as table_lock
 
@@ -97,9 +97,10 @@ class LocalScheduler(Scheduler):
         """True while the call job's pid runs submitit's local job for a folder of this run (a
         pid since given to another program, or to another run's monitor, does not)."""
         argv = arguments(int(job_id)) if job_id.isdigit() else None
-        if argv is None or CALL_MODULE not in argv:
+        module = next((m for m in CALL_MODULES if argv and m in argv), None)
+        if argv is None or module is None:
             return False
-        folder = (argv[argv.index(CALL_MODULE) + 1:] + [""])[0]
+        folder = (argv[argv.index(module) + 1:] + [""])[0]
         return bool(folder) and self._in_run(folder)
 
     # -- interface --------------------------------------------------------------------------

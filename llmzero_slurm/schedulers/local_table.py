@@ -25,6 +25,9 @@ from .directives import expand_output
 TABLE = "jobs.json"
 SUPERVISOR = "llmzero_slurm.schedulers.local_supervisor"   # the module each job's supervisor runs
 CALL_MODULE = "llmzero_slurm.schedulers.local_call"   # what a call job runs, its folder next
+# The modules call jobs have run as, this release's first: a monitor an upgrade left running
+# under submitit's own module is still this run's monitor, not one to start again beside it.
+CALL_MODULES = (CALL_MODULE, "submitit.local._local")
 # The modules supervisors have run as, this release's first: one an upgrade left running
 # (its phases go on through `llmzero-stop` without --cancel) still supervises its job.
 SUPERVISORS = (SUPERVISOR, "llmzero_slurm.schedulers.local")
