@@ -1350,7 +1350,9 @@ def test_stop_sees_a_controller_that_dies_before_acting_on_the_request(tmp_path)
         "from llmzero_slurm.controller.lease import Lease\n"
         "from llmzero_slurm.store.run_store import RunStore\n"
         f"Lease(RunStore.open({str(store.root)!r})).acquire()\n"
-        "time.sleep(4)\n"
+        # dies once the request is there (a fixed sleep: a stop slow to start on a loaded
+        # machine found the controller already gone, and said so)
+        f"while not os.path.exists({str(store.root / 'stop.json')!r}): time.sleep(0.05)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"], cwd=ROOT)
     wait_for(lambda: (store.root / "controller.json").exists(), 60, "the controller's lease")
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
