@@ -1609,6 +1609,33 @@ def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_
     assert cli("status", str(store.root)).returncode == 0
 
 
+def test_a_yaml_syntax_error_in_the_frozen_config_is_an_edit_the_run_still_stops_on(tmp_path):
+    """Walkthrough: `name: [` typed into the frozen experiment.yaml made llmzero-stop refuse
+    (exit 3, "cannot be read") though the README promises a run refused after a hand edit is
+    still stopped from the copy; a typo'd key was. A syntax error in a file that differs from
+    a readable copy is that edit: named as one, stopped from the copy, put back by repair."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    edited = frozen.read_text().replace("name: demo", "name: [", 1)
+    frozen.write_text(edited)
+    for name in ("status", "report"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert "was edited since the run started" in done.stderr and "not valid YAML" in done.stderr
+        assert f"llmzero-repair {store.root}" in done.stderr
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout, stop.stderr
+    assert "stopping the run as experiment.yaml.bak has it" in stop.stderr
+    assert frozen.read_text() == edited     # nothing rewritten but by repair
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "put back from experiment.yaml.bak" in repair.stdout
+    assert frozen.read_text() == (store.root / "experiment.yaml.bak").read_text()
+    [kept] = store.root.glob("experiment.yaml.damaged-*")
+    assert kept.read_text() == edited
+    assert cli("status", str(store.root)).returncode == 0
+
+
 def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrades(tmp_path):
     """The version stayed 0.1.0 whatever the release (setup.cfg kept a copy of its own), and
     no run recorded which release created it: status and the report could not say a run was
