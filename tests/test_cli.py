@@ -1364,7 +1364,8 @@ def test_a_run_that_lost_its_meta_json_is_named_damaged_and_repair_rebuilds_it(t
         assert f"llmzero-repair {store.root} rebuilds meta.json" in done.stderr, done.stderr
     repair = cli("repair", str(store.root))
     assert repair.returncode == 0, repair.stdout + repair.stderr
-    assert "meta.json" in repair.stdout and "next node id 2" in repair.stdout
+    assert "meta.json: missing; rebuilt from the node folders (next node id 2)" in repair.stdout
+    assert "kept beside it" not in repair.stdout and not list(store.root.glob("meta.json.damaged-*"))
     assert cli("status", str(store.root)).returncode == 0
 
 

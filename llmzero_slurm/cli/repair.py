@@ -84,13 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         if damage is not None:
             print(f"{CONFIG}: {damage}; put back from {CONFIG_COPY}, the damaged file kept "
                   "beside it")
-    if args.run_dir.is_dir() and ((args.run_dir / "meta.json").exists()
-                                  or lost_meta(args.run_dir)):
+    there = (args.run_dir / "meta.json").exists()
+    if args.run_dir.is_dir() and (there or lost_meta(args.run_dir)):
         rebuilt = rebuild_meta(args.run_dir)
         if rebuilt is not None:
             meta, damage = rebuilt
-            print(f"meta.json: {damage}; rebuilt from the node folders (next node id "
-                  f"{meta['next_id']}), the damaged file kept beside it")
+            print(f"meta.json: {damage if there else 'missing'}; rebuilt from the node folders "
+                  f"(next node id {meta['next_id']})" + (", the damaged file kept beside it" if there else ""))
     store = open_run(args.run_dir)
     known = store.folder_ids()
     unknown = [str(i) for i in dict.fromkeys(args.nodes) if i not in known]
