@@ -1821,3 +1821,34 @@ def test_a_controller_says_when_its_install_is_upgraded_under_it(tmp_path):
         cli("stop", str(run), "--cancel", "--wait", "60")
         controller.wait(60)
     assert log.read_text().count(said) == 1
+
+
+def test_a_moved_run_has_its_scripts_follow_it_on_start_and_repair(tmp_path):
+    """Walkthrough: a run moved or copied (tar, cp), as the README allows, kept phase scripts
+    naming the folder it came from, so one rerun by hand wrote into the original run. Started
+    or repaired where it is now, its scripts name that folder; nothing else in them, and no
+    other file, changes; the original's scripts are left as they are."""
+    from llmzero_slurm.render import PhaseSpec, write_phase_script
+    store = two_phase_run(tmp_path, task={"builtin": "addition"})
+    for node in store.load_tree():
+        resume = store.node_dir(node.resume.node).path if node.resume else None
+        write_phase_script(PhaseSpec.for_node(store.config, node, store.node_dir(node.id).path,
+                                              f"tok-{node.id}", resume))
+    before = {p: p.read_text() for p in store.root.glob("nodes/*/phase.sbatch")}
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(store.root, moved)
+    repair = cli("repair", str(moved))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert f"moved here from {store.root}" in repair.stdout and "2 phase script(s)" in repair.stdout
+    for path, text in before.items():
+        assert path.read_text() == text
+        now = (moved / path.relative_to(store.root)).read_text()
+        assert now == text.replace(f"{store.root}/", f"{moved}/") and str(store.root) not in now
+    assert f"export LLMZ_NODE_DIR={moved}/nodes/0001" in (moved / "nodes/0001/phase.sbatch").read_text()
+    assert (moved / "experiment.yaml").read_text() == (store.root / "experiment.yaml").read_text()
+    again = cli("repair", str(moved))
+    assert "moved" not in again.stdout, again.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(store.root, copy)
+    open_or_create(parse_args([str(copy)]))
+    assert f"export LLMZ_NODE_DIR={copy}/nodes/0000" in (copy / "nodes/0000/phase.sbatch").read_text()

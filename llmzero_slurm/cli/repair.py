@@ -20,7 +20,7 @@ from ..schedulers import LOCAL_JOBS
 from ..schedulers.local_table import TABLE, KnownJob, rebuild_table
 from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
 from ..store.run_store import RunStore
-from .common import add_run_dir, lost_meta, open_run, run_main
+from .common import add_run_dir, follow_moved_run, lost_meta, open_run, run_main
 
 
 def _listed(ids: list[int]) -> str:
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise UsageError(f"no node {' or '.join(unknown)} in {store.root} ({_listed(known)})")
     failed = _rebuild_nodes(store, args.nodes)
+    follow_moved_run(store)
     jobs = store.root / LOCAL_JOBS
     table = rebuild_table(jobs, _known_jobs(store)) if (jobs / TABLE).exists() else None
     if table is not None:
