@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .errors import ConfigError, ConfigProblems
+from .errors import ConfigError, ConfigProblems, YamlSyntaxError
 from .job_settings import ControllerJobConfig, MonitorConfig, SlurmConfig
 from .sbatch_options import (cpu_job_directives, memory_size, phase_directives,
                              placement_directives)
@@ -440,7 +440,7 @@ def read_yaml(path: Path, key: str, loader: type[yaml.SafeLoader] = yaml.SafeLoa
     try:
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        raise ConfigError(key, f"{path} is not valid YAML: {exc}") from None
+        raise YamlSyntaxError(key, f"{path} is not valid YAML: {exc}") from None
 
 
 def load_config(path: str | Path, refused: list[ConfigError] | None = None) -> ExperimentConfig:

@@ -27,6 +27,11 @@ class ConfigError(LLMZeroError):
         return [self]
 
 
+class YamlSyntaxError(ConfigError):
+    """A YAML file that does not parse: a slip of typing (the run's own files are written
+    whole, atomically), which a run's frozen experiment.yaml reads as a hand edit."""
+
+
 class ConfigErrors(ConfigError):
     """Every problem found in one configuration, each on a line of its own, so a user fixes
     them in one round. `key` and `problem` are the first's, for callers that name one."""
@@ -132,7 +137,7 @@ class EditedConfigError(RefusedRunConfig):
     def __init__(self, path: Any, refused: ConfigError, copy: Any | None):
         super().__init__(refused)
         self.args = (f"{path}, this run's frozen configuration, was edited since the run started "
-                     f"and is refused:\n  {self.problems}\nFix that key in {path.name}, "
+                     f"and is refused:\n  {self.problems}\nFix that in {path.name}, "
                      f"{way_back(path, copy)} (llmzero-stop can stop the run meanwhile).",)
 
 

@@ -146,6 +146,29 @@ def check_run_dir(run_dir: Path) -> None:
     output_folder("run_dir", run_dir)
 
 
+# The line of a phase script naming its node folder; output_folder allows no quote or space in it.
+_NODE_DIR_LINE = re.compile(r"^export LLMZ_NODE_DIR='?([^'\s]+)'?$", re.M)
+
+
+def follow_move(run_dir: Path) -> tuple[str, int] | None:
+    """Point the phase scripts of a run copied or moved (tar, cp) since they were rendered at
+    where it is now, `run_dir` (absolute), so that none reruns by hand into the run it came
+    from (run by hand from elsewhere, a script refuses: base.sbatch.j2). Only the run's own
+    paths change in them; the data's, outside the run, stay. Where it came from and how many
+    scripts changed, or None where none named another folder."""
+    root = output_folder("run_dir", run_dir)
+    moved_from, changed = None, 0
+    for path in sorted(Path(root).glob("nodes/*/phase.sbatch")):
+        text = path.read_text(encoding="utf-8")
+        found = _NODE_DIR_LINE.search(text)
+        named = Path(found.group(1)) if found else path.parent
+        if named == path.parent or named.name != path.parent.name or named.parent.name != "nodes":
+            continue
+        moved_from, changed = str(named.parent.parent), changed + 1
+        write_text(path, text.replace(f"{moved_from}/", f"{root}/"), mode=0o777)
+    return (moved_from, changed) if moved_from else None
+
+
 CONTROLLER_WARN_S = 300     # the controller job's USR1: time to stop cleanly and requeue
 CONTROLLER_SCRIPT = "controller.sbatch"
 

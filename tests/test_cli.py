@@ -1398,7 +1398,8 @@ def test_a_run_that_lost_its_meta_json_is_named_damaged_and_repair_rebuilds_it(t
         assert f"llmzero-repair {store.root} rebuilds meta.json" in done.stderr, done.stderr
     repair = cli("repair", str(store.root))
     assert repair.returncode == 0, repair.stdout + repair.stderr
-    assert "meta.json" in repair.stdout and "next node id 2" in repair.stdout
+    assert "meta.json: missing; rebuilt from the node folders (next node id 2)" in repair.stdout
+    assert "kept beside it" not in repair.stdout and not list(store.root.glob("meta.json.damaged-*"))
     assert cli("status", str(store.root)).returncode == 0
 
 
@@ -1643,6 +1644,33 @@ def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_
     assert cli("status", str(store.root)).returncode == 0
 
 
+def test_a_yaml_syntax_error_in_the_frozen_config_is_an_edit_the_run_still_stops_on(tmp_path):
+    """Walkthrough: `name: [` typed into the frozen experiment.yaml made llmzero-stop refuse
+    (exit 3, "cannot be read") though the README promises a run refused after a hand edit is
+    still stopped from the copy; a typo'd key was. A syntax error in a file that differs from
+    a readable copy is that edit: named as one, stopped from the copy, put back by repair."""
+    store = two_phase_run(tmp_path)
+    frozen = store.root / "experiment.yaml"
+    edited = frozen.read_text().replace("name: demo", "name: [", 1)
+    frozen.write_text(edited)
+    for name in ("status", "report"):
+        done = cli(name, str(store.root))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (name, done.stderr)
+        assert "was edited since the run started" in done.stderr and "not valid YAML" in done.stderr
+        assert f"llmzero-repair {store.root}" in done.stderr
+    stop = cli("stop", str(store.root))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout, stop.stderr
+    assert "stopping the run as experiment.yaml.bak has it" in stop.stderr
+    assert frozen.read_text() == edited     # nothing rewritten but by repair
+    repair = cli("repair", str(store.root))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "put back from experiment.yaml.bak" in repair.stdout
+    assert frozen.read_text() == (store.root / "experiment.yaml.bak").read_text()
+    [kept] = store.root.glob("experiment.yaml.damaged-*")
+    assert kept.read_text() == edited
+    assert cli("status", str(store.root)).returncode == 0
+
+
 def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrades(tmp_path):
     """The version stayed 0.1.0 whatever the release (setup.cfg kept a copy of its own), and
     no run recorded which release created it: status and the report could not say a run was
@@ -1873,3 +1901,34 @@ def test_ctrl_c_on_a_foreground_local_start_stops_it_without_a_traceback(tmp_pat
     assert "Traceback" not in out + err and "keep running" in out + err, out + err
     logs = "".join(p.read_text() for p in (run / "monitor").glob("*/*_log.*"))
     assert "Traceback" not in logs, logs
+
+
+def test_a_moved_run_has_its_scripts_follow_it_on_start_and_repair(tmp_path):
+    """Walkthrough: a run moved or copied (tar, cp), as the README allows, kept phase scripts
+    naming the folder it came from, so one rerun by hand wrote into the original run. Started
+    or repaired where it is now, its scripts name that folder; nothing else in them, and no
+    other file, changes; the original's scripts are left as they are."""
+    from llmzero_slurm.render import PhaseSpec, write_phase_script
+    store = two_phase_run(tmp_path, task={"builtin": "addition"})
+    for node in store.load_tree():
+        resume = store.node_dir(node.resume.node).path if node.resume else None
+        write_phase_script(PhaseSpec.for_node(store.config, node, store.node_dir(node.id).path,
+                                              f"tok-{node.id}", resume))
+    before = {p: p.read_text() for p in store.root.glob("nodes/*/phase.sbatch")}
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(store.root, moved)
+    repair = cli("repair", str(moved))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert f"moved here from {store.root}" in repair.stdout and "2 phase script(s)" in repair.stdout
+    for path, text in before.items():
+        assert path.read_text() == text
+        now = (moved / path.relative_to(store.root)).read_text()
+        assert now == text.replace(f"{store.root}/", f"{moved}/") and str(store.root) not in now
+    assert f"export LLMZ_NODE_DIR={moved}/nodes/0001" in (moved / "nodes/0001/phase.sbatch").read_text()
+    assert (moved / "experiment.yaml").read_text() == (store.root / "experiment.yaml").read_text()
+    again = cli("repair", str(moved))
+    assert "moved" not in again.stdout, again.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(store.root, copy)
+    open_or_create(parse_args([str(copy)]))
+    assert f"export LLMZ_NODE_DIR={copy}/nodes/0000" in (copy / "nodes/0000/phase.sbatch").read_text()

@@ -797,3 +797,28 @@ def test_relative_setup_lines_run_from_the_configs_folder_in_every_job(tmp_path,
                           text=True, timeout=60, env={**os.environ, "SLURM_JOB_ID": "6"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"llmzero: warning: cannot enter slurm.setup_dir {exp}" in done.stderr
+
+
+def test_a_copied_runs_script_run_by_hand_refuses_to_write_into_the_run_it_came_from(tmp_path):
+    """Walkthrough: `cp -a runs/NAME elsewhere` then `bash elsewhere/nodes/0007/phase.sbatch`
+    changed the ORIGINAL run's status.json (which could be a live run): the script named its
+    node folder by the absolute path it was rendered with. Run by hand (no SLURM_JOB_ID) from
+    any folder but the one it names, it now refuses before touching anything, naming both."""
+    s = spec(tmp_path / "run", trainer={"python": argv_dump(tmp_path)})
+    write_phase_script(s)
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(tmp_path / "run", copy)
+    script = copy / "nodes" / "0007" / "phase.sbatch"
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{script.parent}" in done.stderr and f"{s.node_dir}" in done.stderr
+    assert f"llmzero-repair {copy}" in done.stderr
+    assert sorted(p.name for p in s.node_dir.iterdir()) == ["phase.sbatch"]   # nothing written
+    assert sorted(p.name for p in script.parent.iterdir()) == ["phase.sbatch"]
+    moved = tmp_path / "moved"
+    (tmp_path / "run").rename(moved)    # the folder it names is gone: refused the same way
+    gone = subprocess.run(["bash", str(moved / "nodes" / "0007" / "phase.sbatch")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert gone.returncode == 2 and f"llmzero-repair {moved}" in gone.stderr, gone.stderr
+    assert not s.node_dir.exists()

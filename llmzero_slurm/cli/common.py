@@ -21,6 +21,7 @@ from typing import Callable
 from .. import __version__
 from . import interrupted
 from ..config import load_config
+from ..render import follow_move
 from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
                       full_storage, way_back)
 from ..store.atomic import umask
@@ -116,6 +117,15 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
     if store.refused:
         print(f"warning: {refused_values(store.root, store.refused)}", file=sys.stderr)
     return store
+
+
+def follow_moved_run(store: RunStore) -> None:
+    """A run copied or moved (tar, cp) since its phase scripts were rendered: they are pointed
+    at where it is now (render.follow_move), said in one line."""
+    moved = follow_move(store.root)
+    if moved is not None:
+        print(f"note: {store.root} was moved here from {moved[0]}: {moved[1]} phase script(s) "
+              "now name its node folders here")
 
 
 def refused_values(root: Path, refused: list[ConfigError]) -> str:

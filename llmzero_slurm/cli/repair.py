@@ -20,7 +20,7 @@ from ..schedulers import LOCAL_JOBS
 from ..schedulers.local_table import TABLE, KnownJob, rebuild_table
 from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
 from ..store.run_store import RunStore
-from .common import add_run_dir, lost_meta, open_run, run_main
+from .common import add_run_dir, follow_moved_run, lost_meta, open_run, run_main
 
 
 def _listed(ids: list[int]) -> str:
@@ -84,19 +84,20 @@ def main(argv: list[str] | None = None) -> int:
         if damage is not None:
             print(f"{CONFIG}: {damage}; put back from {CONFIG_COPY}, the damaged file kept "
                   "beside it")
-    if args.run_dir.is_dir() and ((args.run_dir / "meta.json").exists()
-                                  or lost_meta(args.run_dir)):
+    there = (args.run_dir / "meta.json").exists()
+    if args.run_dir.is_dir() and (there or lost_meta(args.run_dir)):
         rebuilt = rebuild_meta(args.run_dir)
         if rebuilt is not None:
             meta, damage = rebuilt
-            print(f"meta.json: {damage}; rebuilt from the node folders (next node id "
-                  f"{meta['next_id']}), the damaged file kept beside it")
+            print(f"meta.json: {damage if there else 'missing'}; rebuilt from the node folders "
+                  f"(next node id {meta['next_id']})" + (", the damaged file kept beside it" if there else ""))
     store = open_run(args.run_dir)
     known = store.folder_ids()
     unknown = [str(i) for i in dict.fromkeys(args.nodes) if i not in known]
     if unknown:
         raise UsageError(f"no node {' or '.join(unknown)} in {store.root} ({_listed(known)})")
     failed = _rebuild_nodes(store, args.nodes)
+    follow_moved_run(store)
     jobs = store.root / LOCAL_JOBS
     table = rebuild_table(jobs, _known_jobs(store)) if (jobs / TABLE).exists() else None
     if table is not None:

@@ -28,7 +28,7 @@ from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
 from .background import controller_command, detach
-from .common import group_note, refuse_lost_meta, run_main, seconds
+from .common import follow_moved_run, group_note, refuse_lost_meta, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -147,9 +147,10 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
 
 def _resume(run_dir: Path) -> RunStore:
     """The run at `run_dir`, refused (exit 2, nothing written) where it was moved to a path
-    that cannot go into #SBATCH lines, as a new run there is."""
+    that cannot go into #SBATCH lines, as a new run there is; moved, its scripts follow it."""
     store = open_run_store(run_dir)
     check_run_dir(store.root)
+    follow_moved_run(store)
     return store
 
 

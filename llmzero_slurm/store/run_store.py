@@ -16,14 +16,14 @@ import yaml
 
 from .. import __version__, faults
 from ..config import ExperimentConfig, load_config
-from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError
+from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError, YamlSyntaxError
 from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
 from .locks import RunLock, make_lock
 from .new_run import refuse_taken
 from .node_dir import NodeDir
 from .schema import (CONFIG_COPY, SCHEMA_VERSION, created_by, edited_by_hand, new_meta, read_meta,
-                     versioned)
+                     syntax_edit, versioned)
 
 
 CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start --submit submitted
@@ -93,13 +93,15 @@ class RunStore:
         """The frozen experiment.yaml; one this release refuses is named as the run's, frozen
         by another release (not a typo of the user's), with what to do about it."""
         path = Path(root) / "experiment.yaml"
+        copy = path.with_name(CONFIG_COPY)
         try:
             return load_config(path, refused)
         except ConfigError as exc:
-            if exc.key == "<file>":     # unreadable or not YAML: named as it is
+            if isinstance(exc, YamlSyntaxError) and syntax_edit(root):
+                raise EditedConfigError(path, exc, copy) from None
+            if exc.key == "<file>":     # unreadable, empty, not a mapping: named as it is
                 raise
             if edited_by_hand(root):
-                copy = path.with_name(CONFIG_COPY)
                 raise EditedConfigError(path, exc, copy if copy.exists() else None) from None
             raise FrozenConfigError(path, exc, __version__, created_by(root)) from None
 

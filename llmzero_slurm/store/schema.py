@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import StateError
+from ..config import load_config
+from ..errors import ConfigError, StateError
 from .atomic import read_json
 
 # The frozen config, and the copy frozen beside it that no command rewrites (llmzero-repair's).
@@ -119,4 +120,16 @@ def differs_from_copy(root: str | Path) -> bool:
     try:
         return (Path(root) / CONFIG).read_bytes() != (Path(root) / CONFIG_COPY).read_bytes()
     except OSError:
+        return False
+
+
+def syntax_edit(root: str | Path) -> bool:
+    """Whether a frozen experiment.yaml that is not YAML is a hand edit (stopped and put back
+    as a typo'd key is): it differs from its copy, which reads. The run's files are written
+    whole, so no crash leaves one half-written."""
+    if not differs_from_copy(root):
+        return False
+    try:
+        return bool(load_config(Path(root) / CONFIG_COPY, []))
+    except ConfigError:
         return False
