@@ -867,14 +867,22 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
 
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
 def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
-    """Audit: a path the user typed that names nothing exited 3 (damaged state). A folder
-    that exists but holds no run is still named as such, exit 3."""
+    """Audit: a path the user typed that names nothing exited 3 (damaged state); so did a
+    folder holding none of a run's files (the README says exit 2). One holding part of a run
+    is a damaged run, exit 3."""
     missing = cli(name, str(tmp_path / "nowhere"))
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr == f"error: no run directory at {tmp_path / 'nowhere'}\n"
     (tmp_path / "empty").mkdir()
     empty = cli(name, str(tmp_path / "empty"))
-    assert empty.returncode == 3 and "is not a run directory (no meta.json)" in empty.stderr
+    assert empty.returncode == 2, empty.stderr
+    assert empty.stderr == (f"error: {tmp_path / 'empty'} is not a run directory (no meta.json, "
+                            "experiment.yaml or nodes/); start one with llmzero-start\n")
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "experiment.yaml").write_text("name: x\n")
+    part = cli(name, str(tmp_path / "part"))
+    assert part.returncode == 3 and f"{tmp_path / 'part'}: is a damaged run directory: it has " \
+        "experiment.yaml but no meta.json" in part.stderr, part.stderr
 
 
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
