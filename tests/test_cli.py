@@ -749,6 +749,59 @@ def test_start_refuses_a_search_its_method_cannot_run_before_freezing_the_run(tm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("case, message", [
+    ("builtin-typo", "config key 'task.builtin': unknown task 'additon' (known: addition"),
+    ("missing-val-file", "gone.parquet: does not exist (config key 'task.val_files')"),
+    ("reward-signature", "compute_score(answer) cannot be called the way verl calls it"),
+])
+def test_start_refuses_a_task_its_phases_cannot_read_before_the_run_exists(tmp_path, case, message):
+    """User walkthrough: a plain start ran none of --check's data checks, so a typo of a builtin
+    task, a missing data file or a reward of the wrong signature made a frozen run whose first
+    phase failed after its queue wait (exit 7). A start now refuses them, exit 2, nothing made."""
+    files = verl_task_files(tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + "    return 0.0\n")
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "test_files": [str(files["test"])], "reward_path": str(reward)}
+    if case == "builtin-typo":
+        task = {"builtin": "additon"}
+    elif case == "missing-val-file":
+        task["val_files"] = [str(tmp_path / "gone.parquet")]
+    else:
+        reward.write_text("def compute_score(answer):\n    return 0.0\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": task}))
+    run = tmp_path / "run"
+    done = cli("start", str(path), "--run-dir", str(run))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert message in done.stderr, done.stderr
+    # A config error is said as every other one is; a file's problem points to the full report.
+    assert (f"llmzero-start {path} --check gives the full report" in done.stderr) == \
+        (case != "builtin-typo")
+    assert not run.exists()
+    check = cli("start", str(path), "--run-dir", str(run), "--check")
+    assert check.returncode == 2 and any(line.startswith("[FAIL]") and message in line
+                                         for line in check.stdout.splitlines()), check.stdout
+    assert ("[ok] config" in check.stdout) == (case != "builtin-typo")
+
+
+def test_a_resume_is_not_refused_for_a_data_file_gone_since_the_run_started(tmp_path):
+    """The start's data checks are for a new run: a run already frozen resumes (its phases say
+    what they miss), so a moved file never locks a user out of the run that used it."""
+    files = verl_task_files(tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + "    return 0.0\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": {
+        "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "test_files": [str(files["test"])], "reward_path": str(reward)}}))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    store = open_or_create(args)
+    files["val"].unlink()
+    assert open_or_create(args).root == store.root
+    assert open_or_create(parse_args([str(store.root)])).root == store.root
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
