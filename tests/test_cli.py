@@ -19,7 +19,7 @@ import yaml
 
 from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import ConfigError, SchedulerError
+from llmzero_slurm.errors import ConfigError, SchedulerError, UsageError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.local import SUBMITIT_LOCAL
@@ -800,6 +800,23 @@ def test_a_resume_is_not_refused_for_a_data_file_gone_since_the_run_started(tmp_
     files["val"].unlink()
     assert open_or_create(args).root == store.root
     assert open_or_create(parse_args([str(store.root)])).root == store.root
+
+
+def test_start_refuses_another_experiment_in_a_run_dir_holding_a_run(tmp_path):
+    """User walkthrough: `llmzero-start other.yaml --run-dir runs/X` with another `name:`
+    resumed the run in runs/X with a note and exit 0, spending compute on the wrong search."""
+    exp = {"name": "first", "scheduler": "local", "task": {"builtin": "addition"}}
+    first, other = tmp_path / "first.yaml", tmp_path / "other.yaml"
+    first.write_text(yaml.safe_dump(exp))
+    other.write_text(yaml.safe_dump({**exp, "name": "second"}))
+    run = tmp_path / "run"
+    open_or_create(parse_args([str(first), "--run-dir", str(run)]))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(UsageError) as err:
+        open_or_create(parse_args([str(other), "--run-dir", str(run)]))
+    assert f"{run} holds the run 'first', not 'second'" in str(err.value), str(err.value)
+    assert f"llmzero-start {run}" in str(err.value) and "another --run-dir" in str(err.value)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):

@@ -119,6 +119,10 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = _resume(run_dir)
+        if store.config.name != cfg.name:
+            raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
+                             f"(the name in {args.config}); nothing was changed: resume that run "
+                             f"with llmzero-start {run_dir}, or give another --run-dir")
         changed = _differences(store.config, cfg)
         if changed:
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
