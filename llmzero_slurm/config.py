@@ -27,6 +27,7 @@ from .sbatch_options import (cpu_job_directives, memory_size, phase_directives,
 from .hparams import VERL_NEEDS_LORA, not_a_number, validate_hparams
 from .schedulers.job_env import VARIABLE_NAME, check_setup_lines
 from .search.settings import SearchSettings, check_ranges
+from .tasks import TASKS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 
@@ -70,8 +71,10 @@ class TaskConfig:
 
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
-        ignored without a word."""
+        ignored without a word. A name no task has would fail only the run's first phase."""
         problems, default = ConfigProblems(), TaskConfig()
+        if self.builtin is not None and self.builtin not in TASKS:
+            problems.add(f"{where}.builtin", f"unknown task {self.builtin!r} (known: {', '.join(TASKS)})")
         for name in ("train_files", "val_files", "test_files", "reward_path", "reward_name"):
             if self.builtin and getattr(self, name) != getattr(default, name):
                 problems.add(f"{where}.{name}", f"is not used with {where}.builtin: give a "

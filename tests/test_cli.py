@@ -19,7 +19,7 @@ import yaml
 
 from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import ConfigError, SchedulerError
+from llmzero_slurm.errors import ConfigError, SchedulerError, UsageError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
@@ -781,6 +781,76 @@ def test_start_refuses_a_search_its_method_cannot_run_before_freezing_the_run(tm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("case, message", [
+    ("builtin-typo", "config key 'task.builtin': unknown task 'additon' (known: addition"),
+    ("missing-val-file", "gone.parquet: does not exist (config key 'task.val_files')"),
+    ("reward-signature", "compute_score(answer) cannot be called the way verl calls it"),
+])
+def test_start_refuses_a_task_its_phases_cannot_read_before_the_run_exists(tmp_path, case, message):
+    """User walkthrough: a plain start ran none of --check's data checks, so a typo of a builtin
+    task, a missing data file or a reward of the wrong signature made a frozen run whose first
+    phase failed after its queue wait (exit 7). A start now refuses them, exit 2, nothing made."""
+    files = verl_task_files(tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + "    return 0.0\n")
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "test_files": [str(files["test"])], "reward_path": str(reward)}
+    if case == "builtin-typo":
+        task = {"builtin": "additon"}
+    elif case == "missing-val-file":
+        task["val_files"] = [str(tmp_path / "gone.parquet")]
+    else:
+        reward.write_text("def compute_score(answer):\n    return 0.0\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": task}))
+    run = tmp_path / "run"
+    done = cli("start", str(path), "--run-dir", str(run))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert message in done.stderr, done.stderr
+    # A config error is said as every other one is; a file's problem points to the full report.
+    assert (f"llmzero-start {path} --check gives the full report" in done.stderr) == \
+        (case != "builtin-typo")
+    assert not run.exists()
+    check = cli("start", str(path), "--run-dir", str(run), "--check")
+    assert check.returncode == 2 and any(line.startswith("[FAIL]") and message in line
+                                         for line in check.stdout.splitlines()), check.stdout
+    assert ("[ok] config" in check.stdout) == (case != "builtin-typo")
+
+
+def test_a_resume_is_not_refused_for_a_data_file_gone_since_the_run_started(tmp_path):
+    """The start's data checks are for a new run: a run already frozen resumes (its phases say
+    what they miss), so a moved file never locks a user out of the run that used it."""
+    files = verl_task_files(tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE + "    return 0.0\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": {
+        "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "test_files": [str(files["test"])], "reward_path": str(reward)}}))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    store = open_or_create(args)
+    files["val"].unlink()
+    assert open_or_create(args).root == store.root
+    assert open_or_create(parse_args([str(store.root)])).root == store.root
+
+
+def test_start_refuses_another_experiment_in_a_run_dir_holding_a_run(tmp_path):
+    """User walkthrough: `llmzero-start other.yaml --run-dir runs/X` with another `name:`
+    resumed the run in runs/X with a note and exit 0, spending compute on the wrong search."""
+    exp = {"name": "first", "scheduler": "local", "task": {"builtin": "addition"}}
+    first, other = tmp_path / "first.yaml", tmp_path / "other.yaml"
+    first.write_text(yaml.safe_dump(exp))
+    other.write_text(yaml.safe_dump({**exp, "name": "second"}))
+    run = tmp_path / "run"
+    open_or_create(parse_args([str(first), "--run-dir", str(run)]))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(UsageError) as err:
+        open_or_create(parse_args([str(other), "--run-dir", str(run)]))
+    assert f"{run} holds the run 'first', not 'second'" in str(err.value), str(err.value)
+    assert f"llmzero-start {run}" in str(err.value) and "another --run-dir" in str(err.value)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -899,14 +969,22 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
 
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
 def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
-    """Audit: a path the user typed that names nothing exited 3 (damaged state). A folder
-    that exists but holds no run is still named as such, exit 3."""
+    """Audit: a path the user typed that names nothing exited 3 (damaged state); so did a
+    folder holding none of a run's files (the README says exit 2). One holding part of a run
+    is a damaged run, exit 3."""
     missing = cli(name, str(tmp_path / "nowhere"))
     assert missing.returncode == 2, missing.stderr
     assert missing.stderr == f"error: no run directory at {tmp_path / 'nowhere'}\n"
     (tmp_path / "empty").mkdir()
     empty = cli(name, str(tmp_path / "empty"))
-    assert empty.returncode == 3 and "is not a run directory (no meta.json)" in empty.stderr
+    assert empty.returncode == 2, empty.stderr
+    assert empty.stderr == (f"error: {tmp_path / 'empty'} is not a run directory (no meta.json, "
+                            "experiment.yaml or nodes/); start one with llmzero-start\n")
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "experiment.yaml").write_text("name: x\n")
+    part = cli(name, str(tmp_path / "part"))
+    assert part.returncode == 3 and f"{tmp_path / 'part'}: is a damaged run directory: it has " \
+        "experiment.yaml but no meta.json" in part.stderr, part.stderr
 
 
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])

@@ -56,6 +56,8 @@ def test_defaults_are_the_papers():
     # The cpu trainer never passes it for a built-in task, which brings its own reward.
     ({"name": "x", "task": {"builtin": "addition", "reward_name": "score"}}, "task.reward_name"),
     ({"name": "x", "agents": {"api_key_env": ""}}, "agents.api_key_env"),
+    # A typo was accepted; the run's first phase failed after its queue wait.
+    ({"name": "x", "task": {"builtin": "additon"}}, "task.builtin"),
 ])
 def test_bad_config_names_the_key(data, key):
     with pytest.raises(ConfigError) as err:

@@ -92,10 +92,10 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def open_run(path: Path, stopping: bool = False) -> RunStore:
-    """The run at `path`: a path that is not there, or a file, is the user's typing (exit 2);
-    a folder without a run is named as damaged state (exit 3). `stopping`: a frozen config
-    refused after a hand edit is read from its copy instead, so a typo never keeps a run from
-    being stopped."""
+    """The run at `path`: a path that is not there, a file, or a folder holding none of a run's
+    files is the user's typing (exit 2); a folder with part of a run is damaged state (exit 3).
+    `stopping`: a frozen config refused after a hand edit is read from its copy instead, so a
+    typo never keeps a run from being stopped."""
     if not path.exists():
         raise UsageError(f"no run directory at {path}")
     if not path.is_dir():   # e.g. the experiment.yaml the run was started from
@@ -103,7 +103,15 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
                          "runs/<experiment>)")
     refuse_lost_meta(path)
     if not (path / "meta.json").exists():
-        raise StateError(path, "is not a run directory (no meta.json); start one with llmzero-start")
+        parts = {"experiment.yaml": path / "experiment.yaml", "nodes/": path / "nodes"}
+        have = [name for name, part in parts.items() if part.exists()]
+        if not have:    # the user's typing, as a path that is not there
+            raise UsageError(f"{path} is not a run directory (no meta.json, experiment.yaml or "
+                             "nodes/); start one with llmzero-start")
+        lacking = " or ".join(["meta.json", *(name for name in parts if name not in have)])
+        raise StateError(path, f"is a damaged run directory: it has {' and '.join(have)} but no "
+                         f"{lacking}; llmzero-repair rebuilds meta.json only from experiment.yaml "
+                         "and nodes/: put back what is missing")
     try:
         store = open_run_store(path, reading=True)
     except EditedConfigError as exc:

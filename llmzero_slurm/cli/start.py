@@ -10,12 +10,13 @@ from ..backends import get_backend
 from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import cluster_checks
+from ..controller.data_checks import check_inputs
 from ..controller.controller_job import submit_controller, take_key, withdraw_key
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
-from ..errors import ConfigError, SchedulerError, UsageError
+from ..errors import ConfigError, DataError, SchedulerError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -118,16 +119,27 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = _resume(run_dir)
+        if store.config.name != cfg.name:
+            raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
+                             f"(the name in {args.config}); nothing was changed: resume that run "
+                             f"with llmzero-start {run_dir}, or give another --run-dir")
         changed = _differences(store.config, cfg)
         if changed:
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
                   f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
                   "for a new run)")
         return store
-    # Frozen, a config no script renders from, or its method refuses, fails every later start.
+    # Frozen, a config no script renders from, its method refuses, or whose task files or reward
+    # cannot be read, fails every later start (the phases after their queue wait).
     for _, check in script_checks(cfg, run_dir):
         check()
     check_method(cfg)
+    try:
+        check_inputs(cfg)
+    except (ConfigError, DataError) as exc:   # both exit 2
+        exc.args = (f"{exc}\nnothing was created; llmzero-start {args.config} --check gives the "
+                    "full report",)
+        raise
     # `auto` is decided once, here: a restart while slurmctld is down must not watch Slurm jobs
     # as local processes, nor start phases on the login node. Its poll is frozen as Slurm's.
     if args.submit and cfg.scheduler == "local":

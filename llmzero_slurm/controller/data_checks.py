@@ -8,8 +8,9 @@ from typing import Any, Callable
 
 from ..backends import get_backend
 from ..config import ExperimentConfig, TaskConfig
-from ..errors import DataError, LLMZeroError
+from ..errors import ConfigError, DataError, LLMZeroError
 from ..methods.space import length_limit
+from ..tasks.reward_file import RewardFn
 
 ROWS_CHECKED = 3
 # Per reward call: a string comparison takes microseconds, a symbolic math verifier (verl's
@@ -28,32 +29,52 @@ def dataset_files(task: TaskConfig) -> list[tuple[str, str]]:
             for path in getattr(task, key)]
 
 
-def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
-    """Dataset files follow verl's schema; the reward function scores their ground truths."""
+def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn, str, list[tuple[str, str]]]:
+    """The task's reward function, the name messages give it, and its dataset files: the
+    reward file imported as verl imports it, its signature checked. Every problem is exit 2."""
     from ..tasks import get_task
-    from ..tasks.dataset import read_examples
-    from ..tasks.splits import check_splits
-    from ..tasks.reward_file import RewardTimeout, judge, load_reward, time_limit
+    from ..tasks.reward_file import RewardTimeout, load_reward, time_limit
 
-    read = read or read_examples
     task = cfg.task
+    found: tuple[RewardFn, str, list[tuple[str, str]]]
     if task.builtin:
-        module = get_task(task.builtin)
-        reward, source, files = module.compute_score, f"builtin task {task.builtin}", []
+        found = get_task(task.builtin).compute_score, f"builtin task {task.builtin}", []
     else:
         if not task.train_files or not task.val_files:
-            raise LLMZeroError("task: give `builtin` or both train_files and val_files")
+            raise ConfigError("task", "give `builtin` or both train_files and val_files")
         if not task.reward_path:
-            raise LLMZeroError("task.reward_path: a reward file with compute_score() is required")
+            raise ConfigError("task.reward_path", "a reward file with compute_score() is required")
         try:
             with time_limit(IMPORT_TIMEOUT_S):
-                reward, source = load_reward(task.reward_path, task.reward_name), task.reward_path
+                found = load_reward(task.reward_path, task.reward_name), task.reward_path, \
+                    dataset_files(task)
         except RewardTimeout:
             raise DataError(task.reward_path, f"importing the reward file did not finish within "
                             f"{IMPORT_TIMEOUT_S:g} s") from None
-        files = dataset_files(task)
     if cfg.backend == "verl" and not task.test_files:
-        raise LLMZeroError("task.test_files: give a held-out test split (scores for the report)")
+        raise ConfigError("task.test_files", "give a held-out test split (scores for the report)")
+    return found
+
+
+def check_inputs(cfg: ExperimentConfig) -> None:
+    """What a plain start checks before it creates a run, in moments on a login node: the
+    reward file imports with verl's signature, and each data file is there and is parquet with
+    verl's columns, read from its footer (check_data reads every row, as --check does)."""
+    from ..tasks.dataset import check_footer
+
+    for key, path in task_reward(cfg)[2]:
+        check_footer(path, key)
+
+
+def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
+    """Dataset files follow verl's schema; the reward function scores their ground truths."""
+    from ..tasks.dataset import read_examples
+    from ..tasks.splits import check_splits
+    from ..tasks.reward_file import RewardTimeout, judge, time_limit
+
+    read = read or read_examples
+    task = cfg.task
+    reward, source, files = task_reward(cfg)
     rows = 0
     train: list[Any] = []       # every training file's rows, as the warm start reads them
     prompts: dict[str, set[Any]] = {}

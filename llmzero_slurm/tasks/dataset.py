@@ -120,14 +120,33 @@ def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(path, f"cannot read as parquet: {exc}") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-    if missing:
-        raise DataError(path, f"has no column {', '.join(map(repr, missing))} (its columns: "
-                        f"{', '.join(table.column_names)}); {SCHEMA}")
+    _require_columns(path, table.column_names)
     rows = table.to_pylist()
     if not rows:
         raise DataError(path, "has no rows")
     return [_example(path, i, row) for i, row in enumerate(rows)]
+
+
+def check_footer(path: str | Path, key: str | None = None) -> int:
+    """The rows of a verl-format parquet file, read from its footer alone (its columns and row
+    count), so a start checks a large dataset in a moment; read_examples reads the rows."""
+    path = require_file(path, key)
+    try:
+        meta = pq.read_metadata(path)
+        columns = meta.schema.to_arrow_schema().names
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(path, f"cannot read as parquet: {exc}") from None
+    _require_columns(path, columns)
+    if not meta.num_rows:
+        raise DataError(path, "has no rows")
+    return int(meta.num_rows)
+
+
+def _require_columns(path: Path, columns: list[str]) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise DataError(path, f"has no column {', '.join(map(repr, missing))} (its columns: "
+                        f"{', '.join(columns)}); {SCHEMA}")
 
 
 def _example(path: Path, index: int, row: dict[str, Any]) -> Example:
