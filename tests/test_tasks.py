@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from llmzero_slurm.errors import DataError
 from llmzero_slurm.tasks import TASKS, get_task, reward_path
-from llmzero_slurm.tasks.dataset import (SPLIT_SIZES, generate_rows, materialize, read_examples,
-                                         write_parquet)
+from llmzero_slurm.tasks.dataset import (SPLIT_SIZES, check_footer, generate_rows, materialize,
+                                         read_examples, write_parquet)
 from llmzero_slurm.tasks.reward_file import judge, load_reward
 
 SMALL = {"train": 60, "val": 20, "test": 20}
@@ -132,6 +132,23 @@ def test_materialize_writes_once_and_reads_back(tmp_path):
     assert materialize("sort", tmp_path) == paths and paths["train"].stat().st_mtime_ns == stamp
     examples = read_examples(paths["val"])
     assert len(examples) == SPLIT_SIZES["val"] and examples[0].data_source == "sort"
+
+
+def test_the_starts_footer_check_reads_what_the_trainer_reads(tmp_path):
+    """The start's quick check (footers only) refused a folder of parquet files, which the
+    trainer reads as one table: it counts the same rows, and refuses the same junk."""
+    rows = generate_rows(get_task("addition"), SMALL)["val"]
+    (tmp_path / "parts").mkdir()
+    write_parquet(rows[:5], tmp_path / "parts" / "a.parquet")
+    write_parquet(rows[5:12], tmp_path / "parts" / "b.parquet")
+    assert check_footer(tmp_path / "parts") == len(read_examples(tmp_path / "parts")) == 12
+    assert check_footer(tmp_path / "parts" / "a.parquet") == 5
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(DataError, match="junk.parquet: cannot read as parquet"):
+        check_footer(tmp_path / "junk.parquet")
+    write_parquet([{k: v for k, v in r.items() if k != "prompt"} for r in rows], tmp_path / "np.parquet")
+    with pytest.raises(DataError, match="has no column 'prompt'"):
+        check_footer(tmp_path / "np.parquet")
 
 
 def test_bad_rows_are_reported_by_file_and_row(tmp_path):

@@ -132,14 +132,17 @@ def check_footer(path: str | Path, key: str | None = None) -> int:
     count), so a start checks a large dataset in a moment; read_examples reads the rows."""
     path = require_file(path, key)
     try:
-        meta = pq.read_metadata(path)
-        columns = meta.schema.to_arrow_schema().names
+        # a folder of parquet files reads as one table, as read_examples reads it
+        dataset = pq.ParquetDataset(path)
+        columns = dataset.schema.names
+        rows = sum(pq.read_metadata(f, filesystem=dataset.filesystem).num_rows
+                   for f in dataset.files)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(path, f"cannot read as parquet: {exc}") from None
     _require_columns(path, columns)
-    if not meta.num_rows:
+    if not rows:
         raise DataError(path, "has no rows")
-    return int(meta.num_rows)
+    return int(rows)
 
 
 def _require_columns(path: Path, columns: list[str]) -> None:
