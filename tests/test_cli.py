@@ -74,16 +74,22 @@ def importing(pid: int) -> bool:
 def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
     """Issue: Ctrl-C in the first seconds of any llmzero-* command, while Python imported its
     modules, printed a KeyboardInterrupt traceback. It now ends as an interrupt later does: exit
-    130 and one line. Each signal lands in the imports: the help is not printed yet."""
+    130 and one line. A signal sent once the imports began lands in them, or (on a fast
+    machine, the later ones) after the help was printed: never anything else."""
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
-    for delay in (0.0, 0.1, 0.3):
+    interrupted = 0
+    for delay in (0.0, 0.05, 0.1, 0.3):
         proc = subprocess.Popen([str(ROOT / "bin" / "llmzero-status"), "--help"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(partial(importing, proc.pid), 60, "the command's imports", every=0.001)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        if (proc.returncode, err) == (0, "") and out.startswith("usage: llmzero-status"):
+            continue    # the command was done before the signal came
         assert (proc.returncode, err, out) == (130, "interrupted\n", ""), (delay, err[-2000:])
+        interrupted += 1
+    assert interrupted, "no signal landed while the command loaded"
 
 
 def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):

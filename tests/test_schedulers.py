@@ -686,7 +686,9 @@ def test_a_stop_ends_a_query_under_way_as_no_answer(tmp_path, monkeypatch, clien
     assert time.monotonic() - stop_at < 1.0 and err.value.retryable
     [slow] = [client for client, body in clients.items() if body == SLOW]
     started = (tmp_path / "bin" / f"{slow}.pids").read_text().split()
-    assert len(started) == 2 and not any(alive(int(pid)) for pid in started)
+    assert len(started) == 2
+    # killed at once; the kernel may take a moment to end them on a loaded machine
+    wait_for(lambda: not any(alive(int(pid)) for pid in started), 5, "the query's processes to end")
 
 
 def test_a_stop_lets_an_sbatch_under_way_and_a_later_lookup_answer(token_script, tmp_path,
