@@ -79,8 +79,11 @@ def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
     in_imports = 0
     for delay in (0.0, 0.05, 0.1, 0.3):
+        # Ctrl-C as a terminal's shell leaves it to the command: a suite started in the
+        # background (`make test &`) hands its processes SIGINT ignored.
         proc = subprocess.Popen([str(ROOT / "bin" / "llmzero-status"), "--help"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=partial(signal.signal, signal.SIGINT, signal.SIG_DFL))
         wait_for(partial(importing, proc.pid), 60, "the command's imports", every=0.001)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
