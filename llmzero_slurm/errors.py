@@ -92,13 +92,23 @@ class ConfigProblems:
             raise found[0]
 
 
+FROZEN = "this run's configuration as frozen when it started"
+EDITED = "this run's frozen configuration, was edited since the run started"
+
+
+def listed(errors: Sequence[ConfigError]) -> str:
+    """Several config problems, one per indented line, as every refusal of a frozen config
+    shows them."""
+    return "\n  ".join(map(str, errors))
+
+
 class RefusedRunConfig(ConfigError):
     """A run's frozen experiment.yaml refused as it is read, keeping every refusal of it."""
 
     def __init__(self, refused: ConfigError):
         super().__init__(refused.key, refused.problem)
         self._errors = refused.errors
-        self.problems = "\n  ".join(map(str, refused.errors))
+        self.problems = listed(refused.errors)
 
     @property
     def errors(self) -> list[ConfigError]:
@@ -120,7 +130,7 @@ class FrozenConfigError(RefusedRunConfig):
             accepted, newer = "the llmzero-slurm that started the run", "that one (or later)"
             starter = "the release that started the run"
         self.args = (
-            f"{path}, this run's configuration as frozen when it started, is refused by this "
+            f"{path}, {FROZEN}, is refused by this "
             f"llmzero-slurm ({version}):\n  {self.problems}\n"
             f"It was accepted by {accepted}. A key unknown here was written by a newer release: "
             f"read, stop and resume the run with {newer}. "
@@ -136,8 +146,7 @@ class EditedConfigError(RefusedRunConfig):
 
     def __init__(self, path: Any, refused: ConfigError, copy: Any | None):
         super().__init__(refused)
-        self.args = (f"{path}, this run's frozen configuration, was edited since the run started "
-                     f"and is refused:\n  {self.problems}\nFix that in {path.name}, "
+        self.args = (f"{path}, {EDITED} and is refused:\n  {self.problems}\nFix that in {path.name}, "
                      f"{way_back(path, copy)} (llmzero-stop can stop the run meanwhile).",)
 
 

@@ -22,8 +22,8 @@ from .. import __version__
 from . import interrupted
 from ..config import load_config
 from ..render import follow_move
-from ..errors import (ConfigError, EditedConfigError, LLMZeroError, StateError, UsageError,
-                      full_storage, way_back)
+from ..errors import (EDITED, FROZEN, ConfigError, EditedConfigError, LLMZeroError, StateError,
+                      UsageError, full_storage, listed, way_back)
 from ..store.atomic import umask
 from ..store.lock_wait import say_long_waits
 from ..store.meta_repair import open_run_store
@@ -139,18 +139,17 @@ def follow_moved_run(store: RunStore) -> None:
 def refused_values(root: Path, refused: list[ConfigError]) -> str:
     """What reading the run past values of its frozen config that this release refuses says:
     a hand edit (edited_by_hand) named as one, with the way back; else another release's."""
-    problems = "\n  ".join(map(str, refused))
+    problems = listed(refused)
     frozen = root / CONFIG
     if edited_by_hand(root):
         copy = root / CONFIG_COPY if differs_from_copy(root) else None
-        return (f"{frozen}, this run's frozen configuration, was edited since the run started "
-                f"and holds values this llmzero-slurm ({__version__}) refuses:\n  {problems}\n"
+        return (f"{frozen}, {EDITED} and holds values this llmzero-slurm ({__version__}) "
+                f"refuses:\n  {problems}\n"
                 "They are read as they are to show, report or stop the run; a resume needs each "
                 f"fixed in {frozen.name}, {way_back(frozen, copy)}.")
-    return (f"{frozen}, this run's configuration as frozen when it started, holds values this "
-            f"llmzero-slurm ({__version__}) refuses:\n  {problems}\nThey are read as the release "
-            "that started the run accepted them; a resume with this release needs each set to a "
-            "value it accepts.")
+    return (f"{frozen}, {FROZEN}, holds values this llmzero-slurm ({__version__}) refuses:\n"
+            f"  {problems}\nThey are read as the release that started the run accepted them; a "
+            "resume with this release needs each set to a value it accepts.")
 
 
 def lost_meta(path: Path) -> bool:
