@@ -34,9 +34,10 @@ _NTASKS_OPTIONS = ("ntasks", "ntasks-per-node", "ntasks-per-core", "ntasks-per-s
 _CPUS_OPTIONS = ("cpus-per-task", "cpus-per-gpu")
 _GPUS_OPTIONS = ("gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket", "gres")
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
-# A --tres-per-task entry that asks for GPUs (gres/gpu:2, gres/gpu:a100=2): sbatch keeps
-# --gpus-per-task=2 as that same entry, so it is refused as --gpus-per-task is.
-_GPU_TRES = re.compile(r"(?:^|,)(?:gres[/:])?gpu(?:[:=,]|$)", re.I)
+# A --gres or --tres-per-task entry that asks for GPUs or slices of one (gpu:2, gres/gpu:a100=2,
+# shard:2, gres/mps:50): sbatch keeps --gpus-per-task=2 as that same entry, so each is refused
+# as --gpus-per-task is. Other node resources (nvme:1, license/matlab:1) stay the user's.
+_GPU_ENTRY = re.compile(r"(?:^|,)(?:gres[/:])?(gpu|shard|mps)(?:[:=,]|$)", re.I)
 # Where a job runs, which config keys set: the run's other jobs follow the key, not a line.
 _WHERE = ("partition", "account", "qos")       # what every section of the config may set
 _PLACEMENT = (*_WHERE, "constraint")
@@ -102,9 +103,11 @@ def phase_directives(s: SlurmConfig) -> list[str]:
 
 
 def _gpu_options(s: SlurmConfig) -> tuple[str, ...]:
-    """The GPU options an extra directive may not add: all of them, but --gres only beside
-    the script's own GPUs, since a CPU phase may need it for other resources (nvme:1)."""
-    return tuple(o for o in _GPUS_OPTIONS if o != "gres" or s.gpus_per_node)
+    """The GPU options an extra directive may not add: all of them, but --gres only where the
+    script's own GPUs are a --gres line, since a phase may need it for other resources (nvme:1;
+    its GPU entries are refused by _GPU_ENTRY)."""
+    return tuple(o for o in _GPUS_OPTIONS
+                 if o != "gres" or (s.gpus_per_node and s.gpu_directive == "gres"))
 
 
 def _each_named(source: str, *parts: Callable[[], list[str]]) -> list[str]:
@@ -219,11 +222,11 @@ def _extra(key: str, line: str, sized: Mapping[str, str], placed: Mapping[str, s
     if option in sized:
         raise ConfigError(key, f"{read_as}--{option} is already in the script, from "
                                f"{sized[option]}")
-    if option == "tres-per-task" and "gpus-per-task" in sized \
-            and _GPU_TRES.search((match.group(2) or "=")[1:]):
-        raise ConfigError(key, f"{read_as}a gres/gpu entry of --tres-per-task asks for GPUs, as "
-                               f"--gpus-per-task does: the script asks for them, from "
-                               f"{sized['gpus-per-task']} (got {line[:60]!r})")
+    gpu = _GPU_ENTRY.search((match.group(2) or "=")[1:])
+    if option in ("gres", "tres-per-task") and "gpus-per-task" in sized and gpu:
+        raise ConfigError(key, f"{read_as}a {gpu.group(1).lower()} entry of --{option} asks for GPUs "
+                               f"(or slices of one), as --gpus-per-task does: what a phase "
+                               f"gets comes from {sized['gpus-per-task']} (got {line[:60]!r})")
     if option in placed:
         raise ConfigError(key, f"{read_as}set {placed[option]} instead: a second --{option} "
                                "line would quietly win over it in this job alone, while the "

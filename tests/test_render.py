@@ -284,7 +284,7 @@ def test_an_extra_directive_cannot_ask_for_gpus_through_tres_per_task(tmp_path, 
         with pytest.raises(ConfigError) as err:
             render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=gpus, extra_directives=[line])))
         assert "'slurm.extra_directives[0]'" in str(err.value)
-        assert "a gres/gpu entry of --tres-per-task asks for GPUs" in str(err.value)
+        assert "a gpu entry of --tres-per-task asks for GPUs" in str(err.value)
         assert "from slurm.gpus_per_node (with slurm.gpu_type" in str(err.value)
     d = directives(render(spec(tmp_path, slurm=SlurmConfig(
         gpus_per_node=1, extra_directives=["--tres-per-task=license/matlab:1,gres/nvme:1",
@@ -292,6 +292,28 @@ def test_an_extra_directive_cannot_ask_for_gpus_through_tres_per_task(tmp_path, 
     assert d["tres-per-task"] == "license/matlab:1,gres/nvme:1"
     with pytest.raises(ConfigError, match=r"--tres is ambiguous \(--tres-bind, --tres-per-task\)"):
         render(spec(tmp_path, slurm=SlurmConfig(extra_directives=["--tres=gres/gpu:1"])))
+
+
+@pytest.mark.parametrize("line", ["--gres=gpu:1", "--gres=nvme:1,gpu:a100:2", "--gres=gres/gpu:1",
+                                  "--gres=shard:2", "--gres=mps:50",
+                                  "--tres-per-task=gres/shard:1", "--tres-per-task=gres/mps:25"])
+def test_an_extra_directive_cannot_ask_for_gpus_or_gpu_shares_through_gres(tmp_path, line):
+    """A CPU phase (no GPUs in the script) took --gres=gpu:1, which holds a GPU the phase never
+    uses for its whole run, and every phase took gres/shard or gres/mps (slices of a GPU), which
+    the config's GPU count and its checks never saw. Each is refused naming the key to set; a
+    --gres for another node resource stays the user's, beside --gpus-per-node GPUs too."""
+    for gpus in (0, 1):
+        with pytest.raises(ConfigError) as err:
+            render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=gpus, extra_directives=[line])))
+        assert "'slurm.extra_directives[0]'" in str(err.value)
+        assert "asks for GPUs" in str(err.value) or "already in the script" in str(err.value)
+        assert "slurm.gpus_per_node" in str(err.value)
+    d = directives(render(spec(tmp_path, slurm=SlurmConfig(
+        gpus_per_node=2, extra_directives=["--gres=nvme:1"]))))
+    assert d["gres"] == "nvme:1" and d["gpus-per-node"] == "2"
+    with pytest.raises(ConfigError, match="--gres is already in the script"):
+        render(spec(tmp_path, slurm=SlurmConfig(gpus_per_node=2, gpu_directive="gres",
+                                                extra_directives=["--gres=nvme:1"])))
 
 
 @pytest.mark.parametrize("line, said", [
