@@ -463,15 +463,23 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
         data_checks.check_data(cfg)
 
 
-@pytest.mark.parametrize("body, problem", [
-    ("    if solution_str == ground_truth:\n        return 1.0\n",
+@pytest.mark.parametrize("body, scoring, problem", [
+    ("    if solution_str == ground_truth:\n        return 1.0\n", "an empty response (a model "
+     "may answer with nothing)",
      "must be a finite number or a dict with a numeric 'score' (and optional 'acc'), got None"),
-    ("    return float(int(solution_str) == int(ground_truth))\n",
-     "ValueError: invalid literal for int() with base 10: ''")],
-    ids=["no score for a wrong answer", "parses the response without a guard"])
-def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
+    ("    return float(int(solution_str) == int(ground_truth))\n", "an empty response (a model "
+     "may answer with nothing)", "ValueError: invalid literal for int() with base 10: ''"),
+    ("    if not solution_str.strip():\n        return 0.0\n"
+     "    return float(int(solution_str) == int(ground_truth))\n",
+     "an answer not in the expected form ('I do not know.')",
+     "ValueError: invalid literal for int() with base 10: 'I do not know.'")],
+    ids=["no score for a wrong answer", "parses the response without a guard",
+         "guards only the empty response"])
+def test_check_scores_a_wrong_answer_too(tmp_path, body, scoring, problem):
     """Only ground truths were scored, so a reward that returns None or raises on any other
-    answer passed --check and failed the first phase, after its queue wait and warm start."""
+    answer passed --check and failed the first phase, after its queue wait and warm start.
+    Then one guarded against an empty answer alone still passed, and failed in task code on
+    the model's first non-numeric sample ('====')."""
     from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import DataError
     from llmzero_slurm.tasks.dataset import materialize
@@ -484,7 +492,7 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
     with pytest.raises(DataError) as err:
         data_checks.check_data(cfg)
     assert str(err.value).startswith(f"{reward}: ")
-    assert "scoring an empty response (a model may answer with nothing)" in str(err.value)
+    assert f"scoring {scoring}: " in str(err.value)
     assert str(err.value).endswith(problem)
 
 

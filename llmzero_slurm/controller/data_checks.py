@@ -18,6 +18,10 @@ ROWS_CHECKED = 3
 REWARD_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
 EMPTY_RESPONSE = "an empty response (a model may answer with nothing)"
+# A sampled answer is often not in the form the reward parses (a tiny or early model writes
+# '====', an LLM prose): a reward that raises on it fails the phase mid-training.
+MALFORMED = "I do not know."
+MALFORMED_RESPONSE = f"an answer not in the expected form ({MALFORMED!r})"
 PROBE_TIMEOUT_S = 120.0    # the reward on every probe row of the warm start (at most 512)
 
 Reader = Callable[[str, str], list[Any]]     # (path, the config key naming it) -> rows
@@ -82,11 +86,12 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     for key, path in files:   # train, val, test (dataset_files' order)
         examples = read(path, key)
         notes += check_splits(key, path, examples, prompts)
-        # Its own ground truth, and an answer that is wrong (a model's first answers mostly
+        # Its own ground truth, and answers that are wrong (a model's first answers mostly
         # are): a reward that returns None or raises on those would fail every phase.
         checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
                   for answer, scoring in ((ex.answer, "its own ground truth"),
-                                          ("", EMPTY_RESPONSE))]
+                                          ("", EMPTY_RESPONSE),
+                                          (MALFORMED, MALFORMED_RESPONSE))]
         for row, ex, answer, scoring in checks:
             try:
                 with time_limit(REWARD_TIMEOUT_S):
