@@ -906,6 +906,21 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert not (store.root / "stop.json").exists()    # no request left for a later controller
 
 
+def test_status_of_a_run_that_completed_nothing_says_the_last_failure(tmp_path):
+    """A detached or submitted search that ended without a completed phase (exit 7: a reward
+    that raised on a model's answer) said why only in the controller's log; status showed
+    'failed' and nothing else. It now says what the controller said at its end."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    why = "the job failed in task code (data or reward): ValueError: invalid literal"
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.FAILED,
+                                  diagnosis=f"initial configuration\ndebugging stopped: {why}"))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert f"note: no phase completed, so the search found nothing; the last failure: " \
+        f"debugging stopped: {why}" in table.stdout
+    assert "the last failure" not in cli("status", str(two_phase_run(tmp_path / "b").root)).stdout
+
+
 def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_the_base(tmp_path):
     """What benchmarks/search_quality.py measures of a search, shown for the user's own run:
     the base model's score is node 0's validation before its first step."""
