@@ -256,6 +256,19 @@ def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
                     check_lengths(parse_config(config)))
 
 
+def test_check_says_a_verl_model_folder_is_not_there(tmp_path):
+    """A model_path folder that is not there (a typo) gave '[ok] lengths: not checked: the
+    tokenizer of /x is not on this machine (Repo id must be in the form 'repo_name' ...)':
+    transformers' words for a hub id, not that the folder is missing."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.data_checks import check_lengths
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    config["model_path"] = str(tmp_path / "no-such-model")
+    assert check_lengths(parse_config(config)) == (
+        f"not checked: model_path {tmp_path}/no-such-model is not a folder on this machine "
+        "(one that only the compute nodes see is read by --check --on-cluster)")
+
+
 def long_prompt_config(tmp_path, max_prompt_length: int | None) -> tuple[dict, Path]:
     """The verl example with the one-token-a-character tokenizer and a training file of one
     600-token prompt; the file's path."""
