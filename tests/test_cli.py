@@ -509,6 +509,37 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, scoring, problem):
     assert str(err.value).endswith(problem)
 
 
+def test_a_verl_reward_that_imports_the_verl_environments_packages_does_not_block_a_start(
+        tmp_path):
+    """A verl reward runs in the verl environment of the GPU nodes; verl's own pattern, `from
+    verl.utils.reward_score import gsm8k`, needs ray, which a login node's `--no-deps` install
+    of verl lacks (math_verify, torch: the same), so every start was refused, exit 2, until
+    the job environment's packages were installed on the login node. A package this machine
+    lacks is now said, not refused; the cpu backend's phases run this Python, and still
+    refuse it."""
+    from llmzero_slurm.controller import data_checks
+    from llmzero_slurm.errors import DataError
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    reward = tmp_path / "reward.py"
+    reward.write_text("import llmz_not_here_pkg\n" + SCORE + "    return 1.0\n")
+    config["task"]["reward_path"] = str(reward)
+    cfg = parse_config(config)
+    data_checks.check_inputs(cfg)
+    assert data_checks.check_data(cfg).endswith(
+        f"; {reward} not tried here: it imports llmz_not_here_pkg, which this Python lacks "
+        "(the phases import it with the verl environment's Python)")
+    reward.write_text("import llmz_not_here_pkg\n")    # no compute_score: nothing to try
+    data_checks.check_inputs(cfg)
+    reward.write_text("from . import sibling\n" + SCORE + "    return 1.0\n")
+    with pytest.raises(DataError, match="cannot import reward file: ImportError"):
+        data_checks.check_inputs(cfg)
+    files = {k: config["task"][k] for k in ("train_files", "val_files")}
+    reward.write_text("import llmz_not_here_pkg\n" + SCORE + "    return 1.0\n")
+    with pytest.raises(DataError, match="cannot import reward file: ModuleNotFoundError"):
+        data_checks.check_inputs(parse_config({"name": "x", "task": {
+            **files, "reward_path": str(reward)}}))
+
+
 def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path):
     """Review: the cpu warm start teaches each ground truth as written; a reward that wants
     another form ('#### 42') scores that 0, so the warm start could never reach its band, and
