@@ -142,7 +142,7 @@ def _check_probe(cfg: ExperimentConfig, reward: Any, source: str, train: list[An
     from ..tasks.reward_file import RewardTimeout, time_limit
 
     low = (cfg.task.warm_start.band or WARM_START_BAND)[0]
-    probe = split_probe(train)[1]
+    probe = split_probe(train, ", ".join(cfg.task.train_files))[1]
     try:
         with time_limit(PROBE_TIMEOUT_S):
             check_written(reward, source, probe, low)
