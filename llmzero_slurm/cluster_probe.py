@@ -152,7 +152,17 @@ def reward(path: str | None) -> str:
     except SyntaxError as exc:
         raise Failed(f"{path} does not compile with Python {platform.python_version()}: "
                      f"{exc.msg} (line {exc.lineno})") from None
-    return f"{path} is readable and compiles with Python {platform.python_version()}"
+    # Imported as verl imports it: the login node may lack the packages it needs (ray, for
+    # verl.utils.reward_score) and so leaves this to the phases' own Python.
+    spec = importlib.util.spec_from_file_location("llmzero_probe_reward", path)
+    try:
+        if spec is None or spec.loader is None:
+            raise ImportError("not a Python file")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
+        raise Failed(f"{path} cannot be imported with Python {platform.python_version()} on "
+                     f"{socket.gethostname()}: {type(exc).__name__}: {exc}") from None
+    return f"{path} is readable and imports with Python {platform.python_version()}"
 
 
 def model(path: str | None) -> str:

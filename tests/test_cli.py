@@ -256,6 +256,19 @@ def test_check_refuses_a_verl_model_without_a_chat_template(tmp_path):
                     check_lengths(parse_config(config)))
 
 
+def test_check_says_a_verl_model_folder_is_not_there(tmp_path):
+    """A model_path folder that is not there (a typo) gave '[ok] lengths: not checked: the
+    tokenizer of /x is not on this machine (Repo id must be in the form 'repo_name' ...)':
+    transformers' words for a hub id, not that the folder is missing."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.controller.data_checks import check_lengths
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    config["model_path"] = str(tmp_path / "no-such-model")
+    assert check_lengths(parse_config(config)) == (
+        f"not checked: model_path {tmp_path}/no-such-model is not a folder on this machine "
+        "(one that only the compute nodes see is read by --check --on-cluster)")
+
+
 def long_prompt_config(tmp_path, max_prompt_length: int | None) -> tuple[dict, Path]:
     """The verl example with the one-token-a-character tokenizer and a training file of one
     600-token prompt; the file's path."""
@@ -463,15 +476,23 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
         data_checks.check_data(cfg)
 
 
-@pytest.mark.parametrize("body, problem", [
-    ("    if solution_str == ground_truth:\n        return 1.0\n",
+@pytest.mark.parametrize("body, scoring, problem", [
+    ("    if solution_str == ground_truth:\n        return 1.0\n", "an empty response (a model "
+     "may answer with nothing)",
      "must be a finite number or a dict with a numeric 'score' (and optional 'acc'), got None"),
-    ("    return float(int(solution_str) == int(ground_truth))\n",
-     "ValueError: invalid literal for int() with base 10: ''")],
-    ids=["no score for a wrong answer", "parses the response without a guard"])
-def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
+    ("    return float(int(solution_str) == int(ground_truth))\n", "an empty response (a model "
+     "may answer with nothing)", "ValueError: invalid literal for int() with base 10: ''"),
+    ("    if not solution_str.strip():\n        return 0.0\n"
+     "    return float(int(solution_str) == int(ground_truth))\n",
+     "an answer not in the expected form ('I do not know.')",
+     "ValueError: invalid literal for int() with base 10: 'I do not know.'")],
+    ids=["no score for a wrong answer", "parses the response without a guard",
+         "guards only the empty response"])
+def test_check_scores_a_wrong_answer_too(tmp_path, body, scoring, problem):
     """Only ground truths were scored, so a reward that returns None or raises on any other
-    answer passed --check and failed the first phase, after its queue wait and warm start."""
+    answer passed --check and failed the first phase, after its queue wait and warm start.
+    Then one guarded against an empty answer alone still passed, and failed in task code on
+    the model's first non-numeric sample ('====')."""
     from llmzero_slurm.controller import data_checks
     from llmzero_slurm.errors import DataError
     from llmzero_slurm.tasks.dataset import materialize
@@ -484,8 +505,39 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, problem):
     with pytest.raises(DataError) as err:
         data_checks.check_data(cfg)
     assert str(err.value).startswith(f"{reward}: ")
-    assert "scoring an empty response (a model may answer with nothing)" in str(err.value)
+    assert f"scoring {scoring}: " in str(err.value)
     assert str(err.value).endswith(problem)
+
+
+def test_a_verl_reward_that_imports_the_verl_environments_packages_does_not_block_a_start(
+        tmp_path):
+    """A verl reward runs in the verl environment of the GPU nodes; verl's own pattern, `from
+    verl.utils.reward_score import gsm8k`, needs ray, which a login node's `--no-deps` install
+    of verl lacks (math_verify, torch: the same), so every start was refused, exit 2, until
+    the job environment's packages were installed on the login node. A package this machine
+    lacks is now said, not refused; the cpu backend's phases run this Python, and still
+    refuse it."""
+    from llmzero_slurm.controller import data_checks
+    from llmzero_slurm.errors import DataError
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    reward = tmp_path / "reward.py"
+    reward.write_text("import llmz_not_here_pkg\n" + SCORE + "    return 1.0\n")
+    config["task"]["reward_path"] = str(reward)
+    cfg = parse_config(config)
+    data_checks.check_inputs(cfg)
+    assert data_checks.check_data(cfg).endswith(
+        f"; {reward} not tried here: it imports llmz_not_here_pkg, which this Python lacks "
+        "(the phases import it with the verl environment's Python)")
+    reward.write_text("import llmz_not_here_pkg\n")    # no compute_score: nothing to try
+    data_checks.check_inputs(cfg)
+    reward.write_text("from . import sibling\n" + SCORE + "    return 1.0\n")
+    with pytest.raises(DataError, match="cannot import reward file: ImportError"):
+        data_checks.check_inputs(cfg)
+    files = {k: config["task"][k] for k in ("train_files", "val_files")}
+    reward.write_text("import llmz_not_here_pkg\n" + SCORE + "    return 1.0\n")
+    with pytest.raises(DataError, match="cannot import reward file: ModuleNotFoundError"):
+        data_checks.check_inputs(parse_config({"name": "x", "task": {
+            **files, "reward_path": str(reward)}}))
 
 
 def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path):
@@ -896,6 +948,21 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and "no controller is running" in stop.stdout
     assert not (store.root / "stop.json").exists()    # no request left for a later controller
+
+
+def test_status_of_a_run_that_completed_nothing_says_the_last_failure(tmp_path):
+    """A detached or submitted search that ended without a completed phase (exit 7: a reward
+    that raised on a model's answer) said why only in the controller's log; status showed
+    'failed' and nothing else. It now says what the controller said at its end."""
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local"}))
+    why = "the job failed in task code (data or reward): ValueError: invalid literal"
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.FAILED,
+                                  diagnosis=f"initial configuration\ndebugging stopped: {why}"))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert f"note: no phase completed, so the search found nothing; the last failure: " \
+        f"debugging stopped: {why}" in table.stdout
+    assert "the last failure" not in cli("status", str(two_phase_run(tmp_path / "b").root)).stdout
 
 
 def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_the_base(tmp_path):

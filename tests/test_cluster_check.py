@@ -172,7 +172,7 @@ def test_a_cpu_config_passes_and_its_jobs_never_see_the_key(tmp_path, llm_server
     for name in ("torch", "transformers", "peft", "pyarrow"):
         assert " from " in line(done, f"[ok] cluster {name}: ")
     assert "3 files readable" in line(done, "[ok] cluster data files:")
-    assert "compiles with Python" in line(done, f"[ok] cluster reward: {reward_path('addition')}")
+    assert "imports with Python" in line(done, f"[ok] cluster reward: {reward_path('addition')}")
     assert f"{url} answered HTTP 401 directly" in line(done, "[ok] monitor LLM endpoint:")
     assert asked == ["/v1"]
     dumps = list(tmp_path.glob("env-*.txt"))
@@ -344,3 +344,19 @@ def test_a_check_line_cut_short_is_a_failed_finding_naming_it(tmp_path, monkeypa
     [unread] = [c for c in checks if cut in c.detail]
     assert not unread.ok and str(output) in unread.detail
     assert any(c.name == "cluster job" and not c.ok for c in checks) == (not end)
+
+
+def test_the_node_imports_the_reward_file_as_the_phases_will(tmp_path):
+    """The node's check only compiled the reward file, and the login node no longer refuses a
+    verl reward whose packages it lacks (ray for verl.utils.reward_score): a package missing
+    in the phases' environment too was first met by the first phase, after its queue wait."""
+    from llmzero_slurm import cluster_probe
+    reward = tmp_path / "reward.py"
+    reward.write_text("import llmz_not_here_pkg\n")
+    with pytest.raises(cluster_probe.Failed, match=re.escape(
+            f"{reward} cannot be imported with Python {sys.version.split()[0]} on "
+            f"{socket.gethostname()}: ModuleNotFoundError: No module named 'llmz_not_here_pkg'")):
+        cluster_probe.reward(str(reward))
+    reward.write_text("import json\n")
+    assert cluster_probe.reward(str(reward)).endswith("imports with Python "
+                                                      f"{sys.version.split()[0]}")

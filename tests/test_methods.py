@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -618,3 +619,11 @@ def test_llmzero_returns_a_plan_its_jobs_gpus_cannot_split_to_the_agent(tmp_path
     answer["changes"] = {"rollout_n": 16}                   # 32 per GPU: taken
     assert check_proposal(answer, parent, [40], False, m.proposer.trainer, "anthropic",
                           m.proposer.bounds).hparams["rollout_n"] == 16
+
+
+def test_a_reversed_range_in_search_space_says_what_was_given(tmp_path):
+    """'must be [low, high] with low < high' left the user to find which numbers were read
+    (1.0e-3 and 1.0e-5 written the wrong way round, or one of them missing)."""
+    with pytest.raises(ConfigError, match=re.escape(
+            "must be [low, high] with low < high (got [0.001, 1e-05])")):
+        method(tmp_path, config(space={"lr": {"loguniform": [1.0e-3, 1.0e-5]}}))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -283,7 +284,12 @@ def test_a_reward_gets_the_ground_truth_as_the_file_holds_it(tmp_path):
             "test_files": [str(paths["test"])], "reward_path": str(reward)}
     # These small splits are below what a calibrated warm start needs: --check says so, as
     # the phase would; a fixed step count is the way for them.
-    with pytest.raises(DataError, match="too few for a calibrated warm start"):
+    # It said "set a fixed number of steps or none" as 'train split', naming neither the file
+    # nor the setting.
+    with pytest.raises(DataError, match=re.escape(
+            f"{paths['train']}: {len(read_examples(paths['train']))} rows are too few for a "
+            "calibrated warm start (needs >= 128); set task.warm_start.steps: a fixed number of "
+            "steps, or 0 for none")):
         data_checks.check_data(parse_config({"name": "x", "task": task}))
     data_checks.check_data(parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 50}}}))
 

@@ -141,6 +141,13 @@ def test_misspelt_key_is_named():
     ("actor_rollout_ref.model.use_remove_padding=ture", "is 'ture' (str), but verl's default "
      "True is a boolean; write true or false"),
     ("actor_rollout_ref.actor.ppo_epochs=two", "is 'two' (str), but verl's default 1 is a number"),
+    # A misspelt key without `+` was named with Hydra's first line alone, whose advice is to
+    # add a `+`; and a `+` misspelling was pointed at actor.grad_clip, a key nothing reads.
+    ("actor_rollout_ref.rollout.layered_sumon=true", "Could not override "
+     "'actor_rollout_ref.rollout.layered_sumon'; did you mean "
+     "actor_rollout_ref.rollout.layered_summon?"),
+    ("+actor_rollout_ref.actor.grad_clipp=1.0", "which refuses unknown fields); did you mean "
+     "actor_rollout_ref.actor.optim.clip_grad (hparams.grad_clip)?"),
 ])
 def test_a_new_key_in_a_dataclass_section_or_a_mistyped_value_is_refused(override, message):
     settings = VerlSettings.from_config({"overrides": [override]})

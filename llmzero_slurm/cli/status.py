@@ -13,6 +13,7 @@ from .. import __version__
 from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
+from ..controller.outcome import NOTHING_COMPLETED, outcome
 from ..controller.progress import tree_summary
 from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
@@ -157,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search), used.logged)))
     print(tree_summary(as_live(tree, states)))
     print("\n".join(used.lines()))
-    for said in (lease_note, note, job_note):
+    watched = watched_phases(tree)
+    # A search that ended with nothing completed: why, as its controller said at the end.
+    ended = None if running or watched or not len(tree) else outcome(tree, store)
+    for said in (lease_note, note, job_note,
+                 ended[1][-1] if ended and ended[0] == NOTHING_COMPLETED else None):
         if said:
             print(f"note: {said}")
-    watched = watched_phases(tree)
     for job_id, state in states.items():   # ended since a controller last recorded it
         if state.final and job_id in watched:
             code = f" (exit {state.exit_code})" if state.exit_code else ""

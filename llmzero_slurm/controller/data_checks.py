@@ -18,6 +18,10 @@ ROWS_CHECKED = 3
 REWARD_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0   # the reward file's imports (torch, sympy) on a slow shared filesystem
 EMPTY_RESPONSE = "an empty response (a model may answer with nothing)"
+# A sampled answer is often not in the form the reward parses (a tiny or early model writes
+# '====', an LLM prose): a reward that raises on it fails the phase mid-training.
+MALFORMED = "I do not know."
+MALFORMED_RESPONSE = f"an answer not in the expected form ({MALFORMED!r})"
 PROBE_TIMEOUT_S = 120.0    # the reward on every probe row of the warm start (at most 512)
 
 Reader = Callable[[str, str], list[Any]]     # (path, the config key naming it) -> rows
@@ -29,14 +33,16 @@ def dataset_files(task: TaskConfig) -> list[tuple[str, str]]:
             for path in getattr(task, key)]
 
 
-def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn, str, list[tuple[str, str]]]:
+def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn | None, str, list[tuple[str, str]]]:
     """The task's reward function, the name messages give it, and its dataset files: the
-    reward file imported as verl imports it, its signature checked. Every problem is exit 2."""
+    reward file imported as verl imports it, its signature checked. Every problem is exit 2,
+    but a package a verl reward imports that this Python lacks (no function, then): the
+    phases import it in the verl environment."""
     from ..tasks import get_task
-    from ..tasks.reward_file import RewardTimeout, load_reward, time_limit
+    from ..tasks.reward_file import MissingPackage, RewardTimeout, load_reward, time_limit
 
     task = cfg.task
-    found: tuple[RewardFn, str, list[tuple[str, str]]]
+    found: tuple[RewardFn | None, str, list[tuple[str, str]]]
     if task.builtin:
         found = get_task(task.builtin).compute_score, f"builtin task {task.builtin}", []
     else:
@@ -51,6 +57,12 @@ def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn, str, list[tuple[str, s
         except RewardTimeout:
             raise DataError(task.reward_path, f"importing the reward file did not finish within "
                             f"{IMPORT_TIMEOUT_S:g} s") from None
+        except MissingPackage as exc:
+            if cfg.backend != "verl":      # the cpu phases run this Python
+                raise
+            found = None, f"{task.reward_path} not tried here: it imports {exc.module}, which " \
+                "this Python lacks (the phases import it with the verl environment's Python)", \
+                dataset_files(task)
     if cfg.backend == "verl" and not task.test_files:
         raise ConfigError("task.test_files", "give a held-out test split (scores for the report)")
     return found
@@ -70,7 +82,6 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     """Dataset files follow verl's schema; the reward function scores their ground truths."""
     from ..tasks.dataset import read_examples
     from ..tasks.splits import check_splits
-    from ..tasks.reward_file import RewardTimeout, judge, time_limit
 
     read = read or read_examples
     task = cfg.task
@@ -82,25 +93,8 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     for key, path in files:   # train, val, test (dataset_files' order)
         examples = read(path, key)
         notes += check_splits(key, path, examples, prompts)
-        # Its own ground truth, and an answer that is wrong (a model's first answers mostly
-        # are): a reward that returns None or raises on those would fail every phase.
-        checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
-                  for answer, scoring in ((ex.answer, "its own ground truth"),
-                                          ("", EMPTY_RESPONSE))]
-        for row, ex, answer, scoring in checks:
-            try:
-                with time_limit(REWARD_TIMEOUT_S):
-                    judge(reward, source, ex.data_source, answer, ex.ground_truth, ex.extra_info)
-            except DataError as exc:
-                raise DataError(source, f"row {row} of {path}, scoring {scoring}: "
-                                f"{exc.problem}") from None
-            except RewardTimeout:
-                raise DataError(source, f"{task.reward_name} did not return within "
-                                f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring {scoring}"
-                                "; a reward must answer in well under a second") from None
-            except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
-                raise DataError(source, f"{task.reward_name} failed on row {row} of {path}, "
-                                f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
+        if reward is not None:
+            _try_reward(cfg, reward, source, path, examples)
         if key == "task.train_files":
             train += examples
         rows += len(examples)
@@ -108,7 +102,36 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
         _check_probe(cfg, reward, source, train)
     if task.builtin:
         return f"builtin task {task.builtin}"
-    return "; ".join([f"{len(files)} files, {rows} rows", *notes])
+    return "; ".join([f"{len(files)} files, {rows} rows", *notes,
+                      *([source] if reward is None else [])])
+
+
+def _try_reward(cfg: ExperimentConfig, reward: RewardFn, source: str, path: str,
+                examples: list[Any]) -> None:
+    """The reward on a file's first rows: a failure names the row and the answer scored."""
+    from ..tasks.reward_file import RewardTimeout, judge, time_limit
+
+    task = cfg.task
+    # Its own ground truth, and answers that are wrong (a model's first answers mostly
+    # are): a reward that returns None or raises on those would fail every phase.
+    checks = [(row, ex, answer, scoring) for row, ex in enumerate(examples[:ROWS_CHECKED], 1)
+              for answer, scoring in ((ex.answer, "its own ground truth"),
+                                      ("", EMPTY_RESPONSE),
+                                      (MALFORMED, MALFORMED_RESPONSE))]
+    for row, ex, answer, scoring in checks:
+        try:
+            with time_limit(REWARD_TIMEOUT_S):
+                judge(reward, source, ex.data_source, answer, ex.ground_truth, ex.extra_info)
+        except DataError as exc:
+            raise DataError(source, f"row {row} of {path}, scoring {scoring}: "
+                            f"{exc.problem}") from None
+        except RewardTimeout:
+            raise DataError(source, f"{task.reward_name} did not return within "
+                            f"{REWARD_TIMEOUT_S:g} s on row {row} of {path}, scoring {scoring}"
+                            "; a reward must answer in well under a second") from None
+        except (Exception, SystemExit) as exc:  # the user's code: any failure, by name
+            raise DataError(source, f"{task.reward_name} failed on row {row} of {path}, "
+                            f"scoring {scoring}: {type(exc).__name__}: {exc}") from None
 
 
 def _check_probe(cfg: ExperimentConfig, reward: Any, source: str, train: list[Any]) -> None:
@@ -119,7 +142,7 @@ def _check_probe(cfg: ExperimentConfig, reward: Any, source: str, train: list[An
     from ..tasks.reward_file import RewardTimeout, time_limit
 
     low = (cfg.task.warm_start.band or WARM_START_BAND)[0]
-    probe = split_probe(train)[1]
+    probe = split_probe(train, ", ".join(cfg.task.train_files))[1]
     try:
         with time_limit(PROBE_TIMEOUT_S):
             check_written(reward, source, probe, low)

@@ -16,12 +16,15 @@ from ..tasks.reward_file import RewardFn, judge
 PROBE_SIZE = 512           # held-out training rows the band is measured on (fewer on small data)
 
 
-def split_probe(examples: Sequence[Example]) -> tuple[Sequence[Example], Sequence[Example]]:
-    """(rows to train on, probe rows): the probe is the split's tail, never trained on."""
+def split_probe(examples: Sequence[Example], where: str = "task.train_files",
+                ) -> tuple[Sequence[Example], Sequence[Example]]:
+    """(rows to train on, probe rows): the probe is the split's tail, never trained on.
+    `where`: the training file, as a refusal names it."""
     size = min(PROBE_SIZE, len(examples) // 8)
     if size < 16:
-        raise DataError("train split", f"{len(examples)} rows are too few for a calibrated warm "
-                        "start (needs >= 128); set a fixed number of steps or none")
+        raise DataError(where, f"{len(examples)} rows are too few for a calibrated warm start "
+                        "(needs >= 128); set task.warm_start.steps: a fixed number of steps, "
+                        "or 0 for none")
     return examples[:-size], examples[-size:]
 
 

@@ -182,7 +182,7 @@ def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Dist
         values = [_check_value(key, v, backend) for v in values]
         if kind != "choice":
             if len(values) != 2 or not values[0] < values[1]:
-                raise ConfigError(f"{_where(key)}.{kind}", "must be [low, high] with low < high")
+                raise ConfigError(f"{_where(key)}.{kind}", f"must be [low, high] with low < high (got {values})")
             if PARAMS[key].type not in (int, float):
                 raise ConfigError(f"{_where(key)}.{kind}", "needs a numeric hyperparameter; "
                                   "use choice")

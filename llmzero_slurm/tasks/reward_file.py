@@ -42,6 +42,8 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
     try:
         try:
             spec.loader.exec_module(module)
+        except ModuleNotFoundError as exc:
+            raise MissingPackage(path, exc) from None
         except (Exception, SystemExit) as exc:  # the user's file: any import failure, by name
             raise DataError(path, f"cannot import reward file: {type(exc).__name__}: "
                                   f"{exc}") from None
@@ -56,6 +58,15 @@ def load_reward(path: str | Path, name: str = "compute_score") -> RewardFn:
 
 
 EXPECTED = "(data_source, solution_str, ground_truth, extra_info=None)"
+
+
+class MissingPackage(DataError):
+    """The reward file imports a package this Python lacks: a verl reward runs in the GPU
+    nodes' verl environment, which may hold packages (ray, math_verify) a login node does not."""
+
+    def __init__(self, path: Path, exc: ModuleNotFoundError):
+        super().__init__(path, f"cannot import reward file: ModuleNotFoundError: {exc}")
+        self.module = exc.name or str(exc)
 
 
 def _check_signature(path: Path, name: str, fn: RewardFn) -> None:

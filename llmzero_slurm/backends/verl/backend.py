@@ -119,6 +119,11 @@ class VerlBackend(TrainerBackend):
             from transformers import AutoTokenizer
         except ImportError:
             raise LLMZeroError("transformers is not installed on this machine") from None
+        if model_path and Path(model_path).is_absolute() and not Path(model_path).is_dir():
+            # The config anchors folders, so this is no hub id: transformers would say it is
+            # a malformed one.
+            raise LLMZeroError(f"model_path {model_path} is not a folder on this machine (one "
+                               "that only the compute nodes see is read by --check --on-cluster)")
         try:
             tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
         except (OSError, ValueError) as exc:

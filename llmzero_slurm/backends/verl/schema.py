@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from ...errors import ConfigError
 from .grammar import parse_override
 from .keys import WHOLE_FLOATS
-from .traps import check_traps
+from .traps import INSTEAD, check_traps
 
 CONFIG_NAME = "ppo_trainer"
 # Keys main_ppo needs that verl leaves missing or fills with a placeholder default.
@@ -65,6 +65,7 @@ def compose(overrides: Sequence[str]) -> Any:
     from omegaconf.errors import OmegaConfBaseException
 
     check_traps(overrides)
+    defaults = None
     try:
         with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
             defaults = hydra_compose(CONFIG_NAME)
@@ -72,8 +73,10 @@ def compose(overrides: Sequence[str]) -> Any:
         _check_new_keys_and_types(defaults, cfg, overrides)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_bad_key(exc, overrides), "verl 0.9.1's config refuses it: "
-                          + str(exc).strip().splitlines()[0]) from None
+        key = _bad_key(exc, overrides)
+        raise ConfigError(key, "verl 0.9.1's config refuses it: "
+                          + str(exc).strip().splitlines()[0].rstrip(".")
+                          + _did_you_mean(defaults, key)) from None
     _check_required(cfg, overrides)
     _check_gpu_split(cfg)
     return cfg
@@ -155,10 +158,9 @@ def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str])
             continue
         if leaf not in section.keys():    # `in section` is False for a MISSING (???) value
             if "_target_" in section:
-                close = difflib.get_close_matches(leaf, [str(k) for k in section.keys()], n=1)
                 raise ConfigError(key, f"verl 0.9.1 has no '{leaf}' in {section_key} (read "
                                   f"into {section['_target_']}, which refuses unknown fields)"
-                                  + (f"; did you mean {section_key}.{close[0]}?" if close else ""))
+                                  + _did_you_mean(defaults, key))
             continue
         if OmegaConf.is_missing(section, leaf) or OmegaConf.is_interpolation(section, leaf):
             continue
@@ -176,6 +178,24 @@ def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str])
                               + ("; write true or false" if isinstance(default, bool) else "")
                               + (f", and {target} declares it an int: write a whole number"
                                  if int_field else ""))
+
+
+def _did_you_mean(defaults: Any, key: str) -> str:
+    """'; did you mean K?' with the key of `key`'s section in verl's config closest to it (a
+    misspelling), or ''. A key verl ignores (a trap) is never the answer: what replaces it is."""
+    from omegaconf import OmegaConf
+
+    section_key, _, leaf = key.rpartition(".")
+    if defaults is None:
+        return ""
+    section = OmegaConf.select(defaults, section_key) if section_key else defaults
+    if not OmegaConf.is_dict(section) or leaf in section.keys():
+        return ""
+    close = difflib.get_close_matches(leaf, [str(k) for k in section.keys()], n=1)
+    if not close:
+        return ""
+    found = f"{section_key}.{close[0]}" if section_key else close[0]
+    return f"; did you mean {INSTEAD.get(found, found)}?"
 
 
 def check_overrides(overrides: Sequence[str]) -> str | None:

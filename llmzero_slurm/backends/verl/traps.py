@@ -24,6 +24,10 @@ TRAPS: dict[str, str] = {
         "nothing in verl 0.9.1 reads actor.grad_clip; gradient clipping is "
         "actor_rollout_ref.actor.optim.clip_grad (set hparams.grad_clip)"),
 }
+# What to write instead of a trap that a misspelling is closest to ('grad_clipp').
+INSTEAD: dict[str, str] = {
+    "actor_rollout_ref.actor.grad_clip": "actor_rollout_ref.actor.optim.clip_grad (hparams.grad_clip)",
+}
 
 
 # Raw overrides that break resuming: a requeue of the phase and every child start from the
