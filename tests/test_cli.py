@@ -1556,6 +1556,27 @@ def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_pat
     assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr
 
 
+def test_a_stop_cancel_without_a_controller_names_every_job_left_when_slurm_is_down(
+        tmp_path, slurm_down, monkeypatch, capsys):
+    """Walkthrough: `llmzero-stop RUN --cancel` with Slurm not answering (SLURM_CONF unset)
+    printed "cancelled 0 queued or running phase(s)" and then only the monitor's squeue error:
+    the phase job it could not cancel, the one still running, was never named."""
+    from llmzero_slurm.cli import stop
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "_pause", lambda self, seconds: None)   # retries at once
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
+                                  submission=Submission(token="t0", job_id="4242")))
+    (store.root / "monitor").mkdir(exist_ok=True)
+    write_json(store.root / "monitor" / "monitor.json", {"job_id": "4243", "kind": "slurm"})
+    assert stop.main([str(store.root), "--cancel"]) == 5
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("error: cancelling job 4242 (llmz-demo-0000-scratch): scancel "
+                                "kept failing"), errors
+    assert errors[1].startswith("error: the monitor job 4243 may still run: polling jobs"), errors
+
+
 def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_path, monkeypatch):
     """Review: in a run a group shares, scancel refused the controller job a colleague had
     submitted (Access/permission denied), and llmzero-stop ended there with a traceback: the
