@@ -979,6 +979,21 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     assert used["samples_trained_by_running_phases"] == 12 * per_step
 
 
+def test_a_phase_that_ended_before_its_first_step_reads_as_ended_in_status(tmp_path):
+    """Walkthrough: a phase that failed in its setup lines (a module load), or was scancelled
+    before its first step, read "79-..." in llmzero-status's steps column, "more to come", as
+    a running phase does, long after it had ended."""
+    store = two_phase_run(tmp_path)
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(1, 10),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 2e-4}, resume=Resume(1, 10),
+                                  status=Status.CANCELLED))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"^\s*0002 evolve\s+failed\s+-\s+10-\s", table.stdout, re.M), table.stdout
+    assert re.search(r"^\s*0003 evolve\s+cancelled\s+-\s+10-\s", table.stdout, re.M), table.stdout
+
+
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
 def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
     """Audit: a path the user typed that names nothing exited 3 (damaged state); so did a

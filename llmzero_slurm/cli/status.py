@@ -26,8 +26,11 @@ from .common import add_run_dir, open_run, run_main
 
 
 def _steps(node: Node, logged: int | None) -> str:
-    """From..to; a running phase to the last step its log holds, and more to come."""
+    """From..to; a running phase to the last step its log holds, and more to come; an ended
+    one that recorded no step (failed in its setup, cancelled in the queue), nothing more."""
     last = node.results.last_step
+    if last is None and node.status.finished:
+        return f"{node.start_step}-"
     if last is None:
         return f"{node.start_step}-{logged if logged is not None else ''}..."
     return f"{node.start_step}-{last}"
