@@ -8,6 +8,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -977,6 +978,24 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     used = shown["usage"]
     assert used["samples_trained"] == 42 * per_step
     assert used["samples_trained_by_running_phases"] == 12 * per_step
+
+
+def test_status_names_the_slurm_job_the_controller_runs_in(tmp_path, monkeypatch):
+    """Walkthrough: with the controller as a Slurm job (--submit), status said "controller
+    running on HOST pid N", a pid on a compute node; the job to look up or scancel was unnamed."""
+    from llmzero_slurm.controller.lease import Lease
+    store = two_phase_run(tmp_path)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    holder = Lease(store)
+    holder.acquire()                      # a live controller: this test process, "in job 4242"
+    try:
+        table = cli("status", str(store.root))
+    finally:
+        holder.release()
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith(f"experiment demo (llmzero), controller running on "
+                                   f"{socket.gethostname()} pid {os.getpid()} in Slurm job "
+                                   f"4242\n"), table.stdout
 
 
 def test_a_phase_that_ended_before_its_first_step_reads_as_ended_in_status(tmp_path):

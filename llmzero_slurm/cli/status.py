@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "base_val": used.base_val}}),
                          indent=2, sort_keys=True, allow_nan=False))
         return 0
-    holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
+    job = f" in Slurm job {lease['slurm_job_id']}" if lease and lease.get("slurm_job_id") else ""
+    holder = (f"controller running on {lease['host']} pid {lease['pid']}{job}" if lease and running
               else "controller state unknown" if lease_note
               else "; ".join(map(waiting_line, waiting)) or "controller not running")
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
