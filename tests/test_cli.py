@@ -8,6 +8,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -1046,6 +1047,39 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     assert used["samples_trained_by_running_phases"] == 12 * per_step
 
 
+def test_status_names_the_slurm_job_the_controller_runs_in(tmp_path, monkeypatch):
+    """Walkthrough: with the controller as a Slurm job (--submit), status said "controller
+    running on HOST pid N", a pid on a compute node; the job to look up or scancel was unnamed."""
+    from llmzero_slurm.controller.lease import Lease
+    store = two_phase_run(tmp_path)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    holder = Lease(store)
+    holder.acquire()                      # a live controller: this test process, "in job 4242"
+    try:
+        table = cli("status", str(store.root))
+    finally:
+        holder.release()
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith(f"experiment demo (llmzero), controller running on "
+                                   f"{socket.gethostname()} pid {os.getpid()} in Slurm job "
+                                   f"4242\n"), table.stdout
+
+
+def test_a_phase_that_ended_before_its_first_step_reads_as_ended_in_status(tmp_path):
+    """Walkthrough: a phase that failed in its setup lines (a module load), or was scancelled
+    before its first step, read "79-..." in llmzero-status's steps column, "more to come", as
+    a running phase does, long after it had ended."""
+    store = two_phase_run(tmp_path)
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(1, 10),
+                                  status=Status.FAILED))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 2e-4}, resume=Resume(1, 10),
+                                  status=Status.CANCELLED))
+    table = cli("status", str(store.root))
+    assert table.returncode == 0, table.stderr
+    assert re.search(r"^\s*0002 evolve\s+failed\s+-\s+10-\s", table.stdout, re.M), table.stdout
+    assert re.search(r"^\s*0003 evolve\s+cancelled\s+-\s+10-\s", table.stdout, re.M), table.stdout
+
+
 @pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
 def test_a_run_directory_that_does_not_exist_is_a_usage_error(tmp_path, name):
     """Audit: a path the user typed that names nothing exited 3 (damaged state); so did a
@@ -1621,6 +1655,27 @@ def test_status_and_stop_name_the_last_controller_job_when_slurm_is_down(tmp_pat
     assert f"note: {said}\n" in status.stdout
     stop = cli("stop", str(store.root))
     assert stop.returncode == 0 and f"note: {said}\n" in stop.stdout, stop.stderr
+
+
+def test_a_stop_cancel_without_a_controller_names_every_job_left_when_slurm_is_down(
+        tmp_path, slurm_down, monkeypatch, capsys):
+    """Walkthrough: `llmzero-stop RUN --cancel` with Slurm not answering (SLURM_CONF unset)
+    printed "cancelled 0 queued or running phase(s)" and then only the monitor's squeue error:
+    the phase job it could not cancel, the one still running, was never named."""
+    from llmzero_slurm.cli import stop
+    from llmzero_slurm.schedulers import SlurmScheduler
+    monkeypatch.setattr(SlurmScheduler, "_pause", lambda self, seconds: None)   # retries at once
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "slurm"}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.RUNNING,
+                                  submission=Submission(token="t0", job_id="4242")))
+    (store.root / "monitor").mkdir(exist_ok=True)
+    write_json(store.root / "monitor" / "monitor.json", {"job_id": "4243", "kind": "slurm"})
+    assert stop.main([str(store.root), "--cancel"]) == 5
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("error: cancelling job 4242 (llmz-demo-0000-scratch): scancel "
+                                "kept failing"), errors
+    assert errors[1].startswith("error: the monitor job 4243 may still run: polling jobs"), errors
 
 
 def test_a_stop_without_a_controller_goes_on_past_a_refused_controller_job(tmp_path, monkeypatch):

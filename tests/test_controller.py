@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -765,6 +766,38 @@ def test_a_search_whose_budget_ends_on_a_failed_job_names_the_jobs_error(tmp_pat
     assert ctl.run() == NOTHING_COMPLETED
     assert ("the last failure: node 0: cpu_grpo: error: data/test.parquet: row 0: column "
             "'prompt' holds text") in out.getvalue()
+
+
+class SlurmReasons(ScriptedScheduler):
+    """As squeue shows an ended job: a failed one with Slurm's Reason, NonZeroExitCode."""
+
+    def states(self, job_ids, node_dirs=None, names=None):
+        return {job_id: (replace(state, reason="NonZeroExitCode") if state.raw == "FAILED"
+                         else state)
+                for job_id, state in super().states(job_ids, node_dirs, names).items()}
+
+
+def failed_in_setup(files: NodeDir) -> None:
+    """A `module load` in slurm.setup that the node lacks: no error line, its end recorded."""
+    (files.path / "slurm-100.out").write_text(
+        "llmzero: job 100 (restart 0) on n1\nslurm_script: line 338: module: command not found\n")
+    files.status_file.write_text(json.dumps({
+        "state": "failed", "job_id": "100", "exit_code": 127,
+        "reason": "the script exited with code 127 during setup"}))
+
+
+@pytest.mark.parametrize("job, said", [
+    (refused_its_input, "node 0: cpu_grpo: error: data/test.parquet: row 0: column 'prompt' "
+                        "holds text"),
+    (failed_in_setup, "node 0: the script exited with code 127 during setup")])
+def test_a_search_that_failed_on_slurm_names_the_jobs_own_error_not_slurms_reason(
+        tmp_path, job, said):
+    """Walkthrough on the Slurm cluster: a search whose phases failed in their setup lines
+    ended with "the last failure: NonZeroExitCode", squeue's Reason for every failed job,
+    which shadowed the job's own error line and its status.json."""
+    ctl, out = controller(tmp_path, SlurmReasons([["RUNNING", job, "FAILED"]]), [scratch])
+    assert ctl.run() == NOTHING_COMPLETED
+    assert f"the last failure: {said}\n" in out.getvalue(), out.getvalue()
 
 
 @pytest.mark.fault("submit limit (QOSMaxSubmitJobPerUserLimit) twice")

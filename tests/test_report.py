@@ -242,6 +242,17 @@ def test_a_folder_of_the_users_own_is_written_into_only_when_new_empty_or_a_repo
     assert (fresh / "index.html").is_file()
 
 
+def test_an_output_that_is_a_file_is_refused_as_the_users_typing(run, tmp_path):
+    """`llmzero-report RUN --output results.txt` (an existing file) said "cannot be made (File
+    exists)" with exit 3, the code for damaged state: it is an argument naming a file."""
+    mine = tmp_path / "results.txt"
+    mine.write_text("kept\n")
+    with pytest.raises(UsageError, match=r"results.txt is a file, not a folder: give a new or "
+                                         r"empty folder"):
+        write_report(run, mine)
+    assert mine.read_text() == "kept\n"
+
+
 def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
     """With node 0's record damaged, its child's strategy went into strategy.yaml through a
     stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay

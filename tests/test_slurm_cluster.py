@@ -329,6 +329,26 @@ def test_a_controller_job_still_queued_is_shown_by_status_and_cancelled_by_stop(
         subprocess.run(["scancel", job], check=False)
 
 
+def test_a_second_submit_while_a_controller_job_waits_in_the_queue_is_refused(tmp_path):
+    """Walkthrough: `llmzero-start RUN --submit` again while the first controller job still
+    waited in the queue (no lease held yet) said "controller submitted as job N" and queued a
+    second job, which could only exit 6 once both started."""
+    store, tool = controller_job_run(tmp_path, "ctlsub2", extra_directives=[WAIT_IN_QUEUE])
+    submitted = tool("start", "--submit")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job = submitted.stdout.split("controller submitted as job ")[1].split()[0]
+    try:
+        again = tool("start", "--submit")
+        assert again.returncode == 6, again.stdout + again.stderr
+        assert "submitted" not in again.stdout
+        assert f"controller job {job} PENDING (BeginTime), not started yet" in again.stderr
+        assert f"llmzero-stop {store.root}" in again.stderr
+        jobs = json.loads((store.root / "controller-jobs.json").read_text())["jobs"]
+        assert [j["job_id"] for j in jobs] == [job]
+    finally:
+        subprocess.run(["scancel", job], check=False)
+
+
 def test_stopping_a_controller_cancels_a_second_controller_job_still_queued(tmp_path):
     """A controller job submitted while another controller ran would start once llmzero-stop
     had stopped that one, and resume the run the user had stopped; with --wait 0 it was left

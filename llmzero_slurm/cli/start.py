@@ -11,7 +11,8 @@ from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import cluster_checks
 from ..controller.data_checks import check_inputs
-from ..controller.controller_job import submit_controller, take_key, withdraw_key
+from ..controller.controller_job import (refuse_if_queued, submit_controller, take_key,
+                                         withdraw_key)
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.preflight import Check, check_method, preflight, script_checks
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.detach:
         return detach(store, args)
     if args.submit:
+        refuse_if_queued(store)
         return submit(store, args)
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
     take_key(store)

@@ -27,8 +27,11 @@ from .common import add_run_dir, open_run, run_main
 
 
 def _steps(node: Node, logged: int | None) -> str:
-    """From..to; a running phase to the last step its log holds, and more to come."""
+    """From..to; a running phase to the last step its log holds, and more to come; an ended
+    one that recorded no step (failed in its setup, cancelled in the queue), nothing more."""
     last = node.results.last_step
+    if last is None and node.status.finished:
+        return f"{node.start_step}-"
     if last is None:
         return f"{node.start_step}-{logged if logged is not None else ''}..."
     return f"{node.start_step}-{last}"
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "base_val": used.base_val}}),
                          indent=2, sort_keys=True, allow_nan=False))
         return 0
-    holder = (f"controller running on {lease['host']} pid {lease['pid']}" if lease and running
+    job = f" in Slurm job {lease['slurm_job_id']}" if lease and lease.get("slurm_job_id") else ""
+    holder = (f"controller running on {lease['host']} pid {lease['pid']}{job}" if lease and running
               else "controller state unknown" if lease_note
               else "; ".join(map(waiting_line, waiting)) or "controller not running")
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")

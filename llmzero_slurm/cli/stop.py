@@ -80,7 +80,12 @@ def without_controller(store: RunStore, cancel: bool) -> list[SchedulerError]:
         print(f"cancelled {len(jobs)} queued or running phase(s)"
               + (f": jobs {', '.join(jobs)}" if jobs else ""), flush=True)
         refused += phases_refused
-    monitor = MonitorKeeper(store, scheduler).stop()   # what the controller does as it leaves
+    keeper = MonitorKeeper(store, scheduler)
+    try:
+        monitor = keeper.stop()   # what the controller does as it leaves
+    except SchedulerError as exc:   # Slurm down: the refusals above are still said
+        return [*refused, SchedulerError(f"the monitor job {keeper.recorded_job()} may still "
+                                         f"run: {exc}")]
     if monitor is not None:
         print(f"cancelled the monitor job {monitor}")
     return refused

@@ -26,6 +26,7 @@ from ..search.tree import Status
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
 from . import llm_key
+from .lease import LeaseHeld
 
 KEY_DIR = "controller-key"   # the LLM key for the controller job, while one may start
 SETTLE_LOOK_S = 1.0           # between looks for a job whose sbatch answer was lost
@@ -139,6 +140,18 @@ def waiting_jobs(store: RunStore) -> tuple[list[JobState], str | None]:
     except SchedulerError as exc:
         return [], f"the controller jobs' states are not known: {exc}"
     return [states[j] for j in jobs if j in states and not states[j].final], None
+
+
+def refuse_if_queued(store: RunStore) -> None:
+    """LeaseHeld while a recorded controller job waits in the queue: it resumes the run when
+    it starts, and a second one would only exit 6 then. A started one is let be: it may be
+    the job of a controller just stopped, still ending."""
+    jobs, _ = waiting_jobs(store)
+    queued = [state for state in jobs if state.status is Status.QUEUED]
+    if queued:
+        raise LeaseHeld(f"{store.root}: " + "; ".join(map(waiting_line, queued))
+                        + f"; it resumes the run when it starts (to submit anew, cancel it "
+                          f"with llmzero-stop {store.root})")
 
 
 def waiting_line(state: JobState) -> str:

@@ -133,6 +133,11 @@ class MonitorKeeper:
         write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,
                                                "submitted_at": time.time()})
 
+    def recorded_job(self) -> str | None:
+        """The id of the last monitor job submitted, alive or not (None: none on file)."""
+        job = self._record().get("job_id")
+        return str(job) if job else None
+
     def stop(self) -> str | None:
         """Cancel the monitor job (the controller is leaving, or llmzero-stop found it gone)
         and take the key back; the id of the monitor job cancelled, None when none was alive."""

@@ -11,6 +11,9 @@ from ..search.tree import Status, Tree
 from ..store.run_store import RunStore
 
 NOTHING_COMPLETED = 7   # exit code: the search ended without one completed phase
+# squeue's Reason for an ended job that failed, whatever failed: it tells the user nothing
+# the job's own error line or status.json does not tell better.
+SLURM_GENERIC_REASONS = frozenset({"NonZeroExitCode", "None"})
 
 
 def outcome(tree: Tree, store: RunStore) -> tuple[int, list[str]]:
@@ -27,9 +30,15 @@ def outcome(tree: Tree, store: RunStore) -> tuple[int, list[str]]:
     why = None
     if failed:
         last = failed[-1]
-        line = last_error_line(store.node_dir(last.id).log_tail())
-        why = last.gave_up_because or last.submission.reason or (
-            line and f"node {last.id}: {line}")
+        files = store.node_dir(last.id)
+        line = last_error_line(files.log_tail())
+        own = files.status()      # the job's own word, when this job wrote it
+        recorded = last.submission.reason
+        told = None if recorded in SLURM_GENERIC_REASONS else recorded
+        why = last.gave_up_because or told or (
+            line and f"node {last.id}: {line}") or (
+            own and own.job_id == last.submission.job_id and own.reason
+            and f"node {last.id}: {own.reason}")
     said.append("no phase completed, so the search found nothing"
                 + (f"; the last failure: {why}" if why else ""))
     return NOTHING_COMPLETED, said

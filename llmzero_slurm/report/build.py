@@ -25,7 +25,10 @@ MARK = ".llmzero-report"     # this folder is a report's: a new report may repla
 def _check_own_folder(out: Path) -> None:
     """A folder of the user's own is written into only when it is new, empty or a report: a
     report replaces index.html and strategy.yaml there, and removes a strategy.yaml the run
-    has no phase for, which may be one the user kept."""
+    has no phase for, which may be one the user kept. A file there is the user's typing."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file, not a folder: give a new or empty folder, or one an "
+                         "earlier llmzero-report wrote")
     try:
         held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     except OSError as exc:
