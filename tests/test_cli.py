@@ -2198,6 +2198,8 @@ def test_a_copy_of_a_running_run_neither_cancels_nor_takes_over_its_jobs(tmp_pat
     assert f"export LLMZ_NODE_DIR={store.root}/nodes/0001" in (copy / "nodes/0001/phase.sbatch").read_text()
     status = cli("status", str(copy))
     assert status.returncode == 0 and "running" in status.stdout, status.stdout + status.stderr
+    report = cli("report", str(copy))
+    assert report.returncode == 0, report.stdout + report.stderr
     plain = cli("stop", str(copy))
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert files_of(store.root) == original
