@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -30,8 +30,9 @@ from .paths import ROOT, TEMPLATES
 from .schedulers.base import parse_time
 from .schedulers.job_env import (CREDENTIAL, LLM_KEYS, MIN_SECRET_CHARS, VARIABLE_NAME,
                                  check_setup_lines)
-from .search.tree import Kind
+from .search.tree import Kind, Tree
 from .store.atomic import write_text
+from .store.schema import same_run
 
 __all__ = ["PhaseSpec", "render", "write_phase_script"]   # PhaseSpec: the backends' own type
 
@@ -155,18 +156,54 @@ def follow_move(run_dir: Path) -> tuple[str, int] | None:
     where it is now, `run_dir` (absolute), so that none reruns by hand into the run it came
     from (run by hand from elsewhere, a script refuses: base.sbatch.j2). Only the run's own
     paths change in them; the data's, outside the run, stay. Where it came from and how many
-    scripts changed, or None where none named another folder."""
+    scripts changed, or None where none named another folder. A copy whose original's jobs
+    are still in flight must be refused first (live_copy)."""
     root = output_folder("run_dir", run_dir)
-    moved_from, changed = None, 0
-    for path in sorted(Path(root).glob("nodes/*/phase.sbatch")):
+    moved = _named_elsewhere(Path(root))
+    for path, text, origin in moved:
+        write_text(path, text.replace(f"{origin}/", f"{root}/"), mode=0o777)
+    return (moved[-1][2], len(moved)) if moved else None
+
+
+def _named_elsewhere(root: Path) -> list[tuple[Path, str, str]]:
+    """The phase scripts under `root` whose node folder line names another run folder: each
+    with its text and that folder."""
+    found = []
+    for path in sorted(root.glob("nodes/*/phase.sbatch")):
         text = path.read_text(encoding="utf-8")
-        found = _NODE_DIR_LINE.search(text)
-        named = Path(found.group(1)) if found else path.parent
-        if named == path.parent or named.name != path.parent.name or named.parent.name != "nodes":
-            continue
-        moved_from, changed = str(named.parent.parent), changed + 1
-        write_text(path, text.replace(f"{moved_from}/", f"{root}/"), mode=0o777)
-    return (moved_from, changed) if moved_from else None
+        line = _NODE_DIR_LINE.search(text)
+        named = Path(line.group(1)) if line else path.parent
+        if named != path.parent and named.name == path.parent.name and named.parent.name == "nodes":
+            found.append((path, text, str(named.parent.parent)))
+    return found
+
+
+@dataclass(frozen=True)
+class LiveCopy:
+    """A run copied (cp -a) from `origin`, which still holds the same run, while phases were
+    in flight: their jobs, in the copy's records, are the original's."""
+
+    origin: str
+    jobs: list[str]     # "node 3 (job 1234)", each in flight
+
+    def line(self, root: Path) -> str:
+        return (f"{root} is a copy of the run at {self.origin}, made while its phases were in "
+                f"flight: the jobs of {', '.join(self.jobs)} are that run's")
+
+
+def live_copy(run_dir: Path, tree: Tree) -> LiveCopy | None:
+    """The check start, repair and stop make before acting on a run's jobs: a copy whose
+    phase scripts name an original that still holds the same run (store.schema.same_run),
+    while its records show jobs in flight, which the original runs (and records the results
+    of). None for a moved run (its origin gone, or holding no run or another), or a copy with
+    nothing in flight, which resumes as a run of its own."""
+    moved = _named_elsewhere(Path(run_dir).absolute())
+    origin = moved[-1][2] if moved else None
+    if origin is None or not same_run(run_dir, origin) or Path(origin).samefile(run_dir):
+        return None
+    jobs = [f"node {n.id} (job {n.submission.job_id or 'not yet known'})" for n in tree
+            if n.status.in_flight]
+    return LiveCopy(origin, jobs) if jobs else None
 
 
 CONTROLLER_WARN_S = 300     # the controller job's USR1: time to stop cleanly and requeue

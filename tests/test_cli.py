@@ -2144,3 +2144,77 @@ def test_a_moved_run_has_its_scripts_follow_it_on_start_and_repair(tmp_path):
     shutil.copytree(store.root, copy)
     open_or_create(parse_args([str(copy)]))
     assert f"export LLMZ_NODE_DIR={copy}/nodes/0000" in (copy / "nodes/0000/phase.sbatch").read_text()
+
+
+def copied_while_running(tmp_path) -> tuple[RunStore, Path]:
+    """A run whose node 1 runs as job 4242, its phase scripts rendered, copied (cp -a) while
+    the original still runs: the copy holds the original's job ids."""
+    from llmzero_slurm.render import PhaseSpec, write_phase_script
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "demo", "scheduler": "local",
+                                                          "task": {"builtin": "addition"}}))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}, status=Status.COMPLETED,
+                                  results=Results(best_val=0.4, checkpoints=[10])))
+    store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, {"lr": 5e-4}, resume=Resume(0, 10),
+                                  status=Status.RUNNING,
+                                  submission=Submission("tok-1", "4242", "RUNNING")))
+    for node in store.load_tree():
+        resume = store.node_dir(node.resume.node).path if node.resume else None
+        write_phase_script(PhaseSpec.for_node(store.config, node, store.node_dir(node.id).path,
+                                              f"tok-{node.id}", resume))
+    copy = tmp_path / "copy"
+    shutil.copytree(store.root, copy, symlinks=True)
+    return store, copy
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(".lock")}
+
+
+def test_a_copy_of_a_running_run_neither_cancels_nor_takes_over_its_jobs(tmp_path):
+    """Walkthrough on a real cluster: a run copied (cp -a) while it ran holds the original's
+    job ids. `llmzero-stop --cancel COPY` cancelled the original's phases and monitor, and
+    `llmzero-start`/`llmzero-repair COPY` pointed the copy's scripts at the copy and then
+    watched the original's jobs as its own. Now stop --cancel cancels none of them and names
+    the original's stop (exit 2); start and repair refuse before anything is written; status
+    and a plain stop still work."""
+    store, copy = copied_while_running(tmp_path)
+    before, original = files_of(copy), files_of(store.root)
+    stop = cli("stop", str(copy), "--cancel")
+    assert stop.returncode == 2, stop.stdout + stop.stderr
+    said = stop.stdout + stop.stderr
+    assert f"llmzero-stop --cancel {store.root}" in said and "4242" in said, said
+    assert "cancelled 1" not in said and "cancelled the monitor" not in said, said
+    for name in ("repair",):
+        refused = cli(name, str(copy))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert str(store.root) in refused.stderr and "4242" in refused.stderr, refused.stderr
+        assert "moved here" not in refused.stdout, refused.stdout
+    with pytest.raises(UsageError) as start:
+        open_or_create(parse_args([str(copy)]))
+    assert start.value.exit_code == 2
+    assert f"llmzero-start {store.root}" in str(start.value) and "node 1 (job 4242)" in str(start.value)
+    assert files_of(copy) == before and files_of(store.root) == original
+    assert f"export LLMZ_NODE_DIR={store.root}/nodes/0001" in (copy / "nodes/0001/phase.sbatch").read_text()
+    status = cli("status", str(copy))
+    assert status.returncode == 0 and "running" in status.stdout, status.stdout + status.stderr
+    report = cli("report", str(copy))
+    assert report.returncode == 0, report.stdout + report.stderr
+    plain = cli("stop", str(copy))
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert files_of(store.root) == original
+
+
+def test_a_moved_running_run_still_follows_its_move(tmp_path):
+    """A run moved (its origin gone, or holding another run since) is no copy: its scripts
+    follow it as before, its phases in flight or not."""
+    store, copy = copied_while_running(tmp_path)
+    shutil.rmtree(store.root)
+    repair = cli("repair", str(copy))
+    assert repair.returncode == 0 and "moved here" in repair.stdout, repair.stdout + repair.stderr
+    store, again = copied_while_running(tmp_path / "b")
+    shutil.rmtree(store.root)
+    RunStore.create(store.root, parse_config({"name": "demo", "scheduler": "local",
+                                                          "task": {"builtin": "addition"}}))
+    repair = cli("repair", str(again))
+    assert repair.returncode == 0 and "moved here" in repair.stdout, repair.stdout + repair.stderr

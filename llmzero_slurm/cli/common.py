@@ -21,7 +21,7 @@ from typing import Callable
 from .. import __version__
 from . import interrupted
 from ..config import load_config
-from ..render import follow_move
+from ..render import follow_move, live_copy
 from ..errors import (EDITED, FROZEN, ConfigError, EditedConfigError, LLMZeroError, StateError,
                       UsageError, full_storage, listed, way_back)
 from ..store.atomic import umask
@@ -129,11 +129,25 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
 
 def follow_moved_run(store: RunStore) -> None:
     """A run copied or moved (tar, cp) since its phase scripts were rendered: they are pointed
-    at where it is now (render.follow_move), said in one line."""
+    at where it is now (render.follow_move), said in one line; a copy whose original's phases
+    are in flight is refused first (refuse_live_copy)."""
+    refuse_live_copy(store)
     moved = follow_move(store.root)
     if moved is not None:
         print(f"note: {store.root} was moved here from {moved[0]}: {moved[1]} phase script(s) "
               "now name its node folders here")
+
+
+def refuse_live_copy(store: RunStore) -> None:
+    """UsageError (exit 2, nothing written) for a resume or repair of a run copied while its
+    original's phases were in flight: repointed, it would watch the original's jobs as its own
+    (its monitor cancelling them), their results landing in the original's folders."""
+    copy = live_copy(store.root, store.load_tree())
+    if copy is not None:
+        raise UsageError(f"{copy.line(store.root)}; resumed or repaired, the copy would take "
+                         f"them for its own. Nothing was changed. Let them end (or stop them: "
+                         f"llmzero-stop --cancel {copy.origin}), then copy the run again; or resume the original "
+                         f"instead: llmzero-start {copy.origin}")
 
 
 def refused_values(root: Path, refused: list[ConfigError]) -> str:

@@ -14,13 +14,15 @@ queued or running is watched again through its job id."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from ..errors import StateError, UsageError
+from ..errors import LLMZeroError, StateError, UsageError
 from ..schedulers import LOCAL_JOBS
 from ..schedulers.local_table import TABLE, KnownJob, rebuild_table
-from ..store.meta_repair import CONFIG, CONFIG_COPY, rebuild_config, rebuild_meta
+from ..store.meta_repair import CONFIG, CONFIG_COPY, open_run_store, rebuild_config, rebuild_meta
 from ..store.run_store import RunStore
-from .common import add_run_dir, follow_moved_run, lost_meta, open_run, run_main
+from .common import (add_run_dir, follow_moved_run, lost_meta, open_run, refuse_live_copy,
+                     run_main)
 
 
 def _listed(ids: list[int]) -> str:
@@ -73,12 +75,23 @@ def _rebuild_nodes(store: RunStore, nodes: list[int]) -> int | None:
     return failed if targets else None
 
 
+def _refuse_live_copy(path: Path) -> None:
+    """A copy whose original's phases are in flight, refused before anything is rebuilt. A run
+    too damaged to open here is checked after its repair, before its scripts are repointed."""
+    try:
+        store = open_run_store(path, reading=True)
+    except (LLMZeroError, OSError):
+        return
+    refuse_live_copy(store)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-repair", description=__doc__)
     add_run_dir(p)
     p.add_argument("nodes", type=int, nargs="*",
                    help="node ids to rebuild (default: every node whose record cannot be read)")
     args = p.parse_args(argv)
+    _refuse_live_copy(args.run_dir)
     if args.run_dir.is_dir() and (args.run_dir / CONFIG_COPY).exists():
         damage = rebuild_config(args.run_dir)
         if damage is not None:

@@ -21,7 +21,8 @@ from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.stop_request import (cancel_phases, clear_stop_request, refused_cancels,
                                        request_stop)
-from ..errors import SchedulerError, StateError
+from ..errors import SchedulerError, StateError, UsageError
+from ..render import LiveCopy, live_copy
 from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main, seconds_or_zero
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds to wait for the controller to exit (default 120; 0: do not wait)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir, stopping=True)
+    copy = live_copy(store.root, store.load_tree())
+    if copy is not None:
+        return stop_copy(store, copy, args.cancel)
     lease = Lease(store)
     info = request_stop(store, args.cancel)
     if info is None:
@@ -67,6 +71,20 @@ def main(argv: list[str] | None = None) -> int:
               "a controller started later ignores the request)")
         return reported(refused) or 1
     return reported(refused)
+
+
+def stop_copy(store: RunStore, copy: LiveCopy, cancel: bool) -> int:
+    """A run copied while its original's phases were in flight: the jobs it records (phases,
+    monitor, controller) are the original's, and it has no controller of its own (a resume of
+    it is refused), so nothing is cancelled or requested. --cancel is the wrong run named:
+    exit 2, naming the original's stop."""
+    if cancel:
+        print(f"error: {copy.line(store.root)}; nothing was cancelled: llmzero-stop --cancel "
+              f"{copy.origin} cancels them", file=sys.stderr)
+        return UsageError.exit_code
+    print(f"note: {copy.line(store.root)}; the copy has no controller of its own and nothing "
+          f"was cancelled: llmzero-stop {copy.origin} stops the original")
+    return 0
 
 
 def without_controller(store: RunStore, cancel: bool) -> list[SchedulerError]:

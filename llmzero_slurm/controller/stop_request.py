@@ -120,7 +120,7 @@ def cancel_phases(store: RunStore, tree: Tree, scheduler: Scheduler,
     jobs: dict[str, Node] = {}
     cancelled, refused = [], []
     for node in tree:
-        if node.status not in (Status.QUEUED, Status.RUNNING, Status.SUBMITTING):
+        if not node.status.in_flight:
             continue
         name = node_job_name(store.config.name, node)
         job = node.submission.job_id

@@ -37,8 +37,14 @@ class Status(str, Enum):
     def finished(self) -> bool:
         return self in FINISHED
 
+    @property
+    def in_flight(self) -> bool:
+        """A job may be queued or running for it: one to cancel, or to leave to its run."""
+        return self in IN_FLIGHT
+
 
 PENDING = frozenset({Status.PROPOSED, Status.SUBMITTING, Status.QUEUED, Status.RUNNING})
+IN_FLIGHT = frozenset({Status.SUBMITTING, Status.QUEUED, Status.RUNNING})
 FINISHED = frozenset({Status.COMPLETED, Status.EARLY_STOPPED, Status.FAILED, Status.CANCELLED})
 
 

@@ -81,6 +81,20 @@ def new_meta(next_id: int, created_at: float) -> dict[str, Any]:
             CREATED_BY: __version__}
 
 
+def same_run(root: str | Path, other: str | Path) -> bool:
+    """Whether the folder `other` holds the run at `root` (a copy's original, say): their
+    meta.json record one creation time, which a copy keeps and no other run shares. Unreadable,
+    or a run made before it was recorded: not known to be the same."""
+    made = []
+    for folder in (root, other):
+        try:
+            meta = read_json(Path(folder) / "meta.json")
+        except (OSError, StateError):
+            return False
+        made.append(meta.get("created_at") if isinstance(meta, dict) else None)
+    return isinstance(made[0], (int, float)) and made[0] == made[1]
+
+
 def created_by(root: str | Path) -> str | None:
     """The release that created the run at `root`, as its meta.json records it; None for a
     run made before releases were recorded (or a meta.json that says nothing readable)."""
