@@ -229,6 +229,9 @@ SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:
     ("FAILED", "Traceback (most recent call last):\n  File \"checkpoint.py\", line 30\n"
                "OSError: [Errno 28] No space left on device", "node_fault", "retry"),
     ("FAILED", "something odd happened", "unknown", "retry"),
+    # a slurm.setup line failed before training: retrying unchanged fails the same way
+    ("FAILED", "bash: line 3: module: command not found\n"
+               "llmzero: error: the script exited with code 127 during setup", "setup", "give_up"),
 ])
 def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
     hp = {**BASE, "ppo_micro_batch_size_per_gpu": 8, "total_training_steps": 100}
@@ -240,6 +243,8 @@ def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
         assert fix.hparams["total_training_steps"] == 60
     if failure == "user_code":
         assert "KeyError: 'ground_truth'" in fix.message
+    if failure == "setup":
+        assert "slurm.setup" in fix.message and "code 127 during setup" in fix.message
     assert json.loads((tmp_path / "error_analysis.json").read_text())["result"]["failure"] \
         == failure
 

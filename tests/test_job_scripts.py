@@ -144,6 +144,8 @@ def test_setup_lines_run_as_a_login_shell_would_in_every_job(tmp_path):
     done = run(failing, cwd=tmp_path)
     assert done.returncode == 1 and "never" not in done.stdout
     assert record(failing)["reason"] == "the script exited with code 1 during setup"
+    # said in the job's output too, where the error analyzer reads why the job failed
+    assert "llmzero: error: the script exited with code 1 during setup" in done.stderr
 
 
 # A verl phase's trainer: section with the wandb logger, which logs in with WANDB_API_KEY.

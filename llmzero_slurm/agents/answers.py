@@ -21,7 +21,7 @@ STEPS = "total_training_steps"
 SCHEDULE_KEYS = (STEPS, "total_epochs")   # computed in code, never by the LLM
 PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
 MAX_ADDITIONAL_STEPS = 100000
-FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "unknown")
+FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "setup", "unknown")
 FIX_ACTIONS = ("change", "retry", "give_up")
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
 

@@ -21,6 +21,9 @@ _SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
      r"NCCL (error|WARN)|ncclSystemError|Connection (reset|refused)|RayActorError|"
      r"GCS|node .* (down|failure)|Socket Timeout|unhandled system error|"
      r"No space left on device|Disk quota exceeded"),   # retried once space is freed
+    # The phase script's own line when a slurm.setup line failed, before any training (a
+    # setup line's own traceback included).
+    ("setup", set(), r"^llmzero: error: the script exited with code \d+ during setup"),
     ("user_code", set(), r"Traceback \(most recent call last\)"),
 )
 
@@ -28,7 +31,7 @@ _SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
 def classify(state: str | None, log_tail: str) -> str:
     state = (state or "").upper().split()[0] if state else ""
     for failure, states, pattern in _SIGNATURES:
-        if state in states or re.search(pattern, log_tail, re.I):
+        if state in states or re.search(pattern, log_tail, re.I | re.M):
             return failure
     return "unknown"
 
@@ -116,6 +119,10 @@ def analyze(state: str | None, exit_code: int | None, log_tail: str,
     elif failure == "user_code":
         data = {"action": "give_up", "message": "the job failed in task code (data or reward): "
                 f"{_quoted_error(log_tail)}; {NOT_RETRIED}"}
+    elif failure == "setup":
+        data = {"action": "give_up", "message": f"{_quoted_error(log_tail)}: fix the slurm.setup "
+                "lines in experiment.yaml (llmzero-start --check --on-cluster runs them on a "
+                f"compute node); {NOT_RETRIED}"}
     else:
         data = {"action": "retry", "message": f"unrecognised failure (exit code {exit_code})"}
     try:
