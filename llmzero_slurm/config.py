@@ -69,6 +69,11 @@ class TaskConfig:
     reward_name: str = "compute_score"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
+    def data_files(self) -> list[tuple[str, str]]:
+        """(config key, path) of each dataset file the task names, so a message names both."""
+        return [(f"task.{key}", path) for key in ("train_files", "val_files", "test_files")
+                for path in getattr(self, key)]
+
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
         ignored without a word. A name no task has would fail only the run's first phase."""
