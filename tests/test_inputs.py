@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from llmzero_slurm.cli.start import open_or_create, parse_args
-from llmzero_slurm.errors import LLMZeroError
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.errors import ConfigError, LLMZeroError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.store.inputs import INPUTS
 
@@ -120,3 +121,25 @@ def test_a_builtin_task_records_nothing(tmp_path):
     store = open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "run")]))
     assert not (store.root / INPUTS).exists()
     assert open_or_create(parse_args([str(store.root)])).root == store.root
+
+
+@pytest.mark.parametrize("value", ["none", None, 0])
+def test_warm_start_none_says_to_write_steps_0(value):
+    with pytest.raises(ConfigError, match=r"task.warm_start.*\{steps: 0\}"):
+        parse_config({"name": "x", "task": {"builtin": "addition", "warm_start": value}})
+
+
+def test_checks_warm_start_refusal_names_the_config_key_not_the_trainers_flag(tmp_path):
+    from llmzero_slurm.controller import data_checks
+    from llmzero_slurm.errors import DataError
+    from llmzero_slurm.tasks.dataset import materialize
+    files = materialize("addition", tmp_path / "data")
+    reward = tmp_path / "reward.py"
+    reward.write_text(SCORE.replace("str(ground_truth)", "f'#### {ground_truth}'"))
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "reward_path": str(reward)}
+    with pytest.raises(DataError) as err:
+        data_checks.check_data(parse_config({"name": "x", "task": task}))
+    said = str(err.value)
+    assert "task.warm_start.steps (0 for none: warm_start: {steps: 0})" in said, said
+    assert "--warm-start" not in said
