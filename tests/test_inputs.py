@@ -70,6 +70,8 @@ def test_a_resume_after_the_reward_file_was_edited_is_refused_before_anything_is
     # read-only commands never refuse for it
     assert cli("status", str(run)).returncode == 0
     assert cli("report", str(run)).returncode == 0
+    stop = cli("stop", str(run))
+    assert stop.returncode == 0 and "no controller is running" in stop.stdout
     # put back, the run resumes
     files["reward"].write_text(SCORE)
     assert open_or_create(parse_args([str(run)])).root == run
