@@ -14,7 +14,7 @@ import yaml
 
 from llmzero_slurm.cli.start import open_or_create, parse_args
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.errors import ConfigError, LLMZeroError
+from llmzero_slurm.errors import ConfigError, LLMZeroError, StateError
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.store.inputs import INPUTS
 
@@ -115,6 +115,13 @@ def test_a_run_from_before_the_record_and_one_whose_file_is_gone_resume(tmp_path
     (run / INPUTS).unlink()
     files["reward"].write_text(SCORE.replace("==", "!="))
     assert open_or_create(parse_args([str(run)])).root == run
+
+
+def test_a_damaged_record_is_named_with_the_way_out(tmp_path):
+    run, _, _ = file_run(tmp_path)
+    (run / INPUTS).write_text('{"version": 1, "files": [{}]}')
+    with pytest.raises(StateError, match="removed, the run resumes with its inputs unchecked"):
+        open_or_create(parse_args([str(run)]))
 
 
 def test_a_builtin_task_records_nothing(tmp_path):

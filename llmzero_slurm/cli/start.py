@@ -167,7 +167,7 @@ def _resume(run_dir: Path) -> RunStore:
     file changed since it was created (its scores would mix); moved, its scripts follow it."""
     store = open_run_store(run_dir)
     check_run_dir(store.root)
-    inputs.refuse_changed(store.root, store.config.task)
+    inputs.refuse_changed(store.root)
     follow_moved_run(store)
     return store
 

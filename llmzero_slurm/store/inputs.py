@@ -43,7 +43,7 @@ def record(root: Path, found: list[dict[str, Any]]) -> None:
         write_json(root / INPUTS, {"version": VERSION, "files": found})
 
 
-def refuse_changed(root: Path, task: TaskConfig, say: Callable[[str], object] = print) -> None:
+def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:
     """Raise InputsChangedError, naming each file and what changed, when a recorded input
     differs now. A file that is gone is said through `say`, not refused: its phases name it,
     and a moved file must not lock the user out of the run that used it."""
@@ -65,7 +65,8 @@ def refuse_changed(root: Path, task: TaskConfig, say: Callable[[str], object] = 
                 changed.append(f"  {where}: {what}")
     except (KeyError, TypeError, AttributeError, ValueError):
         raise StateError(path, f'expected {{"version": {VERSION}, "files": [{{"key", "path", '
-                               '"sha256" or "parquet"}, ...]}') from None
+                               '"sha256" or "parquet"}, ...]}; removed, the run resumes with '
+                               'its inputs unchecked') from None
     if changed:
         raise InputsChangedError(
             "the run's inputs changed since it was created (recorded in " f"{path}):\n"
