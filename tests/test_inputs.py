@@ -77,6 +77,21 @@ def test_a_resume_after_the_reward_file_was_edited_is_refused_before_anything_is
     assert open_or_create(parse_args([str(run)])).root == run
 
 
+def test_check_of_a_run_directory_says_an_input_changed(tmp_path):
+    """A user who edits the reward and runs --check on the run was told all is well; the
+    resume then refused."""
+    run, files, _ = file_run(tmp_path)
+    files["reward"].write_text(SCORE + "# edited\n")
+    done = cli("start", str(run), "--check")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert any(line.startswith("[FAIL] inputs since the run was created:") for line in
+               done.stdout.splitlines()), done.stdout
+    files["reward"].write_text(SCORE)
+    done = cli("start", str(run), "--check")
+    assert "[ok] inputs since the run was created: the reward and data files are as" \
+        in done.stdout, done.stdout
+
+
 def test_a_replaced_data_file_is_refused_naming_what_changed(tmp_path):
     run, files, _ = file_run(tmp_path)
     table = pq.read_table(files["val"])

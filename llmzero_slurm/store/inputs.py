@@ -76,6 +76,13 @@ def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:
             "<a new folder>)")
 
 
+def check_unchanged(root: Path) -> str:
+    """--check of a run directory: refuse_changed's finding as a line (notes included)."""
+    notes: list[str] = []
+    refuse_changed(root, notes.append)
+    return "; ".join(["the reward and data files are as when the run was created", *notes])
+
+
 def _difference(was: dict[str, Any]) -> str | None:
     """What changed in one recorded file, or None."""
     path = Path(was["path"])
