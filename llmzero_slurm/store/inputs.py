@@ -69,7 +69,7 @@ def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:
                                'its inputs unchecked') from None
     if changed:
         raise InputsChangedError(
-            "the run's inputs changed since it was created (recorded in " f"{path}):\n"
+            f"the run's inputs changed since it was created (recorded in {path}):\n"
             + "\n".join(changed) + "\nnothing was written or submitted. Scores measured with "
             "the old inputs cannot be compared with new ones: put each file back as it was and "
             "resume, or start a new run (llmzero-start your experiment.yaml --run-dir "
