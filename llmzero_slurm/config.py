@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, get_args, get_type_hints
+from typing import Any, ClassVar, Mapping, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
@@ -40,6 +40,8 @@ class WarmStartConfig:
     band: list[float] | None = None   # [low, high]: train until held-out accuracy is in it
     max_steps: int | None = None      # give up (a data error) when the band is not reached
     steps: int | None = None          # instead of a band: exactly N steps; 0 = no warm start
+    # `warm_start: none` reads as "no warm start" to a person, as a string to YAML
+    NOT_A_MAPPING: ClassVar[str] = "; for no warm start write warm_start: {steps: 0}"
 
     def check(self, where: str) -> None:
         problems, band = ConfigProblems(), self.band
@@ -68,6 +70,11 @@ class TaskConfig:
     reward_path: str | None = None
     reward_name: str = "compute_score"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def data_files(self) -> list[tuple[str, str]]:
+        """(config key, path) of each dataset file the task names, so a message names both."""
+        return [(f"task.{key}", path) for key in ("train_files", "val_files", "test_files")
+                for path in getattr(self, key)]
 
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
@@ -203,7 +210,8 @@ def _build(cls: type, data: Any, where: str, problems: ConfigProblems) -> Any:
     """Instantiate a config dataclass from a mapping, naming the path of any bad key; a bad
     key is kept in `problems` and left at its default, so the other keys are still checked."""
     if not isinstance(data, Mapping):
-        raise ConfigError(where or "<top>", f"must be a mapping, got {type(data).__name__}")
+        raise ConfigError(where or "<top>", f"must be a mapping, got {type(data).__name__}"
+                                            + getattr(cls, "NOT_A_MAPPING", ""))
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.name != "source"}
     kwargs: dict[str, Any] = {}

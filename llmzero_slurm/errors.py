@@ -243,3 +243,10 @@ class DataError(LLMZeroError):
     def __init__(self, path: Any, problem: str):
         super().__init__(f"{path}: {problem}")
         self.path, self.problem = path, problem
+
+
+class InputsChangedError(LLMZeroError):
+    """A run's reward or data file outside it differs from the one it was created with: its
+    scores so far and any new ones would be measured differently."""
+
+    exit_code = 2

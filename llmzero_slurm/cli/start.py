@@ -26,6 +26,7 @@ from ..report import write_report
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind, slurm_poll
+from ..store import inputs
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
@@ -155,14 +156,19 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     if kind == "slurm":
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
-    return RunStore.create(run_dir, replace(cfg, scheduler=kind))
+    found = inputs.fingerprints(cfg.task)     # read before the run exists: a failure makes none
+    store = RunStore.create(run_dir, replace(cfg, scheduler=kind))
+    inputs.record(store.root, found)
+    return store
 
 
 def _resume(run_dir: Path) -> RunStore:
     """The run at `run_dir`, refused (exit 2, nothing written) where it was moved to a path
-    that cannot go into #SBATCH lines, as a new run there is; moved, its scripts follow it."""
+    that cannot go into #SBATCH lines, as a new run there is, or where its reward or data
+    file changed since it was created (its scores would mix); moved, its scripts follow it."""
     store = open_run_store(run_dir)
     check_run_dir(store.root)
+    inputs.refuse_changed(store.root)
     follow_moved_run(store)
     return store
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..backends import get_backend
-from ..config import ExperimentConfig, TaskConfig
+from ..config import ExperimentConfig
 from ..errors import ConfigError, DataError, LLMZeroError
 from ..methods.space import length_limit
 from ..tasks.reward_file import RewardFn
@@ -25,12 +25,6 @@ MALFORMED_RESPONSE = f"an answer not in the expected form ({MALFORMED!r})"
 PROBE_TIMEOUT_S = 120.0    # the reward on every probe row of the warm start (at most 512)
 
 Reader = Callable[[str, str], list[Any]]     # (path, the config key naming it) -> rows
-
-
-def dataset_files(task: TaskConfig) -> list[tuple[str, str]]:
-    """(config key, path) of each dataset file the task names, so a message names both."""
-    return [(f"task.{key}", path) for key in ("train_files", "val_files", "test_files")
-            for path in getattr(task, key)]
 
 
 def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn | None, str, list[tuple[str, str]]]:
@@ -53,7 +47,7 @@ def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn | None, str, list[tuple
         try:
             with time_limit(IMPORT_TIMEOUT_S):
                 found = load_reward(task.reward_path, task.reward_name), task.reward_path, \
-                    dataset_files(task)
+                    task.data_files()
         except RewardTimeout:
             raise DataError(task.reward_path, f"importing the reward file did not finish within "
                             f"{IMPORT_TIMEOUT_S:g} s") from None
@@ -62,7 +56,7 @@ def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn | None, str, list[tuple
                 raise
             found = None, f"{task.reward_path} not tried here: it imports {exc.module}, which " \
                 "this Python lacks (the phases import it with the verl environment's Python)", \
-                dataset_files(task)
+                task.data_files()
     if cfg.backend == "verl" and not task.test_files:
         raise ConfigError("task.test_files", "give a held-out test split (scores for the report)")
     return found
@@ -90,7 +84,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     train: list[Any] = []       # every training file's rows, as the warm start reads them
     prompts: dict[str, set[Any]] = {}
     notes: list[str] = []
-    for key, path in files:   # train, val, test (dataset_files' order)
+    for key, path in files:   # train, val, test (data_files' order)
         examples = read(path, key)
         notes += check_splits(key, path, examples, prompts)
         if reward is not None:
@@ -181,7 +175,7 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     except LLMZeroError as exc:
         return f"not checked: {exc}"
     longest = {"max_prompt_length": 0, "max_response_length": 0}
-    for key, path in dataset_files(task):
+    for key, path in task.data_files():
         examples = read(path, key)
         sizes = {"max_prompt_length": [count.prompt(ex.messages) for ex in examples],
                  "max_response_length": [count.answer(ex.answer) for ex in examples]}

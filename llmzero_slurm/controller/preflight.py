@@ -22,6 +22,7 @@ from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
 from ..schedulers import SlurmScheduler
 from ..search.tree import Kind, Node, Resume
+from ..store.inputs import INPUTS, check_unchanged
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
 
@@ -172,6 +173,8 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
             _run("search method", lambda: check_method(cfg)),
             _run("data and reward", lambda: check_data(cfg, read)),
             _run("lengths", lambda: check_lengths(cfg, read)),
+            *([_run("inputs since the run was created", lambda: check_unchanged(run_dir))]
+              if (run_dir / INPUTS).exists() else []),
             *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
             _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind)),
             *([_run("trainer", lambda: check_trainer(cfg))] if scheduler_kind == "local" else []),

@@ -45,4 +45,4 @@ def check_written(reward: RewardFn, reward_path: str | Path, rows: Sequence[Exam
                         "truths as written (the text the warm start teaches) on the held-out "
                         f"training rows, below the band's low end {low:.2f}: write each ground "
                         "truth as an answer the reward accepts, or set task.warm_start.steps "
-                        "(--warm-start-steps; 0 for none)")
+                        "(0 for none: warm_start: {steps: 0})")

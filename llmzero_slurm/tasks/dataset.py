@@ -145,6 +145,34 @@ def check_footer(path: str | Path, key: str | None = None) -> int:
     return int(rows)
 
 
+def footers(path: str | Path) -> dict[str, tuple[int, str]]:
+    """Each parquet file `path` reads as (itself, or a folder's files as ParquetDataset lists
+    them for check_footer and the trainers), by its name within `path` ('' for a file): its
+    size and the sha256 of its footer (schema, row groups, column statistics), read from the
+    file's end alone, so a large dataset is fingerprinted in a moment on a login node. A file
+    that is not parquet is a DataError."""
+    path = Path(path)
+    try:
+        files = [Path(f) for f in pq.ParquetDataset(path).files] if path.is_dir() else [path]
+        return {("" if f == path else str(f.relative_to(path))): _footer(f) for f in files}
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(path, f"cannot read as parquet: {exc}") from None
+
+
+def _footer(path: Path) -> tuple[int, str]:
+    """A parquet file's size and its footer's sha256: the file ends with the footer, its
+    length (4 bytes, little-endian) and the magic PAR1."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - 8))
+        tail = f.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
+            raise DataError(path, "cannot read as parquet: it does not end as a parquet file")
+        f.seek(size - 8 - length)
+        return size, hashlib.sha256(f.read(length)).hexdigest()
+
+
 def _require_columns(path: Path, columns: list[str]) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
