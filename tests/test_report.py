@@ -643,3 +643,25 @@ def test_a_failed_phase_is_not_the_headline_best(tmp_path):
     assert view.best.id == 0
     assert leader_test_by_compute(view)[1] == [0.4, 0.4]
     assert best_so_far_line(view) == ([1, 2], [0.7, 0.7])
+
+
+def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
+    """After `llmzero-stop --cancel` the report said the two cancelled phases were running
+    (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended
+    CANCELLED: the stopped controller cancels them without waiting to record their end."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
+    metrics(store.node_dir(0), 0, 30, 20, 0.45, TEST_AT_BEST[0])
+    node = add(store, Kind.EVOLVE, 0, RECIPE, Status.RUNNING, Results(), resume=30)
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.scheduler_state = "2", "RUNNING"
+    store.update_node(node.id, submitted)
+    store.node_dir(node.id).status_file.write_text(json.dumps(
+        {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
+         "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
+    page = write_report(store.root).read_text()
+    ended = "its job 2 ended cancelled, exit 143, since the controller last recorded it"
+    assert page.count(ended) >= 2, page     # in the table and in the node's own section
+    assert "2 RUNNING" not in page

@@ -15,7 +15,7 @@ from typing import Any
 from ..config import ExperimentConfig
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
-from ..search.tree import Node, Tree
+from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
@@ -36,6 +36,7 @@ class NodeView:
     give_up_analysis: dict[str, Any] | None = None     # the answer that ended its debug chain
     closing_proposal: dict[str, Any] | None = None     # the one that found nothing untried
     stops: list[dict[str, Any]] = field(default_factory=list)
+    ended: str = ""     # its job's own end, when the record still has it queued or running
 
     @property
     def stop_reason(self) -> str:
@@ -175,6 +176,17 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[A
             if before.get(k) != v and k != "total_training_steps"}
 
 
+def _ended(node: Node, files: NodeDir) -> str:
+    """How the job of a phase its record has queued or running ended, from the job's own
+    status.json: a controller stopped with --cancel does not wait to record the cancels, and
+    until one resumes, llmzero-status says the job ended; the report must not say running."""
+    job = files.status() if node.status in (Status.QUEUED, Status.RUNNING) else None
+    if job is None or job.finished_at is None or job.job_id != node.submission.job_id:
+        return ""
+    code = f", exit {job.exit_code}," if job.exit_code is not None else ""
+    return f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it"
+
+
 def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:
     log = files.metrics()
     notes.extend(f"node {node.id}: {p}" for p in log.problems)
@@ -186,6 +198,7 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     view.closing_proposal = _agent_record(NodeDir(files.closed).proposal_file, notes)
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
+    view.ended = _ended(node, files)
     return view
 
 
