@@ -462,6 +462,19 @@ def test_the_best_strategy_names_the_adapter_kept_at_its_best_step(run, tmp_path
     assert ("(none at step 130, so no saved weights score exactly this" in head) is not named
 
 
+def test_a_report_written_elsewhere_names_the_run_its_adapter_path_is_in(run, tmp_path):
+    """A colleague's `llmzero-report RUN --output DIR` page said "The adapter of that step:
+    nodes/0005/best_adapter" with no word of the run it is relative to: from DIR it names
+    nothing, and the page names the run nowhere else."""
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    files = RunStore.open(run).node_dir(5)
+    files.best_adapter.mkdir()
+    files.best_adapter_record.write_text(json.dumps({"step": 130, "val_score": 0.7}))
+    head = write_report(run, tmp_path / "mine").read_text().split("<h2>Best strategy</h2>")[1]
+    assert (f"The adapter of that step: <code>nodes/0005/best_adapter</code> in the run "
+            f"directory <code>{run}</code>") in head.split("<table>")[0]
+
+
 def test_every_node_and_its_story_is_listed(run):
     page = html(run)
     nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]
