@@ -253,16 +253,22 @@ def test_an_output_that_is_a_file_is_refused_as_the_users_typing(run, tmp_path):
     assert mine.read_text() == "kept\n"
 
 
-def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
-    """With node 0's record damaged, its child's strategy went into strategy.yaml through a
-    stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay
-    failed on it or trained the replay's own settings for that phase."""
+def node_0_damaged(tmp_path) -> RunStore:
+    """Scratch node 0 -> evolve node 1, node 0's node.json damaged."""
     store = RunStore.create(tmp_path / "run", config())
     add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
         scored(0, 60, 40, 0.45, 0, [25, 50, 60], 0.1))
     add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 5e-4}, Status.COMPLETED,
         scored(50, 100, 90, 0.6, 1, [75, 100], 0.2), resume=50)
     store.node_path(0).write_text("{")
+    return store
+
+
+def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
+    """With node 0's record damaged, its child's strategy went into strategy.yaml through a
+    stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay
+    failed on it or trained the replay's own settings for that phase."""
+    store = node_0_damaged(tmp_path)
     index = write_report(store.root)
     assert not (index.parent / "strategy.yaml").exists()
     assert ("node 0 is left out, its record unreadable: the best strategy runs through it, "
@@ -271,6 +277,20 @@ def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
     store.rebuild_node(0)
     write_report(store.root)
     assert [p.node for p in load_strategy(index.parent / "strategy.yaml", "cpu")] == [0, 1]
+
+
+def test_a_damaged_record_is_named_by_the_headline_and_its_settings_are_not_defaults(tmp_path):
+    """With node 0's node.json damaged, the page's headline stated node 1's score as the run's
+    best (node 0's own, maybe higher, unknown) and named the damage only in the notes at the
+    bottom; node 1's row listed every setting as changed from "default" (the stand-in record
+    has none)."""
+    store = node_0_damaged(tmp_path)
+    page = write_report(store.root).read_text()
+    head = page.split("<h2>Best strategy</h2>")[1].split("<table>")[0]
+    assert (f"Node 0's record is unreadable, so this best leaves it out: llmzero-repair "
+            f"{store.root} 0 rebuilds it") in head, head
+    assert "default &rarr;" not in page and "default →" not in page
+    assert page.count("unknown: node 0's record is unreadable") == 2   # phase table, node 1
 
 
 def test_an_agent_record_whose_result_is_no_object_is_shown_empty(run, tmp_path):

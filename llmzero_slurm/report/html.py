@@ -35,6 +35,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
     return env.get_template(TEMPLATE).render(
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         best_adapter=view.best_adapter, run_dir=str(view.root.absolute()) if elsewhere else None,
+        unreadable=view.unreadable, run_root=view.root,
         views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,
         agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
         spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
