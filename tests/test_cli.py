@@ -1110,7 +1110,7 @@ def test_a_config_file_given_for_a_run_directory_is_a_usage_error(tmp_path, name
     assert f"{config} is a file, not a run directory" in done.stderr
 
 
-@pytest.mark.parametrize("name", ["status", "stop", "report", "repair"])
+@pytest.mark.parametrize("name", ["status", "stop", "report", "repair", "start"])
 def test_a_report_folder_given_for_a_run_directory_names_the_run(tmp_path, name):
     """`llmzero-report runs/NAME/report` (a slip of tab completion) exited 3 with "is a damaged
     run directory: it has nodes/ but no meta.json": a report folder holds nodes/ (each node's
