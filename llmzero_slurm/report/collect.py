@@ -182,9 +182,11 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[A
 def _ended(node: Node, files: NodeDir) -> str:
     """How the job of a phase its record has queued or running ended, from the job's own
     status.json: a controller stopped with --cancel does not wait to record the cancels, and
-    until one resumes, llmzero-status says the job ended; the report must not say running."""
+    until one resumes, llmzero-status says the job ended; the report must not say running.
+    A preempted job is not one: Slurm requeues it under the same id."""
     job = files.status() if node.status in (Status.QUEUED, Status.RUNNING) else None
-    if job is None or job.finished_at is None or job.job_id != node.submission.job_id:
+    if job is None or job.finished_at is None or job.job_id != node.submission.job_id \
+            or job.state == "preempted":
         return ""
     code = f", exit {job.exit_code}," if job.exit_code is not None else ""
     return f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it"
