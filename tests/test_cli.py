@@ -1110,6 +1110,19 @@ def test_a_config_file_given_for_a_run_directory_is_a_usage_error(tmp_path, name
     assert f"{config} is a file, not a run directory" in done.stderr
 
 
+@pytest.mark.parametrize("name", ["status", "stop", "report", "repair", "start"])
+def test_a_report_folder_given_for_a_run_directory_names_the_run(tmp_path, name):
+    """`llmzero-report runs/NAME/report` (a slip of tab completion) exited 3 with "is a damaged
+    run directory: it has nodes/ but no meta.json": a report folder holds nodes/ (each node's
+    curves), and nothing of the run is damaged."""
+    store = two_phase_run(tmp_path)
+    assert cli("report", str(store.root)).returncode == 0
+    done = cli(name, str(store.root / "report"))
+    assert done.returncode == 2 and "damaged" not in done.stderr, done.stderr
+    assert (f"{store.root / 'report'} is a report folder that llmzero-report wrote, not a run "
+            f"directory: the run is {store.root}") in done.stderr, done.stderr
+
+
 @pytest.fixture
 def slurm_down(tmp_path, monkeypatch):
     """Slurm's clients installed, its controller not answering."""

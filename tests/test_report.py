@@ -253,16 +253,22 @@ def test_an_output_that_is_a_file_is_refused_as_the_users_typing(run, tmp_path):
     assert mine.read_text() == "kept\n"
 
 
-def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
-    """With node 0's record damaged, its child's strategy went into strategy.yaml through a
-    stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay
-    failed on it or trained the replay's own settings for that phase."""
+def node_0_damaged(tmp_path) -> RunStore:
+    """Scratch node 0 -> evolve node 1, node 0's node.json damaged."""
     store = RunStore.create(tmp_path / "run", config())
     add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
         scored(0, 60, 40, 0.45, 0, [25, 50, 60], 0.1))
     add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 5e-4}, Status.COMPLETED,
         scored(50, 100, 90, 0.6, 1, [75, 100], 0.2), resume=50)
     store.node_path(0).write_text("{")
+    return store
+
+
+def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
+    """With node 0's record damaged, its child's strategy went into strategy.yaml through a
+    stand-in phase with no hyperparameters, its diagnosis the damaged file's path: a replay
+    failed on it or trained the replay's own settings for that phase."""
+    store = node_0_damaged(tmp_path)
     index = write_report(store.root)
     assert not (index.parent / "strategy.yaml").exists()
     assert ("node 0 is left out, its record unreadable: the best strategy runs through it, "
@@ -271,6 +277,20 @@ def test_a_strategy_through_an_unreadable_record_is_not_written(tmp_path):
     store.rebuild_node(0)
     write_report(store.root)
     assert [p.node for p in load_strategy(index.parent / "strategy.yaml", "cpu")] == [0, 1]
+
+
+def test_a_damaged_record_is_named_by_the_headline_and_its_settings_are_not_defaults(tmp_path):
+    """With node 0's node.json damaged, the page's headline stated node 1's score as the run's
+    best (node 0's own, maybe higher, unknown) and named the damage only in the notes at the
+    bottom; node 1's row listed every setting as changed from "default" (the stand-in record
+    has none)."""
+    store = node_0_damaged(tmp_path)
+    page = write_report(store.root).read_text()
+    head = page.split("<h2>Best strategy</h2>")[1].split("<table>")[0]
+    assert (f"Node 0's record is unreadable, so this best leaves it out: llmzero-repair "
+            f"{store.root} 0 rebuilds it") in head, head
+    assert "default &rarr;" not in page and "default →" not in page
+    assert page.count("unknown: node 0's record is unreadable") == 2   # phase table, node 1
 
 
 def test_an_agent_record_whose_result_is_no_object_is_shown_empty(run, tmp_path):
@@ -462,6 +482,19 @@ def test_the_best_strategy_names_the_adapter_kept_at_its_best_step(run, tmp_path
     assert ("(none at step 130, so no saved weights score exactly this" in head) is not named
 
 
+def test_a_report_written_elsewhere_names_the_run_its_adapter_path_is_in(run, tmp_path):
+    """A colleague's `llmzero-report RUN --output DIR` page said "The adapter of that step:
+    nodes/0005/best_adapter" with no word of the run it is relative to: from DIR it names
+    nothing, and the page names the run nowhere else."""
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    files = RunStore.open(run).node_dir(5)
+    files.best_adapter.mkdir()
+    files.best_adapter_record.write_text(json.dumps({"step": 130, "val_score": 0.7}))
+    head = write_report(run, tmp_path / "mine").read_text().split("<h2>Best strategy</h2>")[1]
+    assert (f"The adapter of that step: <code>nodes/0005/best_adapter</code> in the run "
+            f"directory <code>{run}</code>") in head.split("<table>")[0]
+
+
 def test_every_node_and_its_story_is_listed(run):
     page = html(run)
     nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]
@@ -643,3 +676,30 @@ def test_a_failed_phase_is_not_the_headline_best(tmp_path):
     assert view.best.id == 0
     assert leader_test_by_compute(view)[1] == [0.4, 0.4]
     assert best_so_far_line(view) == ([1, 2], [0.7, 0.7])
+
+
+def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
+    """After `llmzero-stop --cancel` the report said the two cancelled phases were running
+    (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended
+    CANCELLED: the stopped controller cancels them without waiting to record their end."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
+    metrics(store.node_dir(0), 0, 30, 20, 0.45, TEST_AT_BEST[0])
+    node = add(store, Kind.EVOLVE, 0, RECIPE, Status.RUNNING, Results(), resume=30)
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.scheduler_state = "2", "RUNNING"
+    store.update_node(node.id, submitted)
+    store.node_dir(node.id).status_file.write_text(json.dumps(
+        {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
+         "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
+    page = write_report(store.root).read_text()
+    ended = "its job 2 ended cancelled, exit 143, since the controller last recorded it"
+    assert page.count(ended) >= 2, page     # in the table and in the node's own section
+    assert "2 RUNNING" not in page
+    # A preempted job is requeued under its id by Slurm: it has not ended, it waits again.
+    status = json.loads(store.node_dir(node.id).status_file.read_text())
+    store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))
+    page = write_report(store.root).read_text()
+    assert "ended preempted" not in page and "2 RUNNING" in page

@@ -22,6 +22,7 @@ from .. import __version__
 from . import interrupted
 from ..config import load_config
 from ..render import follow_move, live_copy
+from ..report.build import MARK as REPORT_MARK
 from ..errors import (EDITED, FROZEN, ConfigError, EditedConfigError, LLMZeroError, StateError,
                       UsageError, full_storage, listed, way_back)
 from ..store.atomic import umask
@@ -102,6 +103,7 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
         raise UsageError(f"{path} is a file, not a run directory (give the run's folder, "
                          "runs/<experiment>)")
     refuse_lost_meta(path)
+    refuse_report_folder(path)
     if not (path / "meta.json").exists():
         parts = {"experiment.yaml": path / "experiment.yaml", "nodes/": path / "nodes"}
         have = [name for name, part in parts.items() if part.exists()]
@@ -125,6 +127,16 @@ def open_run(path: Path, stopping: bool = False) -> RunStore:
     if store.refused:
         print(f"warning: {refused_values(store.root, store.refused)}", file=sys.stderr)
     return store
+
+
+def refuse_report_folder(path: Path) -> None:
+    """A report folder given for its run (tab completion): it holds nodes/ too (each node's
+    curves), which must not read as a damaged run; the user's typing, naming the run."""
+    if (path / REPORT_MARK).exists():
+        run = f"the run is {path.parent}" if (path.parent / "meta.json").exists() else \
+            "give the run's folder (runs/<experiment>)"
+        raise UsageError(f"{path} is a report folder that llmzero-report wrote, not a run "
+                         f"directory: {run}")
 
 
 def follow_moved_run(store: RunStore) -> None:

@@ -31,7 +31,7 @@ from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
 from .background import controller_command, detach
-from .common import follow_moved_run, group_note, refuse_lost_meta, run_main, seconds
+from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
@@ -91,6 +91,7 @@ def config_of(args: argparse.Namespace) -> ExperimentConfig:
         return RunStore.config_of(args.config)
     if args.config.is_dir():
         refuse_lost_meta(args.config)
+        refuse_report_folder(args.config)
         raise ConfigError("<file>", f"{args.config} is a directory but not a run directory")
     return load_config(args.config)
 

@@ -47,6 +47,7 @@ def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
     if out is not None:
         _check_own_folder(Path(out))
     out = Path(out) if out is not None else view.root / "report"
+    elsewhere = out.resolve() != (view.root / "report").resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -64,6 +65,6 @@ def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
         (out / STRATEGY).unlink(missing_ok=True)
         strategy_file = None
     index = out / "index.html"
-    write_text(index, render_html(view, drawn, strategy_file))
+    write_text(index, render_html(view, drawn, strategy_file, elsewhere))
     drop_stale_curves(out / NODE_CURVES, drawn.node_curves.values())
     return index

@@ -15,7 +15,7 @@ from typing import Any
 from ..config import ExperimentConfig
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
-from ..search.tree import Node, Tree
+from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
@@ -36,6 +36,8 @@ class NodeView:
     give_up_analysis: dict[str, Any] | None = None     # the answer that ended its debug chain
     closing_proposal: dict[str, Any] | None = None     # the one that found nothing untried
     stops: list[dict[str, Any]] = field(default_factory=list)
+    ended: str = ""     # its job's own end, when the record still has it queued or running
+    parent_unreadable: bool = False     # what it changed is unknown: not "from the defaults"
 
     @property
     def stop_reason(self) -> str:
@@ -72,6 +74,7 @@ class Phase:
     start: int
     end: int                        # the next phase resumed here, or the phase's last step
     changes: dict[str, tuple[Any, Any]]   # hyperparameter: (previous phase, this phase)
+    after_unreadable: int | None = None   # the previous phase's node, when its record is not read
 
 
 @dataclass
@@ -115,6 +118,7 @@ class RunView:
     agent_costs: dict[str, AgentCost]
     notes: list[str]
     spent: Spent                        # samples, the stopper's saving, the gain over the base
+    unreadable: list[int] = field(default_factory=list)  # nodes left out: the best may be one
 
     @property
     def best(self) -> Node | None:
@@ -175,26 +179,44 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[A
             if before.get(k) != v and k != "total_training_steps"}
 
 
+def _ended(node: Node, files: NodeDir) -> str:
+    """How the job of a phase its record has queued or running ended, from the job's own
+    status.json: a controller stopped with --cancel does not wait to record the cancels, and
+    until one resumes, llmzero-status says the job ended; the report must not say running.
+    A preempted job is not one: Slurm requeues it under the same id."""
+    job = files.status() if node.status in (Status.QUEUED, Status.RUNNING) else None
+    if job is None or job.finished_at is None or job.job_id != node.submission.job_id \
+            or job.state == "preempted":
+        return ""
+    code = f", exit {job.exit_code}," if job.exit_code is not None else ""
+    return f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it"
+
+
 def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:
     log = files.metrics()
     notes.extend(f"node {node.id}: {p}" for p in log.problems)
     parent = tree.nodes.get(node.parent) if node.parent is not None else None
-    view = NodeView(node, files, log, _changes(parent.hparams, node.hparams) if parent else {})
+    unread = parent is not None and parent.unreadable
+    view = NodeView(node, files, log, parent_unreadable=unread,
+                    changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
     view.proposal = _agent_record(files.proposal_file, notes)
     view.error_analysis = _agent_record(files.error_analysis_file, notes)
     view.give_up_analysis = _agent_record(NodeDir(files.give_up).error_analysis_file, notes)
     view.closing_proposal = _agent_record(NodeDir(files.closed).proposal_file, notes)
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
+    view.ended = _ended(node, files)
     return view
 
 
 def _phases(tree: Tree, views: dict[int, NodeView]) -> list[Phase]:
     phases: list[Phase] = []
     for node, start, end in phase_spans(tree):
-        before = phases[-1].view.node.hparams if phases else None
-        changes = {} if before is None else _changes(before, node.hparams)
-        phases.append(Phase(views[node.id], start, end, changes))
+        before = phases[-1].view.node if phases else None
+        known = before is not None and not before.unreadable
+        changes = _changes(before.hparams, node.hparams) if before is not None and known else {}
+        phases.append(Phase(views[node.id], start, end, changes,
+                            before.id if before is not None and not known else None))
     return phases
 
 
@@ -243,4 +265,4 @@ def collect(root: str | Path) -> RunView:
     best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
     return RunView(store.root, store.config, tree, views, phases, best, costs, notes,
-                   spent(store, tree))
+                   spent(store, tree), sorted(store.corrupt))

@@ -23,7 +23,10 @@ def fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
+def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
+                elsewhere: bool = False) -> str:
+    """`elsewhere`: the page is not in <run>/report (--output), so the paths it gives relative
+    to the run name the run, which the page would otherwise name nowhere."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost()
@@ -31,7 +34,8 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None) -> str:
         totals.merge(cost)
     return env.get_template(TEMPLATE).render(
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
-        best_adapter=view.best_adapter,
+        best_adapter=view.best_adapter, run_dir=str(view.root.absolute()) if elsewhere else None,
+        unreadable=view.unreadable, run_root=view.root,
         views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,
         agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
         spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
