@@ -1141,6 +1141,23 @@ def test_a_start_with_scheduler_slurm_and_no_slurmctld_is_a_batch_system_error(t
     assert caught.value.exit_code == 5 and len(store.load_tree()) == 0
 
 
+def test_each_start_says_who_answers_for_the_agents(tmp_path, capsys, monkeypatch):
+    """A run resumed from a shell without the key went on with the offline heuristics, and
+    nothing said so: each start now names the LLM (never its key), or why there is none."""
+    monkeypatch.delenv("LLMZ_WALK_KEY", raising=False)
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "demo", "scheduler": "local",
+        "agents": {"api_key_env": "LLMZ_WALK_KEY", "base_url": "http://127.0.0.1:9"}}))
+    build_controller(store)
+    said = capsys.readouterr().out
+    assert "agents: the offline heuristics ($LLMZ_WALK_KEY is not set" in said
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    build_controller(store)
+    said = capsys.readouterr().out
+    assert "agents: anthropic, model claude-sonnet-4-6, at http://127.0.0.1:9" in said
+    assert "sk-walk" not in said
+
+
 def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):
     """A run that auto-chose Slurm, resumed while slurmctld was briefly down, would have watched
     its Slurm jobs through the local scheduler and started phases on the login node."""
