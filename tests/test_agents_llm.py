@@ -139,8 +139,7 @@ def test_malformed_json_gets_one_repair_round(service, anthropic_proposer, run, 
 
 
 @pytest.mark.parametrize("backend, ended", [
-    ("anthropic", {"stop_reason": "max_tokens"}), ("anthropic", {"stop_reason": "refusal"}),
-    ("openai", {"finish_reason": "length"})])
+    ("anthropic", {"stop_reason": "max_tokens"}), ("openai", {"finish_reason": "length"})])
 def test_an_answer_the_service_cut_short_is_never_used(service, monkeypatch, run, tmp_path,
                                                        backend, ended):
     """A draft block followed by a final one cut at max_tokens: the draft is not the answer."""
@@ -155,6 +154,26 @@ def test_an_answer_the_service_cut_short_is_never_used(service, monkeypatch, run
     reason = next(iter(ended.values()))
     assert record["answers"][0] == cut and reason in record["fallbacks"][0]
     assert reason in json.dumps(service.requests[1]["body"]["messages"][-1])
+
+
+@pytest.mark.parametrize("backend, ended", [
+    ("anthropic", {"stop_reason": "refusal"}), ("openai", {"finish_reason": "content_filter"})])
+def test_a_refused_answer_is_asked_again_without_the_refused_turn(service, monkeypatch, run,
+                                                                   tmp_path, backend, ended):
+    """The refused turn went back with 'fix exactly this problem': a conversation that keeps
+    a refused turn is refused again (Anthropic's streaming-refusals guide), so the repair
+    round was paid for nothing. The prompt is now asked afresh."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    service.reply({"text": "Step 1 ... I will not", **ended}, good())
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.hparams["lr"], p.checkpoint) == (5e-4, 40)
+    first, second = (r["body"]["messages"] for r in service.requests)
+    assert second == first and "I will not" not in json.dumps(second)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert next(iter(ended.values())) in record["fallbacks"][0]
+    assert "asked again without it" in record["fallbacks"][0]
 
 
 def test_an_empty_answer_is_repaired_not_resent_as_an_empty_turn(service, anthropic_proposer,

@@ -58,6 +58,7 @@ class Reply:
     text: str
     usage: Usage
     cut: str | None = None   # why the service ended the answer early (its text is no answer)
+    refused: bool = False    # ended as a refusal: a conversation keeping it is refused again
 
 
 # Stop reasons after which the text is not a whole answer: a draft block before the cut, or
@@ -70,6 +71,7 @@ _CUT = {"max_tokens": "the answer was cut off at the token limit before it ended
                   "briefly and end with the requested block",
         "refusal": "the service ended the answer as a refusal",
         "content_filter": "the service's content filter ended the answer"}
+REFUSALS = ("refusal", "content_filter")
 
 
 def cut_reason(stop: str | None) -> str | None:
@@ -211,7 +213,8 @@ class AnthropicBackend(_SDKBackend):
                                  f"content blocks): {self.excerpt(resp)}")
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
         usage = anthropic_usage(self.cfg, getattr(resp, "usage", None), self.vendor)
-        return Reply(text, usage, cut_reason(getattr(resp, "stop_reason", None)))
+        stop = getattr(resp, "stop_reason", None)
+        return Reply(text, usage, cut_reason(stop), stop in REFUSALS)
 
 
 class OpenAIBackend(_SDKBackend):
@@ -239,7 +242,7 @@ class OpenAIBackend(_SDKBackend):
                                  f"{self.excerpt(resp)}")
         usage = openai_usage(self.cfg, resp.usage, self.vendor)
         return Reply(resp.choices[0].message.content or "", usage,
-                     cut_reason(resp.choices[0].finish_reason))
+                     cut_reason(stop := resp.choices[0].finish_reason), stop in REFUSALS)
 
 
 def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
