@@ -22,6 +22,7 @@ from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .strategy import phase_spans
 
+HEURISTIC_ANSWERED = "used the heuristic agent instead"
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
 
 
@@ -81,6 +82,7 @@ class Phase:
 class AgentCost:
     decisions: int = 0   # records: a stopper's rule decides without an LLM
     calls: int = 0       # LLM answers taken: a repair round is a second call
+    heuristic: int = 0   # decisions the heuristic made in the LLM's place (it was down, ...)
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
@@ -89,6 +91,7 @@ class AgentCost:
         """Add another agent's sums (the report's total row)."""
         self.decisions += other.decisions
         self.calls += other.calls
+        self.heuristic += other.heuristic
         self.dollars += other.dollars
         self.unknown += other.unknown
         for name in TOKEN_FIELDS:
@@ -98,6 +101,8 @@ class AgentCost:
         self.decisions += 1
         answers = record.get("answers")
         self.calls += len(answers) if isinstance(answers, list) else 0
+        fallbacks = record.get("fallbacks")   # agents/ask.py's words for the stand-in
+        self.heuristic += isinstance(fallbacks, list) and HEURISTIC_ANSWERED in fallbacks
         usage = record.get("usage")
         if not isinstance(usage, dict):
             usage = {}
