@@ -5,6 +5,9 @@ import base64
 import io
 import json
 import math
+import re
+import socket
+import threading
 import time
 
 import pytest
@@ -316,6 +319,38 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
     assert record["fallbacks"][0].startswith(error)
     assert record["answers"] == []
     assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_a_connection_cut_by_a_proxy_is_recorded_with_its_cause(service, monkeypatch, run,
+                                                               tmp_path):
+    """A proxy that closed every connection left only 'APIConnectionError: Connection
+    error.' in the warning and the record: what the connection met is said now."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cutter = socket.socket()
+    cutter.bind(("127.0.0.1", 0))
+    cutter.listen(8)
+
+    def cut() -> None:
+        while True:
+            try:
+                conn, _ = cutter.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=cut, daemon=True).start()
+    cfg = AgentConfig(backend="anthropic", base_url=f"http://127.0.0.1:{cutter.getsockname()[1]}",
+                      api_key_env=KEY_ENV, max_retries=0, timeout_s=5.0)
+    node, log = run
+    try:
+        Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    finally:
+        cutter.close()
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    # reset or closed, as the kernel's timing has it
+    assert re.search(r"APIConnectionError: Connection error\. \((ReadError|RemoteProtocolError): "
+                     r"(\[Errno 104\] Connection reset|Server disconnected)", record["fallbacks"][0])
 
 
 @pytest.mark.parametrize("backend, settings, step, error", [

@@ -149,8 +149,9 @@ class _SDKBackend:
         except Abandoned as exc:
             raise LLMUnavailable(f"{self.vendor}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
-            raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {exc}")) \
-                from None
+            cause = exc.__cause__   # what the connection met: the SDK says only "Connection error."
+            why = f"{exc} ({type(cause).__name__}: {cause})" if cause is not None else str(exc)
+            raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {why}")) from None
 
     def redact(self, text: str) -> str:
         """`text` without the key, for the logs as much as the records (a gateway may echo
