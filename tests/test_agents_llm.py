@@ -541,6 +541,26 @@ def test_an_openai_server_is_not_sent_the_anthropic_key(service, monkeypatch, ru
     assert service.requests[0]["headers"]["authorization"] == "Bearer sk-test-1112223334"
 
 
+def test_a_key_read_with_a_line_end_is_sent_without_it_and_never_shown(service, monkeypatch,
+                                                                       run, tmp_path):
+    """A key taken from a file with CRLF line ends ('sk-...\\r') failed every call as
+    'Connection error.' (the HTTP client refuses the header), and the error's cause, once said,
+    held the key written as b'Bearer sk-...\\r', which the records' scrubbing did not find."""
+    monkeypatch.setenv(KEY_ENV, KEY + "\r")
+    cfg = config(service)
+    llm = choose_backend(cfg)
+    service.reply(good())
+    p = Proposer(cfg, CPU, llm).propose(ProposerInput(node := run[0], run[1], 0.5), tmp_path)
+    assert p.hparams["lr"] == 5e-4 and node.id == 3
+    sent = service.requests[0]["headers"]
+    assert (sent.get("x-api-key") or sent.get("authorization", "")).endswith(KEY)
+    inner = KEY[:10] + "\n" + KEY[10:]    # no header can carry it: the error names it
+    monkeypatch.setenv(KEY_ENV, inner)
+    with pytest.raises(LLMUnavailable) as caught:
+        choose_backend(cfg).complete(Prompt("s", "t"))
+    assert KEY[:10] not in str(caught.value) and "[redacted]" in str(caught.value)
+
+
 def test_backend_choice(monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
     assert choose_backend(AgentConfig(api_key_env=KEY_ENV)) is None      # auto, no key

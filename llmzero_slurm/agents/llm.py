@@ -149,14 +149,14 @@ class _SDKBackend:
         except Abandoned as exc:
             raise LLMUnavailable(f"{self.vendor}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
-            cause = exc.__cause__   # what the connection met: the SDK says only "Connection error."
-            why = f"{exc} ({type(cause).__name__}: {cause})" if cause is not None else str(exc)
+            why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)  # what it met
             raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {why}")) from None
 
     def redact(self, text: str) -> str:
-        """`text` without the key, for the logs as much as the records (a gateway may echo
-        it)."""
-        return text.replace(self.key, "[redacted]") if len(self.key) >= 8 else text
+        """`text` without the key, as sent or escaped in a header's repr (errors echo it)."""
+        for form in {self.key, repr(self.key)[1:-1]} if len(self.key) >= 8 else ():
+            text = text.replace(form, "[redacted]")
+        return text
 
     def excerpt(self, reply: object) -> str:
         """The start of a reply that is no answer (a proxy's page may echo the key): redacted
@@ -253,7 +253,7 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
     without outbound access still runs a full search. `key`: one handed over outside the
     environment (the monitor job's); by default the variable `key_env` names.
     """
-    key = os.environ.get(cfg.key_env, "") if key is None else key
+    key = (os.environ.get(cfg.key_env, "") if key is None else key).strip()   # a file's CRLF
     if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
         return None
     if cfg.backend in ("auto", "anthropic"):
