@@ -5,6 +5,9 @@ import base64
 import io
 import json
 import math
+import re
+import socket
+import threading
 import time
 
 import pytest
@@ -139,8 +142,7 @@ def test_malformed_json_gets_one_repair_round(service, anthropic_proposer, run, 
 
 
 @pytest.mark.parametrize("backend, ended", [
-    ("anthropic", {"stop_reason": "max_tokens"}), ("anthropic", {"stop_reason": "refusal"}),
-    ("openai", {"finish_reason": "length"})])
+    ("anthropic", {"stop_reason": "max_tokens"}), ("openai", {"finish_reason": "length"})])
 def test_an_answer_the_service_cut_short_is_never_used(service, monkeypatch, run, tmp_path,
                                                        backend, ended):
     """A draft block followed by a final one cut at max_tokens: the draft is not the answer."""
@@ -155,6 +157,26 @@ def test_an_answer_the_service_cut_short_is_never_used(service, monkeypatch, run
     reason = next(iter(ended.values()))
     assert record["answers"][0] == cut and reason in record["fallbacks"][0]
     assert reason in json.dumps(service.requests[1]["body"]["messages"][-1])
+
+
+@pytest.mark.parametrize("backend, ended", [
+    ("anthropic", {"stop_reason": "refusal"}), ("openai", {"finish_reason": "content_filter"})])
+def test_a_refused_answer_is_asked_again_without_the_refused_turn(service, monkeypatch, run,
+                                                                   tmp_path, backend, ended):
+    """The refused turn went back with 'fix exactly this problem': a conversation that keeps
+    a refused turn is refused again (Anthropic's streaming-refusals guide), so the repair
+    round was paid for nothing. The prompt is now asked afresh."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cfg = config(service, backend=backend)
+    node, log = run
+    service.reply({"text": "Step 1 ... I will not", **ended}, good())
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.hparams["lr"], p.checkpoint) == (5e-4, 40)
+    first, second = (r["body"]["messages"] for r in service.requests)
+    assert second == first and "I will not" not in json.dumps(second)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert next(iter(ended.values())) in record["fallbacks"][0]
+    assert "asked again without it" in record["fallbacks"][0]
 
 
 def test_an_empty_answer_is_repaired_not_resent_as_an_empty_turn(service, anthropic_proposer,
@@ -297,6 +319,38 @@ def test_server_error_forever_falls_back_and_is_recorded(service, monkeypatch, r
     assert record["fallbacks"][0].startswith(error)
     assert record["answers"] == []
     assert_no_secret_or_test_metric(service, tmp_path)
+
+
+def test_a_connection_cut_by_a_proxy_is_recorded_with_its_cause(service, monkeypatch, run,
+                                                               tmp_path):
+    """A proxy that closed every connection left only 'APIConnectionError: Connection
+    error.' in the warning and the record: what the connection met is said now."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cutter = socket.socket()
+    cutter.bind(("127.0.0.1", 0))
+    cutter.listen(8)
+
+    def cut() -> None:
+        while True:
+            try:
+                conn, _ = cutter.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=cut, daemon=True).start()
+    cfg = AgentConfig(backend="anthropic", base_url=f"http://127.0.0.1:{cutter.getsockname()[1]}",
+                      api_key_env=KEY_ENV, max_retries=0, timeout_s=5.0)
+    node, log = run
+    try:
+        Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    finally:
+        cutter.close()
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    # reset or closed, as the kernel's timing has it
+    assert re.search(r"APIConnectionError: Connection error\. \((ReadError|RemoteProtocolError): "
+                     r"(\[Errno 104\] Connection reset|Server disconnected)", record["fallbacks"][0])
 
 
 @pytest.mark.parametrize("backend, settings, step, error", [
@@ -485,6 +539,26 @@ def test_an_openai_server_is_not_sent_the_anthropic_key(service, monkeypatch, ru
     service.reply(good())
     Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
     assert service.requests[0]["headers"]["authorization"] == "Bearer sk-test-1112223334"
+
+
+def test_a_key_read_with_a_line_end_is_sent_without_it_and_never_shown(service, monkeypatch,
+                                                                       run, tmp_path):
+    """A key taken from a file with CRLF line ends ('sk-...\\r') failed every call as
+    'Connection error.' (the HTTP client refuses the header), and the error's cause, once said,
+    held the key written as b'Bearer sk-...\\r', which the records' scrubbing did not find."""
+    monkeypatch.setenv(KEY_ENV, KEY + "\r")
+    cfg = config(service)
+    llm = choose_backend(cfg)
+    service.reply(good())
+    p = Proposer(cfg, CPU, llm).propose(ProposerInput(node := run[0], run[1], 0.5), tmp_path)
+    assert p.hparams["lr"] == 5e-4 and node.id == 3
+    sent = service.requests[0]["headers"]
+    assert (sent.get("x-api-key") or sent.get("authorization", "")).endswith(KEY)
+    inner = KEY[:10] + "\n" + KEY[10:]    # no header can carry it: the error names it
+    monkeypatch.setenv(KEY_ENV, inner)
+    with pytest.raises(LLMUnavailable) as caught:
+        choose_backend(cfg).complete(Prompt("s", "t"))
+    assert KEY[:10] not in str(caught.value) and "[redacted]" in str(caught.value)
 
 
 def test_backend_choice(monkeypatch):

@@ -987,6 +987,28 @@ def test_status_shows_the_samples_spent_the_stoppers_saving_and_the_gain_over_th
     assert used["samples_saved_by_early_stopping"] == 30 * per_step
 
 
+def test_status_says_what_the_agents_spent_and_how_often_the_heuristic_stood_in(tmp_path):
+    """A search whose key the service refused (401) on every call ran on the heuristics, and
+    llmzero-status said nothing of the agents at all: neither that nor what they spent."""
+    store = two_phase_run(tmp_path)
+    usage = {"input_tokens": 1200, "output_tokens": 300, "cache_write_tokens": 0,
+             "cache_read_tokens": 0, "cost_usd": 0.0081}
+    down = ["LLM unavailable: Anthropic API: AuthenticationError: Error code: 401",
+            "used the heuristic agent instead"]
+    write_json(store.node_dir(1).proposal_file, {
+        "agent": "proposer", "backend": "anthropic", "answers": [], "fallbacks": down,
+        "result": {}, "usage": dict.fromkeys(usage, 0)})
+    write_json(store.node_dir(1).early_stop_file, [
+        {"agent": "stopper", "backend": "anthropic", "answers": ["CONTINUE"], "fallbacks": [],
+         "result": {"action": "CONTINUE"}, "usage": usage}])
+    table = cli("status", str(store.root))
+    assert ("agents: 1 LLM call, 1,500 tokens, $0.0081; the heuristic answered 1 of 2 "
+            "decisions in the LLM's place (last: LLM unavailable: Anthropic API: "
+            "AuthenticationError: Error code: 401)") in table.stdout, table.stdout
+    agents = json.loads(cli("status", str(store.root), "--json").stdout)["agents"]
+    assert agents["proposer"]["heuristic"] == 1 and agents["stopper"]["calls"] == 1
+
+
 def test_status_shows_no_nan_base_score_and_its_json_is_valid(tmp_path):
     """Review: a NaN validation at step 0 was taken as the base score: the table said
     "validation nan -> 0.500 (+nan)" and --json printed NaN, which is not JSON."""
@@ -1139,6 +1161,23 @@ def test_a_start_with_scheduler_slurm_and_no_slurmctld_is_a_batch_system_error(t
     with pytest.raises(SchedulerError, match="no slurmctld answers") as caught:
         build_controller(store)
     assert caught.value.exit_code == 5 and len(store.load_tree()) == 0
+
+
+def test_each_start_says_who_answers_for_the_agents(tmp_path, capsys, monkeypatch):
+    """A run resumed from a shell without the key went on with the offline heuristics, and
+    nothing said so: each start now names the LLM (never its key), or why there is none."""
+    monkeypatch.delenv("LLMZ_WALK_KEY", raising=False)
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "demo", "scheduler": "local",
+        "agents": {"api_key_env": "LLMZ_WALK_KEY", "base_url": "http://127.0.0.1:9"}}))
+    build_controller(store)
+    said = capsys.readouterr().out
+    assert "agents: the offline heuristics ($LLMZ_WALK_KEY is not set" in said
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    build_controller(store)
+    said = capsys.readouterr().out
+    assert "agents: anthropic, model claude-sonnet-4-6, at http://127.0.0.1:9" in said
+    assert "sk-walk" not in said
 
 
 def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):

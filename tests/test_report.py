@@ -510,11 +510,11 @@ def test_costs_sum_device_hours_tokens_and_dollars(run):
     costs = html(run).split("<h2>Costs</h2>")[1].split("<h2>")[0]
     assert "0.570 device-hours" in costs
     proposer = re.search(r"<td>proposer</td>(.*?)</tr>", costs, re.S).group(1)
-    assert re.findall(r'class="num">([\d.]+)<', proposer) == ["1", "1", "1000", "100", "0", "5",
-                                                              "0.2500"]
+    assert re.findall(r'class="num">([\d.]+)<', proposer) == ["1", "1", "0", "1000", "100", "0",
+                                                              "5", "0.2500"]
     stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
-    assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "2", "600", "60", "0", "10",
-                                                             "0.0200"]
+    assert re.findall(r'class="num">([\d.]+)<', stopper) == ["2", "2", "0", "600", "60", "0",
+                                                             "10", "0.0200"]
     assert "0.2700" in costs
 
 
@@ -565,6 +565,31 @@ def test_costs_count_decisions_and_the_llm_calls_they_took_apart(tmp_path):
     assert re.findall(r'class="num">([\d.]+)<', proposer)[:2] == ["1", "2"]
     stopper = re.search(r"<td>stopper</td>(.*?)</tr>", costs, re.S).group(1)
     assert re.findall(r'class="num">([\d.]+)<', stopper)[:2] == ["2", "1"]
+
+
+def test_costs_count_the_decisions_the_heuristic_made_in_the_llms_place(tmp_path):
+    """A run whose key the service refused (401) on every call said 'LLM calls 0' and
+    '0.0000' dollars, as if the LLM had been asked nothing: the heuristic's stand-ins are
+    counted beside the calls."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 20, 20, 0.4, None, [], 0.1))
+    files = store.node_dir(0)
+    down = ["LLM unavailable: Anthropic API: AuthenticationError: Error code: 401",
+            "used the heuristic agent instead"]
+    files.proposal_file.write_text(json.dumps({**record("proposer", 0, 0, diagnosis="x"),
+                                               "fallbacks": down, "answers": []}))
+    files.early_stop_file.write_text(json.dumps([
+        {**record("stopper", 0, 0, action="STOP"), "fallbacks": down, "answers": []},
+        {**record("stopper", 300, 0.01, action="CONTINUE"), "answers": ["CONTINUE"]},
+        {**record("stopper", 0, 0, action="CONTINUE"), "backend": "rule", "answers": []}]))
+    write_report(store.root)
+    costs = html(store.root).split("<h2>Costs</h2>")[1].split("<h2>")[0]
+    assert "<th>LLM calls</th><th>heuristic answered</th>" in costs
+    for agent, counts in (("proposer", ["1", "0", "1"]), ("stopper", ["3", "1", "1"])):
+        row = re.search(fr"<td>{agent}</td>(.*?)</tr>", costs, re.S).group(1)
+        assert re.findall(r'class="num">([\d.]+)<', row)[:3] == counts
+    assert re.search(r"agents in total</th><th[^>]*>4</th><th[^>]*>1</th><th[^>]*>2</th>",
+                     costs)
 
 
 def test_strategy_yaml_is_the_best_path_without_test_scores(run):

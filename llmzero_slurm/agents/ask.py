@@ -60,6 +60,10 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
                 raise AnswerError(reply.cut)
             return parse(reply.text)
         except AnswerError as exc:
+            if reply.refused:   # kept in the conversation, the refused turn is refused again
+                record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}; asked again "
+                                        "without it")
+                continue
             record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")
             prompt = prompt.repair(text, str(exc))
         except Exception as exc:  # noqa: BLE001 - a checker's bug must not lose the record

@@ -58,6 +58,7 @@ class Reply:
     text: str
     usage: Usage
     cut: str | None = None   # why the service ended the answer early (its text is no answer)
+    refused: bool = False    # ended as a refusal: a conversation keeping it is refused again
 
 
 # Stop reasons after which the text is not a whole answer: a draft block before the cut, or
@@ -70,6 +71,7 @@ _CUT = {"max_tokens": "the answer was cut off at the token limit before it ended
                   "briefly and end with the requested block",
         "refusal": "the service ended the answer as a refusal",
         "content_filter": "the service's content filter ended the answer"}
+REFUSALS = ("refusal", "content_filter")
 
 
 def cut_reason(stop: str | None) -> str | None:
@@ -147,13 +149,14 @@ class _SDKBackend:
         except Abandoned as exc:
             raise LLMUnavailable(f"{self.vendor}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
-            raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {exc}")) \
-                from None
+            why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)  # what it met
+            raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {why}")) from None
 
     def redact(self, text: str) -> str:
-        """`text` without the key, for the logs as much as the records (a gateway may echo
-        it)."""
-        return text.replace(self.key, "[redacted]") if len(self.key) >= 8 else text
+        """`text` without the key, as sent or escaped in a header's repr (errors echo it)."""
+        for form in {self.key, repr(self.key)[1:-1]} if len(self.key) >= 8 else ():
+            text = text.replace(form, "[redacted]")
+        return text
 
     def excerpt(self, reply: object) -> str:
         """The start of a reply that is no answer (a proxy's page may echo the key): redacted
@@ -211,7 +214,8 @@ class AnthropicBackend(_SDKBackend):
                                  f"content blocks): {self.excerpt(resp)}")
         text = "".join(b.text for b in resp.content if getattr(b, "type", "") == "text")
         usage = anthropic_usage(self.cfg, getattr(resp, "usage", None), self.vendor)
-        return Reply(text, usage, cut_reason(getattr(resp, "stop_reason", None)))
+        stop = getattr(resp, "stop_reason", None)
+        return Reply(text, usage, cut_reason(stop), stop in REFUSALS)
 
 
 class OpenAIBackend(_SDKBackend):
@@ -239,7 +243,7 @@ class OpenAIBackend(_SDKBackend):
                                  f"{self.excerpt(resp)}")
         usage = openai_usage(self.cfg, resp.usage, self.vendor)
         return Reply(resp.choices[0].message.content or "", usage,
-                     cut_reason(resp.choices[0].finish_reason))
+                     cut_reason(stop := resp.choices[0].finish_reason), stop in REFUSALS)
 
 
 def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
@@ -249,7 +253,7 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
     without outbound access still runs a full search. `key`: one handed over outside the
     environment (the monitor job's); by default the variable `key_env` names.
     """
-    key = os.environ.get(cfg.key_env, "") if key is None else key
+    key = (os.environ.get(cfg.key_env, "") if key is None else key).strip()   # a file's CRLF
     if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
         return None
     if cfg.backend in ("auto", "anthropic"):

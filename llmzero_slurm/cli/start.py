@@ -198,6 +198,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                                backend.kept_credentials(cfg.trainer))
     ctx = MethodContext(cfg, store.node_dir, store.proposals_dir, base_hparams=base)
     method = make_method(cfg.search.method, ctx)
+    if method.agents is not None:
+        print(f"agents: {method.agents}", flush=True)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     def curves(tree: Tree) -> None:
         export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics())

@@ -7,6 +7,7 @@ import argparse
 import copy
 import json
 import math
+from dataclasses import asdict
 from typing import Any
 
 from .. import __version__
@@ -17,6 +18,7 @@ from ..controller.outcome import NOTHING_COMPLETED, outcome
 from ..controller.progress import tree_summary
 from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
+from ..report.collect import AgentCost, agent_costs
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
@@ -124,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     monitor = monitor_heartbeat(store)
     used = spent(store, tree)
     use = used.usage
+    costs = agent_costs(store, tree)
     if args.json:
         print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
                           "controller": lease, "controller_note": lease_note, "best_path": path,
                           "waiting_controller_jobs": {s.job_id: s.raw for s in waiting},
                           "controller_jobs_note": job_note,
+                          "agents": {name: asdict(cost) for name, cost in costs.items()},
                           "nodes": [n.to_dict() for n in tree],
                           "running_logged_steps": {str(i): s for i, s in used.logged.items()},
                           "slurm_states": {j: s.raw for j, s in states.items()},
@@ -162,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search), used.logged)))
     print(tree_summary(as_live(tree, states)))
     print("\n".join(used.lines()))
+    if (said := agents_line(costs)) is not None:
+        print(said)
     watched = watched_phases(tree)
     # A search that ended with nothing completed: why, as its controller said at the end.
     ended = None if running or watched or not len(tree) else outcome(tree, store)
@@ -188,6 +194,24 @@ def main(argv: list[str] | None = None) -> int:
     if lease and running:
         print(f"last controller heartbeat {leases.silent_for() or 0.0:.0f} s ago")
     return 0
+
+
+def agents_line(costs: dict[str, AgentCost]) -> str | None:
+    """What the LLM agents spent, and how often the heuristic answered in their place (a key
+    refused on every call runs the whole search on the heuristics); None without an LLM."""
+    total = AgentCost()
+    for cost in costs.values():
+        total.merge(cost)
+    if not (total.asked or total.calls):
+        return None
+    unknown = (f" + the unknown cost of {total.unknown} answer{'s' * (total.unknown > 1)}"
+               if total.unknown else "")
+    line = (f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, "
+            f"{sum(total.tokens.values()):,} tokens, ${total.dollars:.4f}{unknown}")
+    if total.heuristic:
+        line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
+                 f"LLM's place" + (f" (last: {total.why[1][:200]})" if total.why[1] else ""))
+    return line
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ class MethodContext:
 class SearchMethod(ABC):
     name: str
     early_stopping: bool = False        # whether the monitor job runs for this method
+    agents: str | None = None           # who answers for its agents, said at each start
 
     def __init__(self, ctx: MethodContext):
         self.ctx = ctx

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from ..agents.answers import NothingUntried
 from ..agents.error_analyzer import ErrorAnalyzer
-from ..agents.llm import choose_backend
+from ..agents.llm import choose_backend, endpoint
 from ..agents.proposer import Proposer, ProposerInput
 from ..backends.spec import PhaseSpec
 from ..errors import ConfigError
@@ -31,6 +31,10 @@ class LLMZeroMethod(SearchMethod):
         super().__init__(ctx)
         cfg = ctx.config
         llm = choose_backend(cfg.agents)
+        # A resume from a shell without the key goes on with the heuristics: said, not silent.
+        self.agents = (f"{llm.name}, model {cfg.agents.model}, at {endpoint(cfg.agents)}" if llm
+                       else "the offline heuristics" + (f" (${cfg.agents.key_env} is not set)"
+                                                        if cfg.agents.backend == "auto" else ""))
         space = parse_bounds(cfg.search.space, ctx.backend.name)
         # The root runs the experiment's configuration: it must lie within the bounds it sets.
         outside = space.problem(ctx.backend.effective_hparams(ctx.hparams))

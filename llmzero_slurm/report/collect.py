@@ -22,6 +22,7 @@ from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .strategy import phase_spans
 
+HEURISTIC_ANSWERED = "used the heuristic agent instead"
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
 
 
@@ -81,6 +82,9 @@ class Phase:
 class AgentCost:
     decisions: int = 0   # records: a stopper's rule decides without an LLM
     calls: int = 0       # LLM answers taken: a repair round is a second call
+    asked: int = 0       # decisions an LLM was asked for (not a rule's, not offline agents')
+    heuristic: int = 0   # of which the heuristic made in the LLM's place (it was down, ...)
+    why: tuple[float, str] = (0.0, "")   # the latest of those: when, and the LLM's failure
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
@@ -89,6 +93,9 @@ class AgentCost:
         """Add another agent's sums (the report's total row)."""
         self.decisions += other.decisions
         self.calls += other.calls
+        self.asked += other.asked
+        self.heuristic += other.heuristic
+        self.why = max(self.why, other.why)
         self.dollars += other.dollars
         self.unknown += other.unknown
         for name in TOKEN_FIELDS:
@@ -98,6 +105,12 @@ class AgentCost:
         self.decisions += 1
         answers = record.get("answers")
         self.calls += len(answers) if isinstance(answers, list) else 0
+        self.asked += record.get("backend") not in ("rule", "heuristic")
+        fallbacks = record.get("fallbacks")   # agents/ask.py's words for the stand-in
+        if isinstance(fallbacks, list) and HEURISTIC_ANSWERED in fallbacks:
+            self.heuristic += 1
+            at = _number(record.get("created_at"))
+            self.why = max(self.why, (at, str(fallbacks[-2]) if len(fallbacks) > 1 else ""))
         usage = record.get("usage")
         if not isinstance(usage, dict):
             usage = {}
@@ -199,13 +212,18 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     unread = parent is not None and parent.unreadable
     view = NodeView(node, files, log, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
+    view.ended = _ended(node, files)
+    return _with_records(view, files, notes)
+
+
+def _with_records(view: NodeView, files: NodeDir, notes: list[str]) -> NodeView:
+    """The agents' records of a node, read into its view."""
     view.proposal = _agent_record(files.proposal_file, notes)
     view.error_analysis = _agent_record(files.error_analysis_file, notes)
     view.give_up_analysis = _agent_record(NodeDir(files.give_up).error_analysis_file, notes)
     view.closing_proposal = _agent_record(NodeDir(files.closed).proposal_file, notes)
     stops = _read(files.early_stop_file, notes)
     view.stops = [s for s in stops if isinstance(s, dict)] if isinstance(stops, list) else []
-    view.ended = _ended(node, files)
     return view
 
 
@@ -248,6 +266,13 @@ def _agent_costs(views: dict[int, NodeView],
         if record:
             costs.setdefault(str(record.get("agent") or fallback), AgentCost()).add(record)
     return costs
+
+
+def agent_costs(store: RunStore, tree: Tree) -> dict[str, AgentCost]:
+    """The agents' sums alone, no metrics read (llmzero-status)."""
+    views = {n.id: _with_records(NodeView(n, store.node_dir(n.id), MetricsLog()),
+                                 store.node_dir(n.id), []) for n in tree}
+    return _agent_costs(views, _unused_records(store.proposals_dir, []))
 
 
 def collect(root: str | Path) -> RunView:
