@@ -199,15 +199,11 @@ def main(argv: list[str] | None = None) -> int:
 def agents_line(costs: dict[str, AgentCost]) -> str | None:
     """What the LLM agents spent, and how often the heuristic answered in their place (a key
     refused on every call runs the whole search on the heuristics); None without an LLM."""
-    total = AgentCost()
-    for cost in costs.values():
-        total.merge(cost)
+    total = AgentCost.total(costs.values())
     if not (total.asked or total.calls):
         return None
-    unknown = (f" + the unknown cost of {total.unknown} answer{'s' * (total.unknown > 1)}"
-               if total.unknown else "")
     line = (f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, "
-            f"{sum(total.tokens.values()):,} tokens, ${total.dollars:.4f}{unknown}")
+            f"{sum(total.tokens.values()):,} tokens, ${total.dollars:.4f}{total.unknown_said}")
     if total.heuristic:
         line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
                  f"LLM's place" + (f" (last: {total.why[1][:200]})" if total.why[1] else ""))

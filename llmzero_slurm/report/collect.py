@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..config import ExperimentConfig
 from ..errors import StateError
@@ -89,17 +89,26 @@ class AgentCost:
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
 
-    def merge(self, other: "AgentCost") -> None:
-        """Add another agent's sums (the report's total row)."""
-        self.decisions += other.decisions
-        self.calls += other.calls
-        self.asked += other.asked
-        self.heuristic += other.heuristic
-        self.why = max(self.why, other.why)
-        self.dollars += other.dollars
-        self.unknown += other.unknown
-        for name in TOKEN_FIELDS:
-            self.tokens[name] += other.tokens[name]
+    @classmethod
+    def total(cls, costs: Iterable["AgentCost"]) -> "AgentCost":
+        """Every agent's sums together: the report's total row, llmzero-status's line."""
+        total = cls()
+        for other in costs:
+            total.decisions += other.decisions
+            total.calls += other.calls
+            total.asked += other.asked
+            total.heuristic += other.heuristic
+            total.why = max(total.why, other.why)
+            total.dollars += other.dollars
+            total.unknown += other.unknown
+            for name in TOKEN_FIELDS:
+                total.tokens[name] += other.tokens[name]
+        return total
+
+    @property
+    def unknown_said(self) -> str:
+        """The answers left out of the dollars, said beside them ('' when none)."""
+        return f" + the unknown cost of {self.unknown} answer{'s' * (self.unknown > 1)}" if self.unknown else ""
 
     def add(self, record: dict[str, Any]) -> None:
         self.decisions += 1
@@ -111,9 +120,7 @@ class AgentCost:
             self.heuristic += 1
             at = _number(record.get("created_at"))
             self.why = max(self.why, (at, str(fallbacks[-2]) if len(fallbacks) > 1 else ""))
-        usage = record.get("usage")
-        if not isinstance(usage, dict):
-            usage = {}
+        usage = record["usage"] if isinstance(record.get("usage"), dict) else {}
         self.unknown += bool(usage.get("unknown"))
         for name in TOKEN_FIELDS:
             self.tokens[name] += int(_number(usage.get(name)))

@@ -29,9 +29,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
     to the run name the run, which the page would otherwise name nowhere."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    totals = AgentCost()
-    for cost in view.agent_costs.values():
-        totals.merge(cost)
+    totals = AgentCost.total(view.agent_costs.values())
     return env.get_template(TEMPLATE).render(
         config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         best_adapter=view.best_adapter, run_dir=str(view.root.absolute()) if elsewhere else None,
