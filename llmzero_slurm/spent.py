@@ -36,9 +36,13 @@ class Spent:
                 *(gain_line("test", self.base_test, best.test_at_best) if test else [])]
 
 
-def spent(store: RunStore, tree: Tree, budget: Budget | None = None) -> Spent:
+def spent(store: RunStore, tree: Tree, budget: Budget | None = None,
+          shown: Tree | None = None) -> Spent:
+    """`shown`: llmzero-status's copy of `tree` with each phase whose job ended since a
+    controller recorded it in the status its scheduler says; it is counted in `tree`'s place,
+    the steps such a phase logged as trained, no longer as running."""
     base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics())
     logged = {n.id: last for n in tree if n.status is Status.RUNNING
               and (last := store.node_dir(n.id).metrics().last_step) is not None}
-    return Spent(usage(tree, budget or run_budget(store), logged=logged), base_val, base_test,
-                 best_node(tree), logged)
+    return Spent(usage(shown or tree, budget or run_budget(store), logged=logged), base_val,
+                 base_test, best_node(tree), logged)

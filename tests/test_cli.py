@@ -1046,6 +1046,33 @@ def test_status_after_a_cancel_counts_phases_whose_jobs_ended_as_ended(tmp_path,
     assert isinstance(data["terminal"]["2"], bool)
 
 
+def test_status_table_shows_a_cancelled_phase_as_cancelled_with_its_logged_steps(
+        tmp_path, monkeypatch, capsys):
+    """Walkthrough: after llmzero-stop --cancel the table kept the phase's row "running 10-..."
+    beside a Slurm column saying CANCELLED, and the samples line counted it as running, until a
+    resume recorded the cancel. The row and the sums now say what the scheduler says."""
+    from llmzero_slurm.cli import status
+    from llmzero_slurm.schedulers.base import job_state
+    store = two_phase_run(tmp_path)
+    store.update_node(0, lambda n: setattr(n.results, "last_step", 10))
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40},
+                                  resume=Resume(1, 10), status=Status.RUNNING,
+                                  submission=Submission(job_id="4242")))
+    write_metrics(store.node_dir(2).metrics_file, [(s, {VAL: 0.5}) for s in range(11, 23)])
+    monkeypatch.setattr(status, "live_states", lambda store, tree: (
+        {"4242": job_state("4242", "CANCELLED", 0)}, None))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s*0002 evolve\s+cancelled\s+-\s+10-22 +4242 +CANCELLED", out, re.M), out
+    per_step = 32 * 8
+    assert f"training samples: {22 * per_step:,} trained;" in out, out
+    assert status.main([str(store.root), "--json"]) == 0
+    used = json.loads(capsys.readouterr().out)["usage"]
+    assert used["samples_trained"] == 22 * per_step
+    assert used["samples_trained_by_running_phases"] == 0
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""

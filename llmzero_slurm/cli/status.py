@@ -30,10 +30,11 @@ from .common import add_run_dir, open_run, run_main
 
 def _steps(node: Node, logged: int | None) -> str:
     """From..to; a running phase to the last step its log holds, and more to come; an ended
-    one that recorded no step (failed in its setup, cancelled in the queue), nothing more."""
+    one whose end is not recorded yet, to that step; one that recorded no step (failed in its
+    setup, cancelled in the queue), nothing more."""
     last = node.results.last_step
     if last is None and node.status.finished:
-        return f"{node.start_step}-"
+        return f"{node.start_step}-{logged if logged is not None else ''}"
     if last is None:
         return f"{node.start_step}-{logged if logged is not None else ''}..."
     return f"{node.start_step}-{last}"
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     waiting, job_note = ([], None) if running else waiting_jobs(store)
     path = [n.id for n in best_path(tree)]
     monitor = monitor_heartbeat(store)
-    used = spent(store, tree)
+    shown = as_live(tree, states)
+    used = spent(store, tree, shown=shown)
     use = used.usage
     costs = agent_costs(store, tree)
     if args.json:
@@ -163,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
     if (release := release_note(store.root)) is not None:
         print(f"note: {release}")
-    print("\n".join(render_tree(tree, live, is_terminal(tree, store.config.search), used.logged)))
-    print(tree_summary(as_live(tree, states)))
+    print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged)))
+    print(tree_summary(shown))
     print("\n".join(used.lines()))
     if (said := agents_line(costs)) is not None:
         print(said)

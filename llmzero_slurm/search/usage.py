@@ -69,21 +69,22 @@ def gain_line(split: str, base: float | None, best: float | None) -> list[str]:
 
 def usage(tree: Tree, budget: Budget, now: float | None = None,
           logged: Mapping[int, int] | None = None) -> Usage:
-    """`logged`: the last step each running phase's metrics log holds (its record has its
-    steps only once it ends)."""
+    """`logged`: the last step the metrics log holds of each phase whose record does not have
+    its steps yet (it has them only once a controller records its end); of those, the pending
+    ones count as running."""
     defaults = budget.defaults
     logged = logged or {}
-    running = {n.id: max(trained_steps(n), logged[n.id] - n.start_step)
-               * budget.step_samples(n.hparams) for n in tree if n.status.pending and n.id in logged}
+    so_far = {n.id: max(trained_steps(n), logged[n.id] - n.start_step)
+              * budget.step_samples(n.hparams) for n in tree if n.id in logged}
     stopped = [n for n in tree if n.status is Status.EARLY_STOPPED]
     ends = [n.finished_at for n in tree if n.finished_at is not None]
     now = time.time() if now is None else now
     end = now if any(n.status.pending for n in tree) or not ends else max(ends)
-    return Usage(trained=sum(running.get(n.id, trained_steps(n) * budget.step_samples(n.hparams))
+    return Usage(trained=sum(so_far.get(n.id, trained_steps(n) * budget.step_samples(n.hparams))
                              for n in tree),
                  saved=sum(node_samples(n, defaults, planned=True) - node_samples(n, defaults)
                            for n in stopped),
                  committed=budget.samples_committed(tree), early_stopped=len(stopped),
                  gpu_hours=sum(n.results.gpu_hours for n in tree),
                  wall_s=max(0.0, end - budget.started_at), budget=budget,
-                 running=sum(running.values()))
+                 running=sum(v for i, v in so_far.items() if tree.nodes[i].status.pending))
