@@ -120,6 +120,25 @@ def test_a_file_of_a_parquet_folder_replaced_or_added_is_refused(tmp_path):
         open_or_create(parse_args([str(run)]))
 
 
+def test_a_create_cut_short_before_its_record_leaves_no_run_to_resume_unchecked(tmp_path,
+                                                                              monkeypatch):
+    """Review: inputs.json was written after meta.json; a start killed between the two left a
+    run that every later start resumed with its inputs unchecked. The record is now part of the
+    create: cut short, the folder is a half-made run, and the next start makes it whole."""
+    from llmzero_slurm.store import inputs
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as patched:
+        patched.setattr(inputs, "write_json", killed)
+        with pytest.raises(KeyboardInterrupt):
+            file_run(tmp_path)
+    run, files, _ = file_run(tmp_path)
+    assert (run / INPUTS).exists()
+    files["reward"].write_text(SCORE.replace("==", "!="))
+    assert cli("start", str(run)).returncode == 2
+
+
 def test_a_run_from_before_the_record_and_one_whose_file_is_gone_resume(tmp_path, capsys):
     """A run made before this release has no record: resumed unchecked, as before. A file gone
     is left to the phases to name (a moved file never locks a user out of the run)."""

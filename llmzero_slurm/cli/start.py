@@ -158,9 +158,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
     found = inputs.fingerprints(cfg.task)     # read before the run exists: a failure makes none
-    store = RunStore.create(run_dir, replace(cfg, scheduler=kind))
-    inputs.record(store.root, found)
-    return store
+    return RunStore.create(run_dir, replace(cfg, scheduler=kind), found)
 
 
 def _resume(run_dir: Path) -> RunStore:

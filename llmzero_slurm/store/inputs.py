@@ -8,13 +8,14 @@ The reward file is fingerprinted by the sha256 of its content; a parquet file by
 its footer's sha256 (never its rows: a large dataset takes a moment on a login node); a folder
 of parquet files by each of its files. A built-in task reads nothing from outside: no record.
 Its own file, not a field of meta.json: older releases refuse records with unknown fields. A run
-without it (made before this release, or whose create died before it) is resumed unchecked.
+without it (made before this release) is resumed unchecked; RunStore.create writes it before
+meta.json, so a create cut short leaves no run without it.
 """
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..config import TaskConfig
 from ..errors import DataError, InputsChangedError, StateError
@@ -22,6 +23,7 @@ from .atomic import read_json, write_json
 
 INPUTS = "inputs.json"
 VERSION = 1
+Found = Sequence[dict[str, Any]]    # what `fingerprints` finds, the record's "files"
 
 
 def fingerprints(task: TaskConfig) -> list[dict[str, Any]]:
@@ -37,10 +39,12 @@ def fingerprints(task: TaskConfig) -> list[dict[str, Any]]:
     return found
 
 
-def record(root: Path, found: list[dict[str, Any]]) -> None:
-    """Write the record of a new run (nothing for a task with no outside files)."""
+def record(root: Path, found: Found) -> None:
+    """Write the record of a new run; none for a task with no outside files, nor one left by a
+    create cut short in the same folder."""
+    (root / INPUTS).unlink(missing_ok=True)
     if found:
-        write_json(root / INPUTS, {"version": VERSION, "files": found})
+        write_json(root / INPUTS, {"version": VERSION, "files": list(found)})
 
 
 def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:

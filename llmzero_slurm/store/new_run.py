@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError, StateError
+from .inputs import INPUTS
 
 CHECK_DIR = "preflight"   # the cluster checks' scripts, plans and outputs, in the run directory
 # What may be in a run directory before its meta.json: the cluster checks' folder
 # (`llmzero-start --check --on-cluster` writes it first), and once a create has begun (it makes
-# an empty nodes/ first) its lock file, experiment.yaml and hidden temporary files.
+# an empty nodes/ first) its lock file, experiment.yaml, its inputs' record and hidden temporary
+# files.
 BEFORE_RUN = (CHECK_DIR,)
-BEING_MADE = ("nodes", "tree.lock", "experiment.yaml", "experiment.yaml.bak")
+BEING_MADE = ("nodes", "tree.lock", "experiment.yaml", "experiment.yaml.bak", INPUTS)
 
 
 def foreign_files(root: Path) -> list[str]:

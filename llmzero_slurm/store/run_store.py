@@ -19,6 +19,7 @@ from ..config import ExperimentConfig, load_config
 from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError, YamlSyntaxError
 from ..search.tree import Node, Tree, UnknownField, quarantined
 from .atomic import keep_copy, write_json, write_text
+from .inputs import Found, record as record_inputs
 from .locks import RunLock, make_lock
 from .new_run import refuse_taken
 from .node_dir import NodeDir
@@ -54,12 +55,12 @@ class RunStore:
                    config.state.stale_after_s, config)
 
     @classmethod
-    def create(cls, root: str | Path, config: ExperimentConfig) -> "RunStore":
-        """Make a new run directory with a frozen copy of the config. A path that is a file, or
-        a folder holding anything but what an interrupted create leaves (its experiment.yaml
-        would be overwritten), is the wrong argument (ConfigError); a folder the filesystem
-        will not make is unwritable state (StateError): all named, none a traceback. Of two
-        creates racing to one folder, the second is refused as one over an existing run."""
+    def create(cls, root: str | Path, config: ExperimentConfig, found: Found = ()) -> "RunStore":
+        """Make a new run directory: a frozen copy of the config and the record of its inputs
+        `found` (inputs.py), then meta.json, which makes it a run (one cut short before is made
+        anew). A file, or a folder holding more than an interrupted create leaves, is the wrong
+        argument (ConfigError); a folder the filesystem will not make is unwritable state
+        (StateError). Of two creates racing to one folder, the second is refused as one over a run."""
         root = Path(root)
         refuse_taken(root)
         try:
@@ -72,6 +73,7 @@ class RunStore:
             frozen = yaml.safe_dump(config.to_dict(), sort_keys=False)
             write_text(root / CONFIG_COPY, frozen)   # llmzero-repair's copy
             write_text(root / "experiment.yaml", frozen)
+            record_inputs(root, found)
             write_json(root / "meta.json", new_meta(0, time.time()))
         return store
 
@@ -83,8 +85,7 @@ class RunStore:
         root = Path(root)
         read_meta(root)
         refused: list[ConfigError] | None = [] if reading else None
-        config = cls.config_of(root, refused)
-        store = cls.of(root, config)
+        store = cls.of(root, cls.config_of(root, refused))
         store.refused = refused or []
         return store
 
@@ -140,8 +141,7 @@ class RunStore:
     @staticmethod
     def file_records(records: Path | None, into: Path) -> None:
         """Move the agents' records, written before their node was known (a folder in
-        proposals_dir), into the node's folder `into`; a record filed there before (a restarted controller
-        asking again) is replaced."""
+        proposals_dir), into the node's folder `into`, replacing any filed there before."""
         if records is None or not records.is_dir():
             return
         into.mkdir(parents=True, exist_ok=True)
