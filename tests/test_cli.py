@@ -1469,7 +1469,7 @@ def test_status_and_report_name_a_record_with_a_missing_parent(tmp_path):
     report = cli("report", str(store.root))
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
     status = cli("status", str(store.root))
-    assert status.returncode == 0 and "best val 0.400 (node 0: 0)" in status.stdout
+    assert status.returncode == 0 and "best val 0.400 (node 0)" in status.stdout
     assert re.search(r"node 1 is left out of the search: .*0001/node.json: not a valid node "
                      r"record: parent 42 is no such node in this run", status.stdout)
 

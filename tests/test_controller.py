@@ -749,6 +749,14 @@ def test_the_progress_summary_counts_every_phase_it_says_there_are():
     assert tree_summary(tree).startswith("3 phases: 1 completed, 1 failed, 1 pruned |")
 
 
+def test_the_progress_summary_of_one_phase_reads_as_english():
+    """Walkthrough: a run of one phase read "1 phases: 1 completed | best val 0.500 (node 0: 0)"."""
+    from llmzero_slurm.controller.progress import tree_summary
+    tree = Tree([Node(0, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
+                      results=Results(best_val=0.5))])
+    assert tree_summary(tree) == "1 phase: 1 completed | best val 0.500 (node 0)"
+
+
 def refused_its_input(files: NodeDir) -> None:
     """A trainer that refuses its data: its error line in the job's log, exit 2."""
     (files.path / "slurm-100.out").write_text(

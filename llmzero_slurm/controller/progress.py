@@ -29,11 +29,12 @@ def tree_summary(tree: Tree) -> str:
     counts = Counter(n.status.value for n in tree if not n.pruned)
     parts = ", ".join([*(f"{v} {k}" for k, v in sorted(counts.items())),
                        *([f"{pruned} pruned"] if (pruned := sum(n.pruned for n in tree)) else [])])
-    text = f"{len(tree)} phases: {parts}" if len(tree) else "no phases yet"
+    text = f"{len(tree)} phase{'s' * (len(tree) != 1)}: {parts}" if len(tree) else "no phases yet"
     best = best_node(tree)
     if best is not None:
-        path = " -> ".join(str(n.id) for n in best_path(tree))
-        text += f" | best val {best.score:.3f} (node {best.id}: {path})"
+        path = [n.id for n in best_path(tree)]
+        via = f": {' -> '.join(map(str, path))}" if path != [best.id] else ""
+        text += f" | best val {best.score:.3f} (node {best.id}{via})"
     return text
 
 
