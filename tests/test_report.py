@@ -723,6 +723,10 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     ended = "its job 2 ended cancelled, exit 143, since the controller last recorded it"
     assert page.count(ended) >= 2, page     # in the table and in the node's own section
     assert "2 RUNNING" not in page
+    # Nor do its sums count it as running, or its plan as still to come, as status does not.
+    metrics(store.node_dir(node.id), 30, 40, 40, 0.45, None)
+    said = " ".join(collect(store.root).spent.lines())
+    assert "so far in running phases" not in said and "running phases' plans" not in said, said
     # A preempted job is requeued under its id by Slurm: it has not ended, it waits again.
     status = json.loads(store.node_dir(node.id).status_file.read_text())
     store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))

@@ -12,7 +12,7 @@ from typing import Callable, TypeVar
 
 from .answers import AnswerError
 from .llm import Backend, LLMUnavailable, Prompt
-from .records import AgentRecord
+from .records import HEURISTIC_ANSWERED, AgentRecord
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)   # a fallback is said where the user looks, as it happens
@@ -75,7 +75,7 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
     else:
         if unusable is not None:
             return unusable()
-    record.fallbacks.append("used the heuristic agent instead")
+    record.fallbacks.append(HEURISTIC_ANSWERED)
     _log.warning("%s: %s; the heuristic agent answers instead", record.agent,
                  record.fallbacks[-2][:300] if len(record.fallbacks) > 1 else "no usable answer")
     return fallback()

@@ -19,6 +19,9 @@ from ..config import AgentConfig
 from .llm import Backend, Prompt
 from .usage import Usage
 
+# The last fallback of a record the heuristic answered in the LLM's place (the report counts them).
+HEURISTIC_ANSWERED = "used the heuristic agent instead"
+
 
 @dataclass
 class AgentRecord:

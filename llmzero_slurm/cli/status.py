@@ -18,7 +18,8 @@ from ..controller.outcome import NOTHING_COMPLETED, outcome
 from ..controller.progress import tree_summary
 from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
-from ..report.collect import AgentCost, agent_costs
+from ..report.collect import agent_costs
+from ..report.costs import AgentCost
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree

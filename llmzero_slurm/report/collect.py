@@ -7,24 +7,21 @@ never an exception. The tree itself must be sound (RunStore refuses a corrupt no
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..config import ExperimentConfig
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
+from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
+from .costs import AgentCost
 from .strategy import phase_spans
-
-HEURISTIC_ANSWERED = "used the heuristic agent instead"
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
-
 
 @dataclass
 class NodeView:
@@ -38,6 +35,7 @@ class NodeView:
     closing_proposal: dict[str, Any] | None = None     # the one that found nothing untried
     stops: list[dict[str, Any]] = field(default_factory=list)
     ended: str = ""     # its job's own end, when the record still has it queued or running
+    ended_as: Status | None = None      # the status that end gives it (status.py's as_live)
     parent_unreadable: bool = False     # what it changed is unknown: not "from the defaults"
 
     @property
@@ -79,55 +77,6 @@ class Phase:
 
 
 @dataclass
-class AgentCost:
-    decisions: int = 0   # records: a stopper's rule decides without an LLM
-    calls: int = 0       # LLM answers taken: a repair round is a second call
-    asked: int = 0       # decisions an LLM was asked for (not a rule's, not offline agents')
-    heuristic: int = 0   # of which the heuristic made in the LLM's place (it was down, ...)
-    why: tuple[float, str] = (0.0, "")   # the latest of those: when, and the LLM's failure
-    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
-    dollars: float = 0.0
-    unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
-
-    @classmethod
-    def total(cls, costs: Iterable["AgentCost"]) -> "AgentCost":
-        """Every agent's sums together: the report's total row, llmzero-status's line."""
-        total = cls()
-        for other in costs:
-            total.decisions += other.decisions
-            total.calls += other.calls
-            total.asked += other.asked
-            total.heuristic += other.heuristic
-            total.why = max(total.why, other.why)
-            total.dollars += other.dollars
-            total.unknown += other.unknown
-            for name in TOKEN_FIELDS:
-                total.tokens[name] += other.tokens[name]
-        return total
-
-    @property
-    def unknown_said(self) -> str:
-        """The answers left out of the dollars, said beside them ('' when none)."""
-        return f" + the unknown cost of {self.unknown} answer{'s' * (self.unknown > 1)}" if self.unknown else ""
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.decisions += 1
-        answers = record.get("answers")
-        self.calls += len(answers) if isinstance(answers, list) else 0
-        self.asked += record.get("backend") not in ("rule", "heuristic")
-        fallbacks = record.get("fallbacks")   # agents/ask.py's words for the stand-in
-        if isinstance(fallbacks, list) and HEURISTIC_ANSWERED in fallbacks:
-            self.heuristic += 1
-            at = _number(record.get("created_at"))
-            self.why = max(self.why, (at, str(fallbacks[-2]) if len(fallbacks) > 1 else ""))
-        usage = record["usage"] if isinstance(record.get("usage"), dict) else {}
-        self.unknown += bool(usage.get("unknown"))
-        for name in TOKEN_FIELDS:
-            self.tokens[name] += int(_number(usage.get(name)))
-        self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))
-
-
-@dataclass
 class RunView:
     root: Path
     config: ExperimentConfig
@@ -156,12 +105,6 @@ class RunView:
         if kept is None or kept[0] != best.results.best_val_step:
             return None
         return str(files.best_adapter.relative_to(self.root))
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 0.0
-    return float(value)
 
 
 def _read(path: Path, notes: list[str]) -> Any:
@@ -199,17 +142,18 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[A
             if before.get(k) != v and k != "total_training_steps"}
 
 
-def _ended(node: Node, files: NodeDir) -> str:
-    """How the job of a phase its record has queued or running ended, from the job's own
-    status.json: a controller stopped with --cancel does not wait to record the cancels, and
-    until one resumes, llmzero-status says the job ended; the report must not say running.
-    A preempted job is not one: Slurm requeues it under the same id."""
+def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
+    """How the job of a phase its record has queued or running ended, and the status that
+    gives it, from the job's own status.json: a controller stopped with --cancel does not wait
+    to record the cancels, and until one resumes, llmzero-status says the job ended; the report
+    must not say running. A preempted job is not one: Slurm requeues it under the same id."""
     job = files.status() if node.status in (Status.QUEUED, Status.RUNNING) else None
-    if job is None or job.finished_at is None or job.job_id != node.submission.job_id \
-            or job.state == "preempted":
-        return ""
+    if job is None or job.finished_at is None or job.job_id is None \
+            or job.job_id != node.submission.job_id or job.state == "preempted":
+        return "", None
     code = f", exit {job.exit_code}," if job.exit_code is not None else ""
-    return f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it"
+    return (f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it",
+            job_state(job.job_id, STATUS_FILE_STATES.get(job.state, job.state)).status)
 
 
 def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:
@@ -219,7 +163,7 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> Node
     unread = parent is not None and parent.unreadable
     view = NodeView(node, files, log, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
-    view.ended = _ended(node, files)
+    view.ended, view.ended_as = _ended(node, files)
     return _with_records(view, files, notes)
 
 
@@ -296,5 +240,6 @@ def collect(root: str | Path) -> RunView:
                      f"{store.root} {i} rebuilds it")
     best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
+    shown = Tree(replace(v.node, status=v.ended_as or v.node.status) for v in views.values())
     return RunView(store.root, store.config, tree, views, phases, best, costs, notes,
-                   spent(store, tree), sorted(store.corrupt))
+                   spent(store, tree, shown=shown), sorted(store.corrupt))

@@ -10,7 +10,8 @@ import jinja2
 from .. import __version__
 from ..paths import TEMPLATES
 from ..store.schema import creator
-from .collect import TOKEN_FIELDS, AgentCost, RunView
+from .collect import RunView
+from .costs import TOKEN_FIELDS, AgentCost
 from .figures import Drawn
 from .tree_figure import TREE
 

@@ -1,0 +1,67 @@
+"""What the agents cost, summed from their records: LLM calls, tokens and dollars per agent,
+and how often the heuristic answered in the LLM's place (a key refused on every call runs the
+whole search on the heuristics, at no cost, and must not read as an LLM search)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..agents.records import HEURISTIC_ANSWERED
+
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens")
+
+
+@dataclass
+class AgentCost:
+    decisions: int = 0   # records: a stopper's rule decides without an LLM
+    calls: int = 0       # LLM answers taken: a repair round is a second call
+    asked: int = 0       # decisions an LLM was asked for (not a rule's, not offline agents')
+    heuristic: int = 0   # of which the heuristic made in the LLM's place (it was down, ...)
+    why: tuple[float, str] = (0.0, "")   # the latest of those: when, and the LLM's failure
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
+    dollars: float = 0.0
+    unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
+
+    @classmethod
+    def total(cls, costs: Iterable["AgentCost"]) -> "AgentCost":
+        """Every agent's sums together: the report's total row, llmzero-status's line."""
+        total = cls()
+        for other in costs:
+            total.decisions += other.decisions
+            total.calls += other.calls
+            total.asked += other.asked
+            total.heuristic += other.heuristic
+            total.why = max(total.why, other.why)
+            total.dollars += other.dollars
+            total.unknown += other.unknown
+            for name in TOKEN_FIELDS:
+                total.tokens[name] += other.tokens[name]
+        return total
+
+    @property
+    def unknown_said(self) -> str:
+        """The answers left out of the dollars, said beside them ('' when none)."""
+        return f" + the unknown cost of {self.unknown} answer{'s' * (self.unknown > 1)}" if self.unknown else ""
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.decisions += 1
+        answers = record.get("answers")
+        self.calls += len(answers) if isinstance(answers, list) else 0
+        self.asked += record.get("backend") not in ("rule", "heuristic")
+        fallbacks = record.get("fallbacks")
+        if isinstance(fallbacks, list) and HEURISTIC_ANSWERED in fallbacks:
+            self.heuristic += 1
+            at = _number(record.get("created_at"))
+            self.why = max(self.why, (at, str(fallbacks[-2]) if len(fallbacks) > 1 else ""))
+        usage = record["usage"] if isinstance(record.get("usage"), dict) else {}
+        self.unknown += bool(usage.get("unknown"))
+        for name in TOKEN_FIELDS:
+            self.tokens[name] += int(_number(usage.get(name)))
+        self.dollars += _number(usage.get("cost_usd", usage.get("cost", record.get("cost"))))
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0.0
+    return float(value)
