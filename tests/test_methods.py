@@ -627,3 +627,16 @@ def test_a_reversed_range_in_search_space_says_what_was_given(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(
             "must be [low, high] with low < high (got [0.001, 1e-05])")):
         method(tmp_path, config(space={"lr": {"loguniform": [1.0e-3, 1.0e-5]}}))
+
+
+@pytest.mark.parametrize("name, space", [
+    ("llmzero", {}), ("practitioner", {}), ("grid", {"lr": [1e-3], "total_training_steps": 20})])
+def test_a_sample_budget_below_one_step_of_the_first_phase_is_refused(tmp_path, name, space):
+    """budget_samples: 10 passed --check; the start made a run directory, created no phase
+    ('it needs 128 training samples a step and the budget has 10 left') and exited 7."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method=name, budget_samples=10, space=space))
+    assert err.value.key == "search.budget_samples"
+    assert "is 10, less than one training step of the first phase (16 x 8 = 128 samples:" \
+        in err.value.problem
+    method(tmp_path, config(method=name, budget_samples=128, space=space))

@@ -103,6 +103,9 @@ class StaticMethod(SearchMethod):
         """Where the plan comes from, for messages."""
         return "the run's experiment.yaml and this release's defaults"
 
+    def first_hparams(self) -> dict[str, Any] | None:
+        return self.phases[0].hparams if self.phases else None
+
     @abstractmethod
     def plan(self) -> list[Planned]:
         """Every phase, in creation order."""
