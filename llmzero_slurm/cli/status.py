@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "samples_saved_by_early_stopping": use.saved,
                                     "samples_planned": use.planned, "early_stopped": use.early_stopped,
                                     "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),
+                                    "phases_created": use.phases,
+                                    "phases_budget": use.budget.iterations,
                                     "base_val": used.base_val}}),
                          indent=2, sort_keys=True, allow_nan=False))
         return 0
