@@ -1287,6 +1287,29 @@ def test_resuming_with_a_changed_config_names_what_it_ignores(tmp_path, capsys):
     assert "hparams.lr: 0.001 -> 0.0005" in out and "search.budget_iterations: 4 -> 6" in out
 
 
+def test_resuming_with_a_larger_budget_says_how_to_give_the_run_more(tmp_path, capsys):
+    """A finished run started again with a larger budget was told the change was ignored and
+    to "use another --run-dir for a new run": not that the run's own experiment.yaml, which
+    each start resumes with, is where its budget is raised."""
+    path = tmp_path / "exp.yaml"
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "search": {"budget_iterations": 4}}
+    path.write_text(yaml.safe_dump(exp))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    open_or_create(args)
+    exp["search"].update(budget_iterations=6, budget_samples=100_000)
+    path.write_text(yaml.safe_dump(exp))
+    capsys.readouterr()
+    open_or_create(args)
+    out = capsys.readouterr().out
+    assert ("to give this run another budget, set search.budget_iterations, "
+            f"search.budget_samples in {tmp_path / 'run' / 'experiment.yaml'}") in out, out
+    exp["search"].update(budget_iterations=4, budget_samples=None, seed=3)
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(args)
+    assert "another budget" not in capsys.readouterr().out
+
+
 def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     """It printed "controller started in the background" and exited 0 while the controller
     it started had exited 6 at once: another one held the run."""

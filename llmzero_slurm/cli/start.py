@@ -127,10 +127,14 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
                              f"(the name in {args.config}); nothing was changed: resume that run "
                              f"with llmzero-start {run_dir}, or give another --run-dir")
         changed = _differences(store.config, cfg)
+        budget = [f"search.{k}" for k in BUDGET_KEYS
+                  if getattr(store.config.search, k) != getattr(cfg.search, k)]
         if changed:
             print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
                   f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
-                  "for a new run)")
+                  "for a new run" + (f"; to give this run another budget, set "
+                                     f"{', '.join(budget)} in {store.root / 'experiment.yaml'}, "
+                                     "which each start resumes with" if budget else "") + ")")
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
@@ -161,6 +165,10 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     store = RunStore.create(run_dir, replace(cfg, scheduler=kind))
     inputs.record(store.root, found)
     return store
+
+
+# What a run may be given more (or less) of by editing its frozen experiment.yaml.
+BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budget_wall_hours")
 
 
 def _resume(run_dir: Path) -> RunStore:
