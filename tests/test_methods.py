@@ -405,6 +405,26 @@ def test_guidebook_schedule_from_the_config(tmp_path):
                                                            "rollout_n": [4, 8, 12]}))
 
 
+def test_a_guidebook_the_budget_would_cut_short_is_refused(tmp_path):
+    """budget_iterations: 2 passed --check with the cpu guidebook's 3 phases, and the search
+    ended "2 of 2 phases created" after phase 2/3: another schedule than the guidebook, compared
+    under its name. A replay cut short was refused already; so is a guidebook now."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="guidebook", budget_iterations=2))
+    assert (err.value.key, err.value.problem) == (
+        "search.budget_iterations", "is 2, and the guidebook method's default space "
+        "(search.space replaces it) has 3 phases: the guidebook would stop after phase 2; "
+        "raise it to 3")
+    space = {"rollout_n": [4, 8], "total_training_steps": 30}
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="guidebook", space=space, budget_samples=30 * 16 * 4))
+    assert (err.value.key, err.value.problem) == (
+        "search.budget_samples", "is 1,920, and search.space trains 5,760 samples (phase 2 would "
+        "be cut): raise it or leave it unset")
+    assert len(method(tmp_path, config(method="guidebook", space=space, budget_iterations=2,
+                                       budget_samples=5760)).phases) == 2
+
+
 def test_guidebook_verl_default_is_table_13(tmp_path):
     recipe = {"lr": 5e-5, "train_batch_size": 128, "lora_rank": 64, "lora_alpha": 64.0}
     phases = method(tmp_path, config("verl", recipe, method="guidebook")).phases
