@@ -1073,6 +1073,32 @@ def test_status_table_shows_a_cancelled_phase_as_cancelled_with_its_logged_steps
     assert used["samples_trained_by_running_phases"] == 0
 
 
+def test_status_shows_a_phase_the_stopper_ended_as_early_stopped_before_it_is_recorded(
+        tmp_path, monkeypatch, capsys):
+    """Walkthrough (concurrency 2): in the seconds between the stopper's cancel and the
+    controller's next look, llmzero-status showed the phase as "cancelled" (a person's cancel,
+    no verdict), its summary "1 cancelled" and the phases line "(1 cancelled, not counted)";
+    the controller then recorded it early_stopped, as its stop decision says."""
+    from llmzero_slurm.cli import status
+    from llmzero_slurm.schedulers.base import job_state
+    store = two_phase_run(tmp_path)
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40},
+                                  resume=Resume(1, 10), status=Status.RUNNING,
+                                  submission=Submission(job_id="4242")))
+    write_metrics(store.node_dir(2).metrics_file, [(s, {VAL: 0.5}) for s in range(11, 23)])
+    store.node_dir(2).early_stop_file.write_text(json.dumps(
+        [{"step": 20, "result": {"action": "STOP", "reason": "cannot catch up"}}]))
+    monkeypatch.setattr(status, "live_states", lambda store, tree: (
+        {"4242": job_state("4242", "CANCELLED", 0)}, None))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s*0002 evolve\s+early_stopped\s", out, re.M), out
+    assert "cancelled" not in out.split("flags:")[1], out
+    per_step = 32 * 8                       # planned 40 steps from step 10, trained 12
+    assert f"early stopping saved {28 * per_step:,} of {40 * per_step:,}" in out, out
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""

@@ -87,8 +87,8 @@ def usage(tree: Tree, budget: Budget, now: float | None = None,
     end = now if any(n.status.pending for n in tree) or not ends else max(ends)
     return Usage(trained=sum(so_far.get(n.id, trained_steps(n) * budget.step_samples(n.hparams))
                              for n in tree),
-                 saved=sum(node_samples(n, defaults, planned=True) - node_samples(n, defaults)
-                           for n in stopped),
+                 saved=sum(node_samples(n, defaults, planned=True)
+                           - so_far.get(n.id, node_samples(n, defaults)) for n in stopped),
                  committed=budget.samples_committed(tree), early_stopped=len(stopped),
                  gpu_hours=sum(n.results.gpu_hours for n in tree),
                  wall_s=max(0.0, end - budget.started_at), budget=budget,
