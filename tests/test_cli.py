@@ -2346,3 +2346,19 @@ def test_a_moved_running_run_still_follows_its_move(tmp_path):
                                                           "task": {"builtin": "addition"}}))
     repair = cli("repair", str(again))
     assert repair.returncode == 0 and "moved here" in repair.stdout, repair.stdout + repair.stderr
+
+
+def test_check_names_every_budget_and_what_a_static_plan_leaves_out(tmp_path):
+    """--check said "llmzero, budget 2 phases" with budget_gpu_hours and budget_wall_hours set
+    (either may end the search first), and "grid, budget 2 phases" for a grid of 8 points,
+    six of which would never run."""
+    from llmzero_slurm.controller.preflight import check_method
+    said = check_method(parse_config({"name": "x", "search": {
+        "budget_iterations": 2, "budget_samples": 10**6, "budget_gpu_hours": 0.5,
+        "budget_wall_hours": 3}}))
+    assert said == "llmzero, budget 2 phases or 1,000,000 training samples or 0.5 device-hours " \
+                   "or 3 wall-clock hours, concurrency 1"
+    said = check_method(parse_config({"name": "x", "search": {"method": "grid",
+                                                               "budget_iterations": 2}}))
+    assert said == "grid, budget 2 phases, concurrency 1: runs 2 of its 8 points (a larger " \
+                   "search.budget_iterations runs more)"
