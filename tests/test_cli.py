@@ -2362,3 +2362,27 @@ def test_check_names_every_budget_and_what_a_static_plan_leaves_out(tmp_path):
                                                                "budget_iterations": 2}}))
     assert said == "grid, budget 2 phases, concurrency 1: runs 2 of its 8 points (a larger " \
                    "search.budget_iterations runs more)"
+
+
+def test_a_method_changed_in_a_run_with_phases_is_refused_by_name(tmp_path):
+    """Walkthrough: search.method edited from llmzero to random in a run's experiment.yaml
+    (to compare methods) was refused as if an upgrade had changed random's plan ("this
+    llmzero-slurm plans it otherwise ... Resume with the release and files the run started
+    with"), and llmzero-status headed the llmzero tree "(random)". A run's phases are one
+    method's; the refusal now says so, and where another method's run goes."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    run = tmp_path / "run"
+    store = open_or_create(parse_args([str(path), "--run-dir", str(run)]))
+    frozen = (run / "experiment.yaml").read_text()
+    (run / "experiment.yaml").write_text(frozen.replace("method: llmzero", "method: random"))
+    open_or_create(parse_args([str(run)]))          # no phase yet: nothing of llmzero's to mix
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}))
+    with pytest.raises(ConfigError) as err:
+        open_or_create(parse_args([str(run)]))
+    assert err.value.key == "search.method"
+    assert err.value.problem.startswith(
+        f"is random in {run / 'experiment.yaml'}, and the run's phases were made by llmzero"), \
+        err.value.problem
+    assert "another --run-dir" in err.value.problem
