@@ -2386,3 +2386,27 @@ def test_a_method_changed_in_a_run_with_phases_is_refused_by_name(tmp_path):
         f"is random in {run / 'experiment.yaml'}, and the run's phases were made by llmzero"), \
         err.value.problem
     assert "another --run-dir" in err.value.problem
+
+
+def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tmp_path, capsys):
+    """--check with --run-dir of an existing run passed "budget 6 phases", and the start then
+    resumed the run with its frozen budget of 4, ignoring the file just checked."""
+    from llmzero_slurm.cli.start import main
+    path = tmp_path / "exp.yaml"
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "search": {"budget_iterations": 4}}
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "run")]))
+    exp["search"]["budget_iterations"] = 6
+    path.write_text(yaml.safe_dump(exp))
+    capsys.readouterr()
+    main([str(path), "--check", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert (f"note: {tmp_path / 'run'} holds this run already: a start resumes it with its "
+            f"frozen experiment.yaml (your {path} differs, ignored: search.budget_iterations: "
+            "4 -> 6;") in out, out
+    other = {**exp, "name": "other"}
+    path.write_text(yaml.safe_dump(other))
+    assert main([str(path), "--check", "--run-dir", str(tmp_path / "run")]) == 2
+    assert f"[FAIL] run directory: {tmp_path / 'run'} holds the run 'demo', not 'other'" \
+        in capsys.readouterr().out

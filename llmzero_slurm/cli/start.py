@@ -32,6 +32,7 @@ from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
 from ..store.schema import created_method
 from .background import controller_command, detach
+from .config_change import check_note, ignored
 from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
@@ -127,15 +128,8 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
             raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
                              f"(the name in {args.config}); nothing was changed: resume that run "
                              f"with llmzero-start {run_dir}, or give another --run-dir")
-        changed = _differences(store.config, cfg)
-        budget = [f"search.{k}" for k in BUDGET_KEYS
-                  if getattr(store.config.search, k) != getattr(cfg.search, k)]
-        if changed:
-            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
-                  f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
-                  "for a new run" + (f"; to give this run another budget, set "
-                                     f"{', '.join(budget)} in {store.root / 'experiment.yaml'}, "
-                                     "which each start resumes with" if budget else "") + ")")
+        if (said := ignored(store.config, cfg, args.config, store.root)) is not None:
+            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml ({said})")
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
@@ -168,10 +162,6 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     return store
 
 
-# What a run may be given more (or less) of by editing its frozen experiment.yaml.
-BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budget_wall_hours")
-
-
 def _resume(run_dir: Path) -> RunStore:
     """The run at `run_dir`, refused (exit 2, nothing written) where it was moved to a path
     that cannot go into #SBATCH lines, as a new run there is, or where its reward or data
@@ -186,17 +176,6 @@ def _resume(run_dir: Path) -> RunStore:
     inputs.refuse_changed(store.root)
     follow_moved_run(store)
     return store
-
-
-def _differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
-    """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
-    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
-    if cfg.scheduler == "auto":
-        cfg = replace(cfg, scheduler=frozen.scheduler)
-    old, new = frozen.by_key(), cfg.by_key()
-    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
-    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
@@ -258,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         checks = preflight(cfg, kind, run_dir_of(args, cfg))
         for check in checks:
             print(check.line(), flush=True)
+        said = check_note(args.config, cfg, run_dir_of(args, cfg))
+        if isinstance(said, Check):
+            checks.append(said)
+        if said is not None:
+            print(said.line() if isinstance(said, Check) else said, flush=True)
         if args.on_cluster:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
