@@ -101,11 +101,12 @@ def test_usage_counts_what_early_stopping_gave_back_against_the_planned_ends():
     assert lines[0] == ("training samples: 8,448 trained of 100,000; early stopping saved "
                         "4,352 of 12,800 planned (34%, 2 phases)")
     assert lines[1] == "device-hours 0.00; wall time 0:02:00 since the run was created"
-    assert lines[2] == "gain: validation 0.400 -> 0.600 (+0.200, +50% over the base)"
+    assert lines[3] == "gain: validation 0.400 -> 0.600 (+0.200, +50% over the base)"
     assert gain_line("test", None, 0.6) == []
     assert usage(Tree([tree.nodes[0]]), Budget(16), now=0.0).lines() == [
         "training samples: 0 trained; early stopping saved none",
-        "device-hours 0.00; wall time 0:00:00 since the run was created"]
+        "device-hours 0.00; wall time 0:00:00 since the run was created",
+        "phases: 1 created of 16"]
 
 
 def test_a_record_that_cannot_be_read_closes_every_budget():
@@ -120,3 +121,15 @@ def test_a_record_that_cannot_be_read_closes_every_budget():
                    Budget(iterations=100, defaults=DEFAULTS)):
         assert budget.spent(tree) == ("node 1's record cannot be read, so what it used of the "
                                       "budget is unknown: no phase is created until it is rebuilt")
+
+
+def test_usage_says_the_phases_created_against_budget_iterations():
+    """llmzero-status, the report and the controller's last lines said what a search spent
+    of its sample, device-hour and wall-time budgets, but never of budget_iterations: a run
+    stopped at 3 phases did not say whether it had 3 or 13 left."""
+    tree = Tree([node(0, Status.COMPLETED, 20), node(1, Status.CANCELLED, 5),
+                 node(2, Status.RUNNING, 3, resume=Resume(0, 20))])
+    lines = usage(tree, Budget(16, defaults=DEFAULTS), now=0.0).lines()
+    assert lines[2] == "phases: 2 created of 16 (1 cancelled, not counted)"
+    assert usage(Tree([tree.nodes[0]]), Budget(4), now=0.0).lines()[2] == \
+        "phases: 1 created of 4"

@@ -1073,6 +1073,32 @@ def test_status_table_shows_a_cancelled_phase_as_cancelled_with_its_logged_steps
     assert used["samples_trained_by_running_phases"] == 0
 
 
+def test_status_shows_a_phase_the_stopper_ended_as_early_stopped_before_it_is_recorded(
+        tmp_path, monkeypatch, capsys):
+    """Walkthrough (concurrency 2): in the seconds between the stopper's cancel and the
+    controller's next look, llmzero-status showed the phase as "cancelled" (a person's cancel,
+    no verdict), its summary "1 cancelled" and the phases line "(1 cancelled, not counted)";
+    the controller then recorded it early_stopped, as its stop decision says."""
+    from llmzero_slurm.cli import status
+    from llmzero_slurm.schedulers.base import job_state
+    store = two_phase_run(tmp_path)
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    store.add_node(lambda i: Node(i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40},
+                                  resume=Resume(1, 10), status=Status.RUNNING,
+                                  submission=Submission(job_id="4242")))
+    write_metrics(store.node_dir(2).metrics_file, [(s, {VAL: 0.5}) for s in range(11, 23)])
+    store.node_dir(2).early_stop_file.write_text(json.dumps(
+        [{"step": 20, "result": {"action": "STOP", "reason": "cannot catch up"}}]))
+    monkeypatch.setattr(status, "live_states", lambda store, tree: (
+        {"4242": job_state("4242", "CANCELLED", 0)}, None))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s*0002 evolve\s+early_stopped\s", out, re.M), out
+    assert "cancelled" not in out.split("flags:")[1], out
+    per_step = 32 * 8                       # planned 40 steps from step 10, trained 12
+    assert f"early stopping saved {28 * per_step:,} of {40 * per_step:,}" in out, out
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""
@@ -1285,6 +1311,29 @@ def test_resuming_with_a_changed_config_names_what_it_ignores(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "resuming it with its frozen experiment.yaml" in out
     assert "hparams.lr: 0.001 -> 0.0005" in out and "search.budget_iterations: 4 -> 6" in out
+
+
+def test_resuming_with_a_larger_budget_says_how_to_give_the_run_more(tmp_path, capsys):
+    """A finished run started again with a larger budget was told the change was ignored and
+    to "use another --run-dir for a new run": not that the run's own experiment.yaml, which
+    each start resumes with, is where its budget is raised."""
+    path = tmp_path / "exp.yaml"
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "search": {"budget_iterations": 4}}
+    path.write_text(yaml.safe_dump(exp))
+    args = parse_args([str(path), "--run-dir", str(tmp_path / "run")])
+    open_or_create(args)
+    exp["search"].update(budget_iterations=6, budget_samples=100_000)
+    path.write_text(yaml.safe_dump(exp))
+    capsys.readouterr()
+    open_or_create(args)
+    out = capsys.readouterr().out
+    assert ("to give this run another budget, set search.budget_iterations, "
+            f"search.budget_samples in {tmp_path / 'run' / 'experiment.yaml'}") in out, out
+    exp["search"].update(budget_iterations=4, budget_samples=None, seed=3)
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(args)
+    assert "another budget" not in capsys.readouterr().out
 
 
 def test_detach_reports_a_controller_that_could_not_start(tmp_path):
@@ -2297,3 +2346,67 @@ def test_a_moved_running_run_still_follows_its_move(tmp_path):
                                                           "task": {"builtin": "addition"}}))
     repair = cli("repair", str(again))
     assert repair.returncode == 0 and "moved here" in repair.stdout, repair.stdout + repair.stderr
+
+
+def test_check_names_every_budget_and_what_a_static_plan_leaves_out(tmp_path):
+    """--check said "llmzero, budget 2 phases" with budget_gpu_hours and budget_wall_hours set
+    (either may end the search first), and "grid, budget 2 phases" for a grid of 8 points,
+    six of which would never run."""
+    from llmzero_slurm.controller.preflight import check_method
+    said = check_method(parse_config({"name": "x", "search": {
+        "budget_iterations": 2, "budget_samples": 10**6, "budget_gpu_hours": 0.5,
+        "budget_wall_hours": 3}}))
+    assert said == "llmzero, budget 2 phases or 1,000,000 training samples or 0.5 device-hours " \
+                   "or 3 wall-clock hours, concurrency 1"
+    said = check_method(parse_config({"name": "x", "search": {"method": "grid",
+                                                               "budget_iterations": 2}}))
+    assert said == "grid, budget 2 phases, concurrency 1: runs 2 of its 8 points (a larger " \
+                   "search.budget_iterations runs more)"
+
+
+def test_a_method_changed_in_a_run_with_phases_is_refused_by_name(tmp_path):
+    """Walkthrough: search.method edited from llmzero to random in a run's experiment.yaml
+    (to compare methods) was refused as if an upgrade had changed random's plan ("this
+    llmzero-slurm plans it otherwise ... Resume with the release and files the run started
+    with"), and llmzero-status headed the llmzero tree "(random)". A run's phases are one
+    method's; the refusal now says so, and where another method's run goes."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    run = tmp_path / "run"
+    store = open_or_create(parse_args([str(path), "--run-dir", str(run)]))
+    frozen = (run / "experiment.yaml").read_text()
+    (run / "experiment.yaml").write_text(frozen.replace("method: llmzero", "method: random"))
+    open_or_create(parse_args([str(run)]))          # no phase yet: nothing of llmzero's to mix
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}))
+    with pytest.raises(ConfigError) as err:
+        open_or_create(parse_args([str(run)]))
+    assert err.value.key == "search.method"
+    assert err.value.problem.startswith(
+        f"is random in {run / 'experiment.yaml'}, and the run's phases were made by llmzero"), \
+        err.value.problem
+    assert "another --run-dir" in err.value.problem
+
+
+def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tmp_path, capsys):
+    """--check with --run-dir of an existing run passed "budget 6 phases", and the start then
+    resumed the run with its frozen budget of 4, ignoring the file just checked."""
+    from llmzero_slurm.cli.start import main
+    path = tmp_path / "exp.yaml"
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "search": {"budget_iterations": 4}}
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "run")]))
+    exp["search"]["budget_iterations"] = 6
+    path.write_text(yaml.safe_dump(exp))
+    capsys.readouterr()
+    main([str(path), "--check", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert (f"note: {tmp_path / 'run'} holds this run already: a start resumes it with its "
+            f"frozen experiment.yaml (your {path} differs, ignored: search.budget_iterations: "
+            "4 -> 6;") in out, out
+    other = {**exp, "name": "other"}
+    path.write_text(yaml.safe_dump(other))
+    assert main([str(path), "--check", "--run-dir", str(tmp_path / "run")]) == 2
+    assert f"[FAIL] run directory: {tmp_path / 'run'} holds the run 'demo', not 'other'" \
+        in capsys.readouterr().out

@@ -465,3 +465,13 @@ def test_slurm_time_and_memory_are_written_as_sbatch_reads_them():
     assert controller.controller.mem == "2000"
     for bad in ("16 GB", "16B", "16GiB", "-4G", "lots", True):
         assert refused({"name": "x", "slurm": {"mem": bad}}).startswith("config key 'slurm.mem'")
+
+
+def test_no_evolve_children_is_refused_as_a_search_of_one_phase():
+    """max_evolve_children: 0 passed --check, and an llmzero search of budget 10 ended after
+    its first phase with 'the search has no branch left to grow': no phase may build on
+    another, and no scratch is injected before the first evolve."""
+    said = refused({"name": "x", "search": {"max_evolve_children": 0}})
+    assert said.startswith("config key 'search.max_evolve_children': must be > 0 (got 0)")
+    assert "first phase" in said
+    parse_config({"name": "x", "search": {"max_debug_children": 0, "max_debug_depth": 0}})

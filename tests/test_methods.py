@@ -405,6 +405,26 @@ def test_guidebook_schedule_from_the_config(tmp_path):
                                                            "rollout_n": [4, 8, 12]}))
 
 
+def test_a_guidebook_the_budget_would_cut_short_is_refused(tmp_path):
+    """budget_iterations: 2 passed --check with the cpu guidebook's 3 phases, and the search
+    ended "2 of 2 phases created" after phase 2/3: another schedule than the guidebook, compared
+    under its name. A replay cut short was refused already; so is a guidebook now."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="guidebook", budget_iterations=2))
+    assert (err.value.key, err.value.problem) == (
+        "search.budget_iterations", "is 2, and the guidebook method's default space "
+        "(search.space replaces it) has 3 phases: the guidebook would stop after phase 2; "
+        "raise it to 3")
+    space = {"rollout_n": [4, 8], "total_training_steps": 30}
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="guidebook", space=space, budget_samples=30 * 16 * 4))
+    assert (err.value.key, err.value.problem) == (
+        "search.budget_samples", "is 1,920, and search.space trains 5,760 samples (phase 2 would "
+        "be cut): raise it or leave it unset")
+    assert len(method(tmp_path, config(method="guidebook", space=space, budget_iterations=2,
+                                       budget_samples=5760)).phases) == 2
+
+
 def test_guidebook_verl_default_is_table_13(tmp_path):
     recipe = {"lr": 5e-5, "train_batch_size": 128, "lora_rank": 64, "lora_alpha": 64.0}
     phases = method(tmp_path, config("verl", recipe, method="guidebook")).phases
@@ -627,3 +647,16 @@ def test_a_reversed_range_in_search_space_says_what_was_given(tmp_path):
     with pytest.raises(ConfigError, match=re.escape(
             "must be [low, high] with low < high (got [0.001, 1e-05])")):
         method(tmp_path, config(space={"lr": {"loguniform": [1.0e-3, 1.0e-5]}}))
+
+
+@pytest.mark.parametrize("name, space", [
+    ("llmzero", {}), ("practitioner", {}), ("grid", {"lr": [1e-3], "total_training_steps": 20})])
+def test_a_sample_budget_below_one_step_of_the_first_phase_is_refused(tmp_path, name, space):
+    """budget_samples: 10 passed --check; the start made a run directory, created no phase
+    ('it needs 128 training samples a step and the budget has 10 left') and exited 7."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method=name, budget_samples=10, space=space))
+    assert err.value.key == "search.budget_samples"
+    assert "is 10, less than one training step of the first phase (16 x 8 = 128 samples:" \
+        in err.value.problem
+    method(tmp_path, config(method=name, budget_samples=128, space=space))

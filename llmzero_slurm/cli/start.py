@@ -30,7 +30,9 @@ from ..store import inputs
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
+from ..store.schema import created_method
 from .background import controller_command, detach
+from .config_change import check_note, ignored
 from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
@@ -126,11 +128,8 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
             raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
                              f"(the name in {args.config}); nothing was changed: resume that run "
                              f"with llmzero-start {run_dir}, or give another --run-dir")
-        changed = _differences(store.config, cfg)
-        if changed:
-            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml "
-                  f"(your {args.config} differs, ignored: {changed}; use another --run-dir "
-                  "for a new run)")
+        if (said := ignored(store.config, cfg, args.config, store.root)) is not None:
+            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml ({said})")
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
@@ -166,21 +165,15 @@ def _resume(run_dir: Path) -> RunStore:
     that cannot go into #SBATCH lines, as a new run there is, or where its reward or data
     file changed since it was created (its scores would mix); moved, its scripts follow it."""
     store = open_run_store(run_dir)
+    method, made = store.config.search.method, created_method(store.root)
+    if made not in (None, method) and len(store.load_tree()):
+        raise ConfigError("search.method", f"is {method} in {store.root / 'experiment.yaml'}, "
+                          f"and the run's phases were made by {made}: a run is one method's "
+                          f"search; put {made} back, or run {method} with another --run-dir")
     check_run_dir(store.root)
     inputs.refuse_changed(store.root)
     follow_moved_run(store)
     return store
-
-
-def _differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
-    """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
-    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
-    if cfg.scheduler == "auto":
-        cfg = replace(cfg, scheduler=frozen.scheduler)
-    old, new = frozen.by_key(), cfg.by_key()
-    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
-    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
 
 
 def build_controller(store: RunStore, poll_s: float | None = None) -> Controller:
@@ -242,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         checks = preflight(cfg, kind, run_dir_of(args, cfg))
         for check in checks:
             print(check.line(), flush=True)
+        said = check_note(args.config, cfg, run_dir_of(args, cfg))
+        if isinstance(said, Check):
+            checks.append(said)
+        if said is not None:
+            print(said.line() if isinstance(said, Check) else said, flush=True)
         if args.on_cluster:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2

@@ -22,7 +22,7 @@ from ..report.collect import agent_costs
 from ..report.costs import AgentCost
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
-from ..search.tree import Node, Tree
+from ..search.tree import Node, Status, Tree
 from ..spent import spent
 from ..store.run_store import RunStore
 from ..store.schema import created_by, release_note
@@ -85,14 +85,16 @@ def live_states(store: RunStore, tree: Tree) -> tuple[dict[str, JobState], str |
         return {}, f"job states are shown as last recorded: {exc}"
 
 
-def as_live(tree: Tree, states: dict[str, JobState]) -> Tree:
+def as_live(tree: Tree, states: dict[str, JobState], store: RunStore) -> Tree:
     """A copy of `tree` with each watched phase whose job has ended (a cancel, a crash) in
     the status its scheduler says, as the next controller will record it, so the summary
-    does not count it as running meanwhile."""
+    does not count it as running meanwhile: a cancel the stopper decided is an early stop."""
     shown = copy.deepcopy(tree)
     for job_id, node in watched_phases(shown).items():
         if (state := states.get(job_id)) is not None and state.final:
             node.status = state.status
+            if node.status is Status.CANCELLED and store.node_dir(node.id).stop_decided():
+                node.status = Status.EARLY_STOPPED
     return shown
 
 
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     waiting, job_note = ([], None) if running else waiting_jobs(store)
     path = [n.id for n in best_path(tree)]
     monitor = monitor_heartbeat(store)
-    shown = as_live(tree, states)
+    shown = as_live(tree, states, store)
     used = spent(store, tree, shown=shown)
     use = used.usage
     costs = agent_costs(store, tree)
@@ -156,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "samples_saved_by_early_stopping": use.saved,
                                     "samples_planned": use.planned, "early_stopped": use.early_stopped,
                                     "device_hours": use.gpu_hours, "wall_s": round(use.wall_s, 1),
+                                    "phases_created": use.phases,
+                                    "phases_budget": use.budget.iterations,
                                     "base_val": used.base_val}}),
                          indent=2, sort_keys=True, allow_nan=False))
         return 0

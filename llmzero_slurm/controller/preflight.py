@@ -16,6 +16,7 @@ from ..agents.llm import choose_backend
 from ..config import ExperimentConfig
 from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
+from ..methods.grid import GridMethod
 from ..methods.base import MethodContext
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
@@ -159,10 +160,17 @@ def check_method(cfg: ExperimentConfig) -> str:
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         ctx = MethodContext(cfg, lambda i: NodeDir(Path(tmp) / f"{i:04d}"), Path(tmp))
         method = make_method(cfg.search.method, ctx)
-    samples = cfg.search.budget_samples
-    return f"{method.name}, budget {cfg.search.budget_iterations} phases" \
-           + (f" or {samples:,} training samples" if samples else "") \
-           + f", concurrency {cfg.search.concurrency}"
+    search = cfg.search
+    limits = [f"{search.budget_iterations} phases"] + [
+        f"{value:,} {unit}" if isinstance(value, int) else f"{value:g} {unit}"
+        for value, unit in ((search.budget_samples, "training samples"),
+                            (search.budget_gpu_hours, "device-hours"),
+                            (search.budget_wall_hours, "wall-clock hours")) if value is not None]
+    said = f"{method.name}, budget {' or '.join(limits)}, concurrency {search.concurrency}"
+    if isinstance(method, GridMethod) and method.points > len(method.phases):
+        said += (f": runs {len(method.phases)} of its {method.points} points (a larger "
+                 "search.budget_iterations runs more)")
+    return said
 
 
 def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list[Check]:

@@ -28,4 +28,6 @@ def method_class(name: str) -> type[SearchMethod]:
 
 
 def make_method(name: str, ctx: MethodContext) -> SearchMethod:
-    return method_class(name)(ctx)
+    method = method_class(name)(ctx)
+    method.check_budget()
+    return method

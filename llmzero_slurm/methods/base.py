@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar
 
 from ..backends import TrainerBackend, get_backend
 from ..config import ExperimentConfig
+from ..errors import ConfigError
 from ..search.policy import Action
 from ..search.tree import Node, Tree
 from ..store.node_dir import NodeDir
@@ -115,3 +116,21 @@ class SearchMethod(ABC):
     def ended(self, tree: Tree) -> str:
         """Why the search ended with budget left: the controller's last word on it."""
         return f"{self.name} has nothing left to run"
+
+    def first_hparams(self) -> dict[str, Any] | None:
+        """The configuration of the first phase this method creates (None: none planned)."""
+        return self.ctx.hparams
+
+    def check_budget(self) -> None:
+        """Refuse a sample budget that cannot hold one step of the first phase: the start
+        would make a run directory that creates no phase and ends with nothing found."""
+        samples, first = self.ctx.config.search.budget_samples, self.first_hparams()
+        if samples is None or first is None:
+            return
+        shape = {**self.ctx.backend.defaults(), **first}
+        batch, rollouts = shape.get("train_batch_size"), shape.get("rollout_n") or 1
+        if batch and samples < batch * rollouts:
+            raise ConfigError("search.budget_samples", f"is {samples:,}, less than one training "
+                              f"step of the first phase ({batch} x {rollouts} = "
+                              f"{batch * rollouts:,} samples: train_batch_size x rollout_n), so "
+                              "no phase could run: raise it or leave it unset")

@@ -8,10 +8,12 @@ from .static import IndependentTrials, Planned, describe
 
 class GridMethod(IndependentTrials):
     name = "grid"
+    points: int = 0     # the grid's size; budget_iterations may run fewer (--check says so)
 
     def plan(self) -> list[Planned]:
         cfg = self.ctx.config
         points = grid_points(cfg.search.space or GRID_SPACES[self.backend], self.backend)
+        self.points = len(points)
         used = points[:cfg.search.budget_iterations]
         return [Planned(full_config(self.ctx.hparams, p, self.backend, f"grid point {i}"),
                         f"grid point {i + 1}/{len(used)} of {len(points)}: {describe(p)}")

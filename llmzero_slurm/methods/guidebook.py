@@ -13,6 +13,9 @@ class GuidebookMethod(Chain):
     def plan(self) -> list[Planned]:
         cfg = self.ctx.config
         phases = schedule_phases(cfg.search.space or GUIDEBOOK_SCHEDULES[self.backend], self.backend)
-        return [Planned(full_config(self.ctx.hparams, p, self.backend, f"guidebook phase {i}"),
-                        f"guidebook phase {i + 1}/{len(phases)}: {describe(p)}")
-                for i, p in enumerate(phases)]
+        planned = [Planned(full_config(self.ctx.hparams, p, self.backend, f"guidebook phase {i}"),
+                           f"guidebook phase {i + 1}/{len(phases)}: {describe(p)}")
+                   for i, p in enumerate(phases)]
+        self.check_fits("search.space" if cfg.search.space else "the guidebook method's default "
+                        "space (search.space replaces it)", planned)
+        return planned

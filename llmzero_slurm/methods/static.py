@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from ..errors import ConfigError
+from ..search.budget import Budget
 from ..search.policy import Action
 from ..search.tree import Kind, Node, Status, Tree
 from .base import MethodContext, PhasePlan, SearchMethod
@@ -103,6 +105,9 @@ class StaticMethod(SearchMethod):
         """Where the plan comes from, for messages."""
         return "the run's experiment.yaml and this release's defaults"
 
+    def first_hparams(self) -> dict[str, Any] | None:
+        return self.phases[0].hparams if self.phases else None
+
     @abstractmethod
     def plan(self) -> list[Planned]:
         """Every phase, in creation order."""
@@ -135,6 +140,26 @@ class IndependentTrials(StaticMethod):
 
 class Chain(StaticMethod):
     """One strategy of several phases, each an evolve child of the one before."""
+
+    def check_fits(self, where: str, planned: list[Planned]) -> None:
+        """Refuse a schedule (from `where`) the budget would cut short: its last phases cut
+        or never run are another schedule than the one named, and compared under its name."""
+        search = self.ctx.config.search
+        if len(planned) > search.budget_iterations:
+            raise ConfigError("search.budget_iterations", f"is {search.budget_iterations}, and "
+                              f"{where} has {len(planned)} phases: the {self.name} would stop "
+                              f"after phase {search.budget_iterations}; raise it to "
+                              f"{len(planned)}")
+        if search.budget_samples is None:
+            return
+        budget = Budget.of(search, self.ctx.backend.defaults())
+        totals = list(accumulate(phase.hparams["total_training_steps"]
+                                 * budget.step_samples(phase.hparams) for phase in planned))
+        if totals and totals[-1] > search.budget_samples:
+            cut = next(i for i, total in enumerate(totals) if total > search.budget_samples)
+            raise ConfigError("search.budget_samples", f"is {search.budget_samples:,}, and "
+                              f"{where} trains {totals[-1]:,} samples (phase {cut + 1} would be "
+                              "cut): raise it or leave it unset")
 
     def next_phase(self, tree: Tree) -> PhasePlan | None:
         if not len(tree):

@@ -64,8 +64,14 @@ class SearchSettings:
                                    "early_stop_interval_s", "poll_interval_s"),
                          non_negative=("exploration_c", "fail_penalty", "early_penalty",
                                        "virtual_loss", "min_scratch_ratio", "fail_forgiven",
-                                       "max_evolve_children", "max_debug_children",
-                                       "max_debug_depth"))
+                                       "max_debug_children", "max_debug_depth"))
+        if self.max_evolve_children < 1:
+            # 0 would pass --check, and the search would end after its first phase ("no
+            # branch left to grow"): nothing may build on a phase, and no scratch phase is
+            # injected before the first evolve one.
+            problems.add("search.max_evolve_children", f"must be > 0 (got "
+                         f"{self.max_evolve_children}): with none, no phase builds on another "
+                         "and the search ends after its first phase")
         if 0 < self.temperature < MIN_TEMPERATURE:
             problems.add("search.temperature", f"must be at least {MIN_TEMPERATURE} (got "
                          f"{self.temperature}): f_T's e^(1/T) overflows below 0.0014, and "

@@ -26,6 +26,8 @@ class Usage:
     wall_s: float           # from the run's creation to its last finished phase (or now)
     budget: Budget
     running: int = 0        # of `trained`: what the running phases have logged so far
+    phases: int = 0         # created, as budget_iterations counts them (Budget.phases)
+    cancelled: int = 0      # cancelled by a person: not counted
 
     @property
     def planned(self) -> int:
@@ -38,7 +40,8 @@ class Usage:
         return self.saved / self.planned if self.planned else None
 
     def lines(self) -> list[str]:
-        """Samples against the budget and the stopper's saving; device-hours and wall time."""
+        """Samples against the budget and the stopper's saving; device-hours and wall time;
+        phases created against budget_iterations (the limit every run sets)."""
         b, n = self.budget, self.early_stopped
         saved = (f"early stopping saved {self.saved:,} of {self.planned:,} planned "
                  f"({self.saved_share:.0%}, {n} phase{'s' * (n != 1)})" if n and self.planned
@@ -51,7 +54,9 @@ class Usage:
                 f"{saved}",
                 f"device-hours {self.gpu_hours:.2f}{_of(b.gpu_hours)}; wall time "
                 f"{int(w // 3600)}:{int(w % 3600 // 60):02d}:{int(w % 60):02d}"
-                f"{_of(b.wall_hours, ' h')} since the run was created"]
+                f"{_of(b.wall_hours, ' h')} since the run was created",
+                f"phases: {self.phases} created of {b.iterations:,}"
+                + (f" ({self.cancelled} cancelled, not counted)" if self.cancelled else "")]
 
 
 def _of(limit: float | None, unit: str = "") -> str:
@@ -82,9 +87,10 @@ def usage(tree: Tree, budget: Budget, now: float | None = None,
     end = now if any(n.status.pending for n in tree) or not ends else max(ends)
     return Usage(trained=sum(so_far.get(n.id, trained_steps(n) * budget.step_samples(n.hparams))
                              for n in tree),
-                 saved=sum(node_samples(n, defaults, planned=True) - node_samples(n, defaults)
-                           for n in stopped),
+                 saved=sum(node_samples(n, defaults, planned=True)
+                           - so_far.get(n.id, node_samples(n, defaults)) for n in stopped),
                  committed=budget.samples_committed(tree), early_stopped=len(stopped),
                  gpu_hours=sum(n.results.gpu_hours for n in tree),
                  wall_s=max(0.0, end - budget.started_at), budget=budget,
-                 running=sum(v for i, v in so_far.items() if tree.nodes[i].status.pending))
+                 running=sum(v for i, v in so_far.items() if tree.nodes[i].status.pending),
+                 phases=budget.phases(tree), cancelled=len(tree) - budget.phases(tree))

@@ -147,3 +147,16 @@ def syntax_edit(root: str | Path) -> bool:
         return bool(load_config(Path(root) / CONFIG_COPY, []))
     except ConfigError:
         return False
+
+
+def created_method(root: str | Path) -> str | None:
+    """The search method the run was created with, from the copy of its config frozen then
+    (experiment.yaml.bak); None without a readable copy."""
+    import yaml
+    try:
+        data = yaml.safe_load((Path(root) / CONFIG_COPY).read_text())
+    except (OSError, UnicodeError, yaml.YAMLError):
+        return None
+    search = data.get("search") if isinstance(data, dict) else None
+    method = search.get("method", "llmzero") if isinstance(search, dict) else "llmzero"
+    return method if isinstance(method, str) else None

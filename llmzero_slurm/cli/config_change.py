@@ -1,0 +1,57 @@
+"""What a config given for an existing run changes from the run's frozen one: the start
+resumes the run with its frozen copy, so a change there is ignored, and said to be."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import ExperimentConfig
+from ..controller.preflight import Check
+from ..errors import ConfigError, StateError
+from ..store.run_store import RunStore
+
+# What a run may be given more (or less) of by editing its frozen experiment.yaml.
+BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budget_wall_hours")
+
+
+def differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
+    """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
+    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
+    if cfg.scheduler == "auto":
+        cfg = replace(cfg, scheduler=frozen.scheduler)
+    old, new = frozen.by_key(), cfg.by_key()
+    keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
+    return shown + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+
+def ignored(frozen: ExperimentConfig, cfg: ExperimentConfig, path: Path, root: Path) -> str | None:
+    """What a resume says it ignores of `cfg` (from `path`), and where a run's budget is
+    raised when that is what differs; None when nothing differs."""
+    changed = differences(frozen, cfg)
+    if not changed:
+        return None
+    budget = [f"search.{k}" for k in BUDGET_KEYS
+              if getattr(frozen.search, k) != getattr(cfg.search, k)]
+    return (f"your {path} differs, ignored: {changed}; use another --run-dir for a new run"
+            + (f"; to give this run another budget, set {', '.join(budget)} in "
+               f"{root / 'experiment.yaml'}, which each start resumes with" if budget else ""))
+
+
+def check_note(path: Path, cfg: ExperimentConfig, run_dir: Path) -> Check | str | None:
+    """--check's word on a `run_dir` that holds a run already: the start resumes that run
+    with its frozen config, not with the file just checked (a note), or refuses it when the
+    run is another experiment's (a failed check, as the start's exit 2)."""
+    if path == run_dir or not (run_dir / "meta.json").exists():
+        return None
+    try:
+        frozen = RunStore.config_of(run_dir)
+    except (ConfigError, StateError):
+        return None   # the start names what it cannot read
+    if frozen.name != cfg.name:
+        return Check("run directory", False, f"{run_dir} holds the run {frozen.name!r}, not "
+                     f"{cfg.name!r} (the name in {path}): a start refuses it; resume that run "
+                     f"with llmzero-start {run_dir}, or give another --run-dir")
+    said = ignored(frozen, cfg, path, run_dir)
+    return None if said is None else (f"note: {run_dir} holds this run already: a start resumes "
+                                      f"it with its frozen experiment.yaml ({said})")
