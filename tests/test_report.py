@@ -727,6 +727,10 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     metrics(store.node_dir(node.id), 30, 40, 40, 0.45, None)
     said = " ".join(collect(store.root).spent.lines())
     assert "so far in running phases" not in said and "running phases' plans" not in said, said
+    # A cancel the stopper decided is an early stop there, as the controller will record it.
+    store.node_dir(node.id).early_stop_file.write_text(json.dumps(
+        [{"agent": "stopper", "result": {"action": "STOP", "reason": "dominated"}}]))
+    assert "early stopping saved none" not in " ".join(collect(store.root).spent.lines())
     # A preempted job is requeued under its id by Slurm: it has not ended, it waits again.
     status = json.loads(store.node_dir(node.id).status_file.read_text())
     store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))

@@ -22,7 +22,7 @@ from ..report.collect import agent_costs
 from ..report.costs import AgentCost
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
-from ..search.tree import Node, Status, Tree
+from ..search.tree import Node, Tree
 from ..spent import spent
 from ..store.run_store import RunStore
 from ..store.schema import created_by, release_note
@@ -92,9 +92,7 @@ def as_live(tree: Tree, states: dict[str, JobState], store: RunStore) -> Tree:
     shown = copy.deepcopy(tree)
     for job_id, node in watched_phases(shown).items():
         if (state := states.get(job_id)) is not None and state.final:
-            node.status = state.status
-            if node.status is Status.CANCELLED and store.node_dir(node.id).stop_decided():
-                node.status = Status.EARLY_STOPPED
+            node.status = store.node_dir(node.id).ended_as(state.status)
     return shown
 
 

@@ -272,9 +272,7 @@ class Controller:
             return False
         results = collect_results(node, files, self.backend, self.config.slurm.nodes)
         state = completed_at_limit(state, node, files, results, self.backend)
-        status = state.status
-        if status is Status.CANCELLED and files.stop_decided():
-            status = Status.EARLY_STOPPED
+        status = files.ended_as(state.status)
         faults.point("while_ingesting")
 
         def finish(n: Node) -> None:

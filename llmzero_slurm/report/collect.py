@@ -153,7 +153,7 @@ def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
         return "", None
     code = f", exit {job.exit_code}," if job.exit_code is not None else ""
     return (f"its job {job.job_id} ended {job.state}{code} since the controller last recorded it",
-            job_state(job.job_id, STATUS_FILE_STATES.get(job.state, job.state)).status)
+            files.ended_as(job_state(job.job_id, STATUS_FILE_STATES.get(job.state, job.state)).status))
 
 
 def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:

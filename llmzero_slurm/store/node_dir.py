@@ -31,6 +31,7 @@ from typing import Any
 
 from ..errors import StateError
 from ..metrics import MetricsLog, MetricsReader
+from ..search.tree import Status
 from .atomic import read_json
 
 LOG_TAIL_BYTES = 64 * 1024      # what the error analyzer may read of a job's output
@@ -251,6 +252,11 @@ class NodeDir:
         except StateError:
             return False
         return any((r.get("result") or {}).get("action") == "STOP" for r in records)
+
+    def ended_as(self, status: Status) -> Status:
+        """The status a job's end in `status` gives the phase: a cancel the stopper decided is
+        an early stop (the controller records it so; status and the report show it so before)."""
+        return Status.EARLY_STOPPED if status is Status.CANCELLED and self.stop_decided() else status
 
     def log_tail(self, max_bytes: int = LOG_TAIL_BYTES) -> str:
         """The end of the newest job output, at most `max_bytes` of it: a failed job's log can
