@@ -15,7 +15,8 @@ from llmzero_slurm.config import parse_config
 from controller_doubles import ScriptedScheduler
 from llmzero_slurm.controller.keeper import MonitorKeeper
 from llmzero_slurm.controller.lease import Lease
-from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, monitor_heartbeat, run_monitor
+from llmzero_slurm.controller.monitor import (HEARTBEAT_S, Heartbeat, Monitor, monitor_heartbeat,
+                                               run_monitor)
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
@@ -575,3 +576,27 @@ def test_a_monitor_cancelled_as_its_controller_left_is_replaced_at_once(tmp_path
         following.stop()
     finally:
         lease.release()
+
+
+def test_a_monitor_cancelled_by_hand_that_no_source_lists_is_replaced_at_once(
+        tmp_path, monkeypatch):
+    """A monitor a person scancelled on a cluster without accounting leaves squeue within
+    seconds, and no source lists it ended: the keeper took it for one still running and
+    replaced it only once its heartbeat had been silent for STALE_S plus an interval (17 min
+    at the default interval), with no early stopping meanwhile. Its heartbeat said it ended."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                                      # job 901
+    monkeypatch.delenv("SUBMITIT_LOCAL_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "901")
+    beat = Heartbeat(store.root / "monitor" / "heartbeat.json", None)
+    beat()
+    keeper.ensure(True)
+    assert len(sched.calls) == 1                             # alive and beating: kept
+    beat(ended="stopped by SIGTERM")                         # scancel by hand
+    assert keeper.ensure(True) is None
+    assert len(sched.calls) == 2 and sched.cancelled == []
+    keeper.ensure(True)                                      # 902 has not beaten yet: kept
+    assert len(sched.calls) == 2
