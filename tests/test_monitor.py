@@ -600,3 +600,23 @@ def test_a_monitor_cancelled_by_hand_that_no_source_lists_is_replaced_at_once(
     assert len(sched.calls) == 2 and sched.cancelled == []
     keeper.ensure(True)                                      # 902 has not beaten yet: kept
     assert len(sched.calls) == 2
+
+
+def test_a_requeued_monitor_running_again_is_not_taken_for_an_ended_one(tmp_path, monkeypatch):
+    """A monitor requeued (node failure, scontrol requeue) writes 'ended' as its SIGTERM
+    comes and runs again under the same job id: until its new run's first heartbeat, squeue
+    lists it running, and a keeper that trusted the old 'ended' would start a second
+    monitor beside it."""
+    from llmzero_slurm.schedulers.base import job_state
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    sched.states = lambda job_ids, *a, **k: {j: job_state(j, "RUNNING") for j in job_ids}
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                                      # job 901
+    monkeypatch.delenv("SUBMITIT_LOCAL_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "901")
+    Heartbeat(store.root / "monitor" / "heartbeat.json", None)(ended="stopped by SIGTERM")
+    keeper.ensure(True)
+    keeper.ensure(True)
+    assert len(sched.calls) == 1 and sched.cancelled == []

@@ -67,9 +67,11 @@ class MonitorKeeper:
         return not known or min(known) > STALE_S + self.interval
 
     def _said_ended(self, job: str) -> bool:
-        """The monitor job `job` wrote its last heartbeat, saying why it ended."""
+        """The monitor job `job` wrote its last heartbeat, saying why it ended, and no source
+        lists it (a job requeued and listed running again has not beaten yet in its new run)."""
         beat = monitor_heartbeat(self.store)
-        return "ended" in beat and str(beat.get("job_id")) == job
+        return ("ended" in beat and str(beat.get("job_id")) == job
+                and job not in self.scheduler.states([job]))
 
     @property
     def job_name(self) -> str:
