@@ -620,3 +620,22 @@ def test_a_requeued_monitor_running_again_is_not_taken_for_an_ended_one(tmp_path
     keeper.ensure(True)
     keeper.ensure(True)
     assert len(sched.calls) == 1 and sched.cancelled == []
+
+
+def test_a_monitor_said_ended_is_looked_up_now_not_in_the_last_poll(tmp_path, monkeypatch):
+    """Slurm's states() answers from its last poll for up to a minute, and that poll still
+    held the monitor scancelled since: asked there, its replacement waited for the next."""
+    from llmzero_slurm.schedulers.base import job_state
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    sched.states = lambda job_ids, *a, **k: {j: job_state(j, "RUNNING") for j in job_ids}
+    asked = []
+    sched.listed = lambda job_ids, name: asked.append(name) or {}
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                                      # job 901
+    monkeypatch.delenv("SUBMITIT_LOCAL_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "901")
+    Heartbeat(store.root / "monitor" / "heartbeat.json", None)(ended="stopped by SIGTERM")
+    keeper.ensure(True)
+    assert len(sched.calls) == 2 and asked == ["llmz-mon-monitor"]

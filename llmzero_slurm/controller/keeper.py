@@ -71,7 +71,7 @@ class MonitorKeeper:
         lists it (a job requeued and listed running again has not beaten yet in its new run)."""
         beat = monitor_heartbeat(self.store)
         return ("ended" in beat and str(beat.get("job_id")) == job
-                and job not in self.scheduler.states([job]))
+                and job not in self.scheduler.listed([job], self.job_name))
 
     @property
     def job_name(self) -> str:
