@@ -213,6 +213,21 @@ def full_storage(exc: BaseException) -> StorageError | None:
     return None
 
 
+def storage_remedy(exc: BaseException) -> str:
+    """What cures a write the storage refused, by its cause: space for a full disk or quota,
+    write access for a refusal (a folder made read-only under a run), a remount for a
+    read-only filesystem; freeing space cures none of the last two."""
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    code = getattr(cause, "errno", None)
+    if code in (errno.EACCES, errno.EPERM):
+        return "make it writable for you again (its permissions, ACL or immutable flag)"
+    if code == errno.EROFS:
+        return "have its filesystem mounted read-write again"
+    if code in FULL or code is None:
+        return "free space"
+    return "once the storage takes writes again"
+
+
 class LockTimeout(LLMZeroError):
     """Another process holds the run's lock for longer than we are willing to wait."""
 

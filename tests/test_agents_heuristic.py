@@ -228,6 +228,21 @@ SLURM_TIMEOUT = "slurmstepd: error: *** JOB 41 ON n1 CANCELLED AT 2026-01-01T00:
     # for a bug in the task's code because the save raised with a traceback
     ("FAILED", "Traceback (most recent call last):\n  File \"checkpoint.py\", line 30\n"
                "OSError: [Errno 28] No space left on device", "node_fault", "retry"),
+    # the run's own folder refused a write (made read-only under the run, a read-only
+    # remount): retried once write access is back, not a bug in the task's code that ends
+    # the chain with "start a new run"
+    ("FAILED", "Traceback (most recent call last):\n  File \"checkpoint.py\", line 54\n"
+               "PermissionError: [Errno 1] Operation not permitted: "
+               "'/scratch/runs/x/nodes/0002/.best_adapter.31453.tmp'\n"
+               "llmzero: could not write /scratch/runs/x/nodes/0002/status.json (state failed); "
+               "the last record is kept", "node_fault", "retry"),
+    ("FAILED", "Traceback (most recent call last):\n  File \"checkpoint.py\", line 30\n"
+               "OSError: [Errno 30] Read-only file system: '/scratch/ckpt/step_20'",
+               "node_fault", "retry"),
+    # the task's own file unreadable: retrying unchanged fails the same way
+    ("FAILED", "Traceback (most recent call last):\n  File \"reward.py\", line 3\n"
+               "PermissionError: [Errno 13] Permission denied: '/home/u/answers.json'",
+               "user_code", "give_up"),
     ("FAILED", "something odd happened", "unknown", "retry"),
     # a slurm.setup line failed before training: retrying unchanged fails the same way
     ("FAILED", "bash: line 3: module: command not found\n"
@@ -242,7 +257,7 @@ def test_error_analyzer_classes(tmp_path, state, tail, failure, action):
     if failure == "timeout":
         assert fix.hparams["total_training_steps"] == 60
     if failure == "user_code":
-        assert "KeyError: 'ground_truth'" in fix.message
+        assert tail.splitlines()[-1] in fix.message      # the job's own error line
     if failure == "setup":
         assert "slurm.setup" in fix.message and "code 127 during setup" in fix.message
     assert json.loads((tmp_path / "error_analysis.json").read_text())["result"]["failure"] \

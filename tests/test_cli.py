@@ -1247,6 +1247,24 @@ def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down)
     assert "differs" not in capsys.readouterr().out      # the same experiment, resumed
 
 
+def test_scheduler_auto_on_a_cluster_whose_slurmctld_is_down_creates_nothing(
+        tmp_path, monkeypatch):
+    """A new run with scheduler: auto, started on a login node while its slurmctld restarted,
+    said '[ok] scheduler: no Slurm cluster: phases run as local processes', was frozen as
+    local and trained every phase on the login node. scontrol ping names a controller that
+    is DOWN: that is a cluster, not its absence (exit 5, nothing created)."""
+    slurm_clients(tmp_path, monkeypatch, sbatch="exit 1", squeue="exit 1", scancel="exit 1",
+                  scontrol='echo "Slurmctld(primary) at head1 is DOWN"; exit 1')
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
+                                    "task": {"builtin": "addition"}}))
+    for extra in ([], ["--check"]):
+        done = cli("start", str(path), "--run-dir", str(tmp_path / "run"), *extra)
+        assert done.returncode == 5, done.stdout + done.stderr
+        assert "head1 is DOWN" in done.stderr and "scheduler: local" in done.stderr
+        assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
 def test_submit_with_no_slurm_answering_creates_nothing(tmp_path, slurm_down):
     """Review: `--submit` froze `scheduler: auto` as local and made the run (and its
     controller-key/) before sbatch failed; the next --submit ran a controller job that trained

@@ -1264,6 +1264,29 @@ def test_a_full_disk_at_a_folder_the_controller_makes_stops_it_naming_the_folder
     fault_outcome(ctl.store, sched.job_dirs())
 
 
+def test_a_node_folder_that_refuses_writes_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    """A node folder made read-only (chmod by a colleague, an immutable flag) under a running
+    search stopped the controller with 'Operation not permitted' and the advice to free
+    space, which cures nothing: the advice now names write access."""
+    import errno
+    from llmzero_slurm.store import atomic
+    real = atomic._new_temp
+
+    def refused(path: Path, mode: int) -> Path:
+        if path.name == "node.json.bak":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(path))
+        return real(path, mode)
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    monkeypatch.setattr(atomic, "_new_temp", refused)
+    with pytest.raises(StorageError, match=r"Operation not permitted"):
+        ctl.run()
+    said = out.getvalue()
+    assert "free space" not in said
+    assert "make it writable for you again (its permissions, ACL or immutable flag), then " \
+        "resume with llmzero-start" in said
+
+
 def test_a_parent_with_nothing_untried_left_takes_no_more_children(tmp_path):
     """Review: where search.space pins the seed and every knob the offline rules move, no
     proposal was left that a sibling had not taken or the space allowed, and the proposer fell

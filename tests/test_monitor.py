@@ -15,7 +15,8 @@ from llmzero_slurm.config import parse_config
 from controller_doubles import ScriptedScheduler
 from llmzero_slurm.controller.keeper import MonitorKeeper
 from llmzero_slurm.controller.lease import Lease
-from llmzero_slurm.controller.monitor import HEARTBEAT_S, Monitor, monitor_heartbeat, run_monitor
+from llmzero_slurm.controller.monitor import (HEARTBEAT_S, Heartbeat, Monitor, monitor_heartbeat,
+                                               run_monitor)
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
@@ -575,3 +576,60 @@ def test_a_monitor_cancelled_as_its_controller_left_is_replaced_at_once(tmp_path
         following.stop()
     finally:
         lease.release()
+
+
+def keeper_of_slurm_job_901(tmp_path, monkeypatch, listed_running: bool = False
+                            ) -> tuple[MonitorKeeper, MonitorOnlyScheduler, Heartbeat]:
+    """A keeper that has submitted monitor 901, and the heartbeat that job 901 writes; with
+    `listed_running` the scheduler lists every job running (a stale poll, or a requeue)."""
+    from llmzero_slurm.schedulers.base import job_state
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    sched = MonitorOnlyScheduler()
+    if listed_running:
+        sched.states = lambda job_ids, *a, **k: {j: job_state(j, "RUNNING") for j in job_ids}
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)                                      # job 901
+    monkeypatch.delenv("SUBMITIT_LOCAL_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "901")
+    return keeper, sched, Heartbeat(store.root / "monitor" / "heartbeat.json", None)
+
+
+def test_a_monitor_cancelled_by_hand_that_no_source_lists_is_replaced_at_once(
+        tmp_path, monkeypatch):
+    """A monitor a person scancelled on a cluster without accounting leaves squeue within
+    seconds, and no source lists it ended: the keeper took it for one still running and
+    replaced it only once its heartbeat had been silent for STALE_S plus an interval (17 min
+    at the default interval), with no early stopping meanwhile. Its heartbeat said it ended."""
+    keeper, sched, beat = keeper_of_slurm_job_901(tmp_path, monkeypatch)
+    beat()
+    keeper.ensure(True)
+    assert len(sched.calls) == 1                             # alive and beating: kept
+    beat(ended="stopped by SIGTERM")                         # scancel by hand
+    assert keeper.ensure(True) is None
+    assert len(sched.calls) == 2 and sched.cancelled == []
+    keeper.ensure(True)                                      # 902 has not beaten yet: kept
+    assert len(sched.calls) == 2
+
+
+def test_a_requeued_monitor_running_again_is_not_taken_for_an_ended_one(tmp_path, monkeypatch):
+    """A monitor requeued (node failure, scontrol requeue) writes 'ended' as its SIGTERM
+    comes and runs again under the same job id: until its new run's first heartbeat, squeue
+    lists it running, and a keeper that trusted the old 'ended' would start a second
+    monitor beside it."""
+    keeper, sched, beat = keeper_of_slurm_job_901(tmp_path, monkeypatch, listed_running=True)
+    beat(ended="stopped by SIGTERM")
+    keeper.ensure(True)
+    keeper.ensure(True)
+    assert len(sched.calls) == 1 and sched.cancelled == []
+
+
+def test_a_monitor_said_ended_is_looked_up_now_not_in_the_last_poll(tmp_path, monkeypatch):
+    """Slurm's states() answers from its last poll for up to a minute, and that poll still
+    held the monitor scancelled since: asked there, its replacement waited for the next."""
+    keeper, sched, beat = keeper_of_slurm_job_901(tmp_path, monkeypatch, listed_running=True)
+    asked: list[str] = []
+    sched.listed = lambda job_ids, name: asked.append(name) or {}
+    beat(ended="stopped by SIGTERM")
+    keeper.ensure(True)
+    assert len(sched.calls) == 2 and asked == ["llmz-mon-monitor"]

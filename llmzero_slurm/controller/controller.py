@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..backends import get_backend
-from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage
+from ..errors import LLMZeroError, SchedulerError, StorageError, full_storage, storage_remedy
 from ..methods.base import PhasePlan, SearchMethod, Verdict
 from ..paths import InstallWatch
 from ..schedulers.base import JobState, Scheduler
@@ -89,8 +89,8 @@ class Controller:
             if full is None:
                 raise
             self.progress.event(f"the run's state could not be written: {full}. Phases already "
-                                f"submitted keep running; free space, then resume with "
-                                f"llmzero-start {self.store.root}")
+                                f"submitted keep running; {storage_remedy(full)}, then resume "
+                                f"with llmzero-start {self.store.root}")
             if full is exc:
                 raise
             raise full from exc

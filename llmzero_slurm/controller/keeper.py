@@ -66,6 +66,13 @@ class MonitorKeeper:
                  if a is not None]
         return not known or min(known) > STALE_S + self.interval
 
+    def _said_ended(self, job: str) -> bool:
+        """The monitor job `job` wrote its last heartbeat, saying why it ended, and no source
+        lists it (a job requeued and listed running again has not beaten yet in its new run)."""
+        beat = monitor_heartbeat(self.store)
+        return ("ended" in beat and str(beat.get("job_id")) == job
+                and job not in self.scheduler.listed([job], self.job_name))
+
     @property
     def job_name(self) -> str:
         return monitor_job_name(self.store.config.name)
@@ -75,6 +82,8 @@ class MonitorKeeper:
         record = self._record()
         job = str(record.get("job_id") or "")
         state = self._state(record)
+        if state is Status.RUNNING and self._said_ended(job):
+            state = None    # no source lists it ended (scancelled, no accounting): it said so
         news = None
         if state is Status.RUNNING and not record.get("seen_running"):
             # Its silence counts from here, not from its submission: it may have queued for

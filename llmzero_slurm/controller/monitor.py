@@ -34,7 +34,7 @@ from .lease import Lease
 from .signals import StopSignals
 
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
-HEARTBEAT_FILE = "heartbeat.json"   # in the run's monitor/ folder: time, host, pid, llm_unreachable
+HEARTBEAT_FILE = "heartbeat.json"   # in the run's monitor/ folder: time, host, pid, job_id, ...
 LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease this long
 
 
@@ -139,12 +139,15 @@ class Heartbeat:
     def __init__(self, path: Path, cut_off: str | None):
         self.path, self.cut_off = path, cut_off
         self.started = time.time()
+        # Which job beats: the keeper trusts an "ended" only from the job it submitted last.
+        self.job_id = os.environ.get("SUBMITIT_LOCAL_JOB_ID") or os.environ.get("SLURM_JOB_ID")
         self.failed: set[tuple[str, int | None]] = set()
 
     def __call__(self, **extra: Any) -> None:
         try:
             write_json(self.path, {"time": time.time(), "started": self.started,
-                                   "host": socket.gethostname(), "pid": os.getpid(), **extra,
+                                   "host": socket.gethostname(), "pid": os.getpid(),
+                                   "job_id": self.job_id, **extra,
                                    **({"llm_unreachable": self.cut_off} if self.cut_off else {})})
         except (StateError, OSError) as exc:
             cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc

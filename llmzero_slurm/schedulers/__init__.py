@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SchedulerError
 from .base import JobState, Scheduler, job_state
 from .local import LocalScheduler
 from .slurm import SlurmScheduler, conf_problem
@@ -47,7 +47,15 @@ def resolve_scheduler_kind(kind: str) -> str:
         # Meant for a cluster: auto would quietly run every phase on this machine instead.
         raise ConfigError("scheduler", f"is {kind!r}, but {problem}: fix or unset it")
     if kind == "auto":
-        return "slurm" if SlurmScheduler.available() and SlurmScheduler.reachable() else "local"
+        answer = SlurmScheduler.ping() if SlurmScheduler.available() else None
+        if answer is not None and answer != "up":
+            # A cluster whose controller is down, not the absence of one: auto would freeze
+            # the run as local and train every phase on this (login) node.
+            raise SchedulerError(f"scheduler is 'auto' and this machine is a Slurm cluster's, "
+                                 f"but no slurmctld answers (scontrol ping: {answer}); nothing "
+                                 "was created: start again once it answers, or set scheduler: "
+                                 "local to run the phases on this machine")
+        return "slurm" if answer == "up" else "local"
     if kind == "slurm" and not SlurmScheduler.available():
         raise ConfigError("scheduler", "is 'slurm' but sbatch/squeue/scancel are not on PATH")
     return kind

@@ -202,6 +202,12 @@ class Scheduler(ABC):
         has since taken a recorded id from standing in for it. A job whose state cannot be
         learnt yet is absent from the result."""
 
+    def listed(self, job_ids: Iterable[str], name: str) -> dict[str, JobState]:
+        """What the scheduler lists of those jobs that bear `name`, asked now (Slurm's
+        `states` may answer from its last poll, which still holds a job since gone)."""
+        ids = list(job_ids)
+        return self.states(ids, names={j: name for j in ids})
+
     @abstractmethod
     def cancel(self, job_id: str, name: str) -> None:
         """Ask the job to stop (TERM, then KILL after a grace period), provided it still has

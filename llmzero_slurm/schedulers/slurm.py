@@ -185,13 +185,23 @@ class SlurmScheduler(Scheduler):
         """Whether a slurmctld answers (clients installed is not a configured cluster):
         `scontrol ping` asks each controller (primary and backups) and says which is UP. A
         query of no real job (`squeue -j 0`) is refused by the client alone."""
+        return SlurmScheduler.ping(timeout_s) == "up"
+
+    @staticmethod
+    def ping(timeout_s: float = 15.0) -> str | None:
+        """'up' when a slurmctld answers; scontrol's line when it names controllers that are
+        all DOWN (a configured cluster whose controller is restarting); None when scontrol
+        knows of no cluster (clients installed, never configured)."""
         if conf_problem():
-            return False
+            return None
         try:
             done = subprocess.run(["scontrol", "ping"], capture_output=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired):
-            return False
-        return b" is UP" in done.stdout
+            return None
+        lines = done.stdout.decode(errors="replace").splitlines()
+        if any(" is UP" in ln for ln in lines):
+            return "up"
+        return next((ln.strip() for ln in lines if " is DOWN" in ln), None)
 
     # -- the client calls -----------------------------------------------------------------
 

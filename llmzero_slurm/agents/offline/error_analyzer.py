@@ -20,7 +20,11 @@ _SIGNATURES: tuple[tuple[str, set[str], str], ...] = (
     ("node_fault", {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"},
      r"NCCL (error|WARN)|ncclSystemError|Connection (reset|refused)|RayActorError|"
      r"GCS|node .* (down|failure)|Socket Timeout|unhandled system error|"
-     r"No space left on device|Disk quota exceeded"),   # retried once space is freed
+     r"No space left on device|Disk quota exceeded|"   # retried once space is freed
+     # ... or once the run's storage takes writes again: a read-only remount, a write the
+     # phase's own folder refused (made read-only under the run), the script's status.json
+     r"Read-only file system|\[Errno (1|13)\] [^:\n]*: '[^'\n]*/nodes/\d+/|"
+     r"^llmzero: could not write "),
     # The phase script's own line when a slurm.setup line failed, before any training (a
     # setup line's own traceback included).
     ("setup", set(), r"^llmzero: error: the script exited with code \d+ during setup"),
