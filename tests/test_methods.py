@@ -660,3 +660,20 @@ def test_a_sample_budget_below_one_step_of_the_first_phase_is_refused(tmp_path, 
     assert "is 10, less than one training step of the first phase (16 x 8 = 128 samples:" \
         in err.value.problem
     method(tmp_path, config(method=name, budget_samples=128, space=space))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "loguniform"])
+def test_an_integer_range_draws_its_endpoints_as_often_as_its_inner_values(kind):
+    """Walkthrough: an integer knob drawn from {uniform: [4, 12]} was the continuous draw
+    rounded, so 4 and 12 (half an interval each) came up half as often as 5..11."""
+    import random
+    from collections import Counter
+    from llmzero_slurm.methods.space import Distribution
+    rng = random.Random(0)
+    counts = Counter(Distribution(kind, (4, 12)).draw(rng, int) for _ in range(18000))
+    assert sorted(counts) == list(range(4, 13))
+    if kind == "uniform":     # each of the 9 values 1/9 of the draws (2000, noise about 42)
+        assert all(1800 < n < 2200 for n in counts.values()), counts
+    else:                     # each value its share of [log 4, log 13): the endpoints alike
+        share = {v: math.log((v + 1) / v) / math.log(13 / 4) for v in range(4, 13)}
+        assert all(abs(counts[v] / 18000 - share[v]) < 0.012 for v in counts), counts

@@ -132,13 +132,20 @@ class Distribution:
         if self.kind == "choice":
             return rng.choice(self.values)
         low, high = self.values
+        if param_type is int:
+            return self._draw_int(rng, math.ceil(low), math.floor(high))
         if self.kind == "uniform":
             value = rng.uniform(low, high)
         else:
             value = math.exp(rng.uniform(math.log(low), math.log(high)))
-        if param_type is int:
-            return round(value)
         return min(max(_round(value), low), high)   # rounding must not leave [low, high]
+
+    def _draw_int(self, rng: random.Random, low: int, high: int) -> int:
+        """Each integer of [low, high] the span of [n, n + 1) it owns: a rounded continuous
+        draw gave the two ends half the chance of the others."""
+        if self.kind == "uniform":
+            return rng.randint(low, high)
+        return min(math.floor(math.exp(rng.uniform(math.log(low), math.log(high + 1)))), high)
 
     def admits(self, value: Any) -> bool:
         if self.kind in ("fixed", "choice"):
