@@ -92,6 +92,20 @@ def test_a_timed_out_phase_goes_on_from_its_own_last_checkpoint(tmp_path):
     assert child.resume is not None and (child.resume.node, child.start_step) == (0, 25)
 
 
+@pytest.mark.parametrize("state, code", [("NODE_FAIL", None), ("FAILED", 137)])
+def test_a_phase_retried_unchanged_goes_on_from_its_own_last_checkpoint(tmp_path, state, code):
+    """Walkthrough: a phase whose node died (or that was SIGKILLed) after saving step 25 was
+    retried unchanged from its start: the same settings trained the same 25 steps again."""
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.FAILED, checkpoints=(25,))
+    tree[0].submission.scheduler_state, tree[0].submission.exit_code = state, code
+    write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({s: 0.4 for s in (10, 30)}))
+    plan = m.next_phase(tree)
+    assert plan is not None and plan.action.kind is Kind.DEBUG and "retry unchanged" in plan.diagnosis
+    assert plan.resume_step == 25 and plan.hparams["total_training_steps"] == 25, plan
+    assert "own checkpoint at step 25" in plan.diagnosis
+
+
 def test_an_llm_fix_of_a_resumed_phase_keeps_the_adapters_lora_settings(tmp_path, monkeypatch):
     """An OOM fix 'lora_rank: 4' for a phase that resumed a rank-8 adapter made a debug child
     the trainer refuses (exit 2), which ended the chain; it now goes back to the LLM."""

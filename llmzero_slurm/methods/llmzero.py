@@ -102,7 +102,8 @@ class LLMZeroMethod(SearchMethod):
         last = files.metrics().last_step
         done = last - failed.start_step if last is not None else None
         saved = [s for s in failed.results.checkpoints if s > failed.start_step]
-        # The child loads the failed phase's starting adapter, or (a time limit) its own.
+        # The child loads the failed phase's starting adapter, or (a time limit, a retry of the
+        # same settings) its own last checkpoint.
         fix = self.analyzer.analyze(job.scheduler_state, job.exit_code, text, failed.hparams,
                                     records, done, failed.resume is not None or bool(saved))
         if fix.action == "give_up":
@@ -114,9 +115,10 @@ class LLMZeroMethod(SearchMethod):
         diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
                                           or "retry unchanged")
         resume_step = None
-        if fix.failure == "timeout" and saved:
+        if saved and (fix.failure == "timeout" or not fix.changes):
             # Go on from the phase's own last checkpoint with what it had left to do, within
-            # the steps the analyzer judged to fit the time limit.
+            # the steps the analyzer judged to fit the time limit: unchanged settings would
+            # only train its saved steps again (a node that died, a job killed).
             resume_step = saved[-1]
             left = int(failed.hparams.get("total_training_steps") or 0) \
                 - (resume_step - failed.start_step)
