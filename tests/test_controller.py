@@ -647,6 +647,9 @@ def test_a_timeout_after_the_last_planned_step_was_saved_counts_as_completed(tmp
     [root] = ctl.store.load_tree()
     assert root.status is Status.COMPLETED and root.submission.scheduler_state == "TIMEOUT"
     assert "saved its last planned step (20)" in root.submission.reason
+    # and its line says why a TIMEOUT is a completion ("completed (TIMEOUT)" read as a slip)
+    assert ("node 0: completed (TIMEOUT: saved its last planned step (20) before the time "
+            "limit struck)") in out.getvalue(), out.getvalue()
 
 
 def test_a_timeout_without_a_clean_end_record_stays_a_failure(tmp_path):

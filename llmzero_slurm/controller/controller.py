@@ -285,7 +285,8 @@ class Controller:
         self.store.update_node(node.id, finish)
         score = f"best val {results.best_val:.3f} at step {results.best_val_step}" \
             if results.best_val is not None else "no validation score"
-        self.progress.event(f"node {node.id}: {status.value} ({state.raw}"
+        said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
+        self.progress.event(f"node {node.id}: {status.value} ({state.raw}{said}"
                             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}")
         return True
 

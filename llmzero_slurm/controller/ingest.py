@@ -74,10 +74,9 @@ def completed_at_limit(state: JobState, node: Node, files: NodeDir, results: Res
     last = node.start_step + steps if steps else None
     if status is not None and status.job_id == str(state.job_id) \
             and status.state == "completed" and status.exit_code == 0:
-        why = "finished every step with exit 0 at the time limit (Slurm recorded TIMEOUT)"
+        why = "finished every step with exit 0 at the time limit"
     elif last is not None and last in results.checkpoints:
-        why = (f"saved its last planned step ({last}) before the time limit struck (Slurm "
-               "recorded TIMEOUT)")
+        why = f"saved its last planned step ({last}) before the time limit struck"
     else:
         return state
     return JobState(state.job_id, state.raw, Status.COMPLETED, 0, why, state.source)
