@@ -691,3 +691,13 @@ def test_an_integer_range_draws_its_endpoints_as_often_as_its_inner_values(kind)
     else:                     # each value its share of [log 4, log 13): the endpoints alike
         share = {v: math.log((v + 1) / v) / math.log(13 / 4) for v in range(4, 13)}
         assert all(abs(counts[v] / 18000 - share[v]) < 0.012 for v in counts), counts
+
+
+def test_llmzero_without_early_stopping_runs_no_monitor(tmp_path):
+    """Walkthrough: an ablation of the early stopper could not be set up: early_stop_interval_s
+    0 or null is refused, and no other setting turned the monitor job off."""
+    from llmzero_slurm.controller.cluster_check import endpoint_job
+    assert method(tmp_path, config(method="llmzero")).early_stopping
+    cfg = config(method="llmzero", early_stopping=False)
+    assert not method(tmp_path, cfg).early_stopping
+    assert "search.early_stopping is false" in str(endpoint_job(cfg))

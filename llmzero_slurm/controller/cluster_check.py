@@ -82,6 +82,8 @@ def endpoint_job(cfg: ExperimentConfig) -> Planned | str:
     """The endpoint check from where the monitor runs, or why there is nothing to check."""
     if not method_class(cfg.search.method).early_stopping:
         return f"search.method {cfg.search.method} runs no monitor job, so no LLM call from one"
+    if not cfg.search.early_stopping:
+        return "search.early_stopping is false: no monitor job, so no LLM call from one"
     if choose_backend(cfg.agents) is None:
         return "offline heuristic agents: no LLM endpoint to reach"
     s, m = cfg.slurm, cfg.monitor

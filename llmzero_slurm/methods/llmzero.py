@@ -30,6 +30,7 @@ class LLMZeroMethod(SearchMethod):
     def __init__(self, ctx: MethodContext):
         super().__init__(ctx)
         cfg = ctx.config
+        self.early_stopping = cfg.search.early_stopping
         llm = choose_backend(cfg.agents)
         # A resume from a shell without the key goes on with the heuristics: said, not silent.
         self.agents = (f"{llm.name}, model {cfg.agents.model}, at {endpoint(cfg.agents)}" if llm

@@ -44,6 +44,7 @@ class SearchSettings:
     max_debug_depth: int = 5
     min_scratch_ratio: float = 0.2  # rho_min
     virtual_loss: float = 1.0      # zero-score visits charged per pending phase
+    early_stopping: bool = True    # llmzero's monitor job and its stopper; off for an ablation
     early_stop_interval_s: float = 900.0
     # How often the controller asks the scheduler; unset: the scheduler's own default (Slurm:
     # 30 s, as sites ask of login-node tools; local processes: 10 s).
