@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .. import __version__
 from ..config import load_config
 from ..errors import ConfigError, StateError
@@ -152,7 +154,6 @@ def syntax_edit(root: str | Path) -> bool:
 def created_method(root: str | Path) -> str | None:
     """The search method the run was created with, from the copy of its config frozen then
     (experiment.yaml.bak); None without a readable copy."""
-    import yaml
     try:
         data = yaml.safe_load((Path(root) / CONFIG_COPY).read_text())
     except (OSError, UnicodeError, yaml.YAMLError):
