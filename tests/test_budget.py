@@ -133,3 +133,14 @@ def test_usage_says_the_phases_created_against_budget_iterations():
     assert lines[2] == "phases: 2 created of 16 (1 cancelled, not counted)"
     assert usage(Tree([tree.nodes[0]]), Budget(4), now=0.0).lines()[2] == \
         "phases: 1 created of 4"
+
+
+def test_a_wall_clock_budget_reached_says_it_counts_from_the_runs_creation():
+    """Walkthrough: budget_wall_hours raised in a run's experiment.yaml after a long stop
+    ended the resume at once with 'wall-clock budget of 2.0 h reached', though the search had
+    run for minutes: the clock counts from the run's creation, stops included, unsaid."""
+    import time
+    budget = Budget(10, None, None, 2.0, {}, started_at=time.time() - 3.5 * 3600)
+    said = budget.spent(Tree([]))
+    assert said is not None and said.startswith("wall-clock budget of 2.0 h reached")
+    assert "counted from the run's creation 3.5 h ago, stops included" in said, said

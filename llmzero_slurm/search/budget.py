@@ -127,8 +127,10 @@ class Budget:
         used = self.gpu_hours_used(tree)
         if self.gpu_hours is not None and used >= self.gpu_hours:
             return f"{used:.2f} of {self.gpu_hours} device-hours used"
-        if self.wall_hours is not None and time.time() - self.started_at >= self.wall_hours * 3600:
-            return f"wall-clock budget of {self.wall_hours} h reached"
+        age = time.time() - self.started_at
+        if self.wall_hours is not None and age >= self.wall_hours * 3600:
+            return (f"wall-clock budget of {self.wall_hours} h reached (counted from the run's "
+                    f"creation {age / 3600:.1f} h ago, stops included)")
         return None
 
     def uncounted(self, tree: Tree) -> list[int]:
