@@ -682,7 +682,7 @@ def test_an_integer_range_draws_its_endpoints_as_often_as_its_inner_values(kind)
     rounded, so 4 and 12 (half an interval each) came up half as often as 5..11."""
     import random
     from collections import Counter
-    from llmzero_slurm.methods.space import Distribution
+    from llmzero_slurm.methods.distribution import Distribution
     rng = random.Random(0)
     counts = Counter(Distribution(kind, (4, 12)).draw(rng, int) for _ in range(18000))
     assert sorted(counts) == list(range(4, 13))

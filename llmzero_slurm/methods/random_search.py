@@ -5,7 +5,8 @@ controller restart and a run can be reproduced from its config alone.
 """
 from __future__ import annotations
 
-from .space import RANDOM_SPACES, full_config, parse_random_space, sample
+from .distribution import sample
+from .space import RANDOM_SPACES, full_config, parse_random_space
 from .static import IndependentTrials, Planned, describe
 
 
