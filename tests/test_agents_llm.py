@@ -15,7 +15,7 @@ from PIL import Image
 
 from llm_loopback import LoopbackLLM
 from llmzero_slurm.agents.answers import NothingUntried
-from llmzero_slurm.agents.ask import ask
+from llmzero_slurm.agents.ask import ask, final_answer
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
@@ -877,3 +877,28 @@ def test_check_tries_the_key_and_model_with_one_token(service, monkeypatch, back
     service.reply({"status": 500})
     assert check_llm(cfg).startswith(f"{backend} backend, model claude-sonnet-4-6: not "
                                      "verified from here: InternalServerError")
+
+
+def test_a_reasoning_models_thinking_is_not_taken_for_its_answer(service, monkeypatch, run,
+                                                                  tmp_path):
+    """A local reasoning model (a vLLM server without a reasoning parser) writes its thinking
+    in <think>...</think> before the answer: a draft block in there was used as the decision."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = config(service, backend="openai", model="qwen3")
+    node, log = run
+    final = json.loads(good().split("```json\n")[1].split("\n```")[0])
+    draft = good(changes={"lr": 1e-2}).replace("Step 1 ... Step 4 ...", "maybe")
+    service.reply(f"<think>\n{draft}\nNo: lr 1e-2 is too high.\n</think>\n\n{json.dumps(final)}")
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == ("openai", 5e-4)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert "<think>" in record["answers"][0]          # the record keeps the whole reply
+    # Thinking only (a template that opens <think> itself, so only the close tag comes back):
+    # the repair round is sent the answer without it; a block never closed is thinking too.
+    assert final_answer("<think>\nstill thinking") == ""
+    service.reply(f"{draft}\n</think>\n", good())
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5),
+                                                        tmp_path / "b")
+    assert (p.source, p.hparams["lr"]) == ("openai", 5e-4)
+    repair = service.requests[1]["body"]["messages"]
+    assert repair[-2]["content"] == "(no text)" and "no JSON object" in repair[-1]["content"]
