@@ -15,6 +15,8 @@ Each request takes the next scripted step; the last step repeats forever. Steps:
                                    OpenAI: "finish_reason": "length")
 Like the real Messages API, a request with an empty message (a turn without text) is refused
 with a 400 invalid_request_error.
+`reply(..., models=[...])` also lists those models at GET .../v1/models (as vLLM does); by
+default that route answers 404, as on a server whose API lies elsewhere.
 Every request's path, headers and JSON body are kept in `requests`; the paths of replies the
 client hung up on before their end, in `dropped`. Usage mimics prompt
 caching: a system block marked cache_control is a cache write the first time, a read after.
@@ -51,6 +53,7 @@ def _tokens(value: Any) -> int:
 class LoopbackLLM:
     def __init__(self) -> None:
         self.script: list[dict[str, Any]] = [{"text": "no answer scripted"}]
+        self.models: list[str] | None = None
         self.requests: list[dict[str, Any]] = []
         self.dropped: list[str] = []
         self.cached: set[str] = set()
@@ -71,8 +74,9 @@ class LoopbackLLM:
         self.server.shutdown()
         self.server.server_close()
 
-    def reply(self, *steps: dict[str, Any] | str) -> None:
+    def reply(self, *steps: dict[str, Any] | str, models: list[str] | None = None) -> None:
         """Script the next responses; plain strings are 200 answers."""
+        self.models = models
         self.script = [{"text": s} if isinstance(s, str) else s for s in steps]
         self.requests.clear()
         self.dropped.clear()
@@ -125,6 +129,15 @@ class LoopbackLLM:
                         time.sleep(trickle / pieces)
                 except (BrokenPipeError, ConnectionResetError):
                     service.dropped.append(self.path)  # the client gave up (timeout tests)
+
+            def do_GET(self) -> None:
+                service.requests.append({"path": self.path, "body": None, "headers": {
+                    k.lower(): v for k, v in self.headers.items()}})
+                if service.models is None or not self.path.endswith("/v1/models"):
+                    return self._send(404, {"detail": "Not Found"})
+                self._send(200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "vllm"}
+                    for m in service.models]})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))

@@ -902,3 +902,24 @@ def test_a_reasoning_models_thinking_is_not_taken_for_its_answer(service, monkey
     assert (p.source, p.hparams["lr"]) == ("openai", 5e-4)
     repair = service.requests[1]["body"]["messages"]
     assert repair[-2]["content"] == "(no text)" and "no JSON object" in repair[-1]["content"]
+
+
+def test_check_tells_a_wrong_model_from_a_wrong_url(service, monkeypatch):
+    """Against a vLLM server, --check blamed agents.model for a 404 whatever caused it: a
+    base_url without /v1 read "has no model 'qwen'" though the server serves it, and a wrong
+    name did not say which models there are. The server's model list now tells them apart."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = ExperimentConfig("x", agents=config(service, "openai", model="qwen2"))
+    service.reply({"status": 404, "message": "The model `qwen2` does not exist."},
+                  models=["qwen", "qwen-vl"])
+    with pytest.raises(ConfigError, match=r"^config key 'agents.model': the .* at "
+                                          rf"{service.url}/v1/? serves no model 'qwen2'; it "
+                                          r"serves: 'qwen', 'qwen-vl'"):
+        check_llm(cfg)
+    cfg.agents.base_url = service.url                   # no /v1: no route at all
+    service.reply({"status": 404, "message": "Not Found"}, models=["qwen2"])
+    with pytest.raises(ConfigError, match=r"^config key 'agents.base_url': .* 404 .*"
+                                          rf"/v1.*: try {service.url}/v1\b"):
+        check_llm(cfg)
