@@ -3,7 +3,8 @@ completions API, so tests drive the real SDKs over real HTTP.
 
 Each request takes the next scripted step; the last step repeats forever. Steps:
   {"text": "..."}                  a 200 answer
-  {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
+  {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short;
+                                   "retry_after": S sends a retry-after of S seconds instead)
   {"status": 401, "message": "..."}  an error saying this ("{key}": the key the request sent,
                                    as some gateways echo it)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
@@ -112,12 +113,15 @@ class LoopbackLLM:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def _send(self, status: int, payload: Any, trickle: float = 0.0) -> None:
+            def _send(self, status: int, payload: Any, trickle: float = 0.0,
+                      retry_after: int | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                if status >= 400:
+                if retry_after is not None:    # seconds, as a rate-limited server says
+                    self.send_header("retry-after", str(retry_after))
+                elif status >= 400:
                     self.send_header("retry-after-ms", "20")
                 self.end_headers()
                 pieces = max(1, int(trickle / 0.1))
@@ -158,7 +162,7 @@ class LoopbackLLM:
                     error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(
                         status, "api_error"), "message": said}} if anthropic
                         else {"error": {"message": said, "type": "server_error", "code": None}})
-                    return self._send(status, error)
+                    return self._send(status, error, retry_after=step.get("retry_after"))
                 if anthropic:
                     return self._send(200, {
                         "id": f"msg_{len(service.requests)}", "type": "message",

@@ -923,3 +923,17 @@ def test_check_tells_a_wrong_model_from_a_wrong_url(service, monkeypatch):
     with pytest.raises(ConfigError, match=r"^config key 'agents.base_url': .* 404 .*"
                                           rf"/v1.*: try {service.url}/v1\b"):
         check_llm(cfg)
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_a_call_abandoned_while_rate_limited_says_so(service, monkeypatch, backend):
+    """A site server answering 429 with a retry-after beyond agents.timeout_s read only "no
+    complete answer within agents.timeout_s", as if it were slow: the record now names the
+    service's last refusal, so the user sees the rate limit."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=1.0, max_retries=2))
+    service.reply({"status": 429, "retry_after": 30})
+    with pytest.raises(LLMUnavailable, match=r"no complete answer within agents.timeout_s = 1 "
+                                             r"s .*; its last reply was HTTP 429 \(retry-after: "
+                                             r"30 s\)"):
+        llm.complete(Prompt("Answer.", "Ready?"))
