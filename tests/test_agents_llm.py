@@ -937,3 +937,19 @@ def test_a_call_abandoned_while_rate_limited_says_so(service, monkeypatch, backe
                                              r"s .*; its last reply was HTTP 429 \(retry-after: "
                                              r"30 s\)"):
         llm.complete(Prompt("Answer.", "Ready?"))
+
+
+def test_check_names_the_server_it_could_not_reach(monkeypatch):
+    """With the site's LLM server down, --check said only "APIConnectionError: Connection
+    error.": neither the URL it tried nor why (refused, no route, DNS)."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with socket.socket() as s:             # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    cfg = ExperimentConfig("x", agents=AgentConfig(backend="openai", base_url=url, model="q",
+                                                   api_key_env=KEY_ENV))
+    said = check_llm(cfg)
+    assert said.startswith("openai backend, model q: not verified from here: ")
+    assert f"at {url}" in said and "ConnectError" in said and "refused" in said.lower()

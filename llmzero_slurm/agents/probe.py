@@ -72,5 +72,8 @@ def probe(llm: _SDKBackend, body: dict[str, Any]) -> str:
             raise _not_found(llm, said) from None
         return f"not verified from here: {said}"
     except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
-        return f"not verified from here: {type(exc).__name__}: {llm.redact(str(exc))[:300]}"
+        # The SDK's "Connection error." names neither the URL nor why: its cause does.
+        why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)
+        return (f"not verified from here: {type(exc).__name__}: {llm.redact(why)[:300]} at "
+                f"{str(llm.client.base_url).rstrip('/')}")
     return "a one-token request was answered"
