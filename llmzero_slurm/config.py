@@ -294,6 +294,7 @@ def parse_config(data: Any, source: str = "<memory>",
         problems.errors.append(ConfigError("name", "is required (a short experiment name used "
                                                    "in job names)"))
     cfg = _build(ExperimentConfig, data, "", problems)
+    _price_a_site_server_at_zero(cfg.agents, data)
     check = problems.check
     _check_names(cfg, problems)
     check(lambda: cfg.state.check("state"))
@@ -318,6 +319,18 @@ def parse_config(data: Any, source: str = "<memory>",
         problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
+
+
+def _price_a_site_server_at_zero(agents: AgentConfig, data: Any) -> None:
+    """The price defaults are Claude Sonnet's list rates; backend openai is most often a site's
+    own server (vLLM), where they would price tokens nobody paid for. Its unset prices are 0
+    (a paid gateway sets agents.price_*)."""
+    given = data.get("agents") if isinstance(data, Mapping) else None
+    if agents.backend != "openai":
+        return
+    for name in [f.name for f in dataclasses.fields(AgentConfig) if f.name.startswith("price_")]:
+        if not isinstance(given, Mapping) or name not in given:
+            setattr(agents, name, 0.0)
 
 
 def _check_hparams(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
