@@ -98,6 +98,9 @@ class AgentConfig:
     base_url: str | None = None
     api_key_env: str | None = None     # None: the backend's own variable (key_env)
     max_tokens: int = 2048
+    # openai: room for a reasoning model's thinking, added to each call's own answer limit
+    # (the stopper's is 300, and max_tokens only lowers it).
+    thinking_tokens: int = 0
     timeout_s: float = 120.0       # the most one call may take, retries included
     max_retries: int = 4
     image_max_px: int = 768
@@ -138,7 +141,8 @@ class AgentConfig:
                                                  "digits, '_'), e.g. ANTHROPIC_API_KEY")
         with problems.collect():
             check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
-                         non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
+                         non_negative=("max_retries", "stop_margin", "thinking_tokens",
+                                       "price_input_per_mtok",
                                        "price_output_per_mtok", "price_cache_write_per_mtok",
                                        "price_cache_write_5m_per_mtok",
                                        "price_cache_read_per_mtok"))

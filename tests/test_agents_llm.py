@@ -953,3 +953,29 @@ def test_check_names_the_server_it_could_not_reach(monkeypatch):
     said = check_llm(cfg)
     assert said.startswith("openai backend, model q: not verified from here: ")
     assert f"at {url}" in said and "ConnectError" in said and "refused" in said.lower()
+
+
+def test_a_reasoning_model_gets_room_to_think(service, monkeypatch, tmp_path):
+    """The stopper asks for at most 300 tokens and agents.max_tokens can only lower that, so a
+    local reasoning model (vLLM with a reasoning parser: the thinking in reasoning_content) was
+    cut off while thinking on every call, and the record said only "answer more briefly".
+    agents.thinking_tokens adds room, and a cut in the thinking names that setting."""
+    from llmzero_slurm.agents.decisions import parse_decision
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = config(service, backend="openai", model="qwen3")
+    cut = {"body": {"id": "c", "object": "chat.completion", "created": 0, "model": "qwen3",
+                    "choices": [{"index": 0, "finish_reason": "length", "message": {
+                        "role": "assistant", "content": None,
+                        "reasoning_content": "The validation rose at step 20, then"}}]}}
+    service.reply(cut)
+    record = AgentRecord("stopper", "openai")
+    found = ask(choose_backend(cfg), Prompt("s", "t", max_tokens=300),
+                lambda text: parse_decision(text, 1, "openai"), lambda: None, record)
+    assert found is None and "agents.thinking_tokens" in record.fallbacks[0]
+    assert "validation rose" in record.answers[0]         # the thinking is kept
+    assert service.requests[0]["body"]["max_tokens"] == 300
+    cfg.thinking_tokens = 4000
+    service.reply("DECISION: CONTINUE\nREASON: rising")
+    ask(choose_backend(cfg), Prompt("s", "t", max_tokens=300),
+        lambda text: parse_decision(text, 1, "openai"), lambda: None, AgentRecord("stopper", "openai"))
+    assert service.requests[0]["body"]["max_tokens"] == 4300

@@ -76,7 +76,10 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
                 record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}; asked again "
                                         "without it")
                 continue
-            record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")
+            thinking = reply.cut and "think>" in reply.text and not text
+            record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}" + (
+                "; cut while the model was still thinking: raise agents.thinking_tokens"
+                if thinking else ""))
             prompt = prompt.repair(text, str(exc))
         except Exception as exc:  # noqa: BLE001 - a checker's bug must not lose the record
             # Not the LLM's mistake, so no repair round: the fallback answers, and the caller

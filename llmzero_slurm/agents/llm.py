@@ -217,8 +217,8 @@ class OpenAIBackend(_SDKBackend):
         messages = [{"role": "system", "content": prompt.system},
                     {"role": "user", "content": content}]
         messages += [{"role": role, "content": text} for role, text in prompt.turns]
-        return {"model": self.cfg.model, "messages": messages,
-                "max_tokens": min(prompt.max_tokens, self.cfg.max_tokens)}
+        return {"model": self.cfg.model, "messages": messages, "max_tokens":
+                min(prompt.max_tokens, self.cfg.max_tokens) + self.cfg.thinking_tokens}
 
     def send(self, body: dict[str, Any]) -> Reply:
         resp = self.client.chat.completions.create(**body)
@@ -226,7 +226,10 @@ class OpenAIBackend(_SDKBackend):
             raise LLMUnavailable(f"{self.vendor}: the reply has no choice with a message: "
                                  f"{self.excerpt(resp)}")
         usage = openai_usage(self.cfg, resp.usage, self.vendor)
-        return Reply(resp.choices[0].message.content or "", usage,
+        message = resp.choices[0].message   # vLLM's reasoning parser: the thinking apart
+        thought = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+        text = f"<think>\n{thought}\n</think>\n" if isinstance(thought, str) and thought else ""
+        return Reply(text + (message.content or ""), usage,
                      cut_reason(stop := resp.choices[0].finish_reason), stop in REFUSALS)
 
 
