@@ -98,6 +98,9 @@ class AgentConfig:
     base_url: str | None = None
     api_key_env: str | None = None     # None: the backend's own variable (key_env)
     max_tokens: int = 2048
+    # openai: room for a reasoning model's thinking, added to each call's own answer limit
+    # (the stopper's is 300, and max_tokens only lowers it).
+    thinking_tokens: int = 0
     timeout_s: float = 120.0       # the most one call may take, retries included
     max_retries: int = 4
     image_max_px: int = 768
@@ -138,7 +141,8 @@ class AgentConfig:
                                                  "digits, '_'), e.g. ANTHROPIC_API_KEY")
         with problems.collect():
             check_ranges(where, self, positive=("max_tokens", "timeout_s", "image_max_px"),
-                         non_negative=("max_retries", "stop_margin", "price_input_per_mtok",
+                         non_negative=("max_retries", "stop_margin", "thinking_tokens",
+                                       "price_input_per_mtok",
                                        "price_output_per_mtok", "price_cache_write_per_mtok",
                                        "price_cache_write_5m_per_mtok",
                                        "price_cache_read_per_mtok"))
@@ -294,6 +298,7 @@ def parse_config(data: Any, source: str = "<memory>",
         problems.errors.append(ConfigError("name", "is required (a short experiment name used "
                                                    "in job names)"))
     cfg = _build(ExperimentConfig, data, "", problems)
+    _price_a_site_server_at_zero(cfg.agents, data)
     check = problems.check
     _check_names(cfg, problems)
     check(lambda: cfg.state.check("state"))
@@ -318,6 +323,18 @@ def parse_config(data: Any, source: str = "<memory>",
         problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
+
+
+def _price_a_site_server_at_zero(agents: AgentConfig, data: Any) -> None:
+    """The price defaults are Claude Sonnet's list rates; backend openai is most often a site's
+    own server (vLLM), where they would price tokens nobody paid for. Its unset prices are 0
+    (a paid gateway sets agents.price_*)."""
+    given = data.get("agents") if isinstance(data, Mapping) else None
+    if agents.backend != "openai":
+        return
+    for name in [f.name for f in dataclasses.fields(AgentConfig) if f.name.startswith("price_")]:
+        if not isinstance(given, Mapping) or name not in given:
+            setattr(agents, name, 0.0)
 
 
 def _check_hparams(cfg: ExperimentConfig, problems: ConfigProblems) -> None:

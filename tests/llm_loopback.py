@@ -3,7 +3,8 @@ completions API, so tests drive the real SDKs over real HTTP.
 
 Each request takes the next scripted step; the last step repeats forever. Steps:
   {"text": "..."}                  a 200 answer
-  {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short)
+  {"status": 429} / {"status": 500} an API error (retry-after-ms keeps SDK back-off short;
+                                   "retry_after": S sends a retry-after of S seconds instead)
   {"status": 401, "message": "..."}  an error saying this ("{key}": the key the request sent,
                                    as some gateways echo it)
   {"delay": 3.0, "text": "..."}    answer after a delay (for client timeouts)
@@ -15,6 +16,8 @@ Each request takes the next scripted step; the last step repeats forever. Steps:
                                    OpenAI: "finish_reason": "length")
 Like the real Messages API, a request with an empty message (a turn without text) is refused
 with a 400 invalid_request_error.
+`reply(..., models=[...])` also lists those models at GET .../v1/models (as vLLM does); by
+default that route answers 404, as on a server whose API lies elsewhere.
 Every request's path, headers and JSON body are kept in `requests`; the paths of replies the
 client hung up on before their end, in `dropped`. Usage mimics prompt
 caching: a system block marked cache_control is a cache write the first time, a read after.
@@ -51,6 +54,7 @@ def _tokens(value: Any) -> int:
 class LoopbackLLM:
     def __init__(self) -> None:
         self.script: list[dict[str, Any]] = [{"text": "no answer scripted"}]
+        self.models: list[str] | None = None
         self.requests: list[dict[str, Any]] = []
         self.dropped: list[str] = []
         self.cached: set[str] = set()
@@ -71,8 +75,9 @@ class LoopbackLLM:
         self.server.shutdown()
         self.server.server_close()
 
-    def reply(self, *steps: dict[str, Any] | str) -> None:
+    def reply(self, *steps: dict[str, Any] | str, models: list[str] | None = None) -> None:
         """Script the next responses; plain strings are 200 answers."""
+        self.models = models
         self.script = [{"text": s} if isinstance(s, str) else s for s in steps]
         self.requests.clear()
         self.dropped.clear()
@@ -108,12 +113,15 @@ class LoopbackLLM:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def _send(self, status: int, payload: Any, trickle: float = 0.0) -> None:
+            def _send(self, status: int, payload: Any, trickle: float = 0.0,
+                      retry_after: int | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                if status >= 400:
+                if retry_after is not None:    # seconds, as a rate-limited server says
+                    self.send_header("retry-after", str(retry_after))
+                elif status >= 400:
                     self.send_header("retry-after-ms", "20")
                 self.end_headers()
                 pieces = max(1, int(trickle / 0.1))
@@ -125,6 +133,15 @@ class LoopbackLLM:
                         time.sleep(trickle / pieces)
                 except (BrokenPipeError, ConnectionResetError):
                     service.dropped.append(self.path)  # the client gave up (timeout tests)
+
+            def do_GET(self) -> None:
+                service.requests.append({"path": self.path, "body": None, "headers": {
+                    k.lower(): v for k, v in self.headers.items()}})
+                if service.models is None or not self.path.endswith("/v1/models"):
+                    return self._send(404, {"detail": "Not Found"})
+                self._send(200, {"object": "list", "data": [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "vllm"}
+                    for m in service.models]})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
@@ -145,7 +162,7 @@ class LoopbackLLM:
                     error = ({"type": "error", "error": {"type": _ANTHROPIC_ERRORS.get(
                         status, "api_error"), "message": said}} if anthropic
                         else {"error": {"message": said, "type": "server_error", "code": None}})
-                    return self._send(status, error)
+                    return self._send(status, error, retry_after=step.get("retry_after"))
                 if anthropic:
                     return self._send(200, {
                         "id": f"msg_{len(service.requests)}", "type": "message",

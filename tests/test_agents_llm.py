@@ -15,7 +15,7 @@ from PIL import Image
 
 from llm_loopback import LoopbackLLM
 from llmzero_slurm.agents.answers import NothingUntried
-from llmzero_slurm.agents.ask import ask
+from llmzero_slurm.agents.ask import ask, final_answer
 from llmzero_slurm.agents.error_analyzer import ErrorAnalyzer
 from llmzero_slurm.agents.llm import LLMUnavailable, Prompt, choose_backend
 from llmzero_slurm.agents.proposer import Proposer, ProposerInput
@@ -877,3 +877,105 @@ def test_check_tries_the_key_and_model_with_one_token(service, monkeypatch, back
     service.reply({"status": 500})
     assert check_llm(cfg).startswith(f"{backend} backend, model claude-sonnet-4-6: not "
                                      "verified from here: InternalServerError")
+
+
+def test_a_reasoning_models_thinking_is_not_taken_for_its_answer(service, monkeypatch, run,
+                                                                  tmp_path):
+    """A local reasoning model (a vLLM server without a reasoning parser) writes its thinking
+    in <think>...</think> before the answer: a draft block in there was used as the decision."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = config(service, backend="openai", model="qwen3")
+    node, log = run
+    final = json.loads(good().split("```json\n")[1].split("\n```")[0])
+    draft = good(changes={"lr": 1e-2}).replace("Step 1 ... Step 4 ...", "maybe")
+    service.reply(f"<think>\n{draft}\nNo: lr 1e-2 is too high.\n</think>\n\n{json.dumps(final)}")
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5), tmp_path)
+    assert (p.source, p.hparams["lr"]) == ("openai", 5e-4)
+    record = json.loads((tmp_path / "proposal.json").read_text())
+    assert "<think>" in record["answers"][0]          # the record keeps the whole reply
+    # Thinking only (a template that opens <think> itself, so only the close tag comes back):
+    # the repair round is sent the answer without it; a block never closed is thinking too.
+    assert final_answer("<think>\nstill thinking") == ""
+    service.reply(f"{draft}\n</think>\n", good())
+    p = Proposer(cfg, CPU, choose_backend(cfg)).propose(ProposerInput(node, log, 0.5),
+                                                        tmp_path / "b")
+    assert (p.source, p.hparams["lr"]) == ("openai", 5e-4)
+    repair = service.requests[1]["body"]["messages"]
+    assert repair[-2]["content"] == "(no text)" and "no JSON object" in repair[-1]["content"]
+
+
+def test_check_tells_a_wrong_model_from_a_wrong_url(service, monkeypatch):
+    """Against a vLLM server, --check blamed agents.model for a 404 whatever caused it: a
+    base_url without /v1 read "has no model 'qwen'" though the server serves it, and a wrong
+    name did not say which models there are. The server's model list now tells them apart."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = ExperimentConfig("x", agents=config(service, "openai", model="qwen2"))
+    service.reply({"status": 404, "message": "The model `qwen2` does not exist."},
+                  models=["qwen", "qwen-vl"])
+    with pytest.raises(ConfigError, match=r"^config key 'agents.model': the .* at "
+                                          rf"{service.url}/v1/? serves no model 'qwen2'; it "
+                                          r"serves: 'qwen', 'qwen-vl'"):
+        check_llm(cfg)
+    cfg.agents.base_url = service.url                   # no /v1: no route at all
+    service.reply({"status": 404, "message": "Not Found"}, models=["qwen2"])
+    with pytest.raises(ConfigError, match=r"^config key 'agents.base_url': .* 404 .*"
+                                          rf"/v1.*: try {service.url}/v1\b"):
+        check_llm(cfg)
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_a_call_abandoned_while_rate_limited_says_so(service, monkeypatch, backend):
+    """A site server answering 429 with a retry-after beyond agents.timeout_s read only "no
+    complete answer within agents.timeout_s", as if it were slow: the record now names the
+    service's last refusal, so the user sees the rate limit."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=1.0, max_retries=2))
+    service.reply({"status": 429, "retry_after": 30})
+    with pytest.raises(LLMUnavailable, match=r"no complete answer within agents.timeout_s = 1 "
+                                             r"s .*; its last reply was HTTP 429 \(retry-after: "
+                                             r"30 s\)"):
+        llm.complete(Prompt("Answer.", "Ready?"))
+
+
+def test_check_names_the_server_it_could_not_reach(monkeypatch):
+    """With the site's LLM server down, --check said only "APIConnectionError: Connection
+    error.": neither the URL it tried nor why (refused, no route, DNS)."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with socket.socket() as s:             # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    cfg = ExperimentConfig("x", agents=AgentConfig(backend="openai", base_url=url, model="q",
+                                                   api_key_env=KEY_ENV))
+    said = check_llm(cfg)
+    assert said.startswith("openai backend, model q: not verified from here: ")
+    assert f"at {url}" in said and "ConnectError" in said and "refused" in said.lower()
+
+
+def test_a_reasoning_model_gets_room_to_think(service, monkeypatch, tmp_path):
+    """The stopper asks for at most 300 tokens and agents.max_tokens can only lower that, so a
+    local reasoning model (vLLM with a reasoning parser: the thinking in reasoning_content) was
+    cut off while thinking on every call, and the record said only "answer more briefly".
+    agents.thinking_tokens adds room, and a cut in the thinking names that setting."""
+    from llmzero_slurm.agents.decisions import parse_decision
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = config(service, backend="openai", model="qwen3")
+    cut = {"body": {"id": "c", "object": "chat.completion", "created": 0, "model": "qwen3",
+                    "choices": [{"index": 0, "finish_reason": "length", "message": {
+                        "role": "assistant", "content": None,
+                        "reasoning_content": "The validation rose at step 20, then"}}]}}
+    service.reply(cut)
+    record = AgentRecord("stopper", "openai")
+    found = ask(choose_backend(cfg), Prompt("s", "t", max_tokens=300),
+                lambda text: parse_decision(text, 1, "openai"), lambda: None, record)
+    assert found is None and "agents.thinking_tokens" in record.fallbacks[0]
+    assert "validation rose" in record.answers[0]         # the thinking is kept
+    assert service.requests[0]["body"]["max_tokens"] == 300
+    cfg.thinking_tokens = 4000
+    service.reply("DECISION: CONTINUE\nREASON: rising")
+    ask(choose_backend(cfg), Prompt("s", "t", max_tokens=300),
+        lambda text: parse_decision(text, 1, "openai"), lambda: None, AgentRecord("stopper", "openai"))
+    assert service.requests[0]["body"]["max_tokens"] == 4300

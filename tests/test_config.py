@@ -475,3 +475,17 @@ def test_no_evolve_children_is_refused_as_a_search_of_one_phase():
     assert said.startswith("config key 'search.max_evolve_children': must be > 0 (got 0)")
     assert "first phase" in said
     parse_config({"name": "x", "search": {"max_debug_children": 0, "max_debug_depth": 0}})
+
+
+def test_an_openai_compatible_server_is_not_priced_at_claudes_rates():
+    """With the site's own vLLM server, status and the report priced every token at Claude
+    Sonnet's list rates ($3 and $15 per Mtok), dollars nobody paid. Backend openai now prices
+    at 0 unless agents.price_* are set (a paid gateway); the other backends keep the rates."""
+    agents = {"backend": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "qwen"}
+    cfg = parse_config({"name": "x", "agents": agents}).agents
+    assert (cfg.price_input_per_mtok, cfg.price_output_per_mtok, cfg.price_cache_read_per_mtok,
+            cfg.price_cache_write_per_mtok, cfg.price_cache_write_5m_per_mtok) == (0, 0, 0, 0, 0)
+    cfg = parse_config({"name": "x", "agents": {**agents, "price_output_per_mtok": 0.6}}).agents
+    assert (cfg.price_input_per_mtok, cfg.price_output_per_mtok) == (0, 0.6)
+    assert parse_config({"name": "x", "agents": {"backend": "anthropic"}}).agents \
+        .price_output_per_mtok == 15.0

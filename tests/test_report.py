@@ -736,3 +736,21 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))
     page = write_report(store.root).read_text()
     assert "ended preempted" not in page and "2 RUNNING" in page
+
+
+def test_status_does_not_read_usage_no_answer_reported_as_zero():
+    """A vLLM server that reports no usage: llmzero-status read "agents: 2 LLM calls, 0
+    tokens, $0.0000 + the unknown cost of 2 answers", as if the calls had been free."""
+    from llmzero_slurm.cli.status import agents_line
+    from llmzero_slurm.report.costs import AgentCost
+    unknown = {"input_tokens": None, "output_tokens": None, "cache_write_tokens": None,
+               "cache_read_tokens": None, "cost_usd": None, "unknown": "no usage given"}
+    cost = AgentCost()
+    for _ in range(2):
+        cost.add({**record("stopper", 0, 0, action="CONTINUE"), "answers": ["x"],
+                  "usage": unknown})
+    assert agents_line({"stopper": cost}) == ("agents: 2 LLM calls, tokens and dollars "
+                                              "unknown: the service reported no usage")
+    cost.add({**record("stopper", 300, 0.01, action="CONTINUE"), "answers": ["x"]})
+    assert agents_line({"stopper": cost}).startswith("agents: 3 LLM calls, 335 tokens, "
+                                                     "$0.0100 + the unknown cost of 2 answers")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from typing import Callable, TypeVar
 
 from .answers import AnswerError
@@ -32,6 +33,17 @@ def bounded(text: str) -> str:
             f"{digest}; the end was: ...]\n{text[-EXCERPT_CHARS // 4:]}")
 
 
+# A reasoning model's thinking, as a server without a reasoning parser passes it on: drafts in
+# there are not the answer. Some chat templates open <think> in the prompt, so only the close
+# tag comes back; an opened block never closed is thinking to the end.
+_THINKING = re.compile(r"\A.*</think>|<think>.*\Z", re.S)
+
+
+def final_answer(text: str) -> str:
+    """The reply without the model's thinking: what is parsed and shown in a repair round."""
+    return _THINKING.sub("", text).strip() if "think>" in text else text
+
+
 def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Callable[[], T],
         record: AgentRecord, repairs: int = 1, unusable: Callable[[], T] | None = None) -> T:
     """`parse` raises AnswerError with a message meant for the LLM (anything else it raises
@@ -50,21 +62,24 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
             record.fallbacks.append(f"LLM unavailable: {exc}")
             break
         record.usage.add(reply.usage)
-        text = bounded(reply.text)
-        record.answers.append(text)
+        record.answers.append(bounded(reply.text))     # the whole reply, thinking included
+        text = bounded(final_answer(reply.text))
         try:
             if len(reply.text) > MAX_ANSWER_CHARS:
                 raise AnswerError(f"the answer is {len(reply.text):,} characters long; keep it "
                                   f"under {MAX_ANSWER_CHARS:,} and end with the requested block")
             if reply.cut:
                 raise AnswerError(reply.cut)
-            return parse(reply.text)
+            return parse(final_answer(reply.text))
         except AnswerError as exc:
             if reply.refused:   # kept in the conversation, the refused turn is refused again
                 record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}; asked again "
                                         "without it")
                 continue
-            record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}")
+            thinking = reply.cut and "think>" in reply.text and not text
+            record.fallbacks.append(f"answer {attempt + 1} rejected: {exc}" + (
+                "; cut while the model was still thinking: raise agents.thinking_tokens"
+                if thinking else ""))
             prompt = prompt.repair(text, str(exc))
         except Exception as exc:  # noqa: BLE001 - a checker's bug must not lose the record
             # Not the LLM's mistake, so no repair round: the fallback answers, and the caller

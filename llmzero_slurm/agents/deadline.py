@@ -49,6 +49,9 @@ class _Abandoned(BaseException):
 class _Call:
     def __init__(self) -> None:
         self.abandoned = False
+        # The service's last refusal (a 429 whose retry-after outlasts the call): an
+        # abandoned call says it, or a rate limit would read as a slow service.
+        self.refused: str | None = None
 
     def check(self) -> None:
         if self.abandoned:
@@ -78,6 +81,11 @@ def _before_request(_request: httpx2.Request) -> None:
 def _on_reply(response: httpx2.Response) -> None:
     if (call := getattr(_running, "call", None)) is not None:
         response.stream = _Checked(response.stream, call)
+        if response.status_code >= 400:
+            wait = response.headers.get("retry-after")
+            call.refused = f"HTTP {response.status_code}" + (
+                f" (retry-after: {wait} s)" if wait and wait.isdigit() else
+                f" (retry-after: {wait})" if wait else "")
 
 
 HOOKS = {"request": [_before_request], "response": [_on_reply]}
@@ -111,9 +119,10 @@ def within(seconds: float, work: Callable[[], T]) -> T:
     finally:
         call.abandoned = worker.is_alive()   # also when a stop signal ended the wait
     if call.abandoned:
+        last = f"; its last reply was {call.refused}" if call.refused else ""
         raise Abandoned(f"the call was abandoned: {why}" if why else
                         f"no complete answer within agents.timeout_s = {seconds:g} s (the "
-                        "service's retries included); the call was abandoned")
+                        f"service's retries included); the call was abandoned{last}")
     if error:
         raise error[0]
     return value[0]

@@ -24,6 +24,7 @@ from PIL import Image
 from ..config import AgentConfig
 from ..errors import ConfigError
 from .deadline import HOOKS, Abandoned, within
+from .probe import probe
 from .route import address, proxy_for
 from .usage import Usage, anthropic_usage, openai_usage
 
@@ -118,6 +119,7 @@ class _SDKBackend:
     sdk: type
     http_client: type   # the SDK's own HTTP client class, its defaults kept
     vendor: str     # how a failure is named in the agent's record
+    name: str       # the backend, as agents.backend spells it
 
     def __init__(self, cfg: AgentConfig, api_key: str):
         self.cfg = cfg
@@ -164,26 +166,8 @@ class _SDKBackend:
         return self.redact(str(reply))[:200]
 
     def probe(self) -> str:
-        """--check's trial of the key and the model: one request for one token. A refusal that
-        no waiting cures (401/403 the key, 400/404 the model or the URL's path) is a
-        ConfigError naming the key, since every agent call would fall back to the heuristics;
-        any other failure (the network, 429, 5xx) is said only, as the agents retry those."""
-        try:
-            body = self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1))
-            within(self.cfg.timeout_s, lambda: self.send(body))
-        except (anthropic.APIStatusError, openai.APIStatusError) as exc:
-            said = f"{type(exc).__name__}: {self.redact(str(exc))[:300]}"
-            if exc.status_code in (401, 403):
-                raise ConfigError("agents.api_key_env", f"the {self.vendor} refused the key in "
-                                  f"${self.cfg.key_env}: {said}") from None
-            if exc.status_code in (400, 404):
-                raise ConfigError("agents.model", f"the {self.vendor} at {self.client.base_url} "
-                                  f"has no model {self.cfg.model!r}, or refused a one-token "
-                                  f"request to it: {said}") from None
-            return f"not verified from here: {said}"
-        except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
-            return f"not verified from here: {type(exc).__name__}: {self.redact(str(exc))[:300]}"
-        return "a one-token request was answered"
+        """--check's trial of the key, the model and the URL (probe.py)."""
+        return probe(self, self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)))
 
 
 class AnthropicBackend(_SDKBackend):
@@ -233,8 +217,8 @@ class OpenAIBackend(_SDKBackend):
         messages = [{"role": "system", "content": prompt.system},
                     {"role": "user", "content": content}]
         messages += [{"role": role, "content": text} for role, text in prompt.turns]
-        return {"model": self.cfg.model, "messages": messages,
-                "max_tokens": min(prompt.max_tokens, self.cfg.max_tokens)}
+        return {"model": self.cfg.model, "messages": messages, "max_tokens":
+                min(prompt.max_tokens, self.cfg.max_tokens) + self.cfg.thinking_tokens}
 
     def send(self, body: dict[str, Any]) -> Reply:
         resp = self.client.chat.completions.create(**body)
@@ -242,7 +226,10 @@ class OpenAIBackend(_SDKBackend):
             raise LLMUnavailable(f"{self.vendor}: the reply has no choice with a message: "
                                  f"{self.excerpt(resp)}")
         usage = openai_usage(self.cfg, resp.usage, self.vendor)
-        return Reply(resp.choices[0].message.content or "", usage,
+        message = resp.choices[0].message   # vLLM's reasoning parser: the thinking apart
+        thought = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
+        text = f"<think>\n{thought}\n</think>\n" if isinstance(thought, str) and thought else ""
+        return Reply(text + (message.content or ""), usage,
                      cut_reason(stop := resp.choices[0].finish_reason), stop in REFUSALS)
 
 

@@ -207,8 +207,12 @@ def agents_line(costs: dict[str, AgentCost]) -> str | None:
     total = AgentCost.total(costs.values())
     if not (total.asked or total.calls):
         return None
-    line = (f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, "
-            f"{sum(total.tokens.values()):,} tokens, ${total.dollars:.4f}{total.unknown_said}")
+    tokens = sum(total.tokens.values())
+    # A server that reports no usage (vLLM can leave it out): not "0 tokens, $0.0000".
+    spent = ("tokens and dollars unknown: the service reported no usage" if total.unknown
+             and not tokens and not total.dollars else
+             f"{tokens:,} tokens, ${total.dollars:.4f}{total.unknown_said}")
+    line = f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, {spent}"
     if total.heuristic:
         line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
                  f"LLM's place" + (f" (last: {total.why[1][:200]})" if total.why[1] else ""))

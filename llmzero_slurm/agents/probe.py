@@ -1,0 +1,79 @@
+"""--check's trial of the agents' LLM service: one request for one token, and when the service
+answers 404 or 400, its model list to tell a wrong model from a wrong URL.
+
+Apart from llm.py because a site's own OpenAI-compatible server (vLLM) makes the two easy to
+confuse: a base_url without /v1 and a misspelt model both answer 404.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import anthropic
+import openai
+
+from ..config import AgentConfig
+from ..errors import ConfigError
+from .deadline import within
+
+
+class _SDKBackend(Protocol):
+    """What the trial needs of llm.py's SDK backends."""
+
+    cfg: AgentConfig
+    client: Any
+    name: str
+    vendor: str
+
+    def redact(self, text: str) -> str: ...
+
+    def send(self, body: dict[str, Any]) -> Any: ...
+
+
+def _served(llm: _SDKBackend) -> list[str] | None:
+    """The model names the service lists (GET {base_url}/models), or None when it lists none:
+    then its API is not at base_url at all (404), or it cannot say."""
+    try:
+        page = within(llm.cfg.timeout_s, lambda: llm.client.models.list())
+        return [str(m.id) for m in page.data]
+    except Exception:  # noqa: BLE001 - the list only sharpens the message
+        return None
+
+
+def _not_found(llm: _SDKBackend, said: str) -> ConfigError:
+    """Why the service refused a well-formed one-token request to the configured model."""
+    cfg, url = llm.cfg, str(llm.client.base_url)
+    served = _served(llm)
+    if served is not None and cfg.model not in served:
+        return ConfigError("agents.model", f"the {llm.vendor} at {url} serves no model "
+                           f"{cfg.model!r}; it serves: {', '.join(map(repr, served[:20]))} "
+                           f"({said})")
+    root = url.rstrip("/")
+    if served is None and llm.name == "openai" and not root.endswith("/v1"):
+        return ConfigError("agents.base_url", f"nothing at {root} answers the chat-completions "
+                           f"API ({said}): agents.base_url is the API's root, which for vLLM "
+                           f"and most OpenAI-compatible servers ends in /v1: try {root}/v1")
+    return ConfigError("agents.model", f"the {llm.vendor} at {url} has no model "
+                       f"{cfg.model!r}, or refused a one-token request to it: {said}")
+
+
+def probe(llm: _SDKBackend, body: dict[str, Any]) -> str:
+    """`body`: a request for one token. A refusal that no waiting cures (401/403 the key,
+    400/404 the model or the URL) is a ConfigError naming what to fix, since every agent call
+    would fall back to the heuristics; any other failure (the network, 429, 5xx) is said
+    only, as the agents retry those."""
+    try:
+        within(llm.cfg.timeout_s, lambda: llm.send(body))
+    except (anthropic.APIStatusError, openai.APIStatusError) as exc:
+        said = f"{type(exc).__name__}: {llm.redact(str(exc))[:300]}"
+        if exc.status_code in (401, 403):
+            raise ConfigError("agents.api_key_env", f"the {llm.vendor} refused the key in "
+                              f"${llm.cfg.key_env}: {said}") from None
+        if exc.status_code in (400, 404):
+            raise _not_found(llm, said) from None
+        return f"not verified from here: {said}"
+    except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
+        # The SDK's "Connection error." names neither the URL nor why: its cause does.
+        why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)
+        return (f"not verified from here: {type(exc).__name__}: {llm.redact(why)[:300]} at "
+                f"{str(llm.client.base_url).rstrip('/')}")
+    return "a one-token request was answered"
