@@ -231,6 +231,10 @@ class NodeDir:
         """The whole metrics log (a missing file is an empty one)."""
         return self.metrics_reader().read()
 
+    def metrics_start(self) -> MetricsLog:
+        """The log's points at step 0 (validation before training), its head read alone."""
+        return self.metrics_reader().read_until(0)
+
     def metrics_reader(self) -> MetricsReader:
         """An incremental reader: keep it to pay only for new lines on each later read."""
         return MetricsReader(self.metrics_file)
