@@ -115,9 +115,10 @@ class MetricsReader:
         return fh.read(len(mark)) == mark
 
     def _parse(self, line: bytes, number: int, last: bool,
-               points: dict[str, dict[int, float]], problems: list[str]) -> None:
+               points: dict[str, dict[int, float]], problems: list[str]) -> int | None:
+        """Add one line's points; its step, or None for a blank or bad line."""
         if not line.strip():
-            return
+            return None
         # A step of 1e400 or a 400-digit value overflows, arrays nested deep enough exhaust
         # the parser's recursion: the line is bad like any other, never the reader's end.
         try:
@@ -130,9 +131,31 @@ class MetricsReader:
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             what = "torn last line (still being written?)" if last else f"unreadable line: {exc}"
             problems.append(f"{self.path.name}:{number}: {what}")
-            return
+            return None
         for name, value in values.items():
             points.setdefault(name, {})[step] = value  # a requeue re-logs: last wins
+        return step
+
+    def read_until(self, step: int) -> MetricsLog:
+        """The points up to `step` that the file holds before its first line past it, read no
+        further (nor kept for a later `read`): the base model's validation at step 0 sits at
+        a log's head, and llmzero-status, parsing every scratch phase's whole log to find it
+        where none validated before training, took seconds at a thousand phases."""
+        points: dict[str, dict[int, float]] = {}
+        problems: list[str] = []
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            return MetricsLog()
+        except OSError as exc:
+            return MetricsLog(problems=[f"{self.path.name}: cannot be read ({exc.strerror})"])
+        with fh:
+            for number, line in enumerate(fh, 1):
+                logged = self._parse(line, number, not line.endswith(b"\n"), points, problems)
+                if logged is not None and logged > step:
+                    break
+        return MetricsLog({k: sorted((s, v) for s, v in pts.items() if s <= step)
+                           for k, pts in points.items()}, problems)
 
     def read(self) -> MetricsLog:
         """Everything the file holds now; a missing file is an empty log, and so is one that

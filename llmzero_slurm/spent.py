@@ -41,7 +41,7 @@ def spent(store: RunStore, tree: Tree, budget: Budget | None = None,
     """`shown`: llmzero-status's copy of `tree` with each phase whose job ended since a
     controller recorded it in the status its scheduler says; it is counted in `tree`'s place,
     the steps such a phase logged as trained, no longer as running."""
-    base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics())
+    base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics_start())
     logged = {n.id: last for n in tree if n.status is Status.RUNNING
               and (last := store.node_dir(n.id).metrics().last_step) is not None}
     return Spent(usage(shown or tree, budget or run_budget(store), logged=logged), base_val,

@@ -113,3 +113,26 @@ def test_a_run_that_died_without_its_end_record_is_charged_until_its_last_write(
     os.utime(files.metrics_file, (13600.0, 13600.0))      # its last step, an hour in
     results = collect_results(Node(0, None, Kind.SCRATCH, {}), files, get_backend("cpu"))
     assert results.gpu_hours == pytest.approx((7200 + 3600) / 3600 * 2)
+
+
+def test_the_base_score_is_read_from_each_logs_head_alone(tmp_path, monkeypatch):
+    """llmzero-status parsed every scratch phase's whole metrics log for a validation at
+    step 0 (verl's val_before_train), all of them where none validated there: 4.5 s a call at
+    1,000 phases of 500 steps. Only the lines up to the first trained step are read now."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.search.tree import Status
+    from llmzero_slurm.spent import spent
+    from llmzero_slurm.store.run_store import RunStore
+    from treebuild import N
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "heads"}))
+    for _ in range(3):
+        store.add_node(lambda j: N(j, None, Status.COMPLETED, 0.5))
+    rows = [(s, {VAL: s / 100, "actor/entropy": 1.0}) for s in range(1, 50)]
+    write_metrics(store.node_dir(0).metrics_file, rows, tail="not json\n")   # never validated
+    write_metrics(store.node_dir(1).metrics_file, [(0, {VAL: 0.3}), (0, {VAL: 0.25}), *rows],
+                  tail="not json\n")
+    write_metrics(store.node_dir(2).metrics_file, [(0, {VAL: 0.9})])
+    log = store.node_dir(1).metrics_start()
+    assert log.get(VAL) == [(0, 0.25)] and log.problems == []   # the bad line is never reached
+    monkeypatch.setattr(MetricsReader, "read", lambda self: pytest.fail(f"read {self.path}"))
+    assert spent(store, store.load_tree()).base_val == 0.25

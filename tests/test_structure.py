@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import subprocess
 import sys
 
 from llmzero_slurm.paths import ROOT
@@ -72,3 +73,16 @@ def test_every_package_the_login_node_modules_import_is_declared():
                 if top not in sys.stdlib_module_names and top != "llmzero_slurm":
                     imported.setdefault(IMPORT_NAMES.get(top, top).lower(), path.name)
     assert {k: v for k, v in imported.items() if k not in declared} == {}
+
+
+def test_llmzero_status_imports_neither_the_llm_clients_nor_matplotlib():
+    """Every llmzero-status imported the anthropic and openai SDKs and matplotlib (through
+    the report package and the monitor's module), 3 s and 110 MB of its 4.4 s and 150 MB on a
+    2-core login node: run under `watch` by many users, that was most of their load. It reads
+    the run only; those load in the commands and jobs that draw or ask an LLM."""
+    code = ("import sys, llmzero_slurm.cli.status, llmzero_slurm.cli.common; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'anthropic', 'openai', 'matplotlib', 'PIL'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

@@ -12,12 +12,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store.atomic import read_json, write_json
 from ..config import AgentConfig
-from .llm import Backend, Prompt
 from .usage import Usage
+
+if TYPE_CHECKING:     # not at run time: the LLM clients take seconds to import
+    from .llm import Backend, Prompt
 
 # The last fallback of a record the heuristic answered in the LLM's place (the report counts them).
 HEURISTIC_ANSWERED = "used the heuristic agent instead"

@@ -22,7 +22,7 @@ from .. import __version__
 from . import interrupted
 from ..config import load_config
 from ..render import follow_move, live_copy
-from ..report.build import MARK as REPORT_MARK
+from ..report.mark import MARK as REPORT_MARK
 from ..errors import (EDITED, FROZEN, ConfigError, EditedConfigError, LLMZeroError, StateError,
                       UsageError, full_storage, listed, way_back)
 from ..store.atomic import umask

@@ -193,7 +193,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
         print(f"agents: {method.agents}", flush=True)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     def curves(tree: Tree) -> None:
-        export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics())
+        export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics(),
+                           lambda i: store.node_dir(i).metrics_stamp())
     return Controller(store, scheduler, method,
                       configured or scheduler.default_poll_s,
                       on_finish=write_report, monitor=monitor, on_poll=curves)

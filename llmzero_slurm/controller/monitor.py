@@ -16,10 +16,8 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..agents.llm import choose_backend, unreachable
-from ..agents.stopper import Stopper, StopperInput
 from ..metrics import MetricsLog, MetricsReader, strategy_curves
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
@@ -33,6 +31,9 @@ from . import llm_key
 from .lease import Lease
 from .signals import StopSignals
 
+if TYPE_CHECKING:
+    from ..agents.stopper import Stopper
+
 HEARTBEAT_S = 5.0          # the monitor's heartbeat period while it waits
 HEARTBEAT_FILE = "heartbeat.json"   # in the run's monitor/ folder: time, host, pid, job_id, ...
 LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease this long
@@ -45,9 +46,13 @@ class Monitor:
                  key: str | None = None):
         """`offline`: use the offline stopper whatever is configured (no route to the LLM);
         `key`: the LLM key the controller handed over (llm_key.py)."""
+        # Imported here, in the monitor job: the LLM clients and matplotlib take seconds to
+        # import, which llmzero-status (reading monitor_heartbeat) must not pay on every call.
+        from ..agents.llm import choose_backend
+        from ..agents.stopper import Stopper
         self.store, self.scheduler = store, scheduler
         cfg = store.config
-        self.stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents, key))
+        self.stopper: Stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents, key))
         self.seen: dict[int, int | None] = {}   # node -> last step judged
         self.cancelled: set[int] = set()
         self.readers: dict[int, MetricsReader] = {}   # node -> its metrics, read incrementally
@@ -116,6 +121,7 @@ class Monitor:
         current = self.metrics(node.id)
         if current.last_step is None or self.seen.get(node.id) == current.last_step:
             return False
+        from ..agents.stopper import StopperInput
         decision = self.stopper.decide(StopperInput.of(node, current, best, best_val),
                                        self.store.node_dir(node.id).path)
         self.seen[node.id] = current.last_step    # judged once kept: a failed write asks again
@@ -169,6 +175,7 @@ def monitor_heartbeat(store: RunStore) -> dict[str, Any]:
 
 def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s: float) -> str:
     """The monitor job's body: loop until the controller is gone or the lifetime is up."""
+    from ..agents.llm import choose_backend, unreachable
     store = RunStore.open(run_dir)
     agents = store.config.agents
     key = llm_key.take(store.root / "monitor", agents)

@@ -17,9 +17,9 @@ from .html import render_html
 from .node_curves import NODE_CURVES, drop_stale_curves
 from ..strategy_file import write_strategy
 from .strategy import strategy_document
+from .mark import MARK
 
 STRATEGY = "strategy.yaml"
-MARK = ".llmzero-report"     # this folder is a report's: a new report may replace its files
 
 
 def _check_own_folder(out: Path) -> None:

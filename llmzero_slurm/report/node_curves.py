@@ -41,8 +41,4 @@ def drop_stale_curves(out_dir: Path, shown: Iterable[str]) -> None:
 
 def _stamp(node: NodeView) -> str:
     """Which node and which version of its metrics file."""
-    try:
-        stat = node.files.metrics_file.stat()
-        return f"{node.node.id}:{stat.st_mtime_ns}:{stat.st_size}"
-    except FileNotFoundError:
-        return f"{node.node.id}:none"
+    return f"{node.node.id}:{node.files.metrics_stamp()}"

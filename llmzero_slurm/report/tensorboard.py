@@ -72,26 +72,50 @@ def _exported(out: Path) -> tuple[dict[str, int], dict[str, str], Any]:
         return {}, {}, None
 
 
-def export_tensorboard(root: str | Path, tree: Tree,
-                       metrics_of: Callable[[int], MetricsLog]) -> Path:
-    """Bring <root>/tensorboard up to date with every node's metrics; return its path."""
+def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int], MetricsLog],
+                       stamp_of: Callable[[int], str] | None = None) -> Path:
+    """Bring <root>/tensorboard up to date with every node's metrics; return its path.
+    `stamp_of(node id)`: a stamp of its metrics file (NodeDir.metrics_stamp): a node whose
+    stamp is the one last exported is not read again, but for the best path's. The controller
+    runs this every poll, and parsing every node's whole log each time took minutes and GBs
+    on a search of hundreds of long phases."""
     out = Path(root) / TB_DIR
     out.mkdir(exist_ok=True)
     done, digests, best_before = _exported(out)
-    logs = {node.id: metrics_of(node.id) for node in tree}
+    stamps: dict[str, str] = _stamps(out) if stamp_of is not None else {}
+    logs: dict[int, MetricsLog] = {}
     for node in tree:
         key, run = str(node.id), out / f"node-{node.id:04d}"
+        if stamp_of is not None:
+            stamp = stamp_of(node.id)     # before the read: a line added during it is read next time
+            if stamps.get(key) == stamp and key in done and key in digests:
+                continue
+            stamps[key] = stamp
+        log = logs[node.id] = metrics_of(node.id)
         after = done.get(key, -1)
-        if after >= 0 and digests.get(key) != _digest(logs[node.id], after):
+        if after >= 0 and digests.get(key) != _digest(log, after):
             shutil.rmtree(run, ignore_errors=True)    # its written points changed: afresh
             after = -1
-        done[key] = _write(run, logs[node.id], after)
-        digests[key] = _digest(logs[node.id], done[key])
+        done[key] = _write(run, log, after)
+        digests[key] = _digest(log, done[key])
     path = best_path(tree)
+    for n in path:
+        if n.id not in logs:
+            logs[n.id] = metrics_of(n.id)
     progress = [[n.id, logs[n.id].last_step, digests[str(n.id)]] for n in path]
     if progress != best_before:
         shutil.rmtree(out / BEST_RUN, ignore_errors=True)
         if path:
             _write(out / BEST_RUN, strategy_curves(path, logs.__getitem__))
-    write_json(out / STATE_FILE, {"nodes": done, "digests": digests, "best": progress})
+    write_json(out / STATE_FILE, {"nodes": done, "digests": digests, "best": progress,
+                                  "stamps": stamps})
     return out
+
+
+def _stamps(out: Path) -> dict[str, str]:
+    """The metrics-file stamps the last export read (none: every node is read)."""
+    try:
+        stamps = read_json(out / STATE_FILE).get("stamps", {})
+        return {str(k): str(v) for k, v in stamps.items()}
+    except (StateError, AttributeError, TypeError, ValueError):
+        return {}

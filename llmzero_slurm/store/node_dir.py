@@ -231,6 +231,19 @@ class NodeDir:
         """The whole metrics log (a missing file is an empty one)."""
         return self.metrics_reader().read()
 
+    def metrics_start(self) -> MetricsLog:
+        """The log's points at step 0 (validation before training), its head read alone."""
+        return self.metrics_reader().read_until(0)
+
+    def metrics_stamp(self) -> str:
+        """Which version of the metrics file is there (its mtime and size): unchanged, a
+        reader that read it before need not read it again."""
+        try:
+            stat = self.metrics_file.stat()
+        except OSError:
+            return "none"
+        return f"{stat.st_mtime_ns}:{stat.st_size}"
+
     def metrics_reader(self) -> MetricsReader:
         """An incremental reader: keep it to pay only for new lines on each later read."""
         return MetricsReader(self.metrics_file)
