@@ -14,6 +14,7 @@ Run it with PYTHONPATH naming another checkout to time that one's package (befor
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -49,6 +50,11 @@ def log_text(rng: random.Random, start: int, steps: int, val0: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _built(node: Node, node_id: int) -> Node:
+    """The node made ahead, for add_node, which hands it the id it was made with."""
+    return node
+
+
 def build(root: Path, nodes: int, steps: int, running: int, val0: bool, seed: int = 0) -> None:
     """A search-shaped tree: a fifth of the phases from scratch, the rest evolve children of
     a random earlier phase; the last `running` phases still training."""
@@ -66,7 +72,7 @@ def build(root: Path, nodes: int, steps: int, running: int, val0: bool, seed: in
                     status=Status.RUNNING if live else Status.COMPLETED,
                     results=Results() if live else Results(
                         rng.random(), start + steps, None, start + steps, [start + steps], 0.5))
-        store.add_node(lambda j, node=node: node)
+        store.add_node(functools.partial(_built, node))
         store.node_dir(i).metrics_file.write_text(log_text(rng, start, steps, val0))
 
 
