@@ -1247,7 +1247,7 @@ def test_a_slurm_poll_below_the_sites_floor_is_raised_to_it_with_a_note(tmp_path
     keeps a fast poll."""
     from llmzero_slurm.schedulers import make_scheduler
     monkeypatch.setattr(SlurmScheduler, "available", staticmethod(lambda: True))
-    monkeypatch.setattr(SlurmScheduler, "reachable", staticmethod(lambda timeout_s=15.0: True))
+    monkeypatch.setattr(SlurmScheduler, "ping", staticmethod(lambda timeout_s=15.0: "up"))
     monkeypatch.setattr("llmzero_slurm.schedulers.conf_problem", lambda: None)
     sched = make_scheduler("auto", tmp_path, poll_s=0.05)
     assert (sched.min_poll_s, sched.max_poll_s) == (5.0, 5.0)
