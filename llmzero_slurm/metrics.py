@@ -136,6 +136,17 @@ class MetricsReader:
             points.setdefault(name, {})[step] = value  # a requeue re-logs: last wins
         return step
 
+    def _open(self) -> tuple[BinaryIO | None, MetricsLog]:
+        """The file open for reading, or None and the empty log to give in its place: a missing
+        file is an empty log, one that cannot be opened (a folder there, no permission) too,
+        flagged in `problems`."""
+        try:
+            return self.path.open("rb"), MetricsLog()
+        except FileNotFoundError:
+            return None, MetricsLog()
+        except OSError as exc:
+            return None, MetricsLog(problems=[f"{self.path.name}: cannot be read ({exc.strerror})"])
+
     def read_until(self, step: int) -> MetricsLog:
         """The points up to `step` that the file holds before its first line past it, read no
         further (nor kept for a later `read`): the base model's validation at step 0 sits at
@@ -143,12 +154,9 @@ class MetricsReader:
         where none validated before training, took seconds at a thousand phases."""
         points: dict[str, dict[int, float]] = {}
         problems: list[str] = []
-        try:
-            fh = self.path.open("rb")
-        except FileNotFoundError:
-            return MetricsLog()
-        except OSError as exc:
-            return MetricsLog(problems=[f"{self.path.name}: cannot be read ({exc.strerror})"])
+        fh, empty = self._open()
+        if fh is None:
+            return empty
         with fh:
             for number, line in enumerate(fh, 1):
                 logged = self._parse(line, number, not line.endswith(b"\n"), points, problems)
@@ -160,14 +168,10 @@ class MetricsReader:
     def read(self) -> MetricsLog:
         """Everything the file holds now; a missing file is an empty log, and so is one that
         cannot be opened (a folder in its place, no permission), flagged in `problems`."""
-        try:
-            fh = self.path.open("rb")
-        except FileNotFoundError:
+        fh, empty = self._open()
+        if fh is None:
             self._reset()
-            return MetricsLog()
-        except OSError as exc:
-            self._reset()
-            return MetricsLog(problems=[f"{self.path.name}: cannot be read ({exc.strerror})"])
+            return empty
         with fh:
             if os.fstat(fh.fileno()).st_size < self._pos or not self._unchanged(fh):
                 self._reset()
