@@ -2428,3 +2428,25 @@ def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tm
     assert main([str(path), "--check", "--run-dir", str(tmp_path / "run")]) == 2
     assert f"[FAIL] run directory: {tmp_path / 'run'} holds the run 'demo', not 'other'" \
         in capsys.readouterr().out
+
+
+def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, capsys):
+    """Walkthrough: search.exploration_c, max_evolve_children or early_stopping set under grid,
+    random or practitioner changed nothing and said nothing; a user who switched a tuned llmzero
+    experiment to grid believed the early stopper still ran. --check's method line and a new
+    run's start say which keys that method does not read; llmzero's own run says nothing."""
+    from llmzero_slurm.controller.preflight import check_method
+    search = {"method": "grid", "exploration_c": 2.0, "early_stopping": True,
+              "early_stop_interval_s": 3, "max_evolve_children": 2}   # 2 is the default
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"}, "search": search}
+    note = ("grid does not read search.exploration_c=2, search.early_stop_interval_s=3: "
+            "llmzero's tree search and early stopper alone do, so they change nothing in this run")
+    assert check_method(parse_config(exp)).endswith(f"; note: {note}")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "grid")]))
+    assert f"note: {note}\n" in capsys.readouterr().out
+    path.write_text(yaml.safe_dump({**exp, "search": {**search, "method": "llmzero"}}))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "llmzero")]))
+    assert "does not read" not in capsys.readouterr().out
+    assert "note" not in check_method(parse_config({**exp, "search": {"method": "random"}}))

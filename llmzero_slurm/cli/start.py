@@ -21,6 +21,7 @@ from ..errors import ConfigError, DataError, SchedulerError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
+from ..methods.registry import unread_note
 from ..render import check_run_dir
 from ..report import write_report
 from ..report.tensorboard import export_tensorboard
@@ -136,6 +137,8 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     for _, check in script_checks(cfg, run_dir):
         check()
     check_method(cfg)
+    if (unread := unread_note(cfg.search)) is not None:
+        print(f"note: {unread}", flush=True)
     try:
         check_inputs(cfg)
     except (ConfigError, DataError) as exc:   # both exit 2

@@ -18,6 +18,7 @@ from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.grid import GridMethod
 from ..methods.base import MethodContext
+from ..methods.registry import unread_note
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
@@ -170,6 +171,8 @@ def check_method(cfg: ExperimentConfig) -> str:
     if isinstance(method, GridMethod) and method.points > len(method.phases):
         said += (f": runs {len(method.phases)} of its {method.points} points (a larger "
                  "search.budget_iterations runs more)")
+    if (unread := unread_note(search)) is not None:
+        said += f"; note: {unread}"
     return said
 
 

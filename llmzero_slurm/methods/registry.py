@@ -3,6 +3,7 @@ only when a run uses it, and experiment.yaml's `search:` section is checked agai
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..search.settings import SearchSettings
 
 # name -> "module:Class"
 METHODS: dict[str, str] = {
@@ -16,6 +17,11 @@ METHODS: dict[str, str] = {
 # The methods whose plan is drawn from `search.space` (methods/space.py), and llmzero, whose
 # agents keep to it.
 READS_SPACE = ("random", "grid", "guidebook", "llmzero")
+# What llmzero alone reads: its tree policy's constants (search/policy.py, search/scoring.py)
+# and its monitor job's. The other methods plan their phases without a tree or a stopper.
+TREE_SETTINGS = ("exploration_c", "temperature", "fail_penalty", "early_penalty",
+                 "fail_forgiven", "max_evolve_children", "max_debug_children", "max_debug_depth",
+                 "min_scratch_ratio", "virtual_loss", "early_stopping", "early_stop_interval_s")
 
 
 def check_method(method: str, has_space: bool) -> None:
@@ -25,3 +31,23 @@ def check_method(method: str, has_space: bool) -> None:
     if has_space and method not in READS_SPACE:
         raise ConfigError("search.space", "is read only by the methods "
                           f"{', '.join(READS_SPACE)}; remove it or change search.method")
+
+
+def unread_note(search: SearchSettings) -> str | None:
+    """What `search` sets away from its defaults that its method never reads, said by --check
+    and a new run's start; None when nothing. Said, not refused as an ignored `space` is: one
+    experiment.yaml is commonly run under several methods to compare them, and these keys
+    change nothing in a static plan."""
+    if search.method == "llmzero":
+        return None
+    default = SearchSettings()
+    unread = [f"search.{key}={_shown(getattr(search, key))}" for key in TREE_SETTINGS
+              if getattr(search, key) != getattr(default, key)]
+    if not unread:
+        return None
+    return (f"{search.method} does not read {', '.join(unread)}: llmzero's tree search and "
+            "early stopper alone do, so they change nothing in this run")
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
