@@ -2404,6 +2404,11 @@ def test_a_method_changed_in_a_run_with_phases_is_refused_by_name(tmp_path):
         f"is random in {run / 'experiment.yaml'}, and the run's phases were made by llmzero"), \
         err.value.problem
     assert "another --run-dir" in err.value.problem
+    shown = cli("status", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("experiment demo (llmzero), "), shown.stdout
+    assert f"note: search.method is random in {run / 'experiment.yaml'}, and the run's phases " \
+           "were made by llmzero" in shown.stdout, shown.stdout
 
 
 def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tmp_path, capsys):

@@ -31,7 +31,7 @@ from ..store import inputs
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
-from ..store.schema import created_method
+from ..store.schema import method_edit
 from .background import controller_command, detach
 from .config_change import check_note, ignored
 from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
@@ -168,11 +168,9 @@ def _resume(run_dir: Path) -> RunStore:
     that cannot go into #SBATCH lines, as a new run there is, or where its reward or data
     file changed since it was created (its scores would mix); moved, its scripts follow it."""
     store = open_run_store(run_dir)
-    method, made = store.config.search.method, created_method(store.root)
-    if made not in (None, method) and len(store.load_tree()):
-        raise ConfigError("search.method", f"is {method} in {store.root / 'experiment.yaml'}, "
-                          f"and the run's phases were made by {made}: a run is one method's "
-                          f"search; put {made} back, or run {method} with another --run-dir")
+    edited = method_edit(store.root, store.config.search.method)
+    if edited is not None and len(store.load_tree()):
+        raise ConfigError("search.method", edited)
     check_run_dir(store.root)
     inputs.refuse_changed(store.root)
     follow_moved_run(store)

@@ -25,7 +25,7 @@ from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
 from ..spent import spent
 from ..store.run_store import RunStore
-from ..store.schema import created_by, release_note
+from ..store.schema import created_by, created_method, method_edit, release_note
 from .common import add_run_dir, open_run, run_main
 
 
@@ -165,9 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     holder = (f"controller running on {lease['host']} pid {lease['pid']}{job}" if lease and running
               else "controller state unknown" if lease_note
               else "; ".join(map(waiting_line, waiting)) or "controller not running")
-    print(f"experiment {store.config.name} ({store.config.search.method}), {holder}")
-    if (release := release_note(store.root)) is not None:
-        print(f"note: {release}")
+    method = store.config.search.method
+    edited = method_edit(store.root, method) if len(tree) else None
+    # Headed by the method whose phases these are; the edit, which a resume refuses, is said.
+    print(f"experiment {store.config.name} ({created_method(store.root) if edited else method}), "
+          f"{holder}")
+    for said in (release_note(store.root), edited and f"search.method {edited}"):
+        if said:
+            print(f"note: {said}")
     print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged)))
     print(tree_summary(shown))
     print("\n".join(used.lines()))

@@ -161,3 +161,15 @@ def created_method(root: str | Path) -> str | None:
     search = data.get("search") if isinstance(data, dict) else None
     method = search.get("method", "llmzero") if isinstance(search, dict) else "llmzero"
     return method if isinstance(method, str) else None
+
+
+def method_edit(root: str | Path, method: str) -> str | None:
+    """What is wrong with a run whose config names `method` where its phases were made by
+    another (search.method edited in its experiment.yaml): a run is one method's search, and
+    a resume refuses it. None when it names the method the run was created with."""
+    made = created_method(root)
+    if made in (None, method):
+        return None
+    return (f"is {method} in {Path(root) / CONFIG}, and the run's phases were made by {made}: "
+            f"a run is one method's search; put {made} back, or run {method} with another "
+            "--run-dir")
