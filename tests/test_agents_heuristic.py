@@ -78,7 +78,7 @@ def test_healthy_run_goes_on_with_smaller_steps_and_capacity_never_shrinks(tmp_p
                          "kl_loss_coef": node.hparams["kl_loss_coef"] * 1.5}
     assert p.checkpoint == max(node.results.checkpoints)
     _, _, second = propose("healthy", tmp_path / "b", siblings=[child(p)])
-    assert "taken or invalid: a bolder variant" in second.diagnosis
+    assert "was run by a sibling or is refused, so a bolder variant instead" in second.diagnosis
     assert second.hparams["lr"] > node.hparams["lr"]
     for key in ("rollout_n", "max_response_length"):
         assert p.hparams[key] >= node.hparams[key]

@@ -107,7 +107,8 @@ def propose(parent_hp: Mapping[str, Any], log: MetricsLog, checkpoints: list[int
     for label, make in variants:
         changes = {k: v for k, v in bounds.clamp(make(parent_hp)).items() if parent_hp.get(k) != v}
         # An alternative says so: the diagnosis alone would claim the rule's own change.
-        variant = f" The rule's own change is taken or invalid: a {label} variant." if label else ""
+        variant = (f" The rule's own change was run by a sibling or is refused, so a {label} "
+                   "variant instead." if label else "")
         data = {"diagnosis": f"{rule}: {why}.{variant}", "changes": changes,
                 "checkpoint_step": step, "additional_steps": steps}
         try:
