@@ -134,6 +134,25 @@ def test_misspelt_key_is_named():
     assert err.value.key == "actor_rollout_ref.actor.optim.lrr"
 
 
+def test_every_misspelt_or_mistyped_override_is_named_in_one_check():
+    """Walkthrough: Hydra stops at the first override it refuses, so --check named one
+    misspelling per round; a user with three spent three rounds (verl's config composes in
+    seconds each). Every override verl's config refuses is named at once; the one check
+    raises them together, and a good override among them is not named."""
+    from llmzero_slurm.backends.verl.schema import check_overrides
+    from llmzero_slurm.errors import ConfigErrors
+    bad = ["actor_rollout_ref.actor.optim.lrr=1e-5", "actor_rollout_ref.model.use_shm=true",
+           "+actor_rollout_ref.model.use_remove_paddin=true",
+           "actor_rollout_ref.actor.ppo_epochs=two"]
+    settings = VerlSettings.from_config({"overrides": bad})
+    with pytest.raises(ConfigErrors) as err:
+        check_overrides(build_overrides(phase(), TABLE12, settings))
+    assert [e.key for e in err.value.errors] == [
+        "actor_rollout_ref.actor.optim.lrr", "actor_rollout_ref.model.use_remove_paddin",
+        "actor_rollout_ref.actor.ppo_epochs"], str(err.value)
+    assert str(err.value).startswith("3 problems found in verl 0.9.1's config:")
+
+
 @pytest.mark.parametrize("override, message", [
     # Issue 15.2: both passed every check and failed (or were ignored) on the GPU node.
     ("+actor_rollout_ref.model.use_remove_paddin=true", "did you mean "

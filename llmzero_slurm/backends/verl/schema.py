@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...errors import ConfigError
+from ...errors import ConfigError, ConfigProblems
 from .grammar import parse_override
 from .keys import WHOLE_FLOATS
 from .traps import INSTEAD, check_traps
@@ -199,11 +199,25 @@ def _did_you_mean(defaults: Any, key: str) -> str:
 
 
 def check_overrides(overrides: Sequence[str]) -> str | None:
-    """Compose and check; return None when checked, or the reason the check was skipped."""
+    """Compose and check; return None when checked, or the reason the check was skipped.
+    Hydra stops at the first override it refuses: each refused one is taken out and the rest
+    composed again, so that every one is named at once (ConfigErrors), not one per round."""
     reason = unavailable_reason()
     if reason:
         return f"verl override list not checked on this machine: {reason}"
-    compose(overrides)
+    problems, left = ConfigProblems(), list(overrides)
+    while True:
+        try:
+            compose(left)
+            break
+        except ConfigError as exc:
+            problems.errors += exc.errors
+            refused = {e.key for e in exc.errors}
+            kept = [o for o in left if parse_override(o)[1] not in refused]
+            if len(kept) == len(left):   # not one override's own problem: nothing to take out
+                break
+            left = kept
+    problems.raise_all("verl 0.9.1's config")
     return None
 
 
