@@ -572,6 +572,42 @@ def test_backend_choice(monkeypatch):
     assert choose_backend(AgentConfig(api_key_env=KEY_ENV)).name == "anthropic"
 
 
+def test_a_personal_key_is_not_sent_in_clear_text(service, monkeypatch):
+    """A personal $OPENAI_API_KEY (or $ANTHROPIC_API_KEY) in the shell was sent to a site's
+    plain http:// server, readable on every network hop. It is refused, naming the fix, unless
+    agents.api_key_env names the variable on purpose; loopback and https are fine."""
+    from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.preflight import check_llm
+    for var, cfg in (("OPENAI_API_KEY", AgentConfig(backend="openai",
+                                                    base_url="http://10.1.2.3:8000/v1")),
+                     ("ANTHROPIC_API_KEY", AgentConfig(base_url="http://gpu-node7:8080"))):
+        monkeypatch.setenv(var, KEY)
+        with pytest.raises(ConfigError, match=rf"^config key 'agents.api_key_env': \${var} would "
+                                              rf"be sent in clear text to http://.*: use "
+                                              r"https://, unset .* or name .* in "
+                                              r"agents.api_key_env") as caught:
+            choose_backend(cfg)
+        assert KEY not in str(caught.value) and caught.value.exit_code == 2
+        with pytest.raises(ConfigError, match="clear text"):    # --check: a FAIL line
+            check_llm(ExperimentConfig("x", agents=cfg))
+        monkeypatch.delenv(var)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    assert choose_backend(AgentConfig(backend="openai", base_url="https://llm.site/v1")) is not None
+    assert choose_backend(AgentConfig(backend="openai", base_url="http://localhost:8000/v1"))
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://gateway.site:8080")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    with pytest.raises(ConfigError, match="clear text to http://gateway.site:8080"):
+        choose_backend(AgentConfig())
+    monkeypatch.setenv(KEY_ENV, KEY)                    # named on purpose: this server's key
+    assert choose_backend(AgentConfig(api_key_env=KEY_ENV)) is not None
+    monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    cfg = AgentConfig(backend="openai", base_url=f"{service.url}/v1")   # loopback: sent
+    service.reply("Ready")
+    choose_backend(cfg).complete(Prompt("s", "t"))
+    assert service.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"
+
+
 def phase_log(tmp_path, name, start, slope, steps=30):
     rows = [(s, {"critic/rewards/mean": 0.4, **(
         {"val-core/addition/acc/mean@1": 0.3 + slope * (s - start),

@@ -1233,6 +1233,40 @@ def test_each_start_says_who_answers_for_the_agents(tmp_path, capsys, monkeypatc
     assert "sk-walk" not in said
 
 
+def test_a_start_tries_the_llm_once_and_says_what_is_wrong(tmp_path, capsys, monkeypatch):
+    """A start against a server that was down, refused the key or lacked the model said
+    nothing: the first proposal fell back to the heuristics a phase later. Each start now tries
+    the LLM with --check's one-token request and says what is wrong and what happens next."""
+    from llm_loopback import LoopbackLLM
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    with socket.socket() as s:             # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    agents = {"backend": "openai", "api_key_env": "LLMZ_WALK_KEY", "model": "qwen2"}
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "demo", "scheduler": "local", "agents": {**agents, "base_url": down}}))
+    build_controller(store)
+    said = capsys.readouterr().err
+    assert said.startswith(f"warning: the agents' LLM at {down} did not answer a one-token "
+                           "trial request: "), said
+    assert "connection refused: nothing listens at 127.0.0.1:" in said.lower()
+    assert "each agent call falls back to the offline heuristics while it does not answer" in said
+    with LoopbackLLM() as service:
+        store.config.agents.base_url = f"{service.url}/v1"
+        service.reply({"status": 401, "message": "bad key {key}"})
+        build_controller(store)
+        said = capsys.readouterr().err
+        assert "refused the key in $LLMZ_WALK_KEY" in said and "sk-walk" not in said, said
+        assert "every agent call falls back to the offline heuristics until that is fixed" in said
+        service.reply({"status": 404, "message": "no model"}, models=["qwen"])
+        build_controller(store)
+        assert "serves no model 'qwen2'; it serves: 'qwen'" in capsys.readouterr().err
+        service.reply("Ready")
+        build_controller(store)
+        assert capsys.readouterr().err == ""
+        assert service.requests[0]["body"]["max_tokens"] == 1     # once, one token
+
+
 def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):
     """A run that auto-chose Slurm, resumed while slurmctld was briefly down, would have watched
     its Slurm jobs through the local scheduler and started phases on the login node."""

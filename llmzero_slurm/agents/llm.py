@@ -23,6 +23,7 @@ from PIL import Image
 
 from ..config import AgentConfig
 from ..errors import ConfigError
+from .cleartext import refuse_cleartext_key
 from .deadline import HOOKS, Abandoned, within
 from .probe import probe
 from .route import address, proxy_for
@@ -243,6 +244,8 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
     key = (os.environ.get(cfg.key_env, "") if key is None else key).strip()   # a file's CRLF
     if cfg.backend == "heuristic" or (cfg.backend == "auto" and not key):
         return None
+    if key:
+        refuse_cleartext_key(cfg, endpoint(cfg))
     if cfg.backend in ("auto", "anthropic"):
         if not key:
             raise ConfigError("agents.api_key_env",

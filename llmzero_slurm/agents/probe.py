@@ -6,6 +6,8 @@ confuse: a base_url without /v1 and a misspelt model both answer 404.
 """
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Any, Protocol
 
 import anthropic
@@ -14,6 +16,11 @@ import openai
 from ..config import AgentConfig
 from ..errors import ConfigError
 from .deadline import within
+from .route import address
+
+
+class Unverified(Exception):
+    """The trial got no verdict (the network, a timeout, 429, 5xx): the agents retry those."""
 
 
 class _SDKBackend(Protocol):
@@ -59,8 +66,8 @@ def _not_found(llm: _SDKBackend, said: str) -> ConfigError:
 def probe(llm: _SDKBackend, body: dict[str, Any]) -> str:
     """`body`: a request for one token. A refusal that no waiting cures (401/403 the key,
     400/404 the model or the URL) is a ConfigError naming what to fix, since every agent call
-    would fall back to the heuristics; any other failure (the network, 429, 5xx) is said
-    only, as the agents retry those."""
+    would fall back to the heuristics; any other failure (the network, 429, 5xx) is
+    Unverified, as the agents retry those."""
     try:
         within(llm.cfg.timeout_s, lambda: llm.send(body))
     except (anthropic.APIStatusError, openai.APIStatusError) as exc:
@@ -70,10 +77,25 @@ def probe(llm: _SDKBackend, body: dict[str, Any]) -> str:
                               f"${llm.cfg.key_env}: {said}") from None
         if exc.status_code in (400, 404):
             raise _not_found(llm, said) from None
-        return f"not verified from here: {said}"
+        raise Unverified(said) from None
     except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
         # The SDK's "Connection error." names neither the URL nor why: its cause does.
         why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)
-        return (f"not verified from here: {type(exc).__name__}: {llm.redact(why)[:300]} at "
-                f"{str(llm.client.base_url).rstrip('/')}")
+        url = str(llm.client.base_url).rstrip("/")
+        raise Unverified(f"{_plainly(exc, url)}{type(exc).__name__}: {llm.redact(why)[:300]} "
+                         f"at {url}") from None
     return "a one-token request was answered"
+
+
+def _plainly(exc: BaseException, url: str) -> str:
+    """What a refused connection or an unknown host means, ahead of the SDK's own words."""
+    (host, port), seen = address(url), exc.__cause__ or exc.__context__
+    while seen is not None and not isinstance(seen, OSError):
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(seen, socket.gaierror):
+        return (f"the host name {host!r} does not resolve (a typo in "
+                "agents.base_url, or a name only some nodes know): ")
+    if isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED:
+        return (f"connection refused: nothing listens at {host}:{port} (is "
+                "the server running, on that port?): ")
+    return ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from ..controller.controller_job import (refuse_if_queued, submit_controller, ta
                                          withdraw_key)
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
+from ..controller.llm_trial import trial_warning
 from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
 from ..errors import ConfigError, DataError, SchedulerError, UsageError
@@ -192,6 +194,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
     method = make_method(cfg.search.method, ctx)
     if method.agents is not None:
         print(f"agents: {method.agents}", flush=True)
+        if (warning := trial_warning(cfg.agents)) is not None:
+            print(warning, file=sys.stderr, flush=True)
     monitor = MonitorKeeper(store, scheduler) if method.early_stopping else None
     def curves(tree: Tree) -> None:
         export_tensorboard(store.root, tree, lambda i: store.node_dir(i).metrics(),

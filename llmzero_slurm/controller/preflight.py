@@ -8,11 +8,11 @@ from __future__ import annotations
 import functools
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..agents.llm import choose_backend
+from ..agents.probe import Unverified
 from ..config import ExperimentConfig
 from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
@@ -27,8 +27,7 @@ from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
-
-LLM_TRIAL_TIMEOUT_S = 15.0
+from .llm_trial import trial_backend
 
 
 @dataclass
@@ -149,11 +148,14 @@ def check_llm(cfg: ExperimentConfig) -> str:
     """The agents' backend, and for an LLM one request for one token (a fraction of a cent),
     once and briefly: a key or model the service refuses would send every agent call to the
     heuristics."""
-    agents = replace(cfg.agents, max_retries=0, timeout_s=min(cfg.agents.timeout_s, LLM_TRIAL_TIMEOUT_S))
-    llm = choose_backend(agents)
+    llm = trial_backend(cfg.agents)
     if llm is None:
         return "offline heuristic agents (no API key configured)"
-    return f"{llm.name} backend, model {cfg.agents.model}: {llm.probe()}"
+    try:
+        said = llm.probe()
+    except Unverified as exc:
+        said = f"not verified from here: {exc}"
+    return f"{llm.name} backend, model {cfg.agents.model}: {said}"
 
 
 def check_method(cfg: ExperimentConfig) -> str:
