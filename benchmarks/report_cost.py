@@ -8,24 +8,41 @@ temporary folder and times write_report on each: the first write, which draws ev
 curve grid, and a refresh after one more phase ended off the best path (what a poll pays),
 best of --repeat runs.
 
+--scale NODESxSTEPS: one big search instead (status_cost.py's run: verl-sized logs of ~40
+metrics a step), reported in a fresh process as the controller does: the first write, a refresh
+after one more phase ended off the best path, and the process's peak RSS; with --tensorboard,
+the controller's first TensorBoard export of it instead. --keep DIR builds that run there once
+(or reuses it); each measurement works on a copy.
+
     python benchmarks/report_cost.py [--nodes 4 16 64] [--repeat 3]
+    python benchmarks/report_cost.py --scale 300x1000 [--tensorboard] [--repeat 1] [--keep DIR]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
+from llmzero_slurm.report.logs import MetricsLogs
+from llmzero_slurm.report.tensorboard import export_tensorboard
 from llmzero_slurm.search.policy import Action, make_child
-from llmzero_slurm.search.tree import Kind, Node, Results, Status, Tree
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
 from llmzero_slurm.store.run_store import RunStore
+from status_cost import _built, log_text
+from status_cost import build as build_scale
 
 STEPS = 200
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "rollout_n": 8, "lora_rank": 8, "lora_alpha": 16.0}
@@ -62,11 +79,76 @@ def build(root: Path, nodes: int, rng: random.Random) -> None:
         store.node_dir(i).metrics_file.write_text("\n".join(lines) + "\n")
 
 
+def one_more_phase(root: Path, steps: int) -> None:
+    """A phase of `steps` logged steps ended off the best path (it scores below every other),
+    as a poll finds one: an evolve child of node 0."""
+    store = RunStore.open(root)
+    i = len(store.load_tree())
+    node = Node(i, 0, Kind.EVOLVE, dict(RECIPE), resume=Resume(0, steps), status=Status.COMPLETED,
+                results=Results(-1.0, 2 * steps, None, 2 * steps, [2 * steps], 0.5))
+    store.add_node(functools.partial(_built, node))
+    store.node_dir(i).metrics_file.write_text(log_text(random.Random(i), steps, steps, True))
+
+
+def child(root: Path, steps: int, tensorboard: bool) -> None:
+    """In the process the parent measures, as the controller calls them: the first write, then
+    one more phase's refresh (or the first TensorBoard export, then that refresh)."""
+    store = RunStore.open(root)
+
+    def export() -> object:
+        return export_tensorboard(root, store.load_tree(), lambda i: store.node_dir(i).metrics(),
+                                  lambda i: store.node_dir(i).metrics_stamp())
+    run: Callable[[], object] = export if tensorboard else partial(write_report, root,
+                                                                    logs=MetricsLogs())
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    one_more_phase(root, steps)
+    t0 = time.perf_counter()
+    run()
+    print(json.dumps({"first": first, "refresh": time.perf_counter() - t0}))
+
+
+def scale(spec: str, repeat: int, keep: str | None, tensorboard: bool) -> None:
+    """The --scale measurement: best of `repeat` fresh processes, each on a copy of the run."""
+    nodes, steps = map(int, spec.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(keep or Path(tmp) / "built")
+        if not (built / "meta.json").exists():
+            build_scale(built, nodes, steps, running=8, val0=True)
+        runs = []
+        for r in range(repeat):
+            root = Path(tmp) / f"copy{r}"
+            shutil.copytree(built, root)
+            proc = subprocess.Popen([sys.executable, __file__, "--child", str(root), str(steps),
+                                     *(["--tensorboard"] if tensorboard else [])],
+                                    stdout=subprocess.PIPE, text=True)
+            out = proc.stdout.read() if proc.stdout else ""
+            _, status, usage = os.wait4(proc.pid, 0)
+            if os.waitstatus_to_exitcode(status):
+                raise SystemExit("the measured process failed")
+            runs.append({**json.loads(out), "peak_mb": usage.ru_maxrss / 1024})
+            shutil.rmtree(root)
+        what = "tensorboard" if tensorboard else "report"
+        print(f"{'run':>10} {'':>12} {'first write s':>14} {'refresh s':>10} {'peak RSS MB':>12}")
+        print(f"{spec:>10} {what:>12} {min(r['first'] for r in runs):>14.2f} "
+              f"{min(r['refresh'] for r in runs):>10.2f} {min(r['peak_mb'] for r in runs):>12.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scale", metavar="NODESxSTEPS", help="one big search, e.g. 300x1000")
+    parser.add_argument("--keep", help="with --scale: build the run here (or reuse one built there)")
+    parser.add_argument("--tensorboard", action="store_true",
+                        help="with --scale: time the TensorBoard export instead")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child(Path(args.child[0]), int(args.child[1]), args.tensorboard)
+    if args.scale:
+        return scale(args.scale, args.repeat, args.keep, args.tensorboard)
     print(f"{'nodes':>6} {'first write s':>14} {'refresh s':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.nodes:

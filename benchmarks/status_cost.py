@@ -27,6 +27,7 @@ from typing import Callable
 
 import llmzero_slurm
 from llmzero_slurm.config import parse_config
+from llmzero_slurm.metrics import KEY_METRICS
 from llmzero_slurm.report.collect import agent_costs
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status
 from llmzero_slurm.spent import spent
@@ -34,8 +35,9 @@ from llmzero_slurm.store.run_store import RunStore
 
 PACKAGE = Path(llmzero_slurm.__file__).resolve().parent.parent   # (PYTHONPATH picks it)
 RECIPE = {"lr": 1e-3, "kl_loss_coef": 0.04, "rollout_n": 8, "lora_rank": 8, "lora_alpha": 16.0}
-NAMES = [f"{group}/metric_{k}" for group in ("actor", "critic", "perf", "timing_s")
-         for k in range(10)]
+# verl's names for what prompts and the report draw, then fillers to ~40 a step.
+NAMES = [*KEY_METRICS, *(f"{group}/metric_{k}" for group in ("actor", "critic", "perf", "timing_s")
+                         for k in range(7))]
 
 
 def log_text(rng: random.Random, start: int, steps: int, val0: bool) -> str:

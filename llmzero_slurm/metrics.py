@@ -33,6 +33,11 @@ KEY_METRICS = (
     "response_length/mean", "response_length/clip_ratio", "timing_s/step",
     "actor/perf/max_memory_reserved_gb", "perf/max_rss_gb",
 )
+VAL_SCORE = "validation score"    # the panel of val_score_series, not a logged name
+# What the stopper compares (plots.overlay_figure); validation first because only it can
+# justify STOP.
+OVERLAY_METRICS = (VAL_SCORE, "critic/rewards/mean", "actor/entropy", "actor/kl_loss",
+                   "response_length/mean", "actor/grad_norm")
 
 
 @dataclass
@@ -96,8 +101,12 @@ class MetricsReader:
 
     CHUNK = 1 << 20
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, keep: Callable[[str], bool] | None = None):
+        """`keep(name)`: whether a metric's series is kept (None: every one). Every line is
+        parsed and checked all the same; a report drawing a few series of a verl log of ~40
+        metrics a step holds a tenth of it."""
         self.path = Path(path)
+        self.keep = keep
         self._reset()
 
     def _reset(self) -> None:
@@ -133,7 +142,8 @@ class MetricsReader:
             problems.append(f"{self.path.name}:{number}: {what}")
             return None
         for name, value in values.items():
-            points.setdefault(name, {})[step] = value  # a requeue re-logs: last wins
+            if self.keep is None or self.keep(name):
+                points.setdefault(name, {})[step] = value  # a requeue re-logs: last wins
         return step
 
     def _open(self) -> tuple[BinaryIO | None, MetricsLog]:

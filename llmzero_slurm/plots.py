@@ -16,12 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from .metrics import KEY_METRICS, MetricsLog, Series, val_score_series  # noqa: E402
+from .metrics import (KEY_METRICS, OVERLAY_METRICS, VAL_SCORE, MetricsLog, Series,  # noqa: E402
+                      val_score_series)
 
-VAL_SCORE = "validation score"
-# What the stopper compares; validation first because only it can justify STOP.
-OVERLAY_METRICS = (VAL_SCORE, "critic/rewards/mean", "actor/entropy", "actor/kl_loss",
-                   "response_length/mean", "actor/grad_norm")
 DPI = 100
 DRAWABLE = 1e300   # larger magnitudes are left out of a plot (see _drawable)
 

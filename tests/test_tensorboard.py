@@ -13,18 +13,33 @@ from treebuild import N, S, T
 TB_VAL = VAL.replace("@", "_")    # TensorBoard tags take [A-Za-z0-9_./-]: verl's "@1" reads "_1"
 
 
-def scalars(run: Path) -> list[tuple[int, str, float]]:
-    """Every (step, tag, value) in a TensorBoard run's event files (TFRecord framing)."""
+def events(run: Path) -> list:
+    """Every event in a TensorBoard run's event files (TFRecord framing)."""
     from tensorboardX.proto import event_pb2
     out = []
     for path in sorted(run.glob("events.out.tfevents.*")):
         data, i = path.read_bytes(), 0
         while i < len(data):
             (length,) = struct.unpack("<Q", data[i:i + 8])
-            event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            out.append(event_pb2.Event.FromString(data[i + 12:i + 12 + length]))
             i += 12 + length + 4
-            out += [(event.step, v.tag, round(v.simple_value, 4)) for v in event.summary.value]
-    return sorted(out)
+    return out
+
+
+def scalars(run: Path) -> list[tuple[int, str, float]]:
+    """Every (step, tag, value) in a TensorBoard run."""
+    return sorted((event.step, v.tag, round(v.simple_value, 4))
+                  for event in events(run) for v in event.summary.value)
+
+
+def test_each_step_is_one_event_holding_its_every_scalar(tmp_path):
+    """An event a scalar cost 150 us each: a first export of 300 phases x 1,000 steps x 40
+    metrics took half an hour."""
+    log = write_metrics(tmp_path / "run" / "nodes" / "0000" / "metrics.jsonl",
+                        [(s, {VAL: 0.5, "actor/entropy": 0.9, "actor/kl_loss": 0.1}) for s in (1, 2)])
+    out = export_tensorboard(tmp_path / "run", T(N(0, None, score=0.5)), lambda i: read_metrics(log))
+    assert [(e.step, len(e.summary.value)) for e in events(out / "node-0000") if e.summary.value] \
+        == [(1, 3), (2, 3)]
 
 
 def test_nodes_and_the_best_strategy_read_as_curves_on_global_steps(tmp_path):

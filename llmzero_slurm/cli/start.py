@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from ..backends import get_backend
@@ -26,6 +27,7 @@ from ..methods.base import MethodContext
 from ..methods.registry import unread_note
 from ..render import check_run_dir
 from ..report import write_report
+from ..report.logs import MetricsLogs
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind, slurm_poll
@@ -202,7 +204,7 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                            lambda i: store.node_dir(i).metrics_stamp())
     return Controller(store, scheduler, method,
                       configured or scheduler.default_poll_s,
-                      on_finish=write_report, monitor=monitor, on_poll=curves)
+                      on_finish=partial(write_report, logs=MetricsLogs()), monitor=monitor, on_poll=curves)
 
 
 def submit(store: RunStore, args: argparse.Namespace) -> int:

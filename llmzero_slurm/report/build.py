@@ -13,6 +13,7 @@ from ..store.atomic import remove_stale_temps, write_text
 from ..store.locks import server_ages
 from .collect import collect
 from .figures import draw_all
+from .logs import MetricsLogs
 from .html import render_html
 from .node_curves import NODE_CURVES, drop_stale_curves
 from ..strategy_file import write_strategy
@@ -39,11 +40,13 @@ def _check_own_folder(out: Path) -> None:
                          "a new or empty folder, or one an earlier llmzero-report wrote")
 
 
-def write_report(run_dir: str | Path, out: Path | None = None) -> Path:
+def write_report(run_dir: str | Path, out: Path | None = None,
+                 logs: MetricsLogs | None = None) -> Path:
     """Write <run>/report/ (or `out`: a reader without write access to the run gives a folder
     of their own) and return the path of its index.html. A folder that cannot be made is a
-    StorageError naming it, as a file that cannot be written is."""
-    view = collect(run_dir)
+    StorageError naming it, as a file that cannot be written is. `logs`: the one the last
+    report of the run read through, for a refresh that parses only the logs that changed."""
+    view = collect(run_dir, logs)
     if out is not None:
         _check_own_folder(Path(out))
     out = Path(out) if out is not None else view.root / "report"

@@ -21,13 +21,15 @@ from ..store.atomic import read_json
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .costs import AgentCost
+from .logs import MetricsLogs
 from .strategy import phase_spans
 
 @dataclass
 class NodeView:
+    """A node as the page shows it; its curves are read where drawn (report/logs.py)."""
+
     node: Node
     files: NodeDir
-    log: MetricsLog
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)   # against its parent
     proposal: dict[str, Any] | None = None
     error_analysis: dict[str, Any] | None = None
@@ -70,6 +72,7 @@ class Phase:
     """One phase of the best strategy: the steps it contributes and what changed going in."""
 
     view: NodeView
+    log: MetricsLog                 # its node's drawn series (logs.MetricsLogs.curves)
     start: int
     end: int                        # the next phase resumed here, or the phase's last step
     changes: dict[str, tuple[Any, Any]]   # hyperparameter: (previous phase, this phase)
@@ -84,6 +87,7 @@ class RunView:
     nodes: dict[int, NodeView]
     phases: list[Phase]
     best_curves: MetricsLog | None      # the best strategy stitched on the global-step axis
+    logs: MetricsLogs                   # where the nodes' curves are read
     agent_costs: dict[str, AgentCost]
     notes: list[str]
     spent: Spent                        # samples, the stopper's saving, the gain over the base
@@ -156,12 +160,12 @@ def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
             files.ended_as(job_state(job.job_id, STATUS_FILE_STATES.get(job.state, job.state)).status))
 
 
-def _node_view(node: Node, tree: Tree, files: NodeDir, notes: list[str]) -> NodeView:
-    log = files.metrics()
-    notes.extend(f"node {node.id}: {p}" for p in log.problems)
+def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
+               notes: list[str]) -> NodeView:
+    notes.extend(f"node {node.id}: {p}" for p in logs.problems(files))
     parent = tree.nodes.get(node.parent) if node.parent is not None else None
     unread = parent is not None and parent.unreadable
-    view = NodeView(node, files, log, parent_unreadable=unread,
+    view = NodeView(node, files, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
     view.ended, view.ended_as = _ended(node, files)
     return _with_records(view, files, notes)
@@ -178,13 +182,14 @@ def _with_records(view: NodeView, files: NodeDir, notes: list[str]) -> NodeView:
     return view
 
 
-def _phases(tree: Tree, views: dict[int, NodeView]) -> list[Phase]:
+def _phases(tree: Tree, views: dict[int, NodeView], logs: MetricsLogs) -> list[Phase]:
     phases: list[Phase] = []
     for node, start, end in phase_spans(tree):
         before = phases[-1].view.node if phases else None
         known = before is not None and not before.unreadable
         changes = _changes(before.hparams, node.hparams) if before is not None and known else {}
-        phases.append(Phase(views[node.id], start, end, changes,
+        view = views[node.id]
+        phases.append(Phase(view, logs.curves(view.files), start, end, changes,
                             before.id if before is not None and not known else None))
     return phases
 
@@ -221,25 +226,28 @@ def _agent_costs(views: dict[int, NodeView],
 
 def agent_costs(store: RunStore, tree: Tree) -> dict[str, AgentCost]:
     """The agents' sums alone, no metrics read (llmzero-status)."""
-    views = {n.id: _with_records(NodeView(n, store.node_dir(n.id), MetricsLog()),
+    views = {n.id: _with_records(NodeView(n, store.node_dir(n.id)),
                                  store.node_dir(n.id), []) for n in tree}
     return _agent_costs(views, _unused_records(store.proposals_dir, []))
 
 
-def collect(root: str | Path) -> RunView:
+def collect(root: str | Path, logs: MetricsLogs | None = None) -> RunView:
+    """`logs`: the one the last report of this run read through (a refresh), or a new one."""
     store = RunStore.open(root, reading=True)
     tree = store.load_tree()
+    logs = MetricsLogs() if logs is None else logs
     notes: list[str] = []
-    views = {n.id: _node_view(n, tree, store.node_dir(n.id), notes)
+    views = {n.id: _node_view(n, tree, store.node_dir(n.id), logs, notes)
              for n in sorted(tree, key=lambda n: n.id)}
-    phases = _phases(tree, views)
+    phases = _phases(tree, views, logs)
     on_path = {p.view.node.id for p in phases}
     for i in sorted(store.corrupt):
         held = "the best strategy runs through it, so no strategy.yaml until " if i in on_path else ""
         notes.append(f"node {i} is left out, its record unreadable: {held}llmzero-repair "
                      f"{store.root} {i} rebuilds it")
-    best = strategy_curves([p.view.node for p in phases], lambda i: views[i].log) if phases else None
+    curves = {p.view.node.id: p.log for p in phases}
+    best = strategy_curves([p.view.node for p in phases], curves.__getitem__) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
     shown = Tree(replace(v.node, status=v.ended_as or v.node.status) for v in views.values())
-    return RunView(store.root, store.config, tree, views, phases, best, costs, notes,
+    return RunView(store.root, store.config, tree, views, phases, best, logs, costs, notes,
                    spent(store, tree, shown=shown), sorted(store.corrupt))

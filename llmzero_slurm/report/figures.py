@@ -26,7 +26,7 @@ def strategy_curve(view: RunView, path: Path) -> Path:
     """The best strategy's validation score on the global-step axis, one colour per phase."""
     fig, ax = new_figure()
     for i, phase in enumerate(view.phases):
-        points = [(s, v) for s, v in val_score_series(phase.view.log.without_test())
+        points = [(s, v) for s, v in val_score_series(phase.log.without_test())
                   if phase.start <= s <= phase.end]
         if points:
             steps, values = zip(*points)

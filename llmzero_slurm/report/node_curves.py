@@ -15,7 +15,8 @@ NODE_CURVES = "nodes"           # the report's folder of node curve grids
 def node_curves(view: RunView, out_dir: Path) -> dict[int, str]:
     """Each node's training curves over the best strategy's, one PNG per node, named by a
     digest of what it shows so that a poll redraws only the nodes whose curves changed.
-    Returns each node's file name relative to the report folder. The files it replaces stay
+    Each node's curves are read as it is drawn, and dropped. Returns each node's file name
+    relative to the report folder. The files it replaces stay
     until the new page is in place (`drop_stale_curves`): the old page still shows them."""
     out_dir.mkdir(parents=True, exist_ok=True)
     best = "|".join(_stamp(p.view) for p in view.phases)   # the curves drawn behind every node
@@ -24,7 +25,7 @@ def node_curves(view: RunView, out_dir: Path) -> dict[int, str]:
         key = hashlib.sha256(f"{_stamp(node)}#{best}".encode()).hexdigest()[:10]
         name = f"node-{node_id:04d}-{key}.png"
         if not (out_dir / name).exists():
-            save(overlay_figure(node.log, view.best_curves,
+            save(overlay_figure(view.logs.curves(node.files), view.best_curves,
                                 labels=(f"node {node_id}", "best strategy")), out_dir / name)
         names[node_id] = f"{out_dir.name}/{name}"
     return names

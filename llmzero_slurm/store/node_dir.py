@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import StateError
 from ..metrics import MetricsLog, MetricsReader
@@ -227,9 +227,9 @@ class NodeDir:
             return None
         return owner if owner.isdigit() else None
 
-    def metrics(self) -> MetricsLog:
-        """The whole metrics log (a missing file is an empty one)."""
-        return self.metrics_reader().read()
+    def metrics(self, keep: Callable[[str], bool] | None = None) -> MetricsLog:
+        """The whole metrics log (a missing file is an empty one); `keep`: MetricsReader's."""
+        return MetricsReader(self.metrics_file, keep).read()
 
     def metrics_start(self) -> MetricsLog:
         """The log's points at step 0 (validation before training), its head read alone."""
