@@ -192,6 +192,34 @@ def test_a_monitor_that_waited_long_in_the_queue_is_not_taken_for_a_silent_one(t
     assert sched.cancelled == ["901"] and len(sched.calls) == 2
 
 
+def test_a_monitor_waiting_on_a_slow_llm_is_not_taken_for_a_hung_one(tmp_path):
+    """The monitor beats before each phase, not while its stopper waits on the LLM: an LLM
+    that became slow held it silent for up to agents.timeout_s, and with a timeout raised for
+    a slow server (or a short interval, as in the CPU example) the keeper cancelled it as hung
+    in the middle of its call, again at every validation point, so nothing was ever judged."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "search": {"early_stop_interval_s": 60}, "agents": {"timeout_s": 600}}))
+    sched = MonitorOnlyScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)
+    keeper.ensure(True)                         # seen running
+    monitor_dir = store.root / "monitor"
+    Heartbeat(monitor_dir / "heartbeat.json", None)()
+
+    def silent_for(seconds: float) -> None:
+        then = time.time() - seconds
+        for name in ("heartbeat.json", "monitor.json"):
+            os.utime(monitor_dir / name, (then, then))
+
+    silent_for(60 + 500)                        # an interval, then most of a call
+    keeper.ensure(True)
+    assert sched.cancelled == [] and len(sched.calls) == 1
+    silent_for(60 + 600 + 600)                  # far past the longest call: hung
+    keeper.ensure(True)
+    assert sched.cancelled == ["901"] and len(sched.calls) == 2
+
+
 class MonitorEndsAtOnceScheduler(MonitorOnlyScheduler):
     """Every monitor job has ended when asked: one that fails as it starts (a broken
     environment on the monitor's partition)."""
