@@ -52,14 +52,15 @@ def _tokens(value: Any) -> int:
 
 
 class LoopbackLLM:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
+        """`port`: one a service stopped earlier held (a server that comes back)."""
         self.script: list[dict[str, Any]] = [{"text": "no answer scripted"}]
         self.models: list[str] | None = None
         self.requests: list[dict[str, Any]] = []
         self.dropped: list[str] = []
         self.cached: set[str] = set()
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -31,11 +31,11 @@ def write_val(path, points: dict[int, float]) -> None:
     write_metrics(path, val_rows(points), append=True)
 
 
-def run_with_a_best_phase(tmp_path, scheduler: str) -> RunStore:
+def run_with_a_best_phase(tmp_path, scheduler: str, **agents) -> RunStore:
     """A run whose node 0 completed at 0.9, which a phase stuck at 0.2 cannot catch."""
     store = RunStore.create(tmp_path / "run", parse_config({
         "name": "mon", "backend": "cpu", "scheduler": scheduler,
-        "agents": {"backend": "heuristic", "stop_margin": 0.0}}))
+        "agents": {"backend": "heuristic", "stop_margin": 0.0, **agents}}))
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 40},
                                   status=Status.COMPLETED,
                                   results=Results(best_val=0.9, checkpoints=[40])))
@@ -192,6 +192,34 @@ def test_a_monitor_that_waited_long_in_the_queue_is_not_taken_for_a_silent_one(t
     assert sched.cancelled == ["901"] and len(sched.calls) == 2
 
 
+def test_a_monitor_waiting_on_a_slow_llm_is_not_taken_for_a_hung_one(tmp_path):
+    """The monitor beats before each phase, not while its stopper waits on the LLM: an LLM
+    that became slow held it silent for up to agents.timeout_s, and with a timeout raised for
+    a slow server (or a short interval, as in the CPU example) the keeper cancelled it as hung
+    in the middle of its call, again at every validation point, so nothing was ever judged."""
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local",
+        "search": {"early_stop_interval_s": 60}, "agents": {"timeout_s": 600}}))
+    sched = MonitorOnlyScheduler()
+    keeper = MonitorKeeper(store, sched)
+    keeper.ensure(True)
+    keeper.ensure(True)                         # seen running
+    monitor_dir = store.root / "monitor"
+    Heartbeat(monitor_dir / "heartbeat.json", None)()
+
+    def silent_for(seconds: float) -> None:
+        then = time.time() - seconds
+        for name in ("heartbeat.json", "monitor.json"):
+            os.utime(monitor_dir / name, (then, then))
+
+    silent_for(60 + 500)                        # an interval, then most of a call
+    keeper.ensure(True)
+    assert sched.cancelled == [] and len(sched.calls) == 1
+    silent_for(60 + 600 + 600)                  # far past the longest call: hung
+    keeper.ensure(True)
+    assert sched.cancelled == ["901"] and len(sched.calls) == 2
+
+
 class MonitorEndsAtOnceScheduler(MonitorOnlyScheduler):
     """Every monitor job has ended when asked: one that fails as it starts (a broken
     environment on the monitor's partition)."""
@@ -247,6 +275,31 @@ def test_an_llm_endpoint_without_a_route_is_found_out_in_seconds(monkeypatch):
     assert why is not None and f"through the proxy 127.0.0.1:{port}" in why
 
 
+def test_a_monitor_started_while_its_llm_was_down_asks_it_once_it_answers(tmp_path):
+    """The route was tried once, as the monitor started: one started during an outage (a
+    replacement, or a search started before its server) judged with the offline stopper for
+    its whole life, days under the local scheduler, though the server was back."""
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.agents.llm import unreachable
+    port = closed_port()
+    store = run_with_a_best_phase(tmp_path, "local", backend="openai", timeout_s=10,
+                                  max_retries=0, base_url=f"http://127.0.0.1:{port}/v1")
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                  status=Status.RUNNING, submission=Submission("t1", "7")))
+    metrics = store.node_dir(1).metrics_file
+    write_val(metrics, {5: 0.3, 10: 0.5, 15: 0.7})      # climbing: the heuristic goes on
+    monitor = Monitor(store, ScriptedScheduler(), unreachable(store.config.agents, timeout_s=2))
+    assert monitor.cut_off and monitor.check_once() == []        # still down: offline
+    records = store.node_dir(1).early_stop_file
+    assert json.loads(records.read_text())[-1]["backend"] == "heuristic"
+    with LoopbackLLM(port) as service:
+        service.reply("REASON: still climbing.\nDECISION: CONTINUE")
+        write_val(metrics, {20: 0.75})
+        monitor.check_once()
+        assert monitor.cut_off is None and len(service.requests) == 1
+    assert json.loads(records.read_text())[-1]["backend"] == "openai"
+
+
 def test_the_endpoint_checked_is_the_one_the_sdk_calls(monkeypatch):
     """The anthropic SDK calls $ANTHROPIC_BASE_URL (a site's gateway) when agents.base_url is
     unset; the probe checked api.anthropic.com, and a monitor that could reach its gateway
@@ -277,7 +330,7 @@ def test_a_monitor_cut_off_from_its_llm_judges_offline_and_says_so(tmp_path, mon
     assert time.monotonic() - started < 15
     beat = monitor_heartbeat(store)
     assert "did not answer" in beat["llm_unreachable"]
-    assert Monitor(store, LocalScheduler(tmp_path / "jobs"), offline=True).stopper.llm is None
+    assert Monitor(store, LocalScheduler(tmp_path / "jobs"), "down").stopper.llm is None
     from llmzero_slurm.paths import ROOT
     shown = subprocess.run([str(ROOT / "bin" / "llmzero-status"), str(store.root)],
                            capture_output=True, text=True, timeout=120,

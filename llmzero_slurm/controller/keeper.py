@@ -19,7 +19,7 @@ from ..store.run_store import RunStore
 from . import llm_key
 from .monitor import HEARTBEAT_FILE, monitor_heartbeat, run_monitor
 
-STALE_S = 120.0            # a running monitor silent this long is replaced
+STALE_S = 120.0            # silence allowed a running monitor beyond an interval and an LLM call
 # The wait before replacing a monitor that ended before its first heartbeat (a broken
 # environment fails every one the same way), or that crashed well before its lifetime (a bug
 # its replacements meet too); it doubles with each such end in a row, up to MAX_RETRY_S.
@@ -38,6 +38,9 @@ class MonitorKeeper:
         self.dir.mkdir(exist_ok=True)
         cfg = store.config
         self.interval = cfg.search.early_stop_interval_s
+        # A monitor does not beat while its stopper waits on the LLM, which may take all of
+        # agents.timeout_s: a slow LLM (or a timeout raised for one) must not read as a hang.
+        self.patience = STALE_S + self.interval + cfg.agents.timeout_s
         # A time-limited monitor lives as long as a phase may; the keeper replaces it after that.
         self.lifetime = (max(parse_time(cfg.slurm.time), 4 * self.interval)
                          if scheduler.time_limited else UNLIMITED_S)
@@ -64,7 +67,7 @@ class MonitorKeeper:
         file server's clock."""
         known = [a for a in server_ages([self.dir / HEARTBEAT_FILE, self.dir / "monitor.json"])
                  if a is not None]
-        return not known or min(known) > STALE_S + self.interval
+        return not known or min(known) > self.patience
 
     def _said_ended(self, job: str) -> bool:
         """The monitor job `job` wrote its last heartbeat, saying why it ended, and no source

@@ -42,17 +42,17 @@ LEASE_GRACE_S = 30.0       # the monitor outlives a vanished controller lease th
 class Monitor:
     """One pass per interval over the running phases of a run."""
 
-    def __init__(self, store: RunStore, scheduler: Scheduler, offline: bool = False,
+    def __init__(self, store: RunStore, scheduler: Scheduler, cut_off: str | None = None,
                  key: str | None = None):
-        """`offline`: use the offline stopper whatever is configured (no route to the LLM);
+        """`cut_off`: why the LLM cannot be reached (the offline stopper judges until it can);
         `key`: the LLM key the controller handed over (llm_key.py)."""
         # Imported here, in the monitor job: the LLM clients and matplotlib take seconds to
         # import, which llmzero-status (reading monitor_heartbeat) must not pay on every call.
         from ..agents.llm import choose_backend
         from ..agents.stopper import Stopper
-        self.store, self.scheduler = store, scheduler
+        self.store, self.scheduler, self.cut_off, self.key = store, scheduler, cut_off, key
         cfg = store.config
-        self.stopper: Stopper = Stopper(cfg.agents, None if offline else choose_backend(cfg.agents, key))
+        self.stopper: Stopper = Stopper(cfg.agents, None if cut_off else choose_backend(cfg.agents, key))
         self.seen: dict[int, int | None] = {}   # node -> last step judged
         self.cancelled: set[int] = set()
         self.readers: dict[int, MetricsReader] = {}   # node -> its metrics, read incrementally
@@ -71,10 +71,24 @@ class Monitor:
             return None, None
         return strategy_curves(path, self.metrics), path[-1].score
 
+    def reach_llm(self) -> None:
+        """A monitor cut off from its LLM tries the route again before each pass, and its
+        stopper asks the LLM once it can: one started during an outage (or before the
+        server) judged offline for its whole life, days under the local scheduler."""
+        from ..agents.llm import choose_backend, endpoint, unreachable
+        agents = self.store.config.agents
+        self.cut_off = unreachable(agents)
+        if self.cut_off is None:
+            self.stopper.llm = choose_backend(agents, self.key)
+            print(f"monitor: the LLM endpoint {endpoint(agents)} can be reached again; the "
+                  "early stopper asks the LLM from now on", file=sys.stderr, flush=True)
+
     def check_once(self, alive: Callable[[], object] = lambda: None) -> list[int]:
         """Judge every running phase with new metrics; return the nodes cancelled. `alive` is
         called before each phase: a pass over many phases with a slow LLM outlasts the
         keeper's patience with a silent monitor."""
+        if self.cut_off:
+            self.reach_llm()
         try:
             tree = self.store.load_tree()
             best, best_val = self.best_strategy(tree)
@@ -179,11 +193,10 @@ def run_monitor(run_dir: str, scheduler_kind: str, interval_s: float, lifetime_s
     store = RunStore.open(run_dir)
     agents = store.config.agents
     key = llm_key.take(store.root / "monitor", agents)
-    # Compute nodes often have no route to the internet: find out in seconds, once, and judge
-    # with the offline stopper then, instead of every call spending minutes on retries.
+    # Compute nodes often have no route to the internet: find out in seconds, and judge with
+    # the offline stopper while there is none, instead of every call spending minutes on retries.
     cut_off = unreachable(agents) if choose_backend(agents, key) else None
-    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), offline=bool(cut_off),
-                      key=key)
+    monitor = Monitor(store, make_scheduler(scheduler_kind, store.root), cut_off, key)
     (store.root / "monitor").mkdir(exist_ok=True)
     beat = Heartbeat(store.root / "monitor" / HEARTBEAT_FILE, cut_off)
     ended = _watch(monitor, Lease(store), beat, interval_s, lifetime_s)
@@ -218,6 +231,7 @@ def _watch(monitor: Monitor, lease: Lease, beat: Heartbeat, interval_s: float,
             stopped = stop.unless_stopped(lambda: monitor.check_once(beat))
             if stopped is None:
                 continue       # cancelled while judging: the loop's top returns
+            beat.cut_off = monitor.cut_off
             beat(stopped=stopped)
             next_check = time.time() + interval_s
         else:
