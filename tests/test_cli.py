@@ -1007,6 +1007,14 @@ def test_status_says_what_the_agents_spent_and_how_often_the_heuristic_stood_in(
             "AuthenticationError: Error code: 401)") in table.stdout, table.stdout
     agents = json.loads(cli("status", str(store.root), "--json").stdout)["agents"]
     assert agents["proposer"]["heuristic"] == 1 and agents["stopper"]["calls"] == 1
+    # Walkthrough: after the server came back, the line read as if the LLM were still down.
+    # An LLM decision recorded after the last fallback is said.
+    decided = json.loads(store.node_dir(1).early_stop_file.read_text())
+    write_json(store.node_dir(1).early_stop_file, [{**decided[0], "created_at": 2e9}])
+    write_json(store.node_dir(1).proposal_file, {
+        **json.loads(store.node_dir(1).proposal_file.read_text()), "created_at": 1e9})
+    assert "AuthenticationError: Error code: 401; the LLM has answered since)" in \
+        cli("status", str(store.root)).stdout
 
 
 def test_status_shows_no_nan_base_score_and_its_json_is_valid(tmp_path):

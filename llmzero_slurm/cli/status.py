@@ -219,8 +219,10 @@ def agents_line(costs: dict[str, AgentCost]) -> str | None:
              f"{tokens:,} tokens, ${total.dollars:.4f}{total.unknown_said}")
     line = f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, {spent}"
     if total.heuristic:
+        # A failure long past reads as an LLM still down, unless its later answers are said.
+        since = "; the LLM has answered since" if total.answered > total.why[0] else ""
         line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
-                 f"LLM's place" + (f" (last: {total.why[1][:200]})" if total.why[1] else ""))
+                 f"LLM's place" + (f" (last: {total.why[1][:200]}{since})" if total.why[1] else ""))
     return line
 
 

@@ -19,6 +19,7 @@ class AgentCost:
     asked: int = 0       # decisions an LLM was asked for (not a rule's, not offline agents')
     heuristic: int = 0   # of which the heuristic made in the LLM's place (it was down, ...)
     why: tuple[float, str] = (0.0, "")   # the latest of those: when, and the LLM's failure
+    answered: float = 0.0  # when the LLM last made a decision itself: after `why`, it is back
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
     dollars: float = 0.0
     unknown: int = 0     # answers whose service gave no usage: left out of the sums, said beside
@@ -33,6 +34,7 @@ class AgentCost:
             total.asked += other.asked
             total.heuristic += other.heuristic
             total.why = max(total.why, other.why)
+            total.answered = max(total.answered, other.answered)
             total.dollars += other.dollars
             total.unknown += other.unknown
             for name in TOKEN_FIELDS:
@@ -48,12 +50,15 @@ class AgentCost:
         self.decisions += 1
         answers = record.get("answers")
         self.calls += len(answers) if isinstance(answers, list) else 0
-        self.asked += record.get("backend") not in ("rule", "heuristic")
+        asked = record.get("backend") not in ("rule", "heuristic")
+        self.asked += asked
         fallbacks = record.get("fallbacks")
+        at = _number(record.get("created_at"))
         if isinstance(fallbacks, list) and HEURISTIC_ANSWERED in fallbacks:
             self.heuristic += 1
-            at = _number(record.get("created_at"))
             self.why = max(self.why, (at, str(fallbacks[-2]) if len(fallbacks) > 1 else ""))
+        elif asked and answers:
+            self.answered = max(self.answered, at)
         usage = record["usage"] if isinstance(record.get("usage"), dict) else {}
         self.unknown += bool(usage.get("unknown"))
         for name in TOKEN_FIELDS:
