@@ -99,6 +99,31 @@ def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
     assert in_imports, "no signal landed while the command loaded"
 
 
+def test_ctrl_c_in_a_callback_the_import_system_runs_still_ends_the_command():
+    """CI (a loaded 2-core machine): a Ctrl-C raised as KeyboardInterrupt inside a module
+    lock's weakref callback, which the import system runs, is only printed by Python
+    ("Exception ignored in: <function _get_module_lock.<locals>.cb>") and the command went on:
+    exit 0 and a traceback. During the imports the handler itself ends the command. Here the
+    interrupt is made to land in such a callback."""
+    program = ("import os, signal, sys, time, weakref\n"
+               "import llmzero_slurm.cli.__main__ as entry\n"
+               "real = entry.import_module\n"
+               "class Lock: pass\n"
+               "def load(name, package=None):\n"
+               "    lock = Lock()\n"
+               "    ref = weakref.ref(lock, lambda _: (os.kill(os.getpid(), signal.SIGINT),"
+               " time.sleep(2)))\n"
+               "    del lock\n"
+               "    return real(name, package)\n"
+               "entry.import_module = load\n"
+               "sys.argv = ['llmzero', 'status', '--help']\n"
+               "entry.main()\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT,
+                          preexec_fn=partial(signal.signal, signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", ""), done
+
+
 def test_a_checkout_venv_python_that_cannot_be_run_is_named(tmp_path):
     """Review: a dangling .venv/bin/python (after a pyenv upgrade), or a colleague's that this
     user may not run, fell back to the system python3: a ModuleNotFoundError traceback."""

@@ -4,6 +4,7 @@ traceback: here they run inside the guard the command itself runs in, so an inte
 point ends it the same way (`interrupted`). Nothing is imported before the guard that Python's
 own start has not loaded already (cli/__init__.py imports nothing), so what is left outside is
 that start (its site and runpy, tens of milliseconds), where a Ctrl-C is Python's to report."""
+import _signal  # type: ignore[import-not-found]  # loaded by Python's start; signal.py loads enum
 import sys
 from importlib import import_module
 
@@ -17,6 +18,13 @@ def main() -> None:
     if name not in COMMANDS:
         print(f"usage: llmzero-{{{','.join(COMMANDS)}}} ... (run one of the symlinks)", file=sys.stderr)
         sys.exit(2)
+    # While the modules load, a Ctrl-C ends the command from its handler: raised there as
+    # KeyboardInterrupt, it may land in a callback the import system runs (a module lock's
+    # weakref callback), where Python only prints "Exception ignored" and goes on. A SIGINT
+    # ignored from the start (a suite run in the background) stays ignored.
+    guarded = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+    if guarded:
+        _signal.signal(_signal.SIGINT, lambda signum, frame: interrupted())
     try:
         try:
             run_main = import_module(".common", __package__).run_main
@@ -32,6 +40,8 @@ def main() -> None:
                   "checkout, or set LLMZERO_PYTHON to a Python that has llmzero-slurm installed",
                   file=sys.stderr)
             sys.exit(2)
+        if guarded:     # the command's own Ctrl-C handling (run_main) from here on
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         run_main(command, sys.argv[2:])
     except KeyboardInterrupt:
         interrupted()
