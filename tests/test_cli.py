@@ -2508,10 +2508,11 @@ def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, cap
     experiment to grid believed the early stopper still ran. --check's method line and a new
     run's start say which keys that method does not read; llmzero's own run says nothing."""
     from llmzero_slurm.controller.preflight import check_method
-    search = {"method": "grid", "exploration_c": 2.0, "early_stopping": True,
+    search = {"method": "grid", "exploration_c": 2.0, "early_stopping": False,
               "early_stop_interval_s": 3, "max_evolve_children": 2}   # 2 is the default
     exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"}, "search": search}
-    note = ("grid does not read search.exploration_c=2, search.early_stop_interval_s=3: "
+    note = ("grid does not read search.exploration_c=2, search.early_stopping=false, "
+            "search.early_stop_interval_s=3: "
             "llmzero's tree search and early stopper alone do, so they change nothing in this run")
     assert check_method(parse_config(exp)).endswith(f"; note: {note}")
     path = tmp_path / "exp.yaml"

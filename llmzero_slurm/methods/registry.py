@@ -50,4 +50,7 @@ def unread_note(search: SearchSettings) -> str | None:
 
 
 def _shown(value: object) -> str:
+    """As YAML writes it: `true`, `3` (not Python's `True`, `3.0`)."""
+    if isinstance(value, bool):
+        return str(value).lower()
     return f"{value:g}" if isinstance(value, float) else str(value)
