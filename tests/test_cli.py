@@ -1465,6 +1465,28 @@ def test_ctrl_c_while_detach_waits_says_the_controller_goes_on(tmp_path, monkeyp
         os.kill(pid, 9)
 
 
+def test_detach_shows_the_warnings_its_controller_wrote_before_it_held_the_run(
+        tmp_path, monkeypatch):
+    """Walkthrough: with --detach, the start's warning that the agents' LLM did not answer
+    went to controller.log alone, and the terminal said "controller started" and no more."""
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    with socket.socket() as s:             # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    store = two_phase_run(tmp_path, agents={"backend": "openai", "api_key_env": "LLMZ_WALK_KEY",
+                                            "model": "qwen2", "base_url": down})
+    done = cli("start", str(store.root), "--detach")
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "controller started in the background" in done.stdout
+        warned = done.stderr.splitlines()
+        assert warned[0].startswith(f"warning: the agents' LLM at {down} did not answer"), warned
+        assert warned[1].startswith("  The search starts anyway"), warned
+    finally:
+        stopped = cli("stop", str(store.root), "--cancel", "--wait", "120")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
 def test_detach_on_a_finished_run_says_so_and_exits_0(tmp_path):
     """It printed "error: the controller exited at once (code 0)" and exited 1: a finished
     run's controller ends at once, with success. Under load the start may first see it hold
