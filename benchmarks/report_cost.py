@@ -10,12 +10,15 @@ best of --repeat runs.
 
 --scale NODESxSTEPS: one big search instead (status_cost.py's run: verl-sized logs of ~40
 metrics a step), reported in a fresh process as the controller does: the first write, a refresh
-after one more phase ended off the best path, and the process's peak RSS; with --tensorboard,
+after one more phase ended off the best path, one after a phase that is the new best (every
+grid's overlay changes: the controller draws for at most its draw budget, --unbudgeted as
+llmzero-report does), and the process's peak RSS; with --tensorboard,
 the controller's first TensorBoard export of it instead. --keep DIR builds that run there once
 (or reuses it); each measurement works on a copy.
 
     python benchmarks/report_cost.py [--nodes 4 16 64] [--repeat 3]
-    python benchmarks/report_cost.py --scale 300x1000 [--tensorboard] [--repeat 1] [--keep DIR]
+    python benchmarks/report_cost.py --scale 300x1000 [--tensorboard | --unbudgeted] [--repeat 1]
+                                     [--keep DIR]
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from llmzero_slurm.config import parse_config
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.logs import MetricsLogs
+from llmzero_slurm.report.node_curves import REFRESH_DRAW_S
 from llmzero_slurm.report.tensorboard import export_tensorboard
 from llmzero_slurm.search.policy import Action, make_child
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
@@ -79,37 +83,47 @@ def build(root: Path, nodes: int, rng: random.Random) -> None:
         store.node_dir(i).metrics_file.write_text("\n".join(lines) + "\n")
 
 
-def one_more_phase(root: Path, steps: int) -> None:
-    """A phase of `steps` logged steps ended off the best path (it scores below every other),
-    as a poll finds one: an evolve child of node 0."""
+def one_more_phase(root: Path, steps: int, score: float = -1.0) -> None:
+    """A phase of `steps` logged steps ended, as a poll finds one: an evolve child of node 0,
+    off the best path (scoring below every other) or, scoring 2, the new best."""
     store = RunStore.open(root)
     i = len(store.load_tree())
     node = Node(i, 0, Kind.EVOLVE, dict(RECIPE), resume=Resume(0, steps), status=Status.COMPLETED,
-                results=Results(-1.0, 2 * steps, None, 2 * steps, [2 * steps], 0.5))
+                results=Results(score, 2 * steps, None, 2 * steps, [2 * steps], 0.5))
     store.add_node(functools.partial(_built, node))
     store.node_dir(i).metrics_file.write_text(log_text(random.Random(i), steps, steps, True))
 
 
-def child(root: Path, steps: int, tensorboard: bool) -> None:
-    """In the process the parent measures, as the controller calls them: the first write, then
-    one more phase's refresh (or the first TensorBoard export, then that refresh)."""
+def child(root: Path, steps: int, tensorboard: bool, budget: float | None) -> None:
+    """In the process the parent measures: the first write, drawing every grid as
+    llmzero-report does (as a long search's refreshes will have, in time), then as the
+    controller calls it: one more phase's refresh, then a new best's (or the first TensorBoard
+    export, then one more phase's)."""
     store = RunStore.open(root)
 
     def export() -> object:
         return export_tensorboard(root, store.load_tree(), lambda i: store.node_dir(i).metrics(),
                                   lambda i: store.node_dir(i).metrics_stamp())
-    run: Callable[[], object] = export if tensorboard else partial(write_report, root,
-                                                                    logs=MetricsLogs())
+    logs = MetricsLogs()
+    run: Callable[[], object] = export if tensorboard else partial(
+        write_report, root, logs=logs, draw_budget_s=budget)
     t0 = time.perf_counter()
-    run()
+    export() if tensorboard else write_report(root, logs=logs)
     first = time.perf_counter() - t0
     one_more_phase(root, steps)
     t0 = time.perf_counter()
     run()
-    print(json.dumps({"first": first, "refresh": time.perf_counter() - t0}))
+    refresh = time.perf_counter() - t0
+    one_more_phase(root, steps, score=2.0)
+    t0 = time.perf_counter()
+    run()
+    new_best = time.perf_counter() - t0
+    page = (root / "report" / "index.html").read_text() if not tensorboard else ""
+    print(json.dumps({"first": first, "refresh": refresh, "new_best": new_best,
+                      "earlier": page.count("drawn at an earlier refresh")}))
 
 
-def scale(spec: str, repeat: int, keep: str | None, tensorboard: bool) -> None:
+def scale(spec: str, repeat: int, keep: str | None, tensorboard: bool, unbudgeted: bool) -> None:
     """The --scale measurement: best of `repeat` fresh processes, each on a copy of the run."""
     nodes, steps = map(int, spec.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,7 +135,8 @@ def scale(spec: str, repeat: int, keep: str | None, tensorboard: bool) -> None:
             root = Path(tmp) / f"copy{r}"
             shutil.copytree(built, root)
             proc = subprocess.Popen([sys.executable, __file__, "--child", str(root), str(steps),
-                                     *(["--tensorboard"] if tensorboard else [])],
+                                     *(["--tensorboard"] if tensorboard else []),
+                                     *(["--unbudgeted"] if unbudgeted else [])],
                                     stdout=subprocess.PIPE, text=True)
             out = proc.stdout.read() if proc.stdout else ""
             _, status, usage = os.wait4(proc.pid, 0)
@@ -130,9 +145,11 @@ def scale(spec: str, repeat: int, keep: str | None, tensorboard: bool) -> None:
             runs.append({**json.loads(out), "peak_mb": usage.ru_maxrss / 1024})
             shutil.rmtree(root)
         what = "tensorboard" if tensorboard else "report"
-        print(f"{'run':>10} {'':>12} {'first write s':>14} {'refresh s':>10} {'peak RSS MB':>12}")
+        print(f"{'run':>10} {'':>12} {'first write s':>14} {'refresh s':>10} {'new best s':>11} "
+              f"{'grids left':>11} {'peak RSS MB':>12}")
         print(f"{spec:>10} {what:>12} {min(r['first'] for r in runs):>14.2f} "
-              f"{min(r['refresh'] for r in runs):>10.2f} {min(r['peak_mb'] for r in runs):>12.0f}")
+              f"{min(r['refresh'] for r in runs):>10.2f} {min(r['new_best'] for r in runs):>11.2f} "
+              f"{min(r['earlier'] for r in runs):>11} {min(r['peak_mb'] for r in runs):>12.0f}")
 
 
 def main() -> None:
@@ -143,12 +160,16 @@ def main() -> None:
     parser.add_argument("--keep", help="with --scale: build the run here (or reuse one built there)")
     parser.add_argument("--tensorboard", action="store_true",
                         help="with --scale: time the TensorBoard export instead")
+    parser.add_argument("--unbudgeted", action="store_true",
+                        help="with --scale: draw every curve grid at each refresh, as "
+                             f"llmzero-report does (the controller draws for {REFRESH_DRAW_S:.0f} s)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(Path(args.child[0]), int(args.child[1]), args.tensorboard)
+        return child(Path(args.child[0]), int(args.child[1]), args.tensorboard,
+                     None if args.unbudgeted else REFRESH_DRAW_S)
     if args.scale:
-        return scale(args.scale, args.repeat, args.keep, args.tensorboard)
+        return scale(args.scale, args.repeat, args.keep, args.tensorboard, args.unbudgeted)
     print(f"{'nodes':>6} {'first write s':>14} {'refresh s':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.nodes:

@@ -180,7 +180,7 @@ def test_each_node_section_shows_its_curves_and_the_agents_reasoning(run):
     assert "too early to tell" in sections["2"] and "validation far below" in sections["2"]
     assert re.search(r"<td>STOP</td>", sections["2"])
     for node, section in sections.items():
-        curve = re.search(r'<img src="(nodes/node-\d+-\w+\.png)"', section)
+        curve = re.search(r'<img src="(nodes/node-\d+-[\w-]+\.png)"', section)
         assert curve and curve.group(1).startswith(f"nodes/node-{int(node):04d}-")
 
 
@@ -200,6 +200,39 @@ def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
         fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
     write_report(run)
     assert not {p.name for p in out.glob("*.png")} & after
+
+
+def test_a_budgeted_refresh_draws_what_changed_first_and_shows_earlier_drawings_for_the_rest(
+        run, tmp_path, monkeypatch):
+    """Scale: a new best changes the overlay of every node's grid, and the controller's refresh
+    redrew them all (minutes at hundreds of nodes, with no poll meanwhile). Under its draw
+    budget it draws the node whose own curves changed first; the others keep their earlier
+    drawing, said on the page, until a later refresh or llmzero-report draws them."""
+    import llmzero_slurm.report.node_curves as node_curves
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    out = run / "report" / "nodes"
+    with open(RunStore.open(run).node_dir(5).metrics_file, "a") as fh:   # on the best path
+        fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
+    clock = iter(range(100))                        # each look at the clock: one second later
+    monkeypatch.setattr(node_curves, "monotonic", lambda: next(clock))
+    before = {p.name for p in out.glob("*.png")}
+    write_report(run, draw_budget_s=1.5)
+    after = {p.name for p in out.glob("*.png")}
+    assert [n[:9] for n in after - before] == ["node-0005"] and len(after) == 6
+    page = html(run)
+    sections = dict(re.findall(r'<section id="node-(\d+)">(.*?)</section>', page, re.S))
+    for node, section in sections.items():
+        src = re.search(r'<img src="(nodes/[^"]+)"', section)
+        assert src and (run / "report" / src.group(1)).is_file()
+        assert ("drawn at an earlier refresh" in section) is (node != "5"), node
+    for png in out.glob("node-0002-*.png"):
+        png.unlink()
+    write_report(run, draw_budget_s=0)
+    section = re.search(r'<section id="node-2">(.*?)</section>', html(run), re.S)
+    assert section and "<img" not in section.group(1) and "not drawn yet" in section.group(1)
+    write_report(run)                                # llmzero-report: no budget
+    assert "drawn at an earlier refresh" not in html(run)
+    assert len(list(out.glob("*.png"))) == 6 and not {p.name for p in out.glob("*.png")} & before
 
 
 def test_a_refresh_keeps_every_image_of_the_old_page_until_the_new_page_is_in_place(

@@ -28,6 +28,7 @@ from ..methods.registry import unread_note
 from ..render import check_run_dir
 from ..report import write_report
 from ..report.logs import MetricsLogs
+from ..report.node_curves import REFRESH_DRAW_S
 from ..report.tensorboard import export_tensorboard
 from ..search.tree import Tree
 from ..schedulers import SlurmScheduler, make_scheduler, resolve_scheduler_kind, slurm_poll
@@ -204,7 +205,8 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                            lambda i: store.node_dir(i).metrics_stamp())
     return Controller(store, scheduler, method,
                       configured or scheduler.default_poll_s,
-                      on_finish=partial(write_report, logs=MetricsLogs()), monitor=monitor, on_poll=curves)
+                      on_finish=partial(write_report, logs=MetricsLogs(),
+                                        draw_budget_s=REFRESH_DRAW_S), monitor=monitor, on_poll=curves)
 
 
 def submit(store: RunStore, args: argparse.Namespace) -> int:

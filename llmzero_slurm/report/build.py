@@ -41,11 +41,12 @@ def _check_own_folder(out: Path) -> None:
 
 
 def write_report(run_dir: str | Path, out: Path | None = None,
-                 logs: MetricsLogs | None = None) -> Path:
+                 logs: MetricsLogs | None = None, draw_budget_s: float | None = None) -> Path:
     """Write <run>/report/ (or `out`: a reader without write access to the run gives a folder
     of their own) and return the path of its index.html. A folder that cannot be made is a
     StorageError naming it, as a file that cannot be written is. `logs`: the one the last
-    report of the run read through, for a refresh that parses only the logs that changed."""
+    report of the run read through, for a refresh that parses only the logs that changed.
+    `draw_budget_s`: how long the node curve grids may take (the controller's refresh)."""
     view = collect(run_dir, logs)
     if out is not None:
         _check_own_folder(Path(out))
@@ -59,7 +60,7 @@ def write_report(run_dir: str | Path, out: Path | None = None,
     for folder in (out, out / NODE_CURVES):   # what writers killed mid-figure left behind
         if folder.is_dir():
             remove_stale_temps(folder, server_ages)
-    drawn = draw_all(view, out)
+    drawn = draw_all(view, out, draw_budget_s)
     document = strategy_document(view.tree, view.config)
     if document is not None and document["phases"]:
         write_strategy(document, out / STRATEGY)
@@ -69,5 +70,5 @@ def write_report(run_dir: str | Path, out: Path | None = None,
         strategy_file = None
     index = out / "index.html"
     write_text(index, render_html(view, drawn, strategy_file, elsewhere))
-    drop_stale_curves(out / NODE_CURVES, drawn.node_curves.values())
+    drop_stale_curves(out / NODE_CURVES, drawn.node_curves.files.values())
     return index

@@ -15,7 +15,7 @@ from ..metrics import val_score_series
 from ..plots import DPI, plt
 from .canvas import STATUS_COLOURS, empty, finish, new_figure, save
 from .collect import Phase, RunView
-from .node_curves import NODE_CURVES, node_curves
+from .node_curves import NODE_CURVES, NodeCurves, node_curves
 from .tree_figure import TREE, Area, tree_figure
 
 PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
@@ -199,11 +199,13 @@ class Drawn:
     """What the page links: the tree's node areas and each node's curve file."""
 
     tree_areas: list[Area]
-    node_curves: dict[int, str]
+    node_curves: NodeCurves
 
 
-def draw_all(view: RunView, out_dir: Path) -> Drawn:
+def draw_all(view: RunView, out_dir: Path, budget_s: float | None = None) -> Drawn:
+    """`budget_s`: how long the node curve grids may take (node_curves.REFRESH_DRAW_S)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, draw in FIGURES.items():
         draw(view, out_dir / name)
-    return Drawn(tree_figure(view, out_dir / TREE), node_curves(view, out_dir / NODE_CURVES))
+    return Drawn(tree_figure(view, out_dir / TREE), node_curves(view, out_dir / NODE_CURVES,
+                                                                budget_s))

@@ -38,6 +38,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
         views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,
         agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
         spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
-        tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves,
+        tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves.files,
+        earlier=drawn.node_curves.earlier,
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt, creator=creator(view.root),
         version=__version__)
