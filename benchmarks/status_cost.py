@@ -3,9 +3,11 @@
 verl-sized metrics log (every step logged, ~40 metrics a line), as many users run it under
 `watch -n 10` on a login node. Builds the run through RunStore, then times, best of
 --repeat, the parts of a status call that read the run: load_tree, spent (base scores and
-the running phases' last steps), agent_costs, and the whole command in a fresh process,
-with its peak RSS. --no-val0: no phase validated before training (verl's
-val_before_train=False), where the base score was looked for in every scratch phase's log.
+the running phases' last steps), the running phases' last steps alone, agent_costs, and the
+whole command in a fresh process, with its peak RSS and the lines it printed (--all as well,
+where the package has it). --running 100: many long phases still training. --no-val0: no
+phase validated before training (verl's val_before_train=False), where the base score was
+looked for in every scratch phase's log.
 Run it with PYTHONPATH naming another checkout to time that one's package (before/after).
 
     python benchmarks/status_cost.py [--nodes 300] [--steps 1000] [--running 8] [--no-val0]
@@ -26,10 +28,11 @@ from pathlib import Path
 from typing import Callable
 
 import llmzero_slurm
+from llmzero_slurm.cli import status
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.metrics import KEY_METRICS
+from llmzero_slurm.metrics import KEY_METRICS, MetricsReader
 from llmzero_slurm.report.collect import agent_costs
-from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status
+from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
 from llmzero_slurm.spent import spent
 from llmzero_slurm.store.run_store import RunStore
 
@@ -87,17 +90,28 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
-def command(root: Path, *args: str) -> tuple[float, float]:
-    """Seconds and peak RSS (MB) of one llmzero command in a fresh process."""
+def command(root: Path, *args: str) -> tuple[float, float, int]:
+    """Seconds, peak RSS (MB) and lines printed of one llmzero command in a fresh process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "llmzero_slurm.cli", *args, str(root)],
-                            stdout=subprocess.DEVNULL, cwd=root,   # the package timed here:
+                            stdout=subprocess.PIPE, cwd=root,   # the package timed here:
                             env={**os.environ, "PYTHONPATH": str(PACKAGE)})
+    assert proc.stdout is not None
+    lines = proc.stdout.read().count(b"\n")
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"llmzero-{' '.join(args)} failed ({proc.returncode})")
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024
+    return time.perf_counter() - t0, usage.ru_maxrss / 1024, lines
+
+
+def last_steps(store: RunStore, tree: Tree) -> dict[int, int | None]:
+    """What status reads of each running phase's log: its last step, as the package timed
+    reads it (read from the log's end since MetricsReader.last_step, parsed whole before)."""
+    tail = hasattr(MetricsReader, "last_step")
+    return {n.id: store.node_dir(n.id).metrics_reader().last_step() if tail
+            else store.node_dir(n.id).metrics().last_step
+            for n in tree if n.status is Status.RUNNING}
 
 
 def main() -> None:
@@ -121,10 +135,13 @@ def main() -> None:
         tree = store.load_tree()
         print(f"load_tree      {best_of(args.repeat, store.load_tree):8.3f} s")
         print(f"spent          {best_of(args.repeat, lambda: spent(store, tree)):8.3f} s")
+        print(f"last steps     {best_of(args.repeat, lambda: last_steps(store, tree)):8.3f} s")
         print(f"agent_costs    {best_of(args.repeat, lambda: agent_costs(store, tree)):8.3f} s")
-        for cmd in (("status",), ("status", "--json")):
-            seconds, peak = min(command(root, *cmd) for _ in range(args.repeat))
-            print(f"{' '.join(cmd):<14} {seconds:8.3f} s  peak RSS {peak:6.0f} MB")
+        every = (("status", "--all"),) if hasattr(status, "COMPACT_ABOVE") else ()
+        for cmd in (("status",), *every, ("status", "--json")):
+            seconds, peak, lines = min(command(root, *cmd) for _ in range(args.repeat))
+            print(f"{' '.join(cmd):<14} {seconds:8.3f} s  peak RSS {peak:6.0f} MB  "
+                  f"{lines:5d} lines")
 
 
 if __name__ == "__main__":

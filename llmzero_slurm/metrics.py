@@ -99,7 +99,7 @@ class MetricsReader:
     its last consumed line no longer being where it was, and read again from the start.
     """
 
-    CHUNK = 1 << 20
+    CHUNK, TAIL = 1 << 20, 1 << 16      # read's chunk; last_step's block, dozens of verl lines
 
     def __init__(self, path: str | Path, keep: Callable[[str], bool] | None = None):
         """`keep(name)`: whether a metric's series is kept (None: every one). Every line is
@@ -174,6 +174,28 @@ class MetricsReader:
                     break
         return MetricsLog({k: sorted((s, v) for s, v in pts.items() if s <= step)
                            for k, pts in points.items()}, problems)
+
+    def last_step(self) -> int | None:
+        """The step of the last line that logged a number, read back from the end: all status
+        wants of a running phase's log, which it parsed whole. Torn, bad or number-less lines are
+        passed over as `read` skips them; after a requeue re-logs from a checkpoint, the step the
+        trainer is at, not the highest."""
+        fh, _ = self._open()
+        if fh is None:
+            return None
+        with fh:
+            end, pending = os.fstat(fh.fileno()).st_size, b""
+            while end > 0:
+                start = max(0, end - self.TAIL)
+                fh.seek(start)
+                lines = (fh.read(end - start) + pending).split(b"\n")
+                pending = lines.pop(0) if start else b""    # its head is in the block before
+                for line in reversed(lines):
+                    points: dict[str, dict[int, float]] = {}
+                    if (step := self._parse(line, 0, True, points, [])) is not None and points:
+                        return step
+                end = start
+        return None
 
     def read(self) -> MetricsLog:
         """Everything the file holds now; a missing file is an empty log, and so is one that

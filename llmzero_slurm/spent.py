@@ -43,6 +43,6 @@ def spent(store: RunStore, tree: Tree, budget: Budget | None = None,
     the steps such a phase logged as trained, no longer as running."""
     base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics_start())
     logged = {n.id: last for n in tree if n.status is Status.RUNNING
-              and (last := store.node_dir(n.id).metrics().last_step) is not None}
+              and (last := store.node_dir(n.id).metrics_reader().last_step()) is not None}
     return Spent(usage(shown or tree, budget or run_budget(store), logged=logged), base_val,
                  base_test, best_node(tree), logged)

@@ -1155,6 +1155,35 @@ def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     assert used["samples_trained_by_running_phases"] == 12 * per_step
 
 
+def test_status_of_a_big_tree_lists_its_best_path_and_live_phases_and_counts_the_rest(
+        tmp_path, capsys):
+    """Review (a search of hundreds of phases): the table listed every phase, and the running
+    ones and the best path scrolled away above the summary. Above 40 phases it lists those
+    and their ancestors, in place, and counts the rest by status; --all lists every phase,
+    and --json holds every node either way."""
+    from llmzero_slurm.cli import status
+    from treebuild import N
+    store = two_phase_run(tmp_path)                     # best path 0 -> 1
+    for _ in range(2, 50):                              # 4 failed, 44 completed under node 0
+        store.add_node(lambda j: N(j, 0, Status.FAILED if j < 6 else Status.COMPLETED, 0.1))
+    store.add_node(lambda j: N(j, 7, Status.COMPLETED, 0.1))          # 50
+    store.add_node(lambda j: N(j, 50, Status.RUNNING))                 # 51
+    store.add_node(lambda j: N(j, 0, Status.PROPOSED))                 # 52
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^\s*(\d{4}) ", out, re.M) == ["0000", "0001", "0007", "0050", "0051",
+                                                      "0052"], out
+    assert re.search(r"^\s*0051 evolve\s+running ", out, re.M), out
+    assert ("47 more phases not listed: 43 completed, 4 failed (--all lists every phase)"
+            in out), out
+    assert "53 phases: " in out                         # the summary still counts them all
+    assert status.main([str(store.root), "--all"]) == 0
+    listed = re.findall(r"^\s*(\d{4}) ", capsys.readouterr().out, re.M)
+    assert listed == [f"{i:04d}" for i in [0, 1, *range(2, 8), 50, 51, *range(8, 50), 52]]
+    assert status.main([str(store.root), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["nodes"]) == 53
+
+
 def test_status_names_the_slurm_job_the_controller_runs_in(tmp_path, monkeypatch):
     """Walkthrough: with the controller as a Slurm job (--submit), status said "controller
     running on HOST pid N", a pid on a compute node; the job to look up or scancel was unnamed."""

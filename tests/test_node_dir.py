@@ -136,3 +136,36 @@ def test_the_base_score_is_read_from_each_logs_head_alone(tmp_path, monkeypatch)
     assert log.get(VAL) == [(0, 0.25)] and log.problems == []   # the bad line is never reached
     monkeypatch.setattr(MetricsReader, "read", lambda self: pytest.fail(f"read {self.path}"))
     assert spent(store, store.load_tree()).base_val == 0.25
+
+
+def test_a_running_phases_last_step_is_read_from_its_logs_end(tmp_path, monkeypatch):
+    """llmzero-status parsed each running phase's whole metrics log to learn its last step: a
+    thousand verl lines of ~40 metrics each, every call. Only the end is read now, and a torn,
+    bad or number-less last line, an empty, missing or unopenable file read as before."""
+    from llmzero_slurm.config import parse_config
+    from llmzero_slurm.search.tree import Status
+    from llmzero_slurm.spent import spent
+    from llmzero_slurm.store.run_store import RunStore
+    from treebuild import N
+    store = RunStore.create(tmp_path / "run", parse_config({"name": "tails"}))
+    for _ in range(8):
+        store.add_node(lambda j: N(j, None, Status.RUNNING))
+    rows = [(s, {VAL: s / 1000, "actor/entropy": 1.0}) for s in range(1, 1001)]
+    files = [store.node_dir(i).metrics_file for i in range(8)]
+    write_metrics(files[0], rows)
+    write_metrics(files[1], rows, tail='{"step": 1001, "data": {"actor/ent')     # torn
+    write_metrics(files[2], rows, tail='not json\n{"step": 1002, "data": {}}\n\n')
+    write_metrics(files[3], [], tail='{"step": 5, "data": {"a": 1}}')          # unterminated
+    write_metrics(files[4], [])                                                # empty
+    write_metrics(files[5], [], tail="garbage\n" * 50)                         # damaged
+    files[6].mkdir()                                                           # unopenable
+    expected = {0: 1000, 1: 1000, 2: 1000, 3: 5}                               # 7: missing
+    assert {i: store.node_dir(i).metrics().last_step for i in range(8)} == {
+        **{i: None for i in range(8)}, **expected}                             # as read whole
+    parsed = []
+    original = MetricsReader._parse
+    monkeypatch.setattr(MetricsReader, "_parse",
+                        lambda self, line, *a: parsed.append(line) or original(self, line, *a))
+    monkeypatch.setattr(MetricsReader, "read", lambda self: pytest.fail(f"read {self.path}"))
+    assert spent(store, store.load_tree()).logged == expected
+    assert len(parsed) < 150        # the heads and ends; the damaged file's lines twice

@@ -1,5 +1,6 @@
-"""llmzero-status: the tree with statuses and scores, running jobs with their Slurm state,
-and the best strategy so far; with no controller holding the run, a controller job still
+"""llmzero-status: the tree with statuses and scores (above 40 phases, the best path and the
+live phases with their ancestors, the rest counted; --all lists every one), running jobs with
+their Slurm state, and the best strategy so far; with no controller holding the run, a controller job still
 queued (llmzero-start --submit). --json prints the same as one JSON document."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import copy
 import json
 import math
+from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -52,14 +54,40 @@ def _row(node: Node, depth: int, live: dict[str, str], terminal: bool,
             f"{val:>6}  {_steps(node, logged):<11} {job:<10} {state:<12} {flags}")
 
 
+COMPACT_ABOVE = 40    # phases: a bigger tree's table lists only what a user watches
+
+
+def listed(tree: Tree, path: list[int]) -> set[int]:
+    """What a big tree's table lists: the best path, and each phase to be run, queued or
+    running with its ancestors, so that it reads in place; hundreds of finished phases above
+    them scrolled them, and the summary, out of sight."""
+    keep = set(path)
+    for node in tree:
+        up: Node | None = node if node.status.pending else None
+        while up is not None and up.id not in keep:
+            keep.add(up.id)
+            up = tree.nodes.get(up.parent) if up.parent is not None else None
+    return keep
+
+
 def render_tree(tree: Tree, live: dict[str, str], terminal: dict[int, bool],
-                logged: dict[int, int]) -> list[str]:
+                logged: dict[int, int], only: set[int] | None = None) -> list[str]:
+    """The table; with `only`, the rows of those nodes and a count by status of the rest."""
     lines = ["node kind    status           val  steps       job        slurm        flags"]
+    hidden: Counter[str] = Counter()
     stack = [(r, 0) for r in reversed(tree.children(None, include_pruned=True))]
     while stack:
         node, depth = stack.pop()
-        lines.append(_row(node, depth, live, terminal.get(node.id, True), logged.get(node.id)))
+        if only is None or node.id in only:
+            lines.append(_row(node, depth, live, terminal.get(node.id, True),
+                              logged.get(node.id)))
+        else:
+            hidden["pruned" if node.pruned else node.status.value] += 1
         stack += [(c, depth + 1) for c in reversed(tree.children(node.id, include_pruned=True))]
+    if hidden:
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(hidden.items()))
+        lines.append(f"{(n := sum(hidden.values()))} more phase{'s' * (n != 1)} not listed: {counts} "
+                     "(--all lists every phase)")
     lines.append("flags: * injected scratch, T terminal, P pruned, C closed (nothing untried "
                  "left to propose from it)")
     return lines
@@ -111,7 +139,11 @@ def finite(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-status", description=__doc__)
     add_run_dir(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table (every node)")
+    p.add_argument("--all", action="store_true",
+                   help=f"list every phase; above {COMPACT_ABOVE} phases the table lists the best "
+                   "path and the phases proposed, queued or running with their ancestors, and "
+                   "counts the rest by status")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     tree = store.load_tree()
@@ -173,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     for said in (release_note(store.root), edited and f"search.method {edited}"):
         if said:
             print(f"note: {said}")
-    print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged)))
+    only = None if args.all or len(tree) <= COMPACT_ABOVE else listed(tree, path)
+    print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged,
+                                 only)))
     print(tree_summary(shown))
     print("\n".join(used.lines()))
     if (said := agents_line(costs)) is not None:
