@@ -131,7 +131,7 @@ def test_the_curves_show_the_final_tree_when_the_last_phase_ends_the_search(tmp_
     UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
     KeyError(42)])
 def test_a_report_that_cannot_be_written_never_stops_the_search(tmp_path, error):
-    def broken(run_dir: Path) -> Path:
+    def broken(run_dir: Path, complete: bool) -> Path:
         raise error
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.3}), "COMPLETED"]])
     ctl, out = controller(tmp_path, sched, [scratch])

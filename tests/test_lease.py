@@ -231,7 +231,7 @@ def test_a_takeover_after_the_last_write_is_found_before_the_controller_leaves(t
     returned 0 and, on its way out, cancelled the monitor job, which is the new holder's."""
     store = new_run(tmp_path)
 
-    def taken_over(run_dir) -> None:
+    def taken_over(run_dir, complete) -> None:
         record = json.loads((store.root / Lease.FILE).read_text())
         (store.root / Lease.FILE).write_text(json.dumps({**record, "token": "someone-else"}))
 

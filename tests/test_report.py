@@ -26,6 +26,7 @@ from llmzero_slurm.methods import MethodContext, make_method
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
+from llmzero_slurm.report.logs import MetricsLogs
 from llmzero_slurm.report.canvas import STATUS_COLOURS
 from llmzero_slurm.report.figures import (FIGURES, best_so_far_line, hparam_figure,
                                           leader_test_by_compute)
@@ -207,7 +208,9 @@ def test_a_budgeted_refresh_draws_what_changed_first_and_shows_earlier_drawings_
     """Scale: a new best changes the overlay of every node's grid, and the controller's refresh
     redrew them all (minutes at hundreds of nodes, with no poll meanwhile). Under its draw
     budget it draws the node whose own curves changed first; the others keep their earlier
-    drawing, said on the page, until a later refresh or llmzero-report draws them."""
+    drawing, said on the page, until a later refresh, the end of the search or llmzero-report
+    draws them."""
+    import llmzero_slurm.cli.start as start
     import llmzero_slurm.report.node_curves as node_curves
     run = Path(shutil.copytree(run, tmp_path / "rep"))
     out = run / "report" / "nodes"
@@ -215,8 +218,9 @@ def test_a_budgeted_refresh_draws_what_changed_first_and_shows_earlier_drawings_
         fh.write(json.dumps({"step": 151, "data": {"actor/entropy": 0.5}}) + "\n")
     clock = iter(range(100))                        # each look at the clock: one second later
     monkeypatch.setattr(node_curves, "monotonic", lambda: next(clock))
-    before = {p.name for p in out.glob("*.png")}
-    write_report(run, draw_budget_s=1.5)
+    monkeypatch.setattr(start, "REFRESH_DRAW_S", 1.5)
+    before, logs = {p.name for p in out.glob("*.png")}, MetricsLogs()
+    start._report(run, False, logs)                  # the controller, after a poll
     after = {p.name for p in out.glob("*.png")}
     assert [n[:9] for n in after - before] == ["node-0005"] and len(after) == 6
     page = html(run)
@@ -230,7 +234,7 @@ def test_a_budgeted_refresh_draws_what_changed_first_and_shows_earlier_drawings_
     write_report(run, draw_budget_s=0)
     section = re.search(r'<section id="node-2">(.*?)</section>', html(run), re.S)
     assert section and "<img" not in section.group(1) and "not drawn yet" in section.group(1)
-    write_report(run)                                # llmzero-report: no budget
+    start._report(run, True, logs)                   # the controller, at the search's end
     assert "drawn at an earlier refresh" not in html(run)
     assert len(list(out.glob("*.png"))) == 6 and not {p.name for p in out.glob("*.png")} & before
 

@@ -205,8 +205,14 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                            lambda i: store.node_dir(i).metrics_stamp())
     return Controller(store, scheduler, method,
                       configured or scheduler.default_poll_s,
-                      on_finish=partial(write_report, logs=MetricsLogs(),
-                                        draw_budget_s=REFRESH_DRAW_S), monitor=monitor, on_poll=curves)
+                      on_finish=partial(_report, logs=MetricsLogs()), monitor=monitor, on_poll=curves)
+
+
+def _report(root: Path, complete: bool, logs: MetricsLogs) -> Path:
+    """The controller's report: every curve grid drawn at the end of a search, after a poll
+    only for REFRESH_DRAW_S (the search waits on it), through one MetricsLogs, which parses
+    only the logs that changed since."""
+    return write_report(root, logs=logs, draw_budget_s=None if complete else REFRESH_DRAW_S)
 
 
 def submit(store: RunStore, args: argparse.Namespace) -> int:
@@ -270,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     take_key(store)
     controller = build_controller(store, args.poll)
     code = controller.run(cancel_on_stop=args.cancel_on_stop)
-    if code - 128 not in STOP_SIGNALS:   # ended or stopped, not by a signal (a requeue, a preemption)
+    ended = code - 128 not in STOP_SIGNALS   # ended or stopped, not by a signal (a requeue, a preemption)
+    if ended:
         withdraw_key(store)
-    report = controller.refresh_report()
+    report = controller.refresh_report(complete=ended)
     if report is not None:
         print(f"report: {report}")
     return code

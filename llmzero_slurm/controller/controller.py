@@ -40,10 +40,11 @@ CHARGE_STEP_H = 0.01    # a running phase's record is rewritten as its device-ho
 class Controller:
     def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
                  poll_s: float = 10.0, out: TextIO = sys.stdout,
-                 on_finish: Callable[[Path], object] | None = None,
+                 on_finish: Callable[[Path, bool], object] | None = None,
                  monitor: MonitorKeeper | None = None,
                  on_poll: Callable[[Tree], object] | None = None):
-        """`on_finish(run_dir)` after a poll in which phases ended (the report); `on_poll(tree)`
+        """`on_finish(run_dir, complete)` after a poll in which phases ended (the report; the
+        search waits on it, so not complete) and at the end (`refresh_report`); `on_poll(tree)`
         after each poll (curves for TensorBoard). Neither may stop the search: their errors are
         shown."""
         self.store, self.scheduler, self.method = store, scheduler, method
@@ -231,14 +232,15 @@ class Controller:
             self._quarantine_told.add(node_id)
         return tree
 
-    def refresh_report(self) -> object | None:
-        """Call `on_finish` and return what it returned (the report's path). The report is not
+    def refresh_report(self, complete: bool = False) -> object | None:
+        """Call `on_finish` and return what it returned (the report's path); `complete` once
+        the search is over and nothing waits on it. The report is not
         state: whatever it fails on (a damaged metrics file, an unreadable figure) is shown and
         the search goes on, so any error is caught here, not only the project's own."""
         if self.on_finish is None:
             return None
         try:
-            return self.on_finish(self.store.root)
+            return self.on_finish(self.store.root, complete)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.progress.event(f"report not updated: {type(exc).__name__}: {exc}")
             return None
