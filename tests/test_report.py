@@ -481,6 +481,28 @@ def test_a_chain_hundreds_of_phases_deep_gets_a_tree_figure_of_bounded_size(tmp_
     assert plt.imread(tmp_path / TREE).shape[0] <= MAX_INCHES * DPI
 
 
+def test_a_wide_tree_is_drawn_wider_so_that_its_nodes_stay_apart(tmp_path):
+    """Scale: the tree figure's width was bounded at 20 inches, so a search of 150 leaves drew
+    its nodes on top of one another: labels unreadable and each click landing on a neighbour.
+    It now widens (the page scrolls it) to a bound of its own, under a bound on its pixels."""
+    from types import SimpleNamespace
+    from llmzero_slurm.report.tree_figure import MAX_PIXELS, tree_figure
+    nodes = [Node(0, None, Kind.SCRATCH, {}, status=Status.COMPLETED)]
+    for i in range(1, 151):                     # 30 children of the root, 4 under each of them
+        parent = 0 if i <= 30 else 1 + (i - 31) // 4
+        nodes.append(Node(i, parent, Kind.EVOLVE, {}, status=Status.COMPLETED))
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    rows: dict[int, list[int]] = {}
+    for a in areas:
+        rows.setdefault(a.y, []).append(a.x)
+    r = areas[0].r
+    for xs in rows.values():
+        xs.sort()
+        assert all(b - a >= 2 * r for a, b in zip(xs, xs[1:])), "clickable circles overlap"
+    height, width = plt.imread(tmp_path / TREE).shape[:2]
+    assert width * height <= MAX_PIXELS
+
+
 def test_the_best_strategy_table_follows_the_best_path(run):
     page = html(run)
     table = page.split("<h2>Best strategy</h2>")[1].split("<h2>")[0]

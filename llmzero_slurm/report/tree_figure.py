@@ -15,7 +15,9 @@ from .collect import RunView
 
 TREE = "tree.png"
 TREE_MARKER = 260               # scatter size (points squared) of a node on the tree figure
-MAX_INCHES = 20.0               # the figure's bound each way: a wide or deep tree is drawn denser
+LEAF_INCHES = 0.6               # a leaf's room: its marker and its label clear of the next
+MAX_INCHES = 20.0               # the height's bound: a deep tree is drawn denser
+MAX_PIXELS = 12_000_000         # the width's: a wide tree widens (the page scrolls it) up to it
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,11 @@ def tree_figure(view: RunView, path: Path) -> list[Area]:
     scratch children joined by a dashed edge, pruned nodes faded. Returns each node's area."""
     tree = view.tree
     pos = _layout(tree)
-    width = max(6.0, min(MAX_INCHES, 0.6 * (max((x for x, _ in pos.values()), default=0) + 2)))
     depth = max((d for _, d in pos.values()), default=0)
-    fig, ax = new_figure((width, max(3.0, min(MAX_INCHES, 1.0 + 0.9 * (depth + 1)))))
+    height = max(3.0, min(MAX_INCHES, 1.0 + 0.9 * (depth + 1)))
+    leaves = max((x for x, _ in pos.values()), default=0) + 2
+    width = max(6.0, min(LEAF_INCHES * leaves, MAX_PIXELS / DPI ** 2 / height))
+    fig, ax = new_figure((width, height))
     on_path = {p.view.node.id for p in view.phases}
     for node in tree:
         if node.parent is not None and node.parent in pos:
@@ -88,11 +92,11 @@ def tree_figure(view: RunView, path: Path) -> list[Area]:
                  fontsize=9)
     fig.tight_layout()
     fig.canvas.draw()       # settles the autoscaled limits the pixel positions depend on
-    height = fig.bbox.height
+    pixels_high = fig.bbox.height
     radius = math.ceil(math.sqrt(TREE_MARKER) / 2 * DPI / 72) + 2
     areas = []
     for node_id, point in pos.items():
         px, py = ax.transData.transform(point)
-        areas.append(Area(node_id, round(px), round(height - py), radius))
+        areas.append(Area(node_id, round(px), round(pixels_high - py), radius))
     save(fig, path)
     return sorted(areas, key=lambda a: a.node)
