@@ -183,6 +183,7 @@ def test_each_node_section_shows_its_curves_and_the_agents_reasoning(run):
     for node, section in sections.items():
         curve = re.search(r'<img src="(nodes/node-\d+-[\w-]+\.png)"', section)
         assert curve and curve.group(1).startswith(f"nodes/node-{int(node):04d}-")
+        assert 'loading="lazy"' in section     # hundreds of grids: fetched as they scroll in
 
 
 def test_a_refresh_redraws_only_the_curves_that_changed(run, tmp_path):
