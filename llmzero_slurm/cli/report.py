@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..errors import FULL, StorageError
 from ..report import write_report
 from .common import add_run_dir, open_run, run_main
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     try:
-        index = write_report(store.root, args.output)
+        index = write_report(store.root, args.output, say=_say)
     except StorageError as exc:
         if args.output is not None:
             raise

@@ -212,7 +212,9 @@ def _report(root: Path, complete: bool, logs: MetricsLogs) -> Path:
     """The controller's report: every curve grid drawn at the end of a search, after a poll
     only for REFRESH_DRAW_S (the search waits on it), through one MetricsLogs, which parses
     only the logs that changed since."""
-    return write_report(root, logs=logs, draw_budget_s=None if complete else REFRESH_DRAW_S)
+    if complete:     # may take minutes at hundreds of nodes: say how far it got
+        return write_report(root, logs=logs, say=partial(print, flush=True))
+    return write_report(root, logs=logs, draw_budget_s=REFRESH_DRAW_S)
 
 
 def submit(store: RunStore, args: argparse.Namespace) -> int:

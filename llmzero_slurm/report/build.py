@@ -7,6 +7,7 @@ replaced atomically; a stale strategy.yaml is never left behind when the run has
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from ..errors import StorageError, UsageError
 from ..store.atomic import remove_stale_temps, write_text
@@ -41,12 +42,14 @@ def _check_own_folder(out: Path) -> None:
 
 
 def write_report(run_dir: str | Path, out: Path | None = None,
-                 logs: MetricsLogs | None = None, draw_budget_s: float | None = None) -> Path:
+                 logs: MetricsLogs | None = None, draw_budget_s: float | None = None,
+                 say: Callable[[str], None] | None = None) -> Path:
     """Write <run>/report/ (or `out`: a reader without write access to the run gives a folder
     of their own) and return the path of its index.html. A folder that cannot be made is a
     StorageError naming it, as a file that cannot be written is. `logs`: the one the last
     report of the run read through, for a refresh that parses only the logs that changed.
-    `draw_budget_s`: how long the node curve grids may take (the controller's refresh)."""
+    `draw_budget_s`: how long the node curve grids may take (the controller's refresh);
+    `say`: told how far they got, in a long drawing (hundreds of nodes: minutes)."""
     view = collect(run_dir, logs)
     if out is not None:
         _check_own_folder(Path(out))
@@ -60,7 +63,7 @@ def write_report(run_dir: str | Path, out: Path | None = None,
     for folder in (out, out / NODE_CURVES):   # what writers killed mid-figure left behind
         if folder.is_dir():
             remove_stale_temps(folder, server_ages)
-    drawn = draw_all(view, out, draw_budget_s)
+    drawn = draw_all(view, out, draw_budget_s, say)
     document = strategy_document(view.tree, view.config)
     if document is not None and document["phases"]:
         write_strategy(document, out / STRATEGY)

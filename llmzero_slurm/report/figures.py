@@ -202,10 +202,12 @@ class Drawn:
     node_curves: NodeCurves
 
 
-def draw_all(view: RunView, out_dir: Path, budget_s: float | None = None) -> Drawn:
-    """`budget_s`: how long the node curve grids may take (node_curves.REFRESH_DRAW_S)."""
+def draw_all(view: RunView, out_dir: Path, budget_s: float | None = None,
+             say: Callable[[str], None] | None = None) -> Drawn:
+    """`budget_s`: how long the node curve grids may take (node_curves.REFRESH_DRAW_S); `say`:
+    told how far they got, in a long drawing."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, draw in FIGURES.items():
         draw(view, out_dir / name)
     return Drawn(tree_figure(view, out_dir / TREE), node_curves(view, out_dir / NODE_CURVES,
-                                                                budget_s))
+                                                                budget_s, say))

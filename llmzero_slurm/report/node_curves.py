@@ -5,7 +5,7 @@ import hashlib
 from time import monotonic
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..plots import overlay_figure
 from .canvas import save
@@ -17,6 +17,7 @@ REFRESH_DRAW_S = 20.0
 changes the overlay of every grid: at hundreds of nodes redrawing them all held the search
 (no poll, no submission) for minutes. The rest keep their earlier drawing and are redrawn by
 the following refreshes; llmzero-report draws every one."""
+SAY_EVERY_S = 10.0              # a long drawing says how far it got this often (300 grids: minutes)
 
 
 @dataclass
@@ -28,7 +29,8 @@ class NodeCurves:
     earlier: set[int] = field(default_factory=set)
 
 
-def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None) -> NodeCurves:
+def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None,
+                say: Callable[[str], None] | None = None) -> NodeCurves:
     """Each node's training curves over the best strategy's, one PNG per node, named by a
     digest of the node's own curves and one of the best strategy's, so that a refresh redraws
     only the grids whose curves changed. Each node's curves are read as it is drawn, and
@@ -36,7 +38,7 @@ def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None) -> 
     show their earlier drawing. Those never drawn come first, then those whose own curves
     changed, then those only the best strategy changed (the newest first within each). The
     files it replaces stay until the new page is in place (`drop_stale_curves`): the old page
-    still shows them."""
+    still shows them. `say`: told how far the drawing got, every SAY_EVERY_S."""
     out_dir.mkdir(parents=True, exist_ok=True)
     best = _digest("|".join(_stamp(p.view) for p in view.phases))   # drawn behind every node
     drawn: dict[int, list[Path]] = {}
@@ -47,12 +49,17 @@ def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None) -> 
     wanted = {i: f"{prefix}{best}.png" for i, prefix in own.items()}
     due = [i for i, name in wanted.items() if not (out_dir / name).exists()]
     due.sort(key=lambda i: (i in drawn, any(p.name.startswith(own[i]) for p in drawn.get(i, [])), -i))
-    start, result = monotonic(), NodeCurves()
-    for node_id in due:
-        if budget_s is not None and monotonic() - start >= budget_s:
+    start = told = monotonic()
+    for done, node_id in enumerate(due):
+        now = monotonic()
+        if budget_s is not None and now - start >= budget_s:
             break
+        if say is not None and now - told >= SAY_EVERY_S:
+            say(f"report: {done} of {len(due)} node curve grids drawn")
+            told = now
         save(overlay_figure(view.logs.curves(view.nodes[node_id].files), view.best_curves,
                             labels=(f"node {node_id}", "best strategy")), out_dir / wanted[node_id])
+    result = NodeCurves()
     for node_id, name in wanted.items():
         if (out_dir / name).exists():
             result.files[node_id] = f"{out_dir.name}/{name}"
