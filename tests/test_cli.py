@@ -1300,6 +1300,24 @@ def test_a_start_tries_the_llm_once_and_says_what_is_wrong(tmp_path, capsys, mon
         assert service.requests[0]["body"]["max_tokens"] == 1     # once, one token
 
 
+def test_a_trial_that_times_out_names_its_own_limit(monkeypatch):
+    """The trial waits min(agents.timeout_s, 15 s), yet its timeout said "no complete answer
+    within agents.timeout_s = 15 s" of a config whose agents.timeout_s was 120, and counted
+    the service's retries in a trial that makes none."""
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.controller import llm_trial
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    monkeypatch.setattr(llm_trial, "LLM_TRIAL_TIMEOUT_S", 0.3)
+    with LoopbackLLM() as service:
+        service.reply({"delay": 2.0, "text": "Ready"})
+        said = llm_trial.trial_warning(parse_config({"name": "demo", "agents": {
+            "backend": "openai", "api_key_env": "LLMZ_WALK_KEY", "model": "qwen2",
+            "base_url": f"{service.url}/v1", "timeout_s": 120}}).agents)
+    assert said is not None and "agents.timeout_s = 0.3" not in said, said
+    assert "no complete answer within the trial's 0.3 s (the lesser of agents.timeout_s, 120 s, " \
+           "and 0.3 s)" in said, said
+
+
 def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):
     """A run that auto-chose Slurm, resumed while slurmctld was briefly down, would have watched
     its Slurm jobs through the local scheduler and started phases on the login node."""

@@ -27,7 +27,7 @@ from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
-from .llm_trial import trial_backend
+from .llm_trial import LLM_TRIAL_TIMEOUT_S, trial_backend
 
 
 @dataclass
@@ -152,7 +152,7 @@ def check_llm(cfg: ExperimentConfig) -> str:
     if llm is None:
         return "offline heuristic agents (no API key configured)"
     try:
-        said = llm.probe()
+        said = llm.probe(LLM_TRIAL_TIMEOUT_S)
     except Unverified as exc:
         said = f"not verified from here: {exc}"
     return f"{llm.name} backend, model {cfg.agents.model}: {said}"
