@@ -588,6 +588,38 @@ def test_replay_refuses_a_malformed_strategy_naming_file_and_key(tmp_path, phase
     assert f"{path}: {where}:" in str(err.value)
 
 
+@pytest.mark.parametrize("document, where, said", [
+    ({"phases": [{"step": 10, "hparams": RECIPE}]}, "phases[0].step",
+     "is not a key of a phase (did you mean steps?"),
+    ({"phases": [{"steps": 10, "hparams": RECIPE, "knd": "scratch"}]}, "phases[0].knd",
+     "is not a key of a phase (did you mean kind?"),
+    ({"phase": [{"steps": 10, "hparams": RECIPE}]}, "phase",
+     "is not a key of a strategy file (did you mean phases?"),
+    ({"phases": [{"hparams": RECIPE}]}, "phases[0].steps", "is missing"),
+])
+def test_a_misspelt_key_of_a_strategy_is_named(tmp_path, document, where, said):
+    """A hand-edited strategy.yaml with `step: 60` was refused as "phases[0].steps: must be a
+    positive integer (got None)", which names the key the file lacks, not the one it has, and
+    a misspelt informational key (`knd:`) was dropped without a word."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", **document}))
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+    assert f"{path}: {where}: {said}" in str(err.value), str(err.value)
+
+
+def test_a_strategy_of_another_trainer_is_refused_by_name(tmp_path):
+    """A strategy found with the cpu trainer (its lr, lengths and batch sizes that trainer's)
+    was replayed on verl without a word: its `backend` was read by no one."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", "backend": "cpu",
+                                    "phases": [{"steps": 10, "hparams": {"lr": 1e-3}}]}))
+    with pytest.raises(ConfigError, match=r"strategy.yaml: backend: is cpu, and this "
+                       r"experiment's is verl"):
+        method(tmp_path, config("verl", {**RECIPE, "lr": 1e-5, "lora_alpha": 16.0},
+                                method="replay", strategy_file=str(path)))
+
+
 def test_a_strategy_of_a_newer_release_is_named_as_such(tmp_path):
     """Audit (upgrades): a strategy.yaml from a colleague's newer release was refused as
     "must be 'llmzero-strategy/1' (got 'llmzero-strategy/2')", read as a malformed file."""
