@@ -2542,6 +2542,31 @@ def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tm
         in capsys.readouterr().out
 
 
+def test_experiment_hparams_a_replayed_strategy_overrides_are_said(tmp_path, capsys):
+    """Walkthrough: a replay "with another seed" (hparams: {seed: 7}) ran seed 1, the seed of
+    the strategy's source search, and said nothing: a report's strategy.yaml holds every key of
+    each phase, so none of the experiment's hparams reached the phases. --check's method line
+    and a new run's start name each one the strategy overrides, and how to run it instead."""
+    from llmzero_slurm.controller.preflight import check_method
+    strategy = tmp_path / "strategy.yaml"
+    strategy.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", "phases": [
+        {"steps": 10, "hparams": {"lr": 2e-3, "seed": 1, "temperature": 1.0}},
+        {"steps": 10, "hparams": {"lr": 5e-4, "seed": 1, "temperature": 1.0}}]}))
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "hparams": {"seed": 7, "lr": 2e-3, "temperature": 1.0},
+           "search": {"method": "replay", "strategy_file": str(strategy)}}
+    note = (f"{strategy} sets hparams this experiment sets too, and the replay runs the "
+            "strategy's: lr=0.002, 0.0005 (hparams: 0.002), seed=1 (hparams: 7); to run the "
+            "experiment's, delete the key from each phase of the strategy file")
+    assert check_method(parse_config(exp)).endswith(f"; note: {note}")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "replay")]))
+    assert f"note: {note}\n" in capsys.readouterr().out
+    exp["hparams"] = {"temperature": 1.0}
+    assert "note" not in check_method(parse_config(exp))
+
+
 def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, capsys):
     """Walkthrough: search.exploration_c, max_evolve_children or early_stopping set under grid,
     random or practitioner changed nothing and said nothing; a user who switched a tuned llmzero

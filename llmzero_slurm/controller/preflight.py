@@ -17,7 +17,7 @@ from ..config import ExperimentConfig
 from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.grid import GridMethod
-from ..methods.base import MethodContext
+from ..methods.base import MethodContext, SearchMethod
 from ..methods.registry import unread_note
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
@@ -158,11 +158,19 @@ def check_llm(cfg: ExperimentConfig) -> str:
     return f"{llm.name} backend, model {cfg.agents.model}: {said}"
 
 
-def check_method(cfg: ExperimentConfig) -> str:
-    """Build the search method: a static method checks its whole plan (space, strategy file)."""
+def method_notes(cfg: ExperimentConfig) -> tuple[SearchMethod, list[str]]:
+    """Build the search method (a static method checks its whole plan: space, strategy file),
+    and what it sets aside of the config: said, not refused (registry.unread_note)."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         ctx = MethodContext(cfg, lambda i: NodeDir(Path(tmp) / f"{i:04d}"), Path(tmp))
         method = make_method(cfg.search.method, ctx)
+    unread = unread_note(cfg.search)
+    return method, [*method.notes(), *([unread] if unread is not None else [])]
+
+
+def check_method(cfg: ExperimentConfig) -> str:
+    """The search method, its budget, and method_notes."""
+    method, notes = method_notes(cfg)
     search = cfg.search
     limits = [f"{search.budget_iterations} phases"] + [
         f"{value:,} {unit}" if isinstance(value, int) else f"{value:g} {unit}"
@@ -173,9 +181,7 @@ def check_method(cfg: ExperimentConfig) -> str:
     if isinstance(method, GridMethod) and method.points > len(method.phases):
         said += (f": runs {len(method.phases)} of its {method.points} points (a larger "
                  "search.budget_iterations runs more)")
-    if (unread := unread_note(search)) is not None:
-        said += f"; note: {unread}"
-    return said
+    return "".join([said, *(f"; note: {note}" for note in notes)])
 
 
 def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list[Check]:
