@@ -701,6 +701,21 @@ def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path,
                                     "trainer": {"cache_dir": str(tmp_path / cache)}}))
 
 
+def test_check_says_a_phase_time_limit_within_its_usr1_lead(tmp_path):
+    """A phase is sent USR1 120 s before its time limit: a slurm.time of 90 s got its warning
+    at once (and an end with no Slurm notice read as the limit), and --check passed it unsaid."""
+    from llmzero_slurm.controller.preflight import check_scripts
+    exp = {"name": "x", "task": {"builtin": "addition"}, "scheduler": "slurm",
+           "slurm": {"time": "1:30"}}
+    assert check_scripts(parse_config(exp)).endswith(
+        "; note: slurm.time is 1:30 (90 s), within the 120 s before its limit at which Slurm "
+        "warns a phase (USR1), so the warning comes at its start: the job's output says its "
+        "time limit is near, and an end with no Slurm notice is recorded as a time limit; give "
+        "it more than 120 s")
+    assert "note" not in check_scripts(parse_config({**exp, "slurm": {"time": "2:01"}}))
+    assert "note" not in check_scripts(parse_config({**exp, "scheduler": "local"}))
+
+
 @pytest.mark.parametrize("config, run_dir, args, key", [
     ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
     ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),

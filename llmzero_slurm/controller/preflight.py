@@ -22,7 +22,9 @@ from ..methods.registry import unread_note
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
+from ..sbatch_options import WARN_SIGNAL_S
 from ..schedulers import SlurmScheduler
+from ..schedulers.base import parse_time
 from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
 from ..store.node_dir import NodeDir
@@ -74,7 +76,24 @@ def check_scripts(cfg: ExperimentConfig) -> str:
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         for spec in sample_specs(cfg, Path(tmp)):
             _parse(write_phase_script(spec), spec.kind)
-    return "scratch, evolve and debug phase scripts render and parse"
+    said = "scratch, evolve and debug phase scripts render and parse"
+    if cfg.scheduler != "local":   # the local scheduler sends no warning
+        said += _within_lead(cfg.slurm.time)
+    return said
+
+
+def _within_lead(time: str) -> str:
+    """A note when slurm.time leaves no room before the USR1 warning sbatch sends a phase
+    WARN_SIGNAL_S before its limit: the warning then comes as the phase starts, and the
+    script reads an end without a Slurm notice as that limit. Said, not refused: a site may
+    run short phases on purpose (a smoke test); controller.time is refused (render.py)."""
+    limit = parse_time(time)
+    if limit > WARN_SIGNAL_S:
+        return ""
+    return (f"; note: slurm.time is {time} ({limit} s), within the {WARN_SIGNAL_S} s before its "
+            "limit at which Slurm warns a phase (USR1), so the warning comes at its start: the "
+            "job's output says its time limit is near, and an end with no Slurm notice is "
+            f"recorded as a time limit; give it more than {WARN_SIGNAL_S} s")
 
 
 def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
