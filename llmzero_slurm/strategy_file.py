@@ -64,6 +64,8 @@ def write_strategy(document: dict[str, Any], path: Path) -> Path:
 
 def _format_problem(given: Any) -> str:
     """Why a strategy of format `given` is not read: another release's is named as such."""
+    if given is None:
+        return f"is missing: a strategy.yaml written by llmzero-report begins with format: {FORMAT}"
     version = str(given).removeprefix("llmzero-strategy/")
     if str(given).startswith("llmzero-strategy/") and version.isdigit():
         newer = int(version) > int(FORMAT.rsplit("/", 1)[1])

@@ -596,6 +596,9 @@ def test_replay_refuses_a_malformed_strategy_naming_file_and_key(tmp_path, phase
     ({"phase": [{"steps": 10, "hparams": RECIPE}]}, "phase",
      "is not a key of a strategy file (did you mean phases?"),
     ({"phases": [{"hparams": RECIPE}]}, "phases[0].steps", "is missing"),
+    ({"format": None, "phases": [{"steps": 10, "hparams": RECIPE}]}, "format",
+     "is missing: a strategy.yaml written by llmzero-report begins with format: "
+     "llmzero-strategy/1"),
 ])
 def test_a_misspelt_key_of_a_strategy_is_named(tmp_path, document, where, said):
     """A hand-edited strategy.yaml with `step: 60` was refused as "phases[0].steps: must be a
