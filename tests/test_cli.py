@@ -2574,6 +2574,9 @@ def test_experiment_hparams_a_replayed_strategy_overrides_are_said(tmp_path, cap
             "strategy's: lr=0.002, 0.0005 (hparams: 0.002), seed=1 (hparams: 7); to run the "
             "experiment's, delete the key from each phase of the strategy file")
     assert check_method(parse_config(exp)).endswith(f"; note: {note}")
+    # what it read of an edited file (phases removed, steps changed) is said too
+    assert check_method(parse_config(exp)).startswith(
+        "replay, budget 16 phases, concurrency 1: a chain of 2 phases, 10 + 10 steps; note:")
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(exp))
     open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "replay")]))

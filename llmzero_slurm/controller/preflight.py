@@ -17,6 +17,7 @@ from ..config import ExperimentConfig
 from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.grid import GridMethod
+from ..methods.static import Chain
 from ..methods.base import MethodContext, SearchMethod
 from ..methods.registry import unread_note
 from ..backends import get_backend
@@ -197,6 +198,9 @@ def check_method(cfg: ExperimentConfig) -> str:
                             (search.budget_gpu_hours, "device-hours"),
                             (search.budget_wall_hours, "wall-clock hours")) if value is not None]
     said = f"{method.name}, budget {' or '.join(limits)}, concurrency {search.concurrency}"
+    if isinstance(method, Chain):   # an edited strategy file read as its user meant
+        steps = (str(p.hparams.get("total_training_steps", "?")) for p in method.phases)
+        said += f": a chain of {len(method.phases)} phases, {' + '.join(steps)} steps"
     if isinstance(method, GridMethod) and method.points > len(method.phases):
         said += (f": runs {len(method.phases)} of its {method.points} points (a larger "
                  "search.budget_iterations runs more)")
