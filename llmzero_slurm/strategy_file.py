@@ -35,7 +35,7 @@ from typing import Any, Callable
 import yaml
 
 from . import __version__
-from .config import read_yaml
+from .config import UniqueKeyLoader, read_yaml
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .store.atomic import write_text
@@ -82,7 +82,7 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     def bad(key: str, problem: str) -> ConfigError:
         return ConfigError(KEY, f"{path}: {key}: {problem}")
 
-    data = read_yaml(path, KEY)
+    data = read_yaml(path, KEY, UniqueKeyLoader)   # a hand edit's second lr: not silently last
     if not isinstance(data, dict):
         raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")
     if data.get("format") != FORMAT:

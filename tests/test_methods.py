@@ -611,6 +611,17 @@ def test_a_misspelt_key_of_a_strategy_is_named(tmp_path, document, where, said):
     assert f"{path}: {where}: {said}" in str(err.value), str(err.value)
 
 
+def test_a_key_given_twice_in_a_strategy_is_refused_by_line(tmp_path):
+    """A hand edit that added `lr: 0.002` under a phase's `lr: 0.001` ran the lower one and
+    said nothing (YAML keeps the last), as experiment.yaml no longer does."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text("format: llmzero-strategy/1\nphases:\n- steps: 10\n  hparams:\n"
+                    "    lr: 0.001\n    lr: 0.002\n")
+    with pytest.raises(ConfigError, match=r"key .lr. is given twice, on lines 5 and 6") as err:
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+    assert err.value.key == "search.strategy_file" and str(path) in str(err.value)
+
+
 def test_a_strategy_of_another_trainer_is_refused_by_name(tmp_path):
     """A strategy found with the cpu trainer (its lr, lengths and batch sizes that trainer's)
     was replayed on verl without a word: its `backend` was read by no one."""
