@@ -82,6 +82,11 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     def bad(key: str, problem: str) -> ConfigError:
         return ConfigError(KEY, f"{path}: {key}: {problem}")
 
+    if not path.exists():   # moved or removed with the report of its source run
+        raise ConfigError(KEY, f"cannot read {path}: no such file; a replay reads its strategy "
+                          "file at every start, a resume's too: put it back, or set "
+                          "search.strategy_file to where it is now (in the run's own "
+                          "experiment.yaml, for a run already made)")
     data = read_yaml(path, KEY, UniqueKeyLoader)   # a hand edit's second lr: not silently last
     if not isinstance(data, dict):
         raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")

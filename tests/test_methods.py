@@ -647,6 +647,11 @@ def test_a_strategy_of_a_newer_release_is_named_as_such(tmp_path):
 def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read .*nope.yaml"):
         method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
+    # A resume reads it again: its source run's report removed, it said only "No such file".
+    with pytest.raises(ConfigError, match=r"a replay reads its strategy file at every start, a "
+                       r"resume's too: put it back, or set search.strategy_file to where it is "
+                       r"now \(in the run's own experiment.yaml, for a run already made\)"):
+        method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
     (tmp_path / "bad.yaml").write_text("phases: [unclosed")
     with pytest.raises(ConfigError, match="bad.yaml is not valid YAML"):
         method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "bad.yaml")))
