@@ -2565,14 +2565,16 @@ def test_experiment_hparams_a_replayed_strategy_overrides_are_said(tmp_path, cap
     from llmzero_slurm.controller.preflight import check_method
     strategy = tmp_path / "strategy.yaml"
     strategy.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", "phases": [
-        {"steps": 10, "hparams": {"lr": 2e-3, "seed": 1, "temperature": 1.0}},
+        {"steps": 10, "hparams": {"lr": 2e-3, "seed": 1, "temperature": 1.0,
+                                  "total_training_steps": 60}},
         {"steps": 10, "hparams": {"lr": 5e-4, "seed": 1, "temperature": 1.0}}]}))
     exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
-           "hparams": {"seed": 7, "lr": 2e-3, "temperature": 1.0},
+           "hparams": {"seed": 7, "lr": 2e-3, "temperature": 1.0, "total_training_steps": 60},
            "search": {"method": "replay", "strategy_file": str(strategy)}}
     note = (f"{strategy} sets hparams this experiment sets too, and the replay runs the "
-            "strategy's: lr=0.002, 0.0005 (hparams: 0.002), seed=1 (hparams: 7); to run the "
-            "experiment's, delete the key from each phase of the strategy file")
+            "strategy's: lr=0.002, 0.0005 (hparams: 0.002), seed=1 (hparams: 7), "
+            "total_training_steps=10 (hparams: 60); to run the experiment's, delete the key from "
+            "each phase of the strategy file (for total_training_steps, set each phase's steps)")
     assert check_method(parse_config(exp)).endswith(f"; note: {note}")
     # what it read of an edited file (phases removed, steps changed) is said too
     assert check_method(parse_config(exp)).startswith(
