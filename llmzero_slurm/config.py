@@ -426,7 +426,7 @@ def _check_names(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
 _SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that reads an unquoted 12:00:00 as the text it is, not base 60, and that
     refuses a key given twice in one mapping: YAML keeps the last value silently, so an edit
     lower in the file would quietly undo one above. A `<<` merge may still be overridden;
@@ -476,7 +476,7 @@ def load_config(path: str | Path, refused: list[ConfigError] | None = None) -> E
     another encoding (Latin-1, UTF-16) by name rather than as a decoding traceback. `refused`:
     as for parse_config."""
     path = Path(path)
-    data = read_yaml(path, "<file>", _UniqueKeyLoader)
+    data = read_yaml(path, "<file>", UniqueKeyLoader)
     if data is None:
         raise ConfigError("<file>", f"{path} is empty")
     cfg = parse_config(data, str(path), refused)

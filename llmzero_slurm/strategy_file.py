@@ -21,25 +21,31 @@ The report writes it; `search.method: replay` with `search.strategy_file` reads 
       hparams: {lr: 0.001, ...}  # the phase's full configuration
 
 Replay needs only `format`, and per phase `steps` and `hparams`: it trains each phase for
-`steps` (as total_training_steps) and resumes the next from its last checkpoint. Test-set
+`steps` (as total_training_steps) and resumes the next from its last checkpoint. A key not
+shown here is refused as a misspelling, and a `backend` other than the experiment's by name. Test-set
 scores are left out on purpose: this file is an input to later searches.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from . import __version__
-from .config import read_yaml
+from .config import UniqueKeyLoader, read_yaml
 from .errors import ConfigError
 from .hparams import validate_hparams
 from .store.atomic import write_text
 
 FORMAT = "llmzero-strategy/1"
 KEY = "search.strategy_file"
+# What llmzero-report writes (report/strategy.py): any other key is a misspelling.
+TOP_KEYS = ("format", "experiment", "backend", "best_node", "best_val", "best_val_step", "phases")
+PHASE_KEYS = ("node", "kind", "start_step", "steps", "trained_steps", "resume_offset",
+              "diagnosis", "hparams")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ def write_strategy(document: dict[str, Any], path: Path) -> Path:
 
 def _format_problem(given: Any) -> str:
     """Why a strategy of format `given` is not read: another release's is named as such."""
+    if given is None:
+        return f"is missing: a strategy.yaml written by llmzero-report begins with format: {FORMAT}"
     version = str(given).removeprefix("llmzero-strategy/")
     if str(given).startswith("llmzero-strategy/") and version.isdigit():
         newer = int(version) > int(FORMAT.rsplit("/", 1)[1])
@@ -74,11 +82,21 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
     def bad(key: str, problem: str) -> ConfigError:
         return ConfigError(KEY, f"{path}: {key}: {problem}")
 
-    data = read_yaml(path, KEY)
+    if not path.exists():   # moved or removed with the report of its source run
+        raise ConfigError(KEY, f"cannot read {path}: no such file; a replay reads its strategy "
+                          "file at every start, a resume's too: put it back, or set "
+                          "search.strategy_file to where it is now (in the run's own "
+                          "experiment.yaml, for a run already made)")
+    data = read_yaml(path, KEY, UniqueKeyLoader)   # a hand edit's second lr: not silently last
     if not isinstance(data, dict):
         raise bad("<top>", "must be a mapping (a strategy.yaml written by llmzero-report)")
     if data.get("format") != FORMAT:
         raise bad("format", _format_problem(data.get("format")))
+    _known_keys(data, TOP_KEYS, "", "a strategy file", bad)
+    if data.get("backend") not in (None, backend):
+        raise bad("backend", f"is {data['backend']}, and this experiment's is {backend}: the "
+                  "strategy's values (lr, lengths, batch sizes) are that trainer's; replay it "
+                  f"with that backend, or write backend: {backend} in the file to try them here")
     raw = data.get("phases")
     if not isinstance(raw, list) or not raw:
         raise bad("phases", "must be a non-empty list of phases")
@@ -87,6 +105,9 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
         where = f"phases[{i}]"
         if not isinstance(entry, dict):
             raise bad(where, "must be a mapping with steps and hparams")
+        _known_keys(entry, PHASE_KEYS, f"{where}.", "a phase", bad)
+        if "steps" not in entry:
+            raise bad(f"{where}.steps", "is missing: the steps this phase trains")
         steps = entry.get("steps")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise bad(f"{where}.steps", f"must be a positive integer (got {steps!r})")
@@ -102,3 +123,14 @@ def load_strategy(path: str | Path, backend: str) -> list[StrategyPhase]:
         node = entry.get("node")
         phases.append(StrategyPhase(hparams, steps, node if isinstance(node, int) else None))
     return phases
+
+
+def _known_keys(data: dict[Any, Any], known: tuple[str, ...], where: str, what: str,
+                bad: Callable[[str, str], ConfigError]) -> None:
+    """Refuse a key llmzero-report does not write: a hand edit's misspelt `step:` would
+    otherwise read as a phase without steps, and a misspelt informational key vanish."""
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise bad(f"{where}{key}", f"is not a key of {what} ({hint}known: {', '.join(known)})")

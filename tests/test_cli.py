@@ -701,6 +701,21 @@ def test_a_cache_folder_that_cannot_be_one_is_named_by_check_and_start(tmp_path,
                                     "trainer": {"cache_dir": str(tmp_path / cache)}}))
 
 
+def test_check_says_a_phase_time_limit_within_its_usr1_lead(tmp_path):
+    """A phase is sent USR1 120 s before its time limit: a slurm.time of 90 s got its warning
+    at once (and an end with no Slurm notice read as the limit), and --check passed it unsaid."""
+    from llmzero_slurm.controller.preflight import check_scripts
+    exp = {"name": "x", "task": {"builtin": "addition"}, "scheduler": "slurm",
+           "slurm": {"time": "1:30"}}
+    assert check_scripts(parse_config(exp)).endswith(
+        "; note: slurm.time is 1:30 (90 s), within the 120 s before its limit at which Slurm "
+        "warns a phase (USR1), so the warning comes at its start: the job's output says its "
+        "time limit is near, and an end with no Slurm notice is recorded as a time limit; give "
+        "it more than 120 s")
+    assert "note" not in check_scripts(parse_config({**exp, "slurm": {"time": "2:01"}}))
+    assert "note" not in check_scripts(parse_config({**exp, "scheduler": "local"}))
+
+
 @pytest.mark.parametrize("config, run_dir, args, key", [
     ({"controller": {"time": "x"}}, "run", ["--submit"], "'controller.time'"),
     ({"slurm": {"time": "forever"}}, "run", [], "'slurm.time'"),
@@ -1327,6 +1342,24 @@ def test_a_start_tries_the_llm_once_and_says_what_is_wrong(tmp_path, capsys, mon
         build_controller(store)
         assert capsys.readouterr().err == ""
         assert service.requests[0]["body"]["max_tokens"] == 1     # once, one token
+
+
+def test_a_trial_that_times_out_names_its_own_limit(monkeypatch):
+    """The trial waits min(agents.timeout_s, 15 s), yet its timeout said "no complete answer
+    within agents.timeout_s = 15 s" of a config whose agents.timeout_s was 120, and counted
+    the service's retries in a trial that makes none."""
+    from llm_loopback import LoopbackLLM
+    from llmzero_slurm.controller import llm_trial
+    monkeypatch.setenv("LLMZ_WALK_KEY", "sk-walk-0123456789abcdef")
+    monkeypatch.setattr(llm_trial, "LLM_TRIAL_TIMEOUT_S", 0.3)
+    with LoopbackLLM() as service:
+        service.reply({"delay": 2.0, "text": "Ready"})
+        said = llm_trial.trial_warning(parse_config({"name": "demo", "agents": {
+            "backend": "openai", "api_key_env": "LLMZ_WALK_KEY", "model": "qwen2",
+            "base_url": f"{service.url}/v1", "timeout_s": 120}}).agents)
+    assert said is not None and "agents.timeout_s = 0.3" not in said, said
+    assert "no complete answer within the trial's 0.3 s (the lesser of agents.timeout_s, 120 s, " \
+           "and 0.3 s)" in said, said
 
 
 def test_scheduler_auto_is_frozen_as_what_it_chose(tmp_path, capsys, slurm_down):
@@ -2551,6 +2584,36 @@ def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tm
     assert main([str(path), "--check", "--run-dir", str(tmp_path / "run")]) == 2
     assert f"[FAIL] run directory: {tmp_path / 'run'} holds the run 'demo', not 'other'" \
         in capsys.readouterr().out
+
+
+def test_experiment_hparams_a_replayed_strategy_overrides_are_said(tmp_path, capsys):
+    """Walkthrough: a replay "with another seed" (hparams: {seed: 7}) ran seed 1, the seed of
+    the strategy's source search, and said nothing: a report's strategy.yaml holds every key of
+    each phase, so none of the experiment's hparams reached the phases. --check's method line
+    and a new run's start name each one the strategy overrides, and how to run it instead."""
+    from llmzero_slurm.controller.preflight import check_method
+    strategy = tmp_path / "strategy.yaml"
+    strategy.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", "phases": [
+        {"steps": 10, "hparams": {"lr": 2e-3, "seed": 1, "temperature": 1.0,
+                                  "total_training_steps": 60}},
+        {"steps": 10, "hparams": {"lr": 5e-4, "seed": 1, "temperature": 1.0}}]}))
+    exp = {"name": "demo", "scheduler": "local", "task": {"builtin": "addition"},
+           "hparams": {"seed": 7, "lr": 2e-3, "temperature": 1.0, "total_training_steps": 60},
+           "search": {"method": "replay", "strategy_file": str(strategy)}}
+    note = (f"{strategy} sets hparams this experiment sets too, and the replay runs the "
+            "strategy's: lr=0.002, 0.0005 (hparams: 0.002), seed=1 (hparams: 7), "
+            "total_training_steps=10 (hparams: 60); to run the experiment's, delete the key from "
+            "each phase of the strategy file (for total_training_steps, set each phase's steps)")
+    assert check_method(parse_config(exp)).endswith(f"; note: {note}")
+    # what it read of an edited file (phases removed, steps changed) is said too
+    assert check_method(parse_config(exp)).startswith(
+        "replay, budget 16 phases, concurrency 1: a chain of 2 phases, 10 + 10 steps; note:")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "replay")]))
+    assert f"note: {note}\n" in capsys.readouterr().out
+    exp["hparams"] = {"temperature": 1.0}
+    assert "note" not in check_method(parse_config(exp))
 
 
 def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, capsys):

@@ -588,6 +588,52 @@ def test_replay_refuses_a_malformed_strategy_naming_file_and_key(tmp_path, phase
     assert f"{path}: {where}:" in str(err.value)
 
 
+@pytest.mark.parametrize("document, where, said", [
+    ({"phases": [{"step": 10, "hparams": RECIPE}]}, "phases[0].step",
+     "is not a key of a phase (did you mean steps?"),
+    ({"phases": [{"steps": 10, "hparams": RECIPE, "knd": "scratch"}]}, "phases[0].knd",
+     "is not a key of a phase (did you mean kind?"),
+    ({"phase": [{"steps": 10, "hparams": RECIPE}]}, "phase",
+     "is not a key of a strategy file (did you mean phases?"),
+    ({"phases": [{"hparams": RECIPE}]}, "phases[0].steps", "is missing"),
+    ({"format": None, "phases": [{"steps": 10, "hparams": RECIPE}]}, "format",
+     "is missing: a strategy.yaml written by llmzero-report begins with format: "
+     "llmzero-strategy/1"),
+])
+def test_a_misspelt_key_of_a_strategy_is_named(tmp_path, document, where, said):
+    """A hand-edited strategy.yaml with `step: 60` was refused as "phases[0].steps: must be a
+    positive integer (got None)", which names the key the file lacks, not the one it has, and
+    a misspelt informational key (`knd:`) was dropped without a word."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", **document}))
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+    assert f"{path}: {where}: {said}" in str(err.value), str(err.value)
+
+
+def test_a_key_given_twice_in_a_strategy_is_refused_by_line(tmp_path):
+    """A hand edit that added `lr: 0.002` under a phase's `lr: 0.001` ran the lower one and
+    said nothing (YAML keeps the last), as experiment.yaml no longer does."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text("format: llmzero-strategy/1\nphases:\n- steps: 10\n  hparams:\n"
+                    "    lr: 0.001\n    lr: 0.002\n")
+    with pytest.raises(ConfigError, match=r"key .lr. is given twice, on lines 5 and 6") as err:
+        method(tmp_path, config(method="replay", strategy_file=str(path)))
+    assert err.value.key == "search.strategy_file" and str(path) in str(err.value)
+
+
+def test_a_strategy_of_another_trainer_is_refused_by_name(tmp_path):
+    """A strategy found with the cpu trainer (its lr, lengths and batch sizes that trainer's)
+    was replayed on verl without a word: its `backend` was read by no one."""
+    path = tmp_path / "strategy.yaml"
+    path.write_text(yaml.safe_dump({"format": "llmzero-strategy/1", "backend": "cpu",
+                                    "phases": [{"steps": 10, "hparams": {"lr": 1e-3}}]}))
+    with pytest.raises(ConfigError, match=r"strategy.yaml: backend: is cpu, and this "
+                       r"experiment's is verl"):
+        method(tmp_path, config("verl", {**RECIPE, "lr": 1e-5, "lora_alpha": 16.0},
+                                method="replay", strategy_file=str(path)))
+
+
 def test_a_strategy_of_a_newer_release_is_named_as_such(tmp_path):
     """Audit (upgrades): a strategy.yaml from a colleague's newer release was refused as
     "must be 'llmzero-strategy/1' (got 'llmzero-strategy/2')", read as a malformed file."""
@@ -600,6 +646,11 @@ def test_a_strategy_of_a_newer_release_is_named_as_such(tmp_path):
 
 def test_replay_refuses_a_missing_or_unparsable_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read .*nope.yaml"):
+        method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
+    # A resume reads it again: its source run's report removed, it said only "No such file".
+    with pytest.raises(ConfigError, match=r"a replay reads its strategy file at every start, a "
+                       r"resume's too: put it back, or set search.strategy_file to where it is "
+                       r"now \(in the run's own experiment.yaml, for a run already made\)"):
         method(tmp_path, config(method="replay", strategy_file=str(tmp_path / "nope.yaml")))
     (tmp_path / "bad.yaml").write_text("phases: [unclosed")
     with pytest.raises(ConfigError, match="bad.yaml is not valid YAML"):

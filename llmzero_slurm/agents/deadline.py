@@ -91,9 +91,10 @@ def _on_reply(response: httpx2.Response) -> None:
 HOOKS = {"request": [_before_request], "response": [_on_reply]}
 
 
-def within(seconds: float, work: Callable[[], T]) -> T:
+def within(seconds: float, work: Callable[[], T], limit: str | None = None) -> T:
     """`work()`'s result or exception; Abandoned when it has not ended after `seconds`, or
-    when the reason to abandon it set by `abandoned_when` says so (then it may not start)."""
+    when the reason to abandon it set by `abandoned_when` says so (then it may not start).
+    `limit`: what set `seconds`, for the message, when it is not agents.timeout_s alone."""
     reason = _reason.get()
     if reason is not None and (why := reason()):
         raise Abandoned(f"the call was abandoned: {why}")
@@ -120,9 +121,9 @@ def within(seconds: float, work: Callable[[], T]) -> T:
         call.abandoned = worker.is_alive()   # also when a stop signal ended the wait
     if call.abandoned:
         last = f"; its last reply was {call.refused}" if call.refused else ""
+        limit = limit or f"agents.timeout_s = {seconds:g} s (the service's retries included)"
         raise Abandoned(f"the call was abandoned: {why}" if why else
-                        f"no complete answer within agents.timeout_s = {seconds:g} s (the "
-                        f"service's retries included); the call was abandoned{last}")
+                        f"no complete answer within {limit}; the call was abandoned{last}")
     if error:
         raise error[0]
     return value[0]

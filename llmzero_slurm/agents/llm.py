@@ -89,7 +89,7 @@ class Backend(Protocol):
 
     def complete(self, prompt: Prompt) -> Reply: ...
 
-    def probe(self) -> str: ...
+    def probe(self, limit_s: float) -> str: ...
 
 
 def encode_png(path: Path, max_px: int) -> tuple[str, int, int]:
@@ -166,9 +166,10 @@ class _SDKBackend:
         before it is cut, as a key cut in two would not be found."""
         return self.redact(str(reply))[:200]
 
-    def probe(self) -> str:
+    def probe(self, limit_s: float) -> str:
         """--check's trial of the key, the model and the URL (probe.py)."""
-        return probe(self, self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)))
+        return probe(self, self.request(Prompt("Answer in one word.", "Ready?", max_tokens=1)),
+                     limit_s)
 
 
 class AnthropicBackend(_SDKBackend):

@@ -36,20 +36,20 @@ class _SDKBackend(Protocol):
     def send(self, body: dict[str, Any]) -> Any: ...
 
 
-def _served(llm: _SDKBackend) -> list[str] | None:
+def _served(llm: _SDKBackend, seconds: float) -> list[str] | None:
     """The model names the service lists (GET {base_url}/models), or None when it lists none:
     then its API is not at base_url at all (404), or it cannot say."""
     try:
-        page = within(llm.cfg.timeout_s, lambda: llm.client.models.list())
+        page = within(seconds, lambda: llm.client.models.list())
         return [str(m.id) for m in page.data]
     except Exception:  # noqa: BLE001 - the list only sharpens the message
         return None
 
 
-def _not_found(llm: _SDKBackend, said: str) -> ConfigError:
+def _not_found(llm: _SDKBackend, said: str, seconds: float) -> ConfigError:
     """Why the service refused a well-formed one-token request to the configured model."""
     cfg, url = llm.cfg, str(llm.client.base_url)
-    served = _served(llm)
+    served = _served(llm, seconds)
     if served is not None and cfg.model not in served:
         return ConfigError("agents.model", f"the {llm.vendor} at {url} serves no model "
                            f"{cfg.model!r}; it serves: {', '.join(map(repr, served[:20]))} "
@@ -63,20 +63,24 @@ def _not_found(llm: _SDKBackend, said: str) -> ConfigError:
                        f"{cfg.model!r}, or refused a one-token request to it: {said}")
 
 
-def probe(llm: _SDKBackend, body: dict[str, Any]) -> str:
-    """`body`: a request for one token. A refusal that no waiting cures (401/403 the key,
-    400/404 the model or the URL) is a ConfigError naming what to fix, since every agent call
-    would fall back to the heuristics; any other failure (the network, 429, 5xx) is
+def probe(llm: _SDKBackend, body: dict[str, Any], limit_s: float) -> str:
+    """`body`: a request for one token, given min(agents.timeout_s, `limit_s`): a start must
+    not wait minutes on a server that is down. A refusal that no waiting cures (401/403 the
+    key, 400/404 the model or the URL) is a ConfigError naming what to fix, since every agent
+    call would fall back to the heuristics; any other failure (the network, 429, 5xx) is
     Unverified, as the agents retry those."""
+    seconds = min(llm.cfg.timeout_s, limit_s)
+    limit = (f"the trial's {seconds:g} s (the lesser of agents.timeout_s, "
+             f"{llm.cfg.timeout_s:g} s, and {limit_s:g} s)")
     try:
-        within(llm.cfg.timeout_s, lambda: llm.send(body))
+        within(seconds, lambda: llm.send(body), limit)
     except (anthropic.APIStatusError, openai.APIStatusError) as exc:
         said = f"{type(exc).__name__}: {llm.redact(str(exc))[:300]}"
         if exc.status_code in (401, 403):
             raise ConfigError("agents.api_key_env", f"the {llm.vendor} refused the key in "
                               f"${llm.cfg.key_env}: {said}") from None
         if exc.status_code in (400, 404):
-            raise _not_found(llm, said) from None
+            raise _not_found(llm, said, seconds) from None
         raise Unverified(said) from None
     except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
         # The SDK's "Connection error." names neither the URL nor why: its cause does.

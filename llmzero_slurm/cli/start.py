@@ -18,13 +18,12 @@ from ..controller.controller_job import (refuse_if_queued, submit_controller, ta
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease
 from ..controller.llm_trial import trial_warning
-from ..controller.preflight import Check, check_method, preflight, script_checks
+from ..controller.preflight import Check, method_notes, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
 from ..errors import ConfigError, DataError, SchedulerError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
-from ..methods.registry import unread_note
 from ..render import check_run_dir
 from ..report import write_report
 from ..report.logs import MetricsLogs
@@ -141,9 +140,8 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     # cannot be read, fails every later start (the phases after their queue wait).
     for _, check in script_checks(cfg, run_dir):
         check()
-    check_method(cfg)
-    if (unread := unread_note(cfg.search)) is not None:
-        print(f"note: {unread}", flush=True)
+    for note in method_notes(cfg)[1]:
+        print(f"note: {note}", flush=True)
     try:
         check_inputs(cfg)
     except (ConfigError, DataError) as exc:   # both exit 2

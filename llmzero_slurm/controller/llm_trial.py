@@ -20,11 +20,10 @@ LLM_TRIAL_TIMEOUT_S = 15.0
 
 
 def trial_backend(agents: AgentConfig) -> Backend | None:
-    """The agents' backend for the trial, without retries and with a short limit (None: the
-    offline heuristics). Its probe() raises ConfigError for a refusal of the key, model or URL
-    and Unverified for no verdict (the network, a timeout, 429, 5xx)."""
-    return choose_backend(replace(agents, max_retries=0,
-                                  timeout_s=min(agents.timeout_s, LLM_TRIAL_TIMEOUT_S)))
+    """The agents' backend for the trial, without retries (None: the offline heuristics). Its
+    probe(LLM_TRIAL_TIMEOUT_S) raises ConfigError for a refusal of the key, model or URL and
+    Unverified for no verdict (the network, a timeout, 429, 5xx)."""
+    return choose_backend(replace(agents, max_retries=0))
 
 
 def trial_warning(agents: AgentConfig) -> str | None:
@@ -32,7 +31,7 @@ def trial_warning(agents: AgentConfig) -> str | None:
     llm = trial_backend(agents)
     try:
         if llm is not None:
-            llm.probe()
+            llm.probe(LLM_TRIAL_TIMEOUT_S)
         return None
     except ConfigError as exc:
         why, then = str(exc), ("every agent call falls back to the offline heuristics until "

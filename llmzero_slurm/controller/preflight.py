@@ -17,17 +17,20 @@ from ..config import ExperimentConfig
 from ..errors import LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.grid import GridMethod
-from ..methods.base import MethodContext
+from ..methods.static import Chain
+from ..methods.base import MethodContext, SearchMethod
 from ..methods.registry import unread_note
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
+from ..sbatch_options import WARN_SIGNAL_S
 from ..schedulers import SlurmScheduler
+from ..schedulers.base import parse_time
 from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
-from .llm_trial import trial_backend
+from .llm_trial import LLM_TRIAL_TIMEOUT_S, trial_backend
 
 
 @dataclass
@@ -74,7 +77,24 @@ def check_scripts(cfg: ExperimentConfig) -> str:
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         for spec in sample_specs(cfg, Path(tmp)):
             _parse(write_phase_script(spec), spec.kind)
-    return "scratch, evolve and debug phase scripts render and parse"
+    said = "scratch, evolve and debug phase scripts render and parse"
+    if cfg.scheduler != "local":   # the local scheduler sends no warning
+        said += _within_lead(cfg.slurm.time)
+    return said
+
+
+def _within_lead(time: str) -> str:
+    """A note when slurm.time leaves no room before the USR1 warning sbatch sends a phase
+    WARN_SIGNAL_S before its limit: the warning then comes as the phase starts, and the
+    script reads an end without a Slurm notice as that limit. Said, not refused: a site may
+    run short phases on purpose (a smoke test); controller.time is refused (render.py)."""
+    limit = parse_time(time)
+    if limit > WARN_SIGNAL_S:
+        return ""
+    return (f"; note: slurm.time is {time} ({limit} s), within the {WARN_SIGNAL_S} s before its "
+            "limit at which Slurm warns a phase (USR1), so the warning comes at its start: the "
+            "job's output says its time limit is near, and an end with no Slurm notice is "
+            f"recorded as a time limit; give it more than {WARN_SIGNAL_S} s")
 
 
 def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
@@ -152,17 +172,25 @@ def check_llm(cfg: ExperimentConfig) -> str:
     if llm is None:
         return "offline heuristic agents (no API key configured)"
     try:
-        said = llm.probe()
+        said = llm.probe(LLM_TRIAL_TIMEOUT_S)
     except Unverified as exc:
         said = f"not verified from here: {exc}"
     return f"{llm.name} backend, model {cfg.agents.model}: {said}"
 
 
-def check_method(cfg: ExperimentConfig) -> str:
-    """Build the search method: a static method checks its whole plan (space, strategy file)."""
+def method_notes(cfg: ExperimentConfig) -> tuple[SearchMethod, list[str]]:
+    """Build the search method (a static method checks its whole plan: space, strategy file),
+    and what it sets aside of the config: said, not refused (registry.unread_note)."""
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         ctx = MethodContext(cfg, lambda i: NodeDir(Path(tmp) / f"{i:04d}"), Path(tmp))
         method = make_method(cfg.search.method, ctx)
+    unread = unread_note(cfg.search)
+    return method, [*method.notes(), *([unread] if unread is not None else [])]
+
+
+def check_method(cfg: ExperimentConfig) -> str:
+    """The search method, its budget, and method_notes."""
+    method, notes = method_notes(cfg)
     search = cfg.search
     limits = [f"{search.budget_iterations} phases"] + [
         f"{value:,} {unit}" if isinstance(value, int) else f"{value:g} {unit}"
@@ -170,12 +198,13 @@ def check_method(cfg: ExperimentConfig) -> str:
                             (search.budget_gpu_hours, "device-hours"),
                             (search.budget_wall_hours, "wall-clock hours")) if value is not None]
     said = f"{method.name}, budget {' or '.join(limits)}, concurrency {search.concurrency}"
+    if isinstance(method, Chain):   # an edited strategy file read as its user meant
+        steps = (str(p.hparams.get("total_training_steps", "?")) for p in method.phases)
+        said += f": a chain of {len(method.phases)} phases, {' + '.join(steps)} steps"
     if isinstance(method, GridMethod) and method.points > len(method.phases):
         said += (f": runs {len(method.phases)} of its {method.points} points (a larger "
                  "search.budget_iterations runs more)")
-    if (unread := unread_note(search)) is not None:
-        said += f"; note: {unread}"
-    return said
+    return "".join([said, *(f"; note: {note}" for note in notes)])
 
 
 def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list[Check]:

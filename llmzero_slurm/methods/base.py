@@ -121,6 +121,10 @@ class SearchMethod(ABC):
         """The configuration of the first phase this method creates (None: none planned)."""
         return self.ctx.hparams
 
+    def notes(self) -> list[str]:
+        """What --check and a new run's start say of settings this method sets aside."""
+        return []
+
     def check_budget(self) -> None:
         """Refuse a sample budget that cannot hold one step of the first phase: the start
         would make a run directory that creates no phase and ends with nothing found."""

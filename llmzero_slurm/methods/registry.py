@@ -41,7 +41,7 @@ def unread_note(search: SearchSettings) -> str | None:
     if search.method == "llmzero":
         return None
     default = SearchSettings()
-    unread = [f"search.{key}={_shown(getattr(search, key))}" for key in TREE_SETTINGS
+    unread = [f"search.{key}={shown(getattr(search, key))}" for key in TREE_SETTINGS
               if getattr(search, key) != getattr(default, key)]
     if not unread:
         return None
@@ -49,7 +49,7 @@ def unread_note(search: SearchSettings) -> str | None:
             "early stopper alone do, so they change nothing in this run")
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """As YAML writes it: `true`, `3` (not Python's `True`, `3.0`)."""
     if isinstance(value, bool):
         return str(value).lower()
