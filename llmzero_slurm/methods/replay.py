@@ -7,13 +7,12 @@ phase resumes from the previous phase's last checkpoint.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
 from ..errors import ConfigError
 from ..hparams import merge
-from .registry import shown
 from ..strategy_file import KEY, load_strategy
+from .registry import shown
 from .static import Chain, Planned
 
 
