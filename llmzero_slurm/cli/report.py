@@ -1,5 +1,7 @@
 """llmzero-report: write <run>/report/ (index.html, figures, strategy.yaml) from a run directory,
-or with --output into a folder of your own (a colleague who may only read the run)."""
+or with --output into a folder of your own (a colleague who may only read the run).
+strategy.yaml is the best strategy as a schedule: search.method replay with
+search.strategy_file set to it runs it again (on another task, say)."""
 from __future__ import annotations
 
 import argparse
