@@ -941,6 +941,23 @@ def test_start_refuses_another_experiment_in_a_run_dir_holding_a_run(tmp_path):
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
+def test_start_and_check_refuse_a_run_dir_inside_another_run(tmp_path):
+    """Walkthrough, a second seed: `--run-dir runs/first/seed2` made a run inside the first."""
+    exp = tmp_path / "first.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    run = tmp_path / "run"
+    open_or_create(parse_args([str(exp), "--run-dir", str(run)]))
+    inner = run / "seed2"
+    for how in ((), ("--check",)):
+        done = cli("start", str(exp), "--run-dir", str(inner), *how)
+        assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+        said = done.stderr + done.stdout
+        assert f"{inner} is inside the run directory {run} (run 'first')" in said, said
+        assert f"such as {run}-seed2" in said
+        assert not inner.exists()
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

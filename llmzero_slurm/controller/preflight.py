@@ -25,6 +25,7 @@ from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
 from ..schedulers import SlurmScheduler
 from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
+from ..store.new_run import refuse_nested
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
 from .llm_trial import trial_backend
@@ -80,7 +81,9 @@ def check_scripts(cfg: ExperimentConfig) -> str:
 def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
     """Render the controller job's script (`--submit`) for the real run directory: it checks
     the `controller:` section, and that the run directory can go into #SBATCH --output lines,
-    as every phase's node folder under it must."""
+    as every phase's node folder under it must; a new one, that it is in no other run."""
+    if not (run_dir / "meta.json").exists():
+        refuse_nested(run_dir)
     root = run_dir.resolve()
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         script = Path(tmp) / CONTROLLER_SCRIPT
