@@ -2570,6 +2570,20 @@ def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tm
         in capsys.readouterr().out
 
 
+def test_a_slurm_runs_poll_raised_when_frozen_is_no_difference_on_resume(tmp_path):
+    """Walkthrough: the shipped cpu-addition.yaml (poll_interval_s: 2) started again on a Slurm
+    run it had made noted "your exp.yaml differs, ignored: search.poll_interval_s: 5.0 -> 2.0":
+    the start itself had raised it to Slurm's least when it froze the run."""
+    from llmzero_slurm.cli.config_change import ignored
+    exp = {"name": "demo", "task": {"builtin": "addition"}, "search": {"poll_interval_s": 2}}
+    frozen = parse_config({**exp, "scheduler": "slurm", "search": {"poll_interval_s": 5.0}})
+    for scheduler in ("auto", "slurm"):
+        given = parse_config({**exp, "scheduler": scheduler})
+        assert ignored(frozen, given, tmp_path / "exp.yaml", tmp_path) is None
+    slower = parse_config({**exp, "search": {"poll_interval_s": 20}})
+    assert "search.poll_interval_s: 5.0 -> 20" in ignored(frozen, slower, tmp_path / "e", tmp_path)
+
+
 def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, capsys):
     """Walkthrough: search.exploration_c, max_evolve_children or early_stopping set under grid,
     random or practitioner changed nothing and said nothing; a user who switched a tuned llmzero

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..config import ExperimentConfig
 from ..controller.preflight import Check
 from ..errors import ConfigError, StateError
+from ..schedulers import SlurmScheduler
 from ..store.run_store import RunStore
 
 # What a run may be given more (or less) of by editing its frozen experiment.yaml.
@@ -16,9 +17,13 @@ BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budge
 
 def differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
     """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
-    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
+    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice,
+    and a Slurm run's poll under the least a site accepts as that least (slurm_poll)."""
     if cfg.scheduler == "auto":
         cfg = replace(cfg, scheduler=frozen.scheduler)
+    poll, least = cfg.search.poll_interval_s, SlurmScheduler.least_poll_s
+    if cfg.scheduler == "slurm" and poll is not None and poll < least:
+        cfg = replace(cfg, search=replace(cfg.search, poll_interval_s=least))
     old, new = frozen.by_key(), cfg.by_key()
     keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
