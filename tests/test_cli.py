@@ -1490,6 +1490,28 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     assert not (store.root / "controller.sbatch").exists()
 
 
+def test_a_second_start_of_a_running_experiment_points_to_another_run_dir(tmp_path):
+    """Walkthrough, a second seed: `llmzero-start exp.yaml --detach` again, for a run beside
+    the first, was refused with "a controller is already running" alone, never saying that
+    it had gone to the first run's folder, nor how to make a second run."""
+    from llmzero_slurm.controller.lease import Lease
+    path, run = tmp_path / "exp.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    holder = Lease(open_or_create(parse_args([str(path), "--run-dir", str(run)])))
+    holder.acquire()                      # a live controller: this test process
+    try:
+        twice = [cli("start", str(path), "--run-dir", str(run), *how) for how in (("--detach",), ())]
+        resumed = cli("start", str(run), "--detach")
+    finally:
+        holder.release()
+    hint = f"; to run {path} a second time beside this run, give another --run-dir"
+    for refused in twice:
+        assert refused.returncode == 6 and "already running" in refused.stderr, refused.stderr
+        assert hint in refused.stderr, refused.stderr
+    assert resumed.returncode == 6 and "--run-dir" not in resumed.stderr, resumed.stderr
+
+
 def test_ctrl_c_while_detach_waits_says_the_controller_goes_on(tmp_path, monkeypatch, capsys):
     """Review: Ctrl-C while --detach waited for its controller to hold the run exited 130
     silently, the controller running on in the background unnamed."""

@@ -16,7 +16,7 @@ from ..controller.data_checks import check_inputs
 from ..controller.controller_job import (refuse_if_queued, submit_controller, take_key,
                                          withdraw_key)
 from ..controller.keeper import MonitorKeeper
-from ..controller.lease import Lease
+from ..controller.lease import Lease, LeaseHeld, LeaseLost
 from ..controller.llm_trial import trial_warning
 from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
@@ -260,6 +260,17 @@ def main(argv: list[str] | None = None) -> int:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
     store = open_or_create(args)
+    try:
+        return start(store, args)
+    except LeaseHeld as exc:   # from a config, the user may have meant a second run beside it
+        if isinstance(exc, LeaseLost) or (args.config / "meta.json").exists():
+            raise
+        raise LeaseHeld(f"{exc}; to run {args.config} a second time beside this run, give "
+                        "another --run-dir") from None
+
+
+def start(store: RunStore, args: argparse.Namespace) -> int:
+    """Run (or detach, or submit) the controller of the run just opened or created."""
     if (note := group_note(store.root)) is not None:
         print(note, flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
