@@ -958,6 +958,25 @@ def test_start_and_check_refuse_a_run_dir_inside_another_run(tmp_path):
         assert not inner.exists()
 
 
+def test_a_run_directory_given_with_a_run_dir_elsewhere_is_refused(tmp_path):
+    """Walkthrough, a second seed: `llmzero-start runs/first --run-dir runs/first-seed2`
+    resumed runs/first, --run-dir ignored without a word, instead of making the run asked for."""
+    exp = tmp_path / "first.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    run, other = tmp_path / "run", tmp_path / "run-seed2"
+    open_or_create(parse_args([str(exp), "--run-dir", str(run)]))
+    for how in ((), ("--check",)):
+        done = cli("start", str(run), "--run-dir", str(other), *how)
+        said = done.stderr + done.stdout
+        assert done.returncode == 2 and "Traceback" not in said, said
+        assert (f"{run} is a run directory, resumed where it is: --run-dir {other} is for a new "
+                f"run, from a config (for one with this run's: llmzero-start "
+                f"{run / 'experiment.yaml'} --run-dir {other})") in said, said
+        assert not other.exists()
+    assert open_or_create(parse_args([str(run), "--run-dir", str(run)])).root == run
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

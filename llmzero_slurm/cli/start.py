@@ -39,12 +39,13 @@ from ..store.run_store import RunStore
 from ..store.schema import method_edit
 from .background import controller_command, detach
 from .config_change import check_note, ignored
-from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
+from .common import (follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder,
+                     run_dir_conflict, run_main, seconds)
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
 CONFIG is an experiment.yaml (a new run is created under --run-dir, default runs/<name>) or an
-existing run directory (resumed with its frozen config; --run-dir is then not used). With
+existing run directory (resumed where it is, with its frozen config). With
 `scheduler: auto` (the default) and no Slurm cluster answering, the phases run as local
 processes with the same rendered scripts."""
 
@@ -84,6 +85,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "unset: 30 on Slurm, asking less often while nothing changes, 10 for "
                         "local processes; at least 5 on Slurm)")
     args = p.parse_args(argv)
+    if (conflict := run_dir_conflict(args.config, args.run_dir)) is not None:
+        p.error(conflict)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
     if args.cancel_on_stop and args.submit:
@@ -215,13 +218,6 @@ def _report(root: Path, complete: bool, logs: MetricsLogs) -> Path:
     return write_report(root, logs=logs, draw_budget_s=None if complete else REFRESH_DRAW_S)
 
 
-def submit(store: RunStore, args: argparse.Namespace) -> int:
-    """sbatch the controller's own job script (recorded, so status and stop see it queued)."""
-    submit_controller(store, controller_command(store, args))
-    print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
-    return 0
-
-
 def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
                      login_ok: bool) -> list[Check]:
     """--on-cluster: the checks a compute node answers, once the login node's have passed (a
@@ -280,9 +276,11 @@ def start(store: RunStore, args: argparse.Namespace) -> int:
                          f"run every phase inside itself; resume with llmzero-start {store.root}")
     if args.detach:
         return detach(store, args)
-    if args.submit:
+    if args.submit:   # the job recorded, so status and stop see it queued
         refuse_if_queued(store)
-        return submit(store, args)
+        submit_controller(store, controller_command(store, args))
+        print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
+        return 0
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
     take_key(store)
     controller = build_controller(store, args.poll)
