@@ -977,6 +977,24 @@ def test_a_run_directory_given_with_a_run_dir_elsewhere_is_refused(tmp_path):
     assert open_or_create(parse_args([str(run), "--run-dir", str(run)])).root == run
 
 
+def test_of_two_starts_racing_to_one_new_run_dir_the_later_resumes_the_run(tmp_path, monkeypatch):
+    """Walkthrough, one run dir given twice at once (a seed loop that forgot --run-dir): the
+    later start, past its checks after the other had made the run, failed with exit 3 as if the
+    folder were damaged ("already holds a run; open it instead of creating it"). It resumes
+    that run now, and its lease says whether a controller already runs it."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    args, real = parse_args([str(exp), "--run-dir", str(tmp_path / "run")]), RunStore.create
+
+    def the_other_start_wins(root, config, found=()):
+        monkeypatch.setattr(RunStore, "create", real)
+        real(root, config, found)
+        return real(root, config, found)
+    monkeypatch.setattr(RunStore, "create", the_other_start_wins)
+    assert open_or_create(args).root == tmp_path / "run"
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import ExperimentConfig
 from ..controller.preflight import Check
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError, StateError, UsageError
 from ..schedulers import SlurmScheduler
 from ..store.run_store import RunStore
 
@@ -41,6 +41,17 @@ def ignored(frozen: ExperimentConfig, cfg: ExperimentConfig, path: Path, root: P
     return (f"your {path} differs, ignored: {changed}; use another --run-dir for a new run"
             + (f"; to give this run another budget, set {', '.join(budget)} in "
                f"{root / 'experiment.yaml'}, which each start resumes with" if budget else ""))
+
+
+def given_for(store: RunStore, cfg: ExperimentConfig, path: Path) -> None:
+    """A start from `cfg` (read from `path`) resumes the run in `store`: refused (UsageError,
+    nothing changed) where that run is another experiment's, else what it ignores is said."""
+    if store.config.name != cfg.name:
+        raise UsageError(f"{store.root} holds the run {store.config.name!r}, not {cfg.name!r} "
+                         f"(the name in {path}); nothing was changed: resume that run "
+                         f"with llmzero-start {store.root}, or give another --run-dir")
+    if (said := ignored(store.config, cfg, path, store.root)) is not None:
+        print(f"note: {store.root} exists; resuming it with its frozen experiment.yaml ({said})")
 
 
 def check_note(path: Path, cfg: ExperimentConfig, run_dir: Path) -> Check | str | None:

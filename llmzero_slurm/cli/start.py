@@ -20,7 +20,7 @@ from ..controller.lease import Lease, LeaseHeld, LeaseLost
 from ..controller.llm_trial import trial_warning
 from ..controller.preflight import Check, check_method, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
-from ..errors import ConfigError, DataError, SchedulerError, UsageError
+from ..errors import ConfigError, DataError, SchedulerError, StateError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -38,7 +38,7 @@ from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
 from ..store.schema import method_edit
 from .background import controller_command, detach
-from .config_change import check_note, ignored
+from .config_change import check_note, given_for
 from .common import (follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder,
                      run_dir_conflict, run_main, seconds)
 
@@ -133,12 +133,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = _resume(run_dir)
-        if store.config.name != cfg.name:
-            raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
-                             f"(the name in {args.config}); nothing was changed: resume that run "
-                             f"with llmzero-start {run_dir}, or give another --run-dir")
-        if (said := ignored(store.config, cfg, args.config, store.root)) is not None:
-            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml ({said})")
+        given_for(store, cfg, args.config)
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
@@ -168,7 +163,12 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
     found = inputs.fingerprints(cfg.task)     # read before the run exists: a failure makes none
-    return RunStore.create(run_dir, replace(cfg, scheduler=kind), found)
+    try:
+        return RunStore.create(run_dir, replace(cfg, scheduler=kind), found)
+    except StateError:   # another start made the run since this one looked: it resumes that run
+        if not (run_dir / "meta.json").exists():
+            raise
+        return open_or_create(args)
 
 
 def _resume(run_dir: Path) -> RunStore:
