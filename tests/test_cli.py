@@ -956,6 +956,60 @@ def test_start_refuses_another_experiment_in_a_run_dir_holding_a_run(tmp_path):
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
+def test_start_and_check_refuse_a_run_dir_inside_another_run(tmp_path):
+    """Walkthrough, a second seed: `--run-dir runs/first/seed2` made a run inside the first."""
+    exp = tmp_path / "first.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    run = tmp_path / "run"
+    open_or_create(parse_args([str(exp), "--run-dir", str(run)]))
+    inner = run / "seed2"
+    for how in ((), ("--check",)):
+        done = cli("start", str(exp), "--run-dir", str(inner), *how)
+        assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+        said = done.stderr + done.stdout
+        assert f"{inner} is inside the run directory {run} (run 'first')" in said, said
+        assert f"such as {run}-seed2" in said
+        assert not inner.exists()
+
+
+def test_a_run_directory_given_with_a_run_dir_elsewhere_is_refused(tmp_path):
+    """Walkthrough, a second seed: `llmzero-start runs/first --run-dir runs/first-seed2`
+    resumed runs/first, --run-dir ignored without a word, instead of making the run asked for."""
+    exp = tmp_path / "first.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    run, other = tmp_path / "run", tmp_path / "run-seed2"
+    open_or_create(parse_args([str(exp), "--run-dir", str(run)]))
+    for how in ((), ("--check",)):
+        done = cli("start", str(run), "--run-dir", str(other), *how)
+        said = done.stderr + done.stdout
+        assert done.returncode == 2 and "Traceback" not in said, said
+        assert (f"{run} is a run directory, resumed where it is: --run-dir {other} is for a new "
+                f"run, from a config (for one with this run's: llmzero-start "
+                f"{run / 'experiment.yaml'} --run-dir {other})") in said, said
+        assert not other.exists()
+    assert open_or_create(parse_args([str(run), "--run-dir", str(run)])).root == run
+
+
+def test_of_two_starts_racing_to_one_new_run_dir_the_later_resumes_the_run(tmp_path, monkeypatch):
+    """Walkthrough, one run dir given twice at once (a seed loop that forgot --run-dir): the
+    later start, past its checks after the other had made the run, failed with exit 3 as if the
+    folder were damaged ("already holds a run; open it instead of creating it"). It resumes
+    that run now, and its lease says whether a controller already runs it."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({"name": "first", "scheduler": "local",
+                                   "task": {"builtin": "addition"}}))
+    args, real = parse_args([str(exp), "--run-dir", str(tmp_path / "run")]), RunStore.create
+
+    def the_other_start_wins(root, config, found=()):
+        monkeypatch.setattr(RunStore, "create", real)
+        real(root, config, found)
+        return real(root, config, found)
+    monkeypatch.setattr(RunStore, "create", the_other_start_wins)
+    assert open_or_create(args).root == tmp_path / "run"
+
+
 def test_start_leaves_a_folder_that_is_not_a_run_alone(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -1504,6 +1558,28 @@ def test_detach_reports_a_controller_that_could_not_start(tmp_path):
     assert "started in the background" not in done.stdout
     assert not (store.root / "controller.log").exists()
     assert not (store.root / "controller.sbatch").exists()
+
+
+def test_a_second_start_of_a_running_experiment_points_to_another_run_dir(tmp_path):
+    """Walkthrough, a second seed: `llmzero-start exp.yaml --detach` again, for a run beside
+    the first, was refused with "a controller is already running" alone, never saying that
+    it had gone to the first run's folder, nor how to make a second run."""
+    from llmzero_slurm.controller.lease import Lease
+    path, run = tmp_path / "exp.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"}}))
+    holder = Lease(open_or_create(parse_args([str(path), "--run-dir", str(run)])))
+    holder.acquire()                      # a live controller: this test process
+    try:
+        twice = [cli("start", str(path), "--run-dir", str(run), *how) for how in (("--detach",), ())]
+        resumed = cli("start", str(run), "--detach")
+    finally:
+        holder.release()
+    hint = f"; to run {path} a second time beside this run, give another --run-dir"
+    for refused in twice:
+        assert refused.returncode == 6 and "already running" in refused.stderr, refused.stderr
+        assert hint in refused.stderr, refused.stderr
+    assert resumed.returncode == 6 and "--run-dir" not in resumed.stderr, resumed.stderr
 
 
 def test_ctrl_c_while_detach_waits_says_the_controller_goes_on(tmp_path, monkeypatch, capsys):
@@ -2614,6 +2690,20 @@ def test_experiment_hparams_a_replayed_strategy_overrides_are_said(tmp_path, cap
     assert f"note: {note}\n" in capsys.readouterr().out
     exp["hparams"] = {"temperature": 1.0}
     assert "note" not in check_method(parse_config(exp))
+
+
+def test_a_slurm_runs_poll_raised_when_frozen_is_no_difference_on_resume(tmp_path):
+    """Walkthrough: the shipped cpu-addition.yaml (poll_interval_s: 2) started again on a Slurm
+    run it had made noted "your exp.yaml differs, ignored: search.poll_interval_s: 5.0 -> 2.0":
+    the start itself had raised it to Slurm's least when it froze the run."""
+    from llmzero_slurm.cli.config_change import ignored
+    exp = {"name": "demo", "task": {"builtin": "addition"}, "search": {"poll_interval_s": 2}}
+    frozen = parse_config({**exp, "scheduler": "slurm", "search": {"poll_interval_s": 5.0}})
+    for scheduler in ("auto", "slurm"):
+        given = parse_config({**exp, "scheduler": scheduler})
+        assert ignored(frozen, given, tmp_path / "exp.yaml", tmp_path) is None
+    slower = parse_config({**exp, "search": {"poll_interval_s": 20}})
+    assert "search.poll_interval_s: 5.0 -> 20" in ignored(frozen, slower, tmp_path / "e", tmp_path)
 
 
 def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, capsys):

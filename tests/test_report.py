@@ -708,6 +708,16 @@ def test_an_empty_run_gets_a_page_and_no_strategy(tmp_path):
     assert all((root / "report" / name).is_file() for name in FIGURES)
 
 
+def test_reports_of_two_runs_of_one_experiment_are_told_apart_by_their_folders(tmp_path):
+    """Walkthrough, two seeds side by side: both reports were titled and headed "rep" alone, two
+    browser tabs that could not be told apart. A run in a folder of another name than its
+    experiment's carries that folder's name in both."""
+    for folder, shown in (("rep", "rep"), ("rep-seed2", "rep (rep-seed2)")):
+        page = write_report(RunStore.create(tmp_path / folder, config()).root).read_text()
+        assert f"<title>{shown}: llmzero-slurm report</title>" in page
+        assert f"<h1>{shown}</h1>" in page
+
+
 def test_the_report_is_utf8_whatever_the_locale(tmp_path):
     """Review: the page declares utf-8 but its files were written in the locale's encoding:
     under a C or Latin-1 locale (a batch job's, a minimal login shell's) an agent's '→'

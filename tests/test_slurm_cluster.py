@@ -487,6 +487,34 @@ def test_a_stop_cancels_no_job_that_has_since_taken_a_recorded_id(tmp_path):
         subprocess.run(["scancel", other, ours], check=False)
 
 
+def test_two_runs_of_one_experiment_share_job_names_and_never_each_others_jobs(tmp_path):
+    """Walkthrough, a second seed under another --run-dir: both runs' jobs bear the same names
+    in squeue, so status and stop must go by each run's own recorded ids alone."""
+    from llmzero_slurm.search.tree import Kind, Node, Submission
+    held = ["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap=sleep 300",
+            f"--job-name={phase_job_name('twin', 0, 'scratch')}"]
+    runs, jobs = [], []
+    try:
+        for seed in ("seed1", "seed2"):
+            (tmp_path / seed).mkdir()
+            store, tool = controller_job_run(tmp_path / seed, "twin")
+            jobs.append(subprocess.run(held, capture_output=True, text=True,
+                                       check=True).stdout.strip())
+            store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {}, status=Status.RUNNING,
+                                          submission=Submission(f"tok-{i}", jobs[-1])))
+            runs.append(tool)
+        shown = [tool("status").stdout for tool in runs]
+        for mine, theirs, said in zip(jobs, reversed(jobs), shown):
+            assert f" {mine} " in said and f" {theirs} " not in said, said
+        stop = runs[0]("stop", "--cancel")
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        sched = SlurmScheduler(min_poll_s=0)
+        assert finish(sched, jobs[0]).raw == "CANCELLED"
+        assert sched.states([jobs[1]])[jobs[1]].raw == "PENDING"
+    finally:
+        subprocess.run(["scancel", *jobs], check=False)
+
+
 def test_a_phase_whose_job_id_is_now_anothers_is_read_from_its_own_status_file(tmp_path):
     """A recorded phase job id was polled as it stood: with a run copied to another cluster
     (or ids wrapped or reset), a phase that had ended showed, and was watched, as the foreign

@@ -111,6 +111,20 @@ def test_creating_in_a_folder_that_is_not_a_run_is_refused_and_touches_nothing(t
     assert (mine / "experiment.yaml").read_text() == "name: t  # my comments\n"
 
 
+def test_a_run_inside_another_run_is_refused_naming_it(tmp_path):
+    """Walkthrough, a second seed of one experiment: `--run-dir runs/cpu-addition/seed2` made
+    a run inside the first one's folder, which `rm -rf runs/cpu-addition` (a fresh search) or
+    a tar of that run would take with it."""
+    outer = new_store(tmp_path)
+    for inner in (outer.root / "seed2", outer.root / "nodes" / "0000" / "x"):
+        with pytest.raises(ConfigError, match=rf"'--run-dir': {re.escape(str(inner))} is inside "
+                                              rf"the run directory {re.escape(str(outer.root))}"
+                                              rf" \(run 't'\).*outside it"):
+            RunStore.create(inner, outer.config)
+        assert not inner.exists()
+    assert RunStore.create(tmp_path / "run-seed2", outer.config).root.is_dir()
+
+
 def test_a_run_is_made_where_only_llmzero_has_written_before(tmp_path):
     """An empty folder, the cluster checks' folder, and a create stopped before meta.json."""
     from llmzero_slurm.store.new_run import CHECK_DIR

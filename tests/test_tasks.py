@@ -6,6 +6,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 
 import pyarrow.parquet as pq
 import pytest
@@ -133,6 +134,32 @@ def test_materialize_writes_once_and_reads_back(tmp_path):
     assert materialize("sort", tmp_path) == paths and paths["train"].stat().st_mtime_ns == stamp
     examples = read_examples(paths["val"])
     assert len(examples) == SPLIT_SIZES["val"] and examples[0].data_source == "sort"
+
+
+def test_writers_of_one_shared_dataset_file_sharing_a_pid_keep_it_whole(tmp_path):
+    """Walkthrough, two runs' phases on two nodes of one cache (LLMZERO_CACHE on a shared
+    filesystem) may have one pid: both wrote `.train.parquet.<pid>.tmp` at once, and a torn
+    file renamed into the cache stays there, since the cache checks only that it exists.
+    Threads of one process stand in for them."""
+    rows = generate_rows(get_task("addition"), {"train": 2000, "val": 1, "test": 1})["train"]
+    path, errors = tmp_path / "train.parquet", []
+    start = threading.Barrier(4)
+
+    def write():
+        start.wait()
+        try:
+            for _ in range(5):
+                write_parquet(rows, path)
+        except Exception as exc:   # noqa: BLE001 - the other writer's rename took its file
+            errors.append(exc)
+    writers = [threading.Thread(target=write) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert errors == []
+    assert pq.read_table(path).to_pylist() == rows
+    assert [p.name for p in tmp_path.iterdir()] == ["train.parquet"]
 
 
 def test_the_starts_footer_check_reads_what_the_trainer_reads(tmp_path):

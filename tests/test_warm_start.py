@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 
 import pytest
 import torch
@@ -14,6 +15,8 @@ from llmzero_slurm.cputrain.model import base_name
 from llmzero_slurm.cputrain.tokenizer import CharTokenizer
 from llmzero_slurm.errors import DataError
 from llmzero_slurm.tasks.dataset import Example
+
+from conftest import flock_held, wait_for
 
 
 def copy_task(rows: int, seed: int = 0) -> list[Example]:
@@ -70,6 +73,27 @@ def test_the_base_is_cached_with_the_accuracy_it_reached(tmp_path):
     assert again == name and logged == []          # from the cache, no training
     other = warmstart.WarmStart(band=(0.5, 0.9), max_steps=400)
     assert warmstart.base_id(tok, rows, other) != base_name(name)   # another target, another base
+
+
+def test_a_phase_waiting_on_another_jobs_base_says_so(tmp_path):
+    """Walkthrough, two runs of one experiment side by side: the second run's first phase waited
+    silently, its log empty for as long as the first run's phase trained the shared base."""
+    tok, rows, plan = CharTokenizer(), copy_task(100), warmstart.WarmStart(steps=0)
+    name = warmstart.base_id(tok, rows, plan)
+    lock = warmstart.base_folder(tmp_path / "cache", name).with_name(name + ".lock")
+    lock.parent.mkdir(parents=True)
+    logged: list[str] = []
+    with flock_held(lock):
+        waiter = threading.Thread(target=warmstart.load_base, args=(
+            tok, rows, exact, tmp_path / "r.py", plan, tmp_path / "cache", logged.append))
+        waiter.start()
+        wait_for(lambda: logged, 30, "the waiting phase's line")
+        assert waiter.is_alive()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert logged[0] == (f"warm start: waiting for another job, which trains or reads base {name} "
+                         f"(holding {lock}); this phase goes on once it is done"), logged
+    assert len(logged) == 2 and "training base" in logged[1]
 
 
 def test_an_unreachable_band_says_what_to_change(tmp_path):

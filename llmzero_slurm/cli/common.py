@@ -213,3 +213,14 @@ def group_note(root: Path) -> str | None:
                     f"keeps that group from writing the files this run adds; start it under "
                     f"umask {mask & ~stat.S_IWGRP:03o} so your group can resume and stop it")
     return None
+
+
+def run_dir_conflict(config: Path, run_dir: Path | None) -> str | None:
+    """Why `--run-dir` cannot go with a run directory given as CONFIG, which is resumed where it
+    is: a user asking for a second run there would have the first resumed instead."""
+    if run_dir is None or not (config / "meta.json").exists() or \
+            run_dir.resolve() == config.resolve():
+        return None
+    return (f"{config} is a run directory, resumed where it is: --run-dir {run_dir} is for a new "
+            f"run, from a config (for one with this run's: llmzero-start "
+            f"{config / 'experiment.yaml'} --run-dir {run_dir})")

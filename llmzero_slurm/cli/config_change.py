@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..config import ExperimentConfig
 from ..controller.preflight import Check
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError, StateError, UsageError
+from ..schedulers import SlurmScheduler
 from ..store.run_store import RunStore
 
 # What a run may be given more (or less) of by editing its frozen experiment.yaml.
@@ -16,9 +17,13 @@ BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budge
 
 def differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
     """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
-    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice."""
+    changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice,
+    and a Slurm run's poll under the least a site accepts as that least (slurm_poll)."""
     if cfg.scheduler == "auto":
         cfg = replace(cfg, scheduler=frozen.scheduler)
+    poll, least = cfg.search.poll_interval_s, SlurmScheduler.least_poll_s
+    if cfg.scheduler == "slurm" and poll is not None and poll < least:
+        cfg = replace(cfg, search=replace(cfg.search, poll_interval_s=least))
     old, new = frozen.by_key(), cfg.by_key()
     keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])
@@ -36,6 +41,17 @@ def ignored(frozen: ExperimentConfig, cfg: ExperimentConfig, path: Path, root: P
     return (f"your {path} differs, ignored: {changed}; use another --run-dir for a new run"
             + (f"; to give this run another budget, set {', '.join(budget)} in "
                f"{root / 'experiment.yaml'}, which each start resumes with" if budget else ""))
+
+
+def given_for(store: RunStore, cfg: ExperimentConfig, path: Path) -> None:
+    """A start from `cfg` (read from `path`) resumes the run in `store`: refused (UsageError,
+    nothing changed) where that run is another experiment's, else what it ignores is said."""
+    if store.config.name != cfg.name:
+        raise UsageError(f"{store.root} holds the run {store.config.name!r}, not {cfg.name!r} "
+                         f"(the name in {path}); nothing was changed: resume that run "
+                         f"with llmzero-start {store.root}, or give another --run-dir")
+    if (said := ignored(store.config, cfg, path, store.root)) is not None:
+        print(f"note: {store.root} exists; resuming it with its frozen experiment.yaml ({said})")
 
 
 def check_note(path: Path, cfg: ExperimentConfig, run_dir: Path) -> Check | str | None:

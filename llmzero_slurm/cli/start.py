@@ -16,11 +16,11 @@ from ..controller.data_checks import check_inputs
 from ..controller.controller_job import (refuse_if_queued, submit_controller, take_key,
                                          withdraw_key)
 from ..controller.keeper import MonitorKeeper
-from ..controller.lease import Lease
+from ..controller.lease import Lease, LeaseHeld, LeaseLost
 from ..controller.llm_trial import trial_warning
 from ..controller.preflight import Check, method_notes, preflight, script_checks
 from ..controller.signals import STOP_SIGNALS
-from ..errors import ConfigError, DataError, SchedulerError, UsageError
+from ..errors import ConfigError, DataError, SchedulerError, StateError, UsageError
 from ..hparams import validate_hparams
 from ..methods import make_method
 from ..methods.base import MethodContext
@@ -37,13 +37,14 @@ from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
 from ..store.schema import method_edit
 from .background import controller_command, detach
-from .config_change import check_note, ignored
-from .common import follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder, run_main, seconds
+from .config_change import check_note, given_for
+from .common import (follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder,
+                     run_dir_conflict, run_main, seconds)
 
 DESCRIPTION = """Start a search, or resume one after a crash or a stop.
 
 CONFIG is an experiment.yaml (a new run is created under --run-dir, default runs/<name>) or an
-existing run directory (resumed with its frozen config; --run-dir is then not used). With
+existing run directory (resumed where it is, with its frozen config). With
 `scheduler: auto` (the default) and no Slurm cluster answering, the phases run as local
 processes with the same rendered scripts."""
 
@@ -83,6 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "unset: 30 on Slurm, asking less often while nothing changes, 10 for "
                         "local processes; at least 5 on Slurm)")
     args = p.parse_args(argv)
+    if (conflict := run_dir_conflict(args.config, args.run_dir)) is not None:
+        p.error(conflict)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
     if args.cancel_on_stop and args.submit:
@@ -129,12 +132,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
     run_dir = run_dir_of(args, cfg)
     if (run_dir / "meta.json").exists():
         store = _resume(run_dir)
-        if store.config.name != cfg.name:
-            raise UsageError(f"{run_dir} holds the run {store.config.name!r}, not {cfg.name!r} "
-                             f"(the name in {args.config}); nothing was changed: resume that run "
-                             f"with llmzero-start {run_dir}, or give another --run-dir")
-        if (said := ignored(store.config, cfg, args.config, store.root)) is not None:
-            print(f"note: {run_dir} exists; resuming it with its frozen experiment.yaml ({said})")
+        given_for(store, cfg, args.config)
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
@@ -163,7 +161,12 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
         cfg = replace(cfg, search=replace(cfg.search,
                                           poll_interval_s=slurm_poll(cfg.search.poll_interval_s)))
     found = inputs.fingerprints(cfg.task)     # read before the run exists: a failure makes none
-    return RunStore.create(run_dir, replace(cfg, scheduler=kind), found)
+    try:
+        return RunStore.create(run_dir, replace(cfg, scheduler=kind), found)
+    except StateError:   # another start made the run since this one looked: it resumes that run
+        if not (run_dir / "meta.json").exists():
+            raise
+        return open_or_create(args)
 
 
 def _resume(run_dir: Path) -> RunStore:
@@ -215,13 +218,6 @@ def _report(root: Path, complete: bool, logs: MetricsLogs) -> Path:
     return write_report(root, logs=logs, draw_budget_s=REFRESH_DRAW_S)
 
 
-def submit(store: RunStore, args: argparse.Namespace) -> int:
-    """sbatch the controller's own job script (recorded, so status and stop see it queued)."""
-    submit_controller(store, controller_command(store, args))
-    print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
-    return 0
-
-
 def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
                      login_ok: bool) -> list[Check]:
     """--on-cluster: the checks a compute node answers, once the login node's have passed (a
@@ -260,6 +256,17 @@ def main(argv: list[str] | None = None) -> int:
             checks += check_on_cluster(cfg, kind, args, all(c.ok for c in checks))
         return 0 if all(c.ok for c in checks) else 2
     store = open_or_create(args)
+    try:
+        return start(store, args)
+    except LeaseHeld as exc:   # from a config, the user may have meant a second run beside it
+        if isinstance(exc, LeaseLost) or (args.config / "meta.json").exists():
+            raise
+        raise LeaseHeld(f"{exc}; to run {args.config} a second time beside this run, give "
+                        "another --run-dir") from None
+
+
+def start(store: RunStore, args: argparse.Namespace) -> int:
+    """Run (or detach, or submit) the controller of the run just opened or created."""
     if (note := group_note(store.root)) is not None:
         print(note, flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
@@ -269,9 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"run every phase inside itself; resume with llmzero-start {store.root}")
     if args.detach:
         return detach(store, args)
-    if args.submit:
+    if args.submit:   # the job recorded, so status and stop see it queued
         refuse_if_queued(store)
-        return submit(store, args)
+        submit_controller(store, controller_command(store, args))
+        print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
+        return 0
     print(f"run directory: {store.root.resolve()} (pid {os.getpid()})", flush=True)
     take_key(store)
     controller = build_controller(store, args.poll)

@@ -28,6 +28,7 @@ from ..schedulers import SlurmScheduler
 from ..schedulers.base import parse_time
 from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
+from ..store.new_run import refuse_nested
 from ..store.node_dir import NodeDir
 from .data_checks import check_data, check_lengths
 from .llm_trial import LLM_TRIAL_TIMEOUT_S, trial_backend
@@ -100,7 +101,9 @@ def _within_lead(time: str) -> str:
 def check_controller(cfg: ExperimentConfig, run_dir: Path) -> str:
     """Render the controller job's script (`--submit`) for the real run directory: it checks
     the `controller:` section, and that the run directory can go into #SBATCH --output lines,
-    as every phase's node folder under it must."""
+    as every phase's node folder under it must; a new one, that it is in no other run."""
+    if not (run_dir / "meta.json").exists():
+        refuse_nested(run_dir)
     root = run_dir.resolve()
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         script = Path(tmp) / CONTROLLER_SCRIPT

@@ -23,7 +23,9 @@ import json
 import os
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -31,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
-from ..errors import DataError
+from ..errors import DataError, LockTimeout
 from ..paths import CACHE_ENV
 from ..store.locks import FlockLock
 from ..tasks.dataset import Example
@@ -144,9 +146,16 @@ def load_base(tok: CharTokenizer, examples: Sequence[Example], reward: RewardFn,
     folder.parent.mkdir(parents=True, exist_ok=True)
     # flock, never a soft lock: a job killed while it trains the base (a time limit, the OOM
     # killer) leaves no marker that every later phase would wait on.
-    lock = FlockLock(folder.with_name(folder.name + ".lock"), timeout=-1, without_flock=(
+    path = folder.with_name(folder.name + ".lock")
+    lock = partial(FlockLock, path, without_flock=(
         f"set trainer.cache_dir (or ${CACHE_ENV}) to a folder on a filesystem that has it"))
-    with lock.hold():
+    with ExitStack() as held:
+        try:
+            held.enter_context(lock(timeout=0).hold())
+        except LockTimeout:   # another run's phase, whose log alone would say why this one waits
+            log(f"warm start: waiting for another job, which trains or reads base {name} "
+                f"(holding {path}); this phase goes on once it is done")
+            held.enter_context(lock(timeout=-1).hold())
         if not (folder / RECORD).exists():
             log(f"warm start: training base {name}: {plan.describe()}")
             # Training reseeds torch's global generator, which the caller's LoRA initialisation

@@ -31,8 +31,11 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost.total(view.agent_costs.values())
+    # Two runs of one experiment (seeds, methods) are told apart by their folders' names.
+    folder = view.root.absolute().name
+    title = view.config.name + (f" ({folder})" if folder != view.config.name else "")
     return env.get_template(TEMPLATE).render(
-        config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
+        title=title, config=view.config, tree_size=len(view.tree), phases=view.phases, best=view.best,
         best_adapter=view.best_adapter, run_dir=str(view.root.absolute()) if elsewhere else None,
         unreadable=view.unreadable, run_root=view.root,
         views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from ..errors import ConfigError, StateError
 from .inputs import INPUTS
 
@@ -36,6 +38,7 @@ def refuse_taken(root: Path) -> None:
     if root.exists() and not root.is_dir():
         raise ConfigError("--run-dir", f"{root} is a file, not a folder; choose a new folder "
                                        "for the run")
+    refuse_nested(root)
     foreign = foreign_files(root)
     if "meta.json" in foreign:
         raise StateError(root, "already holds a run; open it instead of creating it")
@@ -43,3 +46,19 @@ def refuse_taken(root: Path) -> None:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise ConfigError("--run-dir", f"{root} is not a run directory and not empty (it holds "
                                        f"{shown}); choose a new or empty folder for the run")
+
+
+def refuse_nested(root: Path) -> None:
+    """ConfigError when a folder above `root` holds a run: a second seed or method given
+    `--run-dir runs/NAME/seed2` would go wherever that run goes (an `rm -rf` for a fresh search,
+    a tar to another cluster)."""
+    for above in Path(root).absolute().parents:
+        if (above / "meta.json").is_file() and (above / "experiment.yaml").is_file():
+            try:
+                name = repr(yaml.safe_load((above / "experiment.yaml").read_text())["name"])
+            except (OSError, ValueError, yaml.YAMLError, TypeError, KeyError):
+                name = "unnamed"
+            raise ConfigError("--run-dir", f"{root} is inside the run directory {above} (run "
+                                           f"{name}); a run inside another is removed, moved "
+                                           f"or copied with it: choose a folder outside it, "
+                                           f"such as {above}-{Path(root).name}")

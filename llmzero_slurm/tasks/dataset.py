@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -93,10 +94,15 @@ def materialize(name: str, root: Path) -> dict[str, Path]:
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
-    """Write rows atomically: a reader sees the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, path)
+    """Write rows atomically: a reader sees the old file or the whole new one. The temporary
+    name is drawn at random, not from the pid, which jobs on two nodes of a shared cache, or
+    two threads, may have in common."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def require_file(path: str | Path, key: str | None = None) -> Path:
