@@ -76,8 +76,12 @@ def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
     """Issue: Ctrl-C in the first seconds of any llmzero-* command, while Python imported its
     modules, printed a KeyboardInterrupt traceback. It now ends as an interrupt later does: exit
     130 and one line. A signal sent once the imports began lands in them, or (on a fast
-    machine, the later ones) as the help is printed or after: never anything else."""
+    machine, the later ones) as the help is printed or after: never anything else. After means
+    once the command is done: Python's finalization restores SIGINT's default action, so a
+    signal then ends the process by SIGINT (a shell's 130) with the help whole and nothing
+    more said (CI, a loaded machine: the signal of 0.3 s came then)."""
     env = {**os.environ, "LLMZERO_PYTHON": sys.executable}
+    whole = cli("status", "--help").stdout
     in_imports = 0
     for delay in (0.0, 0.05, 0.1, 0.3):
         # Ctrl-C as a terminal's shell leaves it to the command: a suite started in the
@@ -90,8 +94,8 @@ def test_ctrl_c_while_a_command_loads_ends_it_with_130_and_one_line():
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         said = (delay, proc.returncode, err[-2000:], out[:200])
-        if proc.returncode == 0:    # done before the signal came
-            assert err == "" and out.startswith("usage: llmzero-status"), said
+        if proc.returncode in (0, -signal.SIGINT):  # done before the signal came, or as it ended
+            assert err == "" and out == whole, said
             continue
         assert (proc.returncode, err) == (130, "interrupted\n"), said
         assert "usage: llmzero-status".startswith(out[:21]), said    # none of the help, or some
