@@ -72,13 +72,29 @@ def test_a_record_written_before_nodes_could_be_closed_reads_as_open(tmp_path):
     and a closed one keeps its reason through a write and a read."""
     store = new_store(tmp_path)
     root = add_root(store)
-    data = read_json(store.node_path(0))
-    del data["closed"]
-    write_json(store.node_path(0), data)
+    assert "closed" not in read_json(store.node_path(0))
     assert store.read_node(0) == root and root.closed is None
     root.closed = "no untried proposal is left within search.space"
     store.write_node(root)
     assert RunStore.open(store.root).read_node(0).closed == root.closed
+
+
+def test_an_open_nodes_record_has_only_the_fields_releases_before_closed_read(tmp_path):
+    """`closed` came within schema_version 1, and a release before it refuses a field it
+    lacks: a controller of this release resuming an older one's run wrote `"closed": null` in
+    every record, so that release (a colleague's, or a downgrade) left each new phase out of
+    the search as unreadable. An open node's record, and its copy, hold only the old fields."""
+    store = new_store(tmp_path)
+    root = add_root(store)
+    before_closed = {"schema_version", "id", "parent", "kind", "hparams", "resume", "status",
+                     "results", "submission", "diagnosis", "debug_depth", "injected",
+                     "fixed_from", "terminal", "pruned", "created_at", "submitted_at",
+                     "started_at", "finished_at"}
+    for path in (store.node_path(0), store.node_dir(0).record_copy):
+        assert set(read_json(path)) == before_closed
+    root.closed = "nothing untried"
+    store.write_node(root)
+    assert read_json(store.node_path(0))["closed"] == "nothing untried"
 
 
 def test_creating_over_an_existing_run_is_refused(tmp_path):
