@@ -2216,6 +2216,20 @@ def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrade
            "(llmzero-slurm 9.9.9) or a later one." in done.stderr
 
 
+def test_a_resume_says_another_release_created_the_run(tmp_path):
+    """Resuming an older release's run with a newer one said nothing of it (only
+    llmzero-status did), though its plan, defaults and job programs may differ from those the
+    run's phases ran with."""
+    import llmzero_slurm
+    store = two_phase_run(tmp_path, search={"budget_iterations": 2})
+    meta = store.root / "meta.json"
+    write_json(meta, {**json.loads(meta.read_text()), "created_by": "0.1.9"})
+    done = cli("start", str(store.root))
+    assert done.returncode == 0, done.stderr
+    assert "note: this run was created by llmzero-slurm 0.1.9; this is llmzero-slurm " \
+           f"{llmzero_slurm.__version__}\n" in done.stdout
+
+
 def test_records_of_a_newer_release_are_named_as_such_not_as_damage(tmp_path):
     """Audit (upgrades): a colleague's older install met a newer release's records: meta.json
     was 'schema_version 2 is not supported ...; use the matching release' (which one?), and a
