@@ -2131,6 +2131,21 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
 
 
+def test_a_key_an_older_release_froze_and_this_one_dropped_is_not_called_newer(tmp_path):
+    """Walkthrough (upgrades): a run an older release created, resumed with a newer one that
+    no longer has one of its keys, was told the key 'was written by a newer release: read,
+    stop and resume the run with that one (llmzero-slurm 0.1.9) or a later one', this one
+    being later. It names the older release as the one that reads the run."""
+    store = two_phase_run(tmp_path)
+    data = yaml.safe_load((store.root / "experiment.yaml").read_text())
+    data["search"]["budget_tokens"] = 5                 # a key this release has dropped
+    frozen_by_another_release(store, data, "0.1.9")
+    done = cli("status", str(store.root))
+    assert done.returncode == 2 and "newer release" not in done.stderr, done.stderr
+    assert "A key unknown here is one this release no longer has: read, stop and resume the " \
+           "run with llmzero-slurm 0.1.9." in done.stderr
+
+
 def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_repaired(
         tmp_path):
     """Review: a typo'd key in the frozen experiment.yaml (which the README invites editing)
