@@ -15,7 +15,7 @@ CACHE_ENV = "LLMZERO_CACHE"
 # Every template's text, read with the code: an upgrade in place under a running controller
 # must not pair its loaded code with the next release's templates (a value one wants that the
 # code does not pass fails each report or phase script until a restart).
-TEMPLATE_TEXTS = {path.relative_to(TEMPLATES).as_posix(): path.read_text()
+TEMPLATE_TEXTS = {path.relative_to(TEMPLATES).as_posix(): path.read_text(encoding="utf-8")
                   for path in sorted(TEMPLATES.rglob("*.j2"))}
 
 
