@@ -122,21 +122,31 @@ class FrozenConfigError(RefusedRunConfig):
 
     def __init__(self, path: Any, refused: ConfigError, version: str, created_by: str | None):
         super().__init__(refused)
+        unknown = "was written by a newer release: read, stop and resume the run with "
         if created_by:      # meta.json names it (runs made from 0.2.0 on)
             accepted = f"llmzero-slurm {created_by}, which started the run"
-            newer = starter = f"llmzero-slurm {created_by}"
-            newer = f"that one ({newer}) or a later one"
+            starter = f"llmzero-slurm {created_by}"
+            unknown += f"that one ({starter}) or a later one"
+            if _release(created_by) < _release(version):   # the key was dropped since
+                unknown = f"is one this release no longer has: read, stop and resume the run with {starter}"
         else:
-            accepted, newer = "the llmzero-slurm that started the run", "that one (or later)"
-            starter = "the release that started the run"
+            accepted, starter = "the llmzero-slurm that started the run", "the release that started the run"
+            unknown += "that one (or later)"
         self.args = (
             f"{path}, {FROZEN}, is refused by this "
             f"llmzero-slurm ({version}):\n  {self.problems}\n"
-            f"It was accepted by {accepted}. A key unknown here was written by a newer release: "
-            f"read, stop and resume the run with {newer}. "
+            f"It was accepted by {accepted}. A key unknown here {unknown}. "
             "A value refused here is checked more strictly by this release: set it in that file "
             "to one it accepts to resume with this release (llmzero-status, -report and -stop "
             f"read the run as it is), or carry on with {starter}.",)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A release's number, to order two (an unreadable one orders as newest: not older)."""
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except ValueError:
+        return (1 << 30,)
 
 
 class EditedConfigError(RefusedRunConfig):

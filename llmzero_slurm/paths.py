@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
 JOBS = ROOT / "jobs"
 CACHE_ENV = "LLMZERO_CACHE"
+# Every template's text, read with the code: an upgrade in place under a running controller
+# must not pair its loaded code with the next release's templates (a value one wants that the
+# code does not pass fails each report or phase script until a restart).
+TEMPLATE_TEXTS = {path.relative_to(TEMPLATES).as_posix(): path.read_text(encoding="utf-8")
+                  for path in sorted(TEMPLATES.rglob("*.j2"))}
 
 
 def install_stamp() -> str:
@@ -29,7 +34,8 @@ def install_stamp() -> str:
 
 class InstallWatch:
     """Tells, once, that this install's files changed under a long-running process: an
-    upgrade in place leaves it running the code it loaded beside the new templates and jobs."""
+    upgrade in place leaves it running the code and templates it loaded beside the new job
+    programs."""
 
     def __init__(self) -> None:
         self._stamp: str | None = install_stamp()     # None once the change was told

@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .job_names import check_job_name, controller_job_name
 from .job_settings import CheckJob, ControllerJobConfig, setup_script
 from .hparams import validate_hparams
-from .paths import ROOT, TEMPLATES
+from .paths import ROOT, TEMPLATE_TEXTS
 from .schedulers.base import parse_time
 from .schedulers.job_env import (CREDENTIAL, LLM_KEYS, MIN_SECRET_CHARS, VARIABLE_NAME,
                                  check_setup_lines)
@@ -106,7 +106,7 @@ def shell_word(arg: str) -> str:
     return '"' + "${LLMZ_NODE_DIR}".join(_DOUBLE_QUOTED.sub(r"\\\1", p) for p in pieces) + '"'
 
 
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
+_ENV = jinja2.Environment(loader=jinja2.DictLoader(TEMPLATE_TEXTS), autoescape=False,
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 

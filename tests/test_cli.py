@@ -2211,6 +2211,21 @@ def test_a_frozen_config_this_release_refuses_is_named_as_the_runs(tmp_path, nam
     assert yaml.safe_load(frozen.read_text()) == data   # nothing rewritten
 
 
+def test_a_key_an_older_release_froze_and_this_one_dropped_is_not_called_newer(tmp_path):
+    """Walkthrough (upgrades): a run an older release created, resumed with a newer one that
+    no longer has one of its keys, was told the key 'was written by a newer release: read,
+    stop and resume the run with that one (llmzero-slurm 0.1.9) or a later one', this one
+    being later. It names the older release as the one that reads the run."""
+    store = two_phase_run(tmp_path)
+    data = yaml.safe_load((store.root / "experiment.yaml").read_text())
+    data["search"]["budget_tokens"] = 5                 # a key this release has dropped
+    frozen_by_another_release(store, data, "0.1.9")
+    done = cli("status", str(store.root))
+    assert done.returncode == 2 and "newer release" not in done.stderr, done.stderr
+    assert "A key unknown here is one this release no longer has: read, stop and resume the " \
+           "run with llmzero-slurm 0.1.9." in done.stderr
+
+
 def test_a_hand_edited_frozen_config_is_named_as_an_edit_and_can_be_stopped_and_repaired(
         tmp_path):
     """Review: a typo'd key in the frozen experiment.yaml (which the README invites editing)
@@ -2294,6 +2309,20 @@ def test_a_run_records_the_release_that_created_it_for_status_report_and_upgrade
     assert "It was accepted by llmzero-slurm 9.9.9, which started the run. A key unknown here " \
            "was written by a newer release: read, stop and resume the run with that one " \
            "(llmzero-slurm 9.9.9) or a later one." in done.stderr
+
+
+def test_a_resume_says_another_release_created_the_run(tmp_path):
+    """Resuming an older release's run with a newer one said nothing of it (only
+    llmzero-status did), though its plan, defaults and job programs may differ from those the
+    run's phases ran with."""
+    import llmzero_slurm
+    store = two_phase_run(tmp_path, search={"budget_iterations": 2})
+    meta = store.root / "meta.json"
+    write_json(meta, {**json.loads(meta.read_text()), "created_by": "0.1.9"})
+    done = cli("start", str(store.root))
+    assert done.returncode == 0, done.stderr
+    assert "note: this run was created by llmzero-slurm 0.1.9; this is llmzero-slurm " \
+           f"{llmzero_slurm.__version__}\n" in done.stdout
 
 
 def test_records_of_a_newer_release_are_named_as_such_not_as_damage(tmp_path):

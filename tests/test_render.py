@@ -844,3 +844,27 @@ def test_a_copied_runs_script_run_by_hand_refuses_to_write_into_the_run_it_came_
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert gone.returncode == 2 and f"llmzero-repair {moved}" in gone.stderr, gone.stderr
     assert not s.node_dir.exists()
+
+
+def test_templates_are_those_of_the_release_whose_code_is_loaded(tmp_path):
+    """An upgrade in place (git pull, pip) under a running controller left its loaded code
+    rendering the new release's templates: with 50 commits' upgrade every report refresh
+    said 'report not updated: UndefinedError: 'run_dir' is undefined' until a restart, and a
+    phase template wanting a new value would fail each phase so. Templates are read with the
+    code, so one release renders them."""
+    for name in ("llmzero_slurm", "templates"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    check = (
+        "from llmzero_slurm import paths, render\n"
+        "from llmzero_slurm.agents import prompting\n"
+        "from llmzero_slurm.report import html\n"
+        "names = {'report/index.html.j2': html.LOADER, 'shell.j2': render._ENV.loader,\n"
+        "         'proposer.j2': prompting._ENV.loader}\n"
+        "before = {n: loader.get_source(None, n)[0] for n, loader in names.items()}\n"
+        "for path in paths.TEMPLATES.rglob('*.j2'):\n"
+        "    path.write_text('{{ the_next_release }}')\n"
+        "print(all(loader.get_source(None, n)[0] == before[n] != '{{ the_next_release }}'\n"
+        "          for n, loader in names.items()))\n")
+    done = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout == "True\n", done.stderr

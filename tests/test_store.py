@@ -1,5 +1,7 @@
 """The run directory: atomic records, clear errors on bad files, locks under real concurrency."""
+import dataclasses
 import errno
+import hashlib
 import json
 import re
 import multiprocessing as mp
@@ -10,14 +12,17 @@ import subprocess
 import sys
 import threading
 import time
+import types
+import typing
 
 import pytest
 
-from llmzero_slurm.config import parse_config
+import llmzero_slurm
+from llmzero_slurm.config import ExperimentConfig, parse_config
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.errors import ConfigError, LockTimeout, StateError, StorageError
 from llmzero_slurm.search.policy import Action, best_node, make_child
-from llmzero_slurm.search.tree import Kind, Status, Tree
+from llmzero_slurm.search.tree import Kind, Node, Status, Tree
 from llmzero_slurm.store.atomic import read_json, write_json
 from llmzero_slurm.store.locks import SoftLock
 from llmzero_slurm.store.run_store import RunStore
@@ -72,13 +77,60 @@ def test_a_record_written_before_nodes_could_be_closed_reads_as_open(tmp_path):
     and a closed one keeps its reason through a write and a read."""
     store = new_store(tmp_path)
     root = add_root(store)
-    data = read_json(store.node_path(0))
-    del data["closed"]
-    write_json(store.node_path(0), data)
+    assert "closed" not in read_json(store.node_path(0))
     assert store.read_node(0) == root and root.closed is None
     root.closed = "no untried proposal is left within search.space"
     store.write_node(root)
     assert RunStore.open(store.root).read_node(0).closed == root.closed
+
+
+def test_an_open_nodes_record_has_only_the_fields_releases_before_closed_read(tmp_path):
+    """`closed` came within schema_version 1, and a release before it refuses a field it
+    lacks: a controller of this release resuming an older one's run wrote `"closed": null` in
+    every record, so that release (a colleague's, or a downgrade) left each new phase out of
+    the search as unreadable. An open node's record, and its copy, hold only the old fields."""
+    store = new_store(tmp_path)
+    root = add_root(store)
+    before_closed = {"schema_version", "id", "parent", "kind", "hparams", "resume", "status",
+                     "results", "submission", "diagnosis", "debug_depth", "injected",
+                     "fixed_from", "terminal", "pruned", "created_at", "submitted_at",
+                     "started_at", "finished_at"}
+    for path in (store.node_path(0), store.node_dir(0).record_copy):
+        assert set(read_json(path)) == before_closed
+    root.closed = "nothing untried"
+    store.write_node(root)
+    assert read_json(store.node_path(0))["closed"] == "nothing untried"
+
+
+# The frozen config's keys and node.json's fields each release writes (sha256 of the sorted
+# list that `_written_keys` makes): 0.2.0's as that release first shipped them.
+RELEASE_KEYS = {"0.2.0": "d53d04fe56804b06", "0.3.0": "9ea80b2c1fb8abfa"}
+
+
+def _written_keys(cls, where):
+    """The dotted field names of the record class `cls`, nested records followed."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        inner = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] \
+            if isinstance(hints[f.name], types.UnionType) else [hints[f.name]]
+        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+            yield from _written_keys(inner[0], f"{where}{f.name}.")
+        elif f.name != "source":
+            yield where + f.name
+
+
+def test_a_release_that_changes_the_keys_a_run_holds_has_a_version_of_its_own():
+    """A release refuses a config key or record field it lacks, and says which release to
+    use from meta.json's created_by: keys added while the version stayed 0.2.0 made a newer
+    run's experiment.yaml refused by an older 0.2.0 as 'edited since the run started' (its
+    own release created it), or with 'resume with llmzero-slurm 0.2.0', the release
+    refusing it. A change to these keys needs a new __version__, recorded above."""
+    keys = sorted(_written_keys(ExperimentConfig, "experiment.yaml:")) \
+        + sorted(_written_keys(Node, "node.json:"))
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    assert RELEASE_KEYS.get(llmzero_slurm.__version__) == digest, \
+        f"{digest}: {', '.join(keys)}"
+    assert list(RELEASE_KEYS.values()).count(digest) == 1
 
 
 def test_creating_over_an_existing_run_is_refused(tmp_path):

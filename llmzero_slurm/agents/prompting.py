@@ -6,9 +6,10 @@ from typing import Any, Mapping
 import jinja2
 import yaml
 
-from ..paths import TEMPLATES
+from ..paths import TEMPLATE_TEXTS
 
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES / "prompts"),
+_ENV = jinja2.Environment(loader=jinja2.DictLoader({name.removeprefix("prompts/"): text
+                                                   for name, text in TEMPLATE_TEXTS.items()}),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                           trim_blocks=True)
 

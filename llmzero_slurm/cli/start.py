@@ -35,7 +35,7 @@ from ..store import inputs
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
-from ..store.schema import method_edit
+from ..store.schema import method_edit, release_note
 from .background import controller_command, detach
 from .config_change import check_note, given_for
 from .common import (follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder,
@@ -269,6 +269,8 @@ def start(store: RunStore, args: argparse.Namespace) -> int:
     """Run (or detach, or submit) the controller of the run just opened or created."""
     if (note := group_note(store.root)) is not None:
         print(note, flush=True)
+    if (note := release_note(store.root)) is not None:   # its plan and defaults may differ
+        print(f"note: {note}", flush=True)
     if args.detach or args.submit:   # refused now, not by the background process or the job
         Lease(store).refuse_if_held()
     if args.submit and store.config.scheduler != "slurm":

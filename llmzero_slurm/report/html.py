@@ -8,7 +8,7 @@ import time
 import jinja2
 
 from .. import __version__
-from ..paths import TEMPLATES
+from ..paths import TEMPLATE_TEXTS
 from ..store.schema import creator
 from .collect import RunView
 from .costs import TOKEN_FIELDS, AgentCost
@@ -16,6 +16,7 @@ from .figures import Drawn
 from .tree_figure import TREE
 
 TEMPLATE = "report/index.html.j2"
+LOADER = jinja2.DictLoader(TEMPLATE_TEXTS)    # read with the code (see paths.TEMPLATE_TEXTS)
 
 
 def fmt(value: float | None) -> str:
@@ -28,7 +29,7 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
                 elsewhere: bool = False) -> str:
     """`elsewhere`: the page is not in <run>/report (--output), so the paths it gives relative
     to the run name the run, which the page would otherwise name nowhere."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    env = jinja2.Environment(loader=LOADER,
                              autoescape=True, undefined=jinja2.StrictUndefined)
     totals = AgentCost.total(view.agent_costs.values())
     # Two runs of one experiment (seeds, methods) are told apart by their folders' names.

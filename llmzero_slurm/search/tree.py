@@ -151,6 +151,15 @@ class Node:
         data["status"] = self.status.value
         return data
 
+    def to_record(self) -> dict[str, Any]:
+        """to_dict as node.json holds it: `closed` only once set. It came within schema
+        version 1, and the releases before it refuse a field they lack: an open node's record
+        stays one they read."""
+        data = self.to_dict()
+        if data["closed"] is None:
+            del data["closed"]
+        return data
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Node":
         """Build from a node.json mapping, every field checked against its type: a record that

@@ -187,7 +187,7 @@ class RunStore:
         its copy, so that a write cut short leaves a record that reads, never a copy alone (a
         record gone, which stops the search). Callers changing structure hold the lock."""
         self._refuse_stand_in(node)
-        data = {"schema_version": SCHEMA_VERSION, **node.to_dict()}
+        data = {"schema_version": SCHEMA_VERSION, **node.to_record()}
         files = self.node_dir(node.id)
         for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
             write_json(path, data)
