@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import ExperimentConfig
 from ..controller.preflight import Check
 from ..errors import ConfigError, StateError, UsageError
-from ..schedulers import SlurmScheduler
+from ..schedulers import slurm_floor
 from ..store.run_store import RunStore
 
 # What a run may be given more (or less) of by editing its frozen experiment.yaml.
@@ -18,12 +18,12 @@ BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budge
 def differences(frozen: ExperimentConfig, cfg: ExperimentConfig) -> str:
     """What `cfg` changes from the run's experiment ('' when nothing), by dotted key, so a
     changed budget or hparam is seen to be ignored; `scheduler: auto` was frozen as its choice,
-    and a Slurm run's poll under the least a site accepts as that least (slurm_poll)."""
+    and a Slurm run's poll under the least a site accepts as that least (slurm_floor)."""
     if cfg.scheduler == "auto":
         cfg = replace(cfg, scheduler=frozen.scheduler)
-    poll, least = cfg.search.poll_interval_s, SlurmScheduler.least_poll_s
-    if cfg.scheduler == "slurm" and poll is not None and poll < least:
-        cfg = replace(cfg, search=replace(cfg.search, poll_interval_s=least))
+    if cfg.scheduler == "slurm":
+        cfg = replace(cfg, search=replace(cfg.search,
+                                          poll_interval_s=slurm_floor(cfg.search.poll_interval_s)))
     old, new = frozen.by_key(), cfg.by_key()
     keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     shown = ", ".join(f"{k}: {old.get(k)!r:.40} -> {new.get(k)!r:.40}" for k in keys[:5])

@@ -12,7 +12,7 @@ from .slurm import SlurmScheduler, conf_problem
 
 __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state", "LOCAL_JOBS",
            "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler",
-           "resolve_scheduler_kind", "slurm_poll"]
+           "resolve_scheduler_kind", "slurm_poll", "slurm_floor"]
 
 # The one list of scheduler names experiment.yaml may give: "auto" or a scheduler's own name.
 SCHEDULERS: dict[str, type[Scheduler]] = {cls.name: cls for cls in (SlurmScheduler, LocalScheduler)}
@@ -28,14 +28,20 @@ def check_scheduler_kind(kind: str) -> None:
         raise ConfigError("scheduler", f"must be {', '.join(SCHEDULER_KINDS)} (got {kind!r})")
 
 
+def slurm_floor(poll_s: float | None) -> float | None:
+    """`poll_s` for Slurm, silently: no shorter than SlurmScheduler.least_poll_s (a resume
+    compares a config with the run it froze so)."""
+    least = SlurmScheduler.least_poll_s
+    return poll_s if poll_s is None or poll_s >= least else least
+
+
 def slurm_poll(poll_s: float | None) -> float | None:
     """`poll_s` for Slurm: a period shorter than a site accepts (`scheduler: auto` that turned
     out to be Slurm, --poll) is raised to SlurmScheduler.least_poll_s, saying so."""
-    least = SlurmScheduler.least_poll_s
-    if poll_s is None or poll_s >= least:
-        return poll_s
-    _log.warning("note: polling Slurm every %g s, not %g s: %s", least, poll_s, _SITES_ASK)
-    return least
+    raised = slurm_floor(poll_s)
+    if raised != poll_s:
+        _log.warning("note: polling Slurm every %g s, not %g s: %s", raised, poll_s, _SITES_ASK)
+    return raised
 
 
 def resolve_scheduler_kind(kind: str) -> str:
