@@ -1015,3 +1015,23 @@ def test_a_reasoning_model_gets_room_to_think(service, monkeypatch, tmp_path):
     ask(choose_backend(cfg), Prompt("s", "t", max_tokens=300),
         lambda text: parse_decision(text, 1, "openai"), lambda: None, AgentRecord("stopper", "openai"))
     assert service.requests[0]["body"]["max_tokens"] == 4300
+
+
+def test_the_llm_sdks_load_only_when_an_llm_backend_is_made():
+    """Importing anthropic and openai took 1.5-2 s on every command (--help, a one-line config
+    error, a search on the offline heuristics); the controller's modules must not load them,
+    and making a backend must."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import llmzero_slurm.cli.start, llmzero_slurm.controller.monitor\n"
+        "assert not {'anthropic', 'openai'} & set(sys.modules), 'loaded at import'\n"
+        "from llmzero_slurm.agents.llm import choose_backend\n"
+        "from llmzero_slurm.config import AgentConfig\n"
+        "for name, url in (('anthropic', None), ('openai', 'http://127.0.0.1:9/v1')):\n"
+        "    choose_backend(AgentConfig(backend=name, base_url=url), key='sk-0123456789')\n"
+        "    assert name in sys.modules, name\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 from urllib.parse import urlsplit
 
-import anthropic
-import openai
 from PIL import Image
 
 from ..config import AgentConfig
@@ -117,16 +115,21 @@ class _SDKBackend:
     """A vendor SDK client; the SDK retries 429/5xx/timeouts itself with exponential back-off
     (honouring retry-after), `max_retries` times, all within `timeout_s` (deadline.py)."""
 
-    sdk: type
-    http_client: type   # the SDK's own HTTP client class, its defaults kept
     vendor: str     # how a failure is named in the agent's record
     name: str       # the backend, as agents.backend spells it
 
     def __init__(self, cfg: AgentConfig, api_key: str):
         self.cfg = cfg
-        self.client = self.sdk(api_key=api_key, base_url=cfg.base_url, timeout=cfg.timeout_s,
-                               max_retries=cfg.max_retries,
-                               http_client=self.http_client(event_hooks=HOOKS))
+        sdk, http_client = self.sdk()
+        self.client = sdk(api_key=api_key, base_url=cfg.base_url, timeout=cfg.timeout_s,
+                          max_retries=cfg.max_retries, http_client=http_client(event_hooks=HOOKS))
+
+    @staticmethod
+    def sdk() -> tuple[Any, Any]:
+        """The SDK's client class and its own HTTP client class (its defaults kept), imported
+        here: the two SDKs take over a second to import, which every command paid, --help and
+        a one-line config error included, and the offline heuristics never need."""
+        raise NotImplementedError
 
     @property
     def key(self) -> str:
@@ -177,8 +180,11 @@ class AnthropicBackend(_SDKBackend):
 
     name = "anthropic"
     vendor = "Anthropic API"
-    sdk = anthropic.Anthropic
-    http_client = anthropic.DefaultHttpxClient
+    @staticmethod
+    def sdk() -> tuple[Any, Any]:
+        import anthropic
+
+        return anthropic.Anthropic, anthropic.DefaultHttpxClient
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         """The Messages API request body (also used by the cost benchmark)."""
@@ -209,8 +215,11 @@ class OpenAIBackend(_SDKBackend):
 
     name = "openai"
     vendor = "OpenAI-compatible API"
-    sdk = openai.OpenAI
-    http_client = openai.DefaultHttpxClient
+    @staticmethod
+    def sdk() -> tuple[Any, Any]:
+        import openai
+
+        return openai.OpenAI, openai.DefaultHttpxClient
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         content = user_content(prompt, self.cfg.image_max_px, lambda data: {

@@ -10,9 +10,6 @@ import errno
 import socket
 from typing import Any, Protocol
 
-import anthropic
-import openai
-
 from ..config import AgentConfig
 from ..errors import ConfigError
 from .deadline import within
@@ -69,6 +66,9 @@ def probe(llm: _SDKBackend, body: dict[str, Any], limit_s: float) -> str:
     key, 400/404 the model or the URL) is a ConfigError naming what to fix, since every agent
     call would fall back to the heuristics; any other failure (the network, 429, 5xx) is
     Unverified, as the agents retry those."""
+    import anthropic   # as the backend did (llm.py's sdk): both load only where one is used
+    import openai
+
     seconds = min(llm.cfg.timeout_s, limit_s)
     limit = (f"the trial's {seconds:g} s (the lesser of agents.timeout_s, "
              f"{llm.cfg.timeout_s:g} s, and {limit_s:g} s)")
