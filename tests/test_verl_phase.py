@@ -711,3 +711,23 @@ def test_a_lora_alpha_verl_cannot_read_is_refused_before_submission(tmp_path):
     assert err.value.key == "hparams.lora_alpha" and "whole number" in err.value.problem
     assert "actor_rollout_ref.model.lora_alpha=32 " in render(
         spec(tmp_path, hparams={**HP, "lora_alpha": 32.0}))
+
+
+def test_a_planned_batch_larger_than_the_training_split_is_told_to_the_agent(tmp_path):
+    """Review: an agent could propose a train_batch_size above the training split's rows
+    (search.space need not bound it); verl 0.9.1 then has 0 steps per epoch and fails in
+    fit() with ZeroDivisionError after the queue wait, model load and validation. The plan
+    check now says so, and the agent mends its answer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    train = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"data_source": ["gsm8k"] * 100, "prompt": ["q"] * 100,
+                             "reward_model": ["a"] * 100}), train)
+    task = TaskConfig(train_files=[str(train)], val_files=TASK.val_files,
+                      test_files=TASK.test_files, reward_path=TASK.reward_path)
+    phase = spec(tmp_path, task=task, hparams={**HP, "train_batch_size": 128})
+    assert (VerlBackend().plan_problem(phase) or "").startswith(
+        "train_batch_size: 100 training rows, fewer than train_batch_size=128")
+    assert VerlBackend().plan_problem(spec(tmp_path, task=task, hparams={
+        **HP, "train_batch_size": 64})) is None
+    assert VerlBackend().plan_problem(spec(tmp_path)) is None    # files not on this machine

@@ -71,6 +71,8 @@ class VerlBackend(TrainerBackend):
         """The render's own check of the phase: verl's batch rules depend on all the job's
         GPUs, which the vocabulary's checks do not know. Problems of the experiment rather
         than of the hyperparameters are the render's to report."""
+        if problem := super().plan_problem(spec):
+            return problem
         try:
             self.checked_overrides(spec)
         except ConfigError as exc:
