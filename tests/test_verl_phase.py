@@ -760,3 +760,16 @@ def test_a_ray_step_that_ends_at_once_fails_the_phase_at_once(tmp_path, node_tmp
         in done.stderr
     status = json.loads((tmp_path / "nodes" / "0007" / "status.json").read_text())
     assert status["state"] == "failed" and "during ray" in status["reason"]
+
+
+def test_an_evolve_phase_exports_with_the_trust_its_model_runs_with(tmp_path):
+    """Review: a phase run with actor_rollout_ref.model.trust_remote_code=true exported its
+    parent's adapter with verl's merger trusting no code, which fails for such a model."""
+    parent_checkpoint(tmp_path)
+    trusting = spec(tmp_path, kind="evolve", resume=True, trainer={
+        "test_data_sources": ["gsm8k_test"],
+        "overrides": ["actor_rollout_ref.model.trust_remote_code=true"]})
+    assert VerlBackend().env(trusting)["LLMZ_TRUST_REMOTE_CODE"] == "1"
+    assert '${LLMZ_TRUST_REMOTE_CODE:+--trust-remote-code}' in render(trusting)
+    assert "LLMZ_TRUST_REMOTE_CODE" not in VerlBackend().env(
+        spec(tmp_path, kind="evolve", resume=True))

@@ -191,6 +191,8 @@ class VerlBackend(TrainerBackend):
             env["LLMZ_PARENT_ACTOR"] = str(self.parent_actor_dir(spec))
             env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
             env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))
+            if settings.trusts_remote_code():
+                env["LLMZ_TRUST_REMOTE_CODE"] = "1"
         return env
 
 
