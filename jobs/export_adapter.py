@@ -96,16 +96,20 @@ def export_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def run_merger(python: str, actor: Path, target: Path) -> None:
+def run_merger(python: str, actor: Path, target: Path, trust_code: bool = False) -> None:
+    """verl's merger; `trust_code`: the model needs its own code, which the merger runs only
+    when told (it reads the checkpoint's model config)."""
     cmd = [python, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-           "--local_dir", str(actor), "--target_dir", str(target)]
+           "--local_dir", str(actor), "--target_dir", str(target),
+           *(["--trust-remote-code"] if trust_code else [])]
     print("export_adapter: " + " ".join(cmd), flush=True)
     result = subprocess.run(cmd)
     if result.returncode != 0:
         raise ExportError(3, f"verl.model_merger exited with {result.returncode} for {actor}")
 
 
-def export(actor: Path, target: Path, python: str, expect_rank: int | None = None) -> Path:
+def export(actor: Path, target: Path, python: str, expect_rank: int | None = None,
+           trust_code: bool = False) -> Path:
     """The adapter folder of `actor` in `target`, exporting it unless a sibling already did."""
     check_checkpoint(actor)
     if (target / ADAPTER).is_dir():
@@ -121,7 +125,7 @@ def export(actor: Path, target: Path, python: str, expect_rank: int | None = Non
         tmp = target.parent / f"{_tmp_prefix(target)}{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            run_merger(python, actor, tmp)
+            run_merger(python, actor, tmp, trust_code)
             check_adapter(tmp, expect_rank)
             for entry in tmp.iterdir():     # keep the adapter, drop the base-model copy
                 if entry.name != ADAPTER:
@@ -202,10 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lora-rank", type=int, help="the parent's lora_rank, checked")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter that has verl installed (default: this one)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="the model needs its own code (verl's merger reads its config)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        path = export(args.actor_dir, args.target_dir, args.python, args.lora_rank)
+        path = export(args.actor_dir, args.target_dir, args.python, args.lora_rank,
+                      args.trust_remote_code)
     except ExportError as exc:
         print(f"export_adapter: {exc}", file=sys.stderr)
         return exc.exit_code

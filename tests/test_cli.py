@@ -570,6 +570,37 @@ def test_a_verl_reward_that_imports_the_verl_environments_packages_does_not_bloc
             **files, "reward_path": str(reward)}}))
 
 
+def test_a_training_split_smaller_than_a_batch_is_refused_before_a_phase_waits_for_gpus(
+        tmp_path):
+    """Review: a training split of fewer rows than train_batch_size passed --check and a
+    start; verl 0.9.1 drops the ragged tail (len(rows) // train_batch_size steps per epoch,
+    here 0) and fails with ZeroDivisionError in fit(), after the queue wait, the model load
+    and a validation pass. The largest batch search.space allows counts too."""
+    import pyarrow.parquet as pq
+    from llmzero_slurm.controller import data_checks
+    from llmzero_slurm.errors import DataError
+    config = example_config("verl-qwen3-lora.yaml", tmp_path)
+    train = Path(config["task"]["train_files"][0])
+    small = tmp_path / "small-train.parquet"
+    pq.write_table(pq.read_table(train).slice(0, 100), small)
+    config["task"]["train_files"] = [str(small)]
+    cfg = parse_config(config)
+    expected = re.escape(f"{small}: 100 training rows, fewer than train_batch_size=128: no "
+                         "phase would have a full batch to train on (hparams.train_batch_size)")
+    with pytest.raises(DataError, match=expected):
+        data_checks.check_inputs(cfg)
+    with pytest.raises(DataError, match=expected):
+        data_checks.check_data(cfg)
+    config["hparams"]["train_batch_size"] = 64
+    config["search"]["space"]["train_batch_size"] = [32, 64, 128]
+    with pytest.raises(DataError, match=re.escape(
+            "fewer than train_batch_size=128: no phase would have a full batch to train on "
+            "(search.space gives no phase more than train_batch_size=128)")):
+        data_checks.check_inputs(parse_config(config))
+    config["search"]["space"]["train_batch_size"] = [32, 64]
+    data_checks.check_inputs(parse_config(config))
+
+
 def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path):
     """Review: the cpu warm start teaches each ground truth as written; a reward that wants
     another form ('#### 42') scores that 0, so the warm start could never reach its band, and

@@ -169,3 +169,19 @@ def test_a_rename_that_fails_for_another_reason_than_a_sibling_says_so(tmp_path,
     assert "lora_rank" not in out.stderr
     assert sorted(p.name for p in target.parent.iterdir()) == ["global_step_10",
                                                                "global_step_10.lock"]
+
+
+def test_a_model_with_its_own_code_is_merged_trusting_it(tmp_path, stub_env):
+    """Review: verl's merger reads the checkpoint's model config with trust_remote_code off
+    unless told --trust-remote-code, so for a model that needs its own code (the phase ran with
+    actor_rollout_ref.model.trust_remote_code=true) every child's export failed, exit 3. The
+    phase now passes the flag on; without it the merger runs as before."""
+    env, log = stub_env
+    parent = tmp_path / "nodes" / "0003"
+    verl_checkpoint(parent, 40, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
+    done = run_export(env, parent, 40, "--trust-remote-code")
+    assert done.returncode == 0, done.stderr
+    verl_checkpoint(parent, 50, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
+    assert run_export(env, parent, 50).returncode == 0
+    trusted, plain = [json.loads(line) for line in log.read_text().splitlines()]
+    assert "--trust-remote-code" in trusted and "--trust-remote-code" not in plain

@@ -711,3 +711,65 @@ def test_a_lora_alpha_verl_cannot_read_is_refused_before_submission(tmp_path):
     assert err.value.key == "hparams.lora_alpha" and "whole number" in err.value.problem
     assert "actor_rollout_ref.model.lora_alpha=32 " in render(
         spec(tmp_path, hparams={**HP, "lora_alpha": 32.0}))
+
+
+def test_a_planned_batch_larger_than_the_training_split_is_told_to_the_agent(tmp_path):
+    """Review: an agent could propose a train_batch_size above the training split's rows
+    (search.space need not bound it); verl 0.9.1 then has 0 steps per epoch and fails in
+    fit() with ZeroDivisionError after the queue wait, model load and validation. The plan
+    check now says so, and the agent mends its answer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    train = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"data_source": ["gsm8k"] * 100, "prompt": ["q"] * 100,
+                             "reward_model": ["a"] * 100}), train)
+    task = TaskConfig(train_files=[str(train)], val_files=TASK.val_files,
+                      test_files=TASK.test_files, reward_path=TASK.reward_path)
+    phase = spec(tmp_path, task=task, hparams={**HP, "train_batch_size": 128})
+    assert (VerlBackend().plan_problem(phase) or "").startswith(
+        "train_batch_size: 100 training rows, fewer than train_batch_size=128")
+    assert VerlBackend().plan_problem(spec(tmp_path, task=task, hparams={
+        **HP, "train_batch_size": 64})) is None
+    assert VerlBackend().plan_problem(spec(tmp_path)) is None    # files not on this machine
+
+
+@pytest.mark.parametrize("failing", ["--head", "--address"])
+def test_a_ray_step_that_ends_at_once_fails_the_phase_at_once(tmp_path, node_tmp, failing):
+    """Review: a Ray head or worker that could not start (its port taken, `ray` missing on the
+    node) ended its srun step at once, but the job polled `ray status` for 5 minutes, holding
+    every GPU of the allocation, before it said that Ray had not come up. Now an ended step
+    fails the phase as soon as it is seen, naming the node and the step's exit code."""
+    script = script_of(spec(tmp_path, nodes=2))
+    env, log, _ = stub_programs(tmp_path)
+    ray = tmp_path / "bin" / "ray"
+    ray.write_text(STUB_RAY.replace(
+        "start)", f'start) [[ " $* " == *" {failing}"* ]] && {{ echo "port taken" >&2; exit 4; }}'
+        "\n           ", 1))
+    (tmp_path / "bin" / "srun").write_text(STUB_SRUN)
+    (tmp_path / "bin" / "scontrol").write_text("#!/bin/bash\nprintf 'n1\\nn2\\n'\n")
+    for stub in ("srun", "scontrol", "ray"):
+        (tmp_path / "bin" / stub).chmod(0o755)
+    allocation = {"SLURM_JOB_ID": "48", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NNODES": "2",
+                  "SLURM_JOB_NUM_NODES": "2", "TMPDIR": str(node_tmp)}
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(script)], env={**env, **allocation}, text=True,
+                          capture_output=True, timeout=120, start_new_session=True)
+    assert done.returncode == 1 and time.monotonic() - started < 30, done.stderr
+    node = "n1" if failing == "--head" else "n2"
+    assert f"the Ray {'head' if node == 'n1' else 'worker'} on {node} exited with code 4" \
+        in done.stderr
+    status = json.loads((tmp_path / "nodes" / "0007" / "status.json").read_text())
+    assert status["state"] == "failed" and "during ray" in status["reason"]
+
+
+def test_an_evolve_phase_exports_with_the_trust_its_model_runs_with(tmp_path):
+    """Review: a phase run with actor_rollout_ref.model.trust_remote_code=true exported its
+    parent's adapter with verl's merger trusting no code, which fails for such a model."""
+    parent_checkpoint(tmp_path)
+    trusting = spec(tmp_path, kind="evolve", resume=True, trainer={
+        "test_data_sources": ["gsm8k_test"],
+        "overrides": ["actor_rollout_ref.model.trust_remote_code=true"]})
+    assert VerlBackend().env(trusting)["LLMZ_TRUST_REMOTE_CODE"] == "1"
+    assert '${LLMZ_TRUST_REMOTE_CODE:+--trust-remote-code}' in render(trusting)
+    assert "LLMZ_TRUST_REMOTE_CODE" not in VerlBackend().env(
+        spec(tmp_path, kind="evolve", resume=True))

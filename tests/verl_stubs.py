@@ -14,7 +14,7 @@ STUB = '''
 import argparse, json, os, sys, time
 p = argparse.ArgumentParser()
 p.add_argument("op"); p.add_argument("--backend"); p.add_argument("--local_dir")
-p.add_argument("--target_dir")
+p.add_argument("--target_dir"); p.add_argument("--trust-remote-code", action="store_true")
 a = p.parse_args()
 with open(os.environ["MERGER_LOG"], "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\\n")

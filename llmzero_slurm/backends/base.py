@@ -78,8 +78,14 @@ class TrainerBackend(ABC):
     def plan_problem(self, spec: PhaseSpec) -> str | None:
         """Why the trainer would refuse this phase's hyperparameters, asked before the phase
         is recorded so an agent can mend its answer (a refusal at render time fails the node);
-        None when it would run them or cannot tell on this machine."""
-        return None
+        None when it would run them or cannot tell on this machine. Here: a batch larger than
+        the training files, which neither trainer can run."""
+        from ..tasks.dataset import short_of_a_batch, train_rows
+
+        rows = train_rows(spec.task.train_files) if spec.task.train_files else None
+        problem = None if rows is None else \
+            short_of_a_batch(rows, self.effective_hparams(spec.hparams).get("train_batch_size"))
+        return f"train_batch_size: {problem}" if problem else None
 
     @abstractmethod
     def command(self, spec: PhaseSpec) -> list[str]:

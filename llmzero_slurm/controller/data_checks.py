@@ -68,8 +68,30 @@ def check_inputs(cfg: ExperimentConfig) -> None:
     verl's columns, read from its footer (check_data reads every row, as --check does)."""
     from ..tasks.dataset import check_footer
 
+    train: dict[str, int] = {}
     for key, path in task_reward(cfg)[2]:
-        check_footer(path, key)
+        rows = check_footer(path, key)
+        if key == "task.train_files":
+            train[path] = rows
+    check_train_rows(cfg, train)
+
+
+def check_train_rows(cfg: ExperimentConfig, rows: dict[str, int]) -> None:
+    """The training files (path -> rows) hold a batch for the largest train_batch_size a
+    phase may run (tasks.dataset.short_of_a_batch)."""
+    from ..tasks.dataset import short_of_a_batch
+
+    if not rows:        # a builtin task: its own sizes
+        return
+    batch = get_backend(cfg.backend).effective_hparams(cfg.hparams).get("train_batch_size")
+    where = "hparams.train_batch_size"
+    bound = length_limit(cfg.search.method, cfg.search.space, cfg.backend, "train_batch_size")
+    if bound is not None and (batch is None or bound[0] > batch):
+        batch, where = bound
+    problem = short_of_a_batch(sum(rows.values()), batch)
+    if problem:
+        raise DataError(", ".join(rows), f"{problem} ({where}); lower it, or give the task "
+                        "more training rows")
 
 
 def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
@@ -82,6 +104,7 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     reward, source, files = task_reward(cfg)
     rows = 0
     train: list[Any] = []       # every training file's rows, as the warm start reads them
+    train_rows: dict[str, int] = {}
     prompts: dict[str, set[Any]] = {}
     notes: list[str] = []
     for key, path in files:   # train, val, test (data_files' order)
@@ -91,7 +114,9 @@ def check_data(cfg: ExperimentConfig, read: Reader | None = None) -> str:
             _try_reward(cfg, reward, source, path, examples)
         if key == "task.train_files":
             train += examples
+            train_rows[path] = len(examples)
         rows += len(examples)
+    check_train_rows(cfg, train_rows)
     if cfg.backend == "cpu" and not task.builtin and task.warm_start.steps is None:
         _check_probe(cfg, reward, source, train)
     if task.builtin:

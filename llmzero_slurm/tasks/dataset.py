@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -149,6 +149,25 @@ def check_footer(path: str | Path, key: str | None = None) -> int:
     if not rows:
         raise DataError(path, "has no rows")
     return int(rows)
+
+
+def train_rows(paths: Sequence[str | Path]) -> int | None:
+    """The rows of the training files, read from their footers; None when one cannot be read
+    on this machine (a path only the compute nodes see)."""
+    try:
+        return sum(check_footer(path) for path in paths)
+    except DataError:
+        return None
+
+
+def short_of_a_batch(rows: int, batch: int | None) -> str | None:
+    """Why `rows` training rows cannot feed train_batch_size `batch`, or None. Both trainers
+    drop a ragged tail; verl 0.9.1 with no full batch divides by its 0 steps per epoch in fit(),
+    failing the job after its queue wait, model load and validation pass."""
+    if not batch or rows >= batch:
+        return None
+    return (f"{rows} training rows, fewer than train_batch_size={batch}: no phase would have "
+            "a full batch to train on")
 
 
 def footers(path: str | Path) -> dict[str, tuple[int, str]]:

@@ -71,6 +71,8 @@ class VerlBackend(TrainerBackend):
         """The render's own check of the phase: verl's batch rules depend on all the job's
         GPUs, which the vocabulary's checks do not know. Problems of the experiment rather
         than of the hyperparameters are the render's to report."""
+        if problem := super().plan_problem(spec):
+            return problem
         try:
             self.checked_overrides(spec)
         except ConfigError as exc:
@@ -189,6 +191,8 @@ class VerlBackend(TrainerBackend):
             env["LLMZ_PARENT_ACTOR"] = str(self.parent_actor_dir(spec))
             env["LLMZ_ADAPTER_EXPORT"] = str(self.export_dir(spec))
             env["LLMZ_LORA_RANK"] = str(spec.hparams.get("lora_rank", 0))
+            if settings.trusts_remote_code():
+                env["LLMZ_TRUST_REMOTE_CODE"] = "1"
         return env
 
 

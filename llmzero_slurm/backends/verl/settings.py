@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...errors import ConfigError
+from .grammar import parse_override
 from .keys import LOGGERS
 from .traps import check_raw_overrides
 
@@ -52,6 +53,16 @@ class VerlSettings:
                                   + f" (verl 0.9.1 has {', '.join(LOGGERS)})")
         check_raw_overrides(settings.overrides, keep=settings.logger_credentials())
         return settings
+
+    def trusts_remote_code(self) -> bool:
+        """Whether the overrides let the model run its own code, as verl's merger must too."""
+        value = None
+        for text in self.overrides:
+            _, key, given = parse_override(text)
+            if key == "actor_rollout_ref.model.trust_remote_code":
+                value = given
+        # what OmegaConf reads as true for a bool field
+        return (value or "").strip().strip("'\"").lower() in ("true", "yes", "y", "on", "1")
 
     def logger_credentials(self) -> frozenset[str]:
         """The variables the configured loggers log in with (wandb: WANDB_API_KEY)."""
