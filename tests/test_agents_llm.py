@@ -893,6 +893,7 @@ def test_check_tries_the_key_and_model_with_one_token(service, monkeypatch, back
     fell back to the heuristics. A refusal names the key to fix; a failure that waiting may
     cure (a 5xx, the network) is said but does not fail the check."""
     from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.data_checks import NotChecked
     from llmzero_slurm.controller.preflight import check_llm
     monkeypatch.setenv(KEY_ENV, "sk-garbage-0123456789")
     cfg = ExperimentConfig("x", agents=config(service, backend, max_retries=4))
@@ -910,9 +911,10 @@ def test_check_tries_the_key_and_model_with_one_token(service, monkeypatch, back
     service.reply("Ready")
     assert check_llm(cfg) == f"{backend} backend, model claude-sonnet-4-6: a one-token " \
                              "request was answered"
-    service.reply({"status": 500})
-    assert check_llm(cfg).startswith(f"{backend} backend, model claude-sonnet-4-6: not "
-                                     "verified from here: InternalServerError")
+    service.reply({"status": 500})    # no verdict: --check's [skip], neither ok nor FAIL
+    with pytest.raises(NotChecked, match=f"^{backend} backend, model claude-sonnet-4-6: not "
+                                         "verified from here: InternalServerError"):
+        check_llm(cfg)
 
 
 def test_a_reasoning_models_thinking_is_not_taken_for_its_answer(service, monkeypatch, run,
@@ -979,6 +981,7 @@ def test_check_names_the_server_it_could_not_reach(monkeypatch):
     """With the site's LLM server down, --check said only "APIConnectionError: Connection
     error.": neither the URL it tried nor why (refused, no route, DNS)."""
     from llmzero_slurm.config import ExperimentConfig
+    from llmzero_slurm.controller.data_checks import NotChecked
     from llmzero_slurm.controller.preflight import check_llm
     monkeypatch.delenv(KEY_ENV, raising=False)
     with socket.socket() as s:             # a port nothing listens on
@@ -986,7 +989,9 @@ def test_check_names_the_server_it_could_not_reach(monkeypatch):
         url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     cfg = ExperimentConfig("x", agents=AgentConfig(backend="openai", base_url=url, model="q",
                                                    api_key_env=KEY_ENV))
-    said = check_llm(cfg)
+    with pytest.raises(NotChecked) as unverified:    # --check's [skip], neither ok nor FAIL
+        check_llm(cfg)
+    said = str(unverified.value)
     assert said.startswith("openai backend, model q: not verified from here: ")
     assert f"at {url}" in said and "ConnectError" in said and "refused" in said.lower()
 

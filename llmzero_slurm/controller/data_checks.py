@@ -12,6 +12,11 @@ from ..errors import ConfigError, DataError, LLMZeroError
 from ..methods.space import length_limit
 from ..tasks.reward_file import RewardFn
 
+
+class NotChecked(Exception):
+    """A check this machine cannot make (no tokenizer, no route to the LLM): no failure, and
+    no pass either, so --check must not print it as one."""
+
 ROWS_CHECKED = 3
 # Per reward call: a string comparison takes microseconds, a symbolic math verifier (verl's
 # math_verify) a few seconds at worst; a call past this would stall every training step.
@@ -198,7 +203,7 @@ def check_lengths(cfg: ExperimentConfig, read: Reader | None = None) -> str:
     try:
         count = backend.token_counter(cfg.model_path)
     except LLMZeroError as exc:
-        return f"not checked: {exc}"
+        raise NotChecked(f"not checked: {exc}") from None
     longest = {"max_prompt_length": 0, "max_response_length": 0}
     for key, path in task.data_files():
         examples = read(path, key)

@@ -30,7 +30,7 @@ from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
 from ..store.new_run import refuse_nested
 from ..store.node_dir import NodeDir
-from .data_checks import check_data, check_lengths
+from .data_checks import NotChecked, check_data, check_lengths
 from .llm_trial import LLM_TRIAL_TIMEOUT_S, trial_backend
 
 
@@ -39,14 +39,18 @@ class Check:
     name: str
     ok: bool
     detail: str
+    checked: bool = True    # False: could not be checked here ([skip]; no failure)
 
     def line(self) -> str:
-        return f"[{'ok' if self.ok else 'FAIL'}] {self.name}: {self.detail}"
+        mark = "FAIL" if not self.ok else "ok" if self.checked else "skip"
+        return f"[{mark}] {self.name}: {self.detail}"
 
 
 def _run(name: str, fn: Callable[[], str]) -> Check:
     try:
         return Check(name, True, fn())
+    except NotChecked as exc:
+        return Check(name, True, str(exc), checked=False)
     except LLMZeroError as exc:
         return Check(name, False, str(exc))
     except Exception as exc:  # noqa: BLE001 - a preflight reports, it does not crash
@@ -174,11 +178,11 @@ def check_llm(cfg: ExperimentConfig) -> str:
     llm = trial_backend(cfg.agents)
     if llm is None:
         return "offline heuristic agents (no API key configured)"
+    said = f"{llm.name} backend, model {cfg.agents.model}"
     try:
-        said = llm.probe(LLM_TRIAL_TIMEOUT_S)
+        return f"{said}: {llm.probe(LLM_TRIAL_TIMEOUT_S)}"
     except Unverified as exc:
-        said = f"not verified from here: {exc}"
-    return f"{llm.name} backend, model {cfg.agents.model}: {said}"
+        raise NotChecked(f"{said}: not verified from here: {exc}") from None
 
 
 def method_notes(cfg: ExperimentConfig) -> tuple[SearchMethod, list[str]]:
