@@ -1085,6 +1085,21 @@ def test_status_and_stop_on_a_run_without_a_controller(tmp_path):
     assert not (store.root / "stop.json").exists()    # no request left for a later controller
 
 
+def test_status_names_a_recorded_checkpoint_whose_folder_is_gone(tmp_path):
+    """Crash walkthrough: a completed phase's checkpoint folder deleted (by hand, a scratch
+    purge) went unsaid by llmzero-status; the next phases resumed from it failed and the
+    search ended. Status now names the node, the steps and the folder."""
+    store = two_phase_run(tmp_path)
+    ckpt = store.node_dir(0).ckpt
+    (ckpt / "global_step_10").mkdir(parents=True)
+    assert "checkpoint" not in cli("status", str(store.root)).stdout
+    (ckpt / "global_step_10").rmdir()
+    status = cli("status", str(store.root))
+    assert status.returncode == 0, status.stderr
+    assert "warning: node 0: the checkpoint of step 10, recorded in node.json, is gone from " \
+           "nodes/0000/ckpt: a phase resuming from it fails" in status.stdout
+
+
 def test_status_of_a_run_that_completed_nothing_says_the_last_failure(tmp_path):
     """A detached or submitted search that ended without a completed phase (exit 7: a reward
     that raised on a model's answer) said why only in the controller's log; status showed

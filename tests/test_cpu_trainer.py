@@ -600,3 +600,18 @@ def test_a_non_finite_cpu_metric_reaches_the_agents_as_nan(tmp_path):
     assert math.isnan(read.get("actor/grad_norm")[-1][1])
     assert read.get("actor/pg_loss")[-1] == (2, math.inf)
     assert Signals.of(read).blown_up
+
+
+def test_a_requeue_keeps_a_metrics_log_with_undecodable_bytes(tmp_path):
+    """Crash walkthrough: bytes that are not UTF-8 in a phase's metrics.jsonl (a client crash
+    on a shared filesystem, a stray write) made the trainer's start fail with
+    UnicodeDecodeError, every requeue and rerun again, which the error analyzer then blamed on
+    the task's code. The trainer now drops the later steps and keeps the rest byte for byte."""
+    from llmzero_slurm.cputrain.metrics_log import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    garbage = b"\xab\xff\x00junk\n"
+    path.write_bytes(b'{"step": 1, "data": {"a": 1}}\n' + garbage
+                     + b'{"step": 3, "data": {"a": 3}}\n[[[[\n{"step": 2, "da')
+    MetricsLog(path).truncate_after(2)
+    assert path.read_bytes() == b'{"step": 1, "data": {"a": 1}}\n' + garbage + b"[[[[\n"

@@ -851,6 +851,29 @@ def test_soft_lock_breaks_a_lock_past_its_grace_period(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("text", ['{"host": "node7", "pi', "garbage\n", "[1, 2]"])
+def test_soft_lock_breaks_an_unreadable_lock_past_its_grace_period(tmp_path, text):
+    """A lock file torn by a holder that died mid-write (or overwritten by hand) was never
+    judged stale: every command of the run waited out lock_timeout_s and gave up, though the
+    file had long outlived the grace period. Its age alone now judges it, as for any holder."""
+    path = tmp_path / "tree.lock"
+    path.write_text(text)
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    with SoftLock(path, timeout=2, stale_after=30).hold():
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert not path.exists()
+
+
+def test_soft_lock_waits_for_an_unreadable_lock_within_its_grace_period(tmp_path):
+    path = tmp_path / "tree.lock"
+    path.write_text('{"host": "node7", "pi')
+    with pytest.raises(LockTimeout):
+        with SoftLock(path, timeout=1.2, stale_after=30).hold():
+            pass
+    assert path.read_text() == '{"host": "node7", "pi'
+
+
 def test_a_soft_lock_that_meets_a_full_disk_is_named_and_not_left_held(tmp_path, monkeypatch):
     """The lock file is made first, its holder written after: on a full disk or quota (soft
     locks are for the shared filesystems where quotas bite) the write failed with an OSError

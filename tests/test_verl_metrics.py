@@ -177,3 +177,17 @@ def test_a_test_score_missing_for_one_data_source_is_no_score():
                       "test-core/b/acc/mean@1": [(10, 0.4)]})
     assert held_out_score_at(log, 10) == pytest.approx(0.3)
     assert held_out_score_at(log, 20) is None
+
+
+def test_a_metrics_log_with_undecodable_bytes_is_cut_and_read_all_the_same(tmp_path):
+    """Crash walkthrough: bytes that are not UTF-8 in a node's metrics.jsonl (a client crash
+    on a shared filesystem) failed the requeue of its verl phase (drop_after) and every child
+    of it (scores_at, reading the parent's scores) with UnicodeDecodeError. The unreadable
+    line is now kept byte for byte, as any unreadable line, and the rest read."""
+    path = tmp_path / "metrics.jsonl"
+    garbage = b"\xab\xff junk\n"
+    path.write_bytes(b'{"step": 1, "data": {"val-core/a/acc/mean@1": 0.5}}\n' + garbage
+                     + b'{"step": 3, "data": {"a": 3}}\n')
+    assert verl_metrics.scores_at(path, 1) == {"val-core/a/acc/mean@1": 0.5}
+    verl_metrics.drop_after(path, 2)
+    assert path.read_bytes() == b'{"step": 1, "data": {"val-core/a/acc/mean@1": 0.5}}\n' + garbage

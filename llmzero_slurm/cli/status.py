@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .. import __version__
+from ..backends import get_backend
 from ..controller.controller_job import waiting_jobs, waiting_line
 from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
@@ -124,6 +125,27 @@ def as_live(tree: Tree, states: dict[str, JobState], store: RunStore) -> Tree:
     return shown
 
 
+def lost_checkpoints(store: RunStore, tree: Tree) -> list[str]:
+    """Recorded checkpoints whose folders are gone (deleted by hand, a scratch purge): said,
+    since a phase the search resumes from one fails, and nothing else would say why."""
+    backend, lost = get_backend(store.config.backend), []
+    for node in tree:
+        if node.results.checkpoints:
+            files = store.node_dir(node.id)
+            try:
+                gone = sorted(set(node.results.checkpoints) - set(backend.checkpoint_steps(files)))
+            except ConfigError as exc:    # verl's record of the phase's first step is damaged
+                lost.append(f"node {node.id}: its checkpoints cannot be listed: {exc}")
+                continue
+            if gone:
+                what, it = ((f"checkpoints of steps {', '.join(map(str, gone))}, recorded in "
+                             "node.json, are", "one") if len(gone) > 1 else
+                            (f"checkpoint of step {gone[0]}, recorded in node.json, is", "it"))
+                lost.append(f"node {node.id}: the {what} gone from "
+                            f"{files.ckpt.relative_to(store.root)}: a phase resuming from {it} fails")
+    return lost
+
+
 def finite(value: Any) -> Any:
     """`value` with each non-finite float (a NaN a trainer logged) as null: NaN is not JSON,
     and a strict reader of --json refused the whole answer."""
@@ -224,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             code = f" (exit {state.exit_code})" if state.exit_code else ""
             print(f"note: node {watched[job_id].id}: job {job_id} ended {state.raw}{code}"
                   + (f": {state.reason}" if state.reason else "") + " (as its scheduler says)")
+    for said in lost_checkpoints(store, tree):
+        print(f"warning: {said}")
     for node_id, why in sorted(store.corrupt.items()):
         print(f"warning: node {node_id} is left out of the search: {why}")
     if store.corrupt:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..store.atomic import write_text
+from ..store.atomic import write_bytes
 
 
 class MetricsLog:
@@ -18,19 +18,21 @@ class MetricsLog:
         self._file: TextIO | None = None
 
     def truncate_after(self, step: int) -> None:
-        """Keep only lines with step <= `step` (atomically); unreadable lines are kept as-is."""
+        """Keep only lines with step <= `step` (atomically); unreadable lines are kept as-is,
+        byte for byte: bytes that are not UTF-8 (a client crash on a shared filesystem) must
+        not stop every requeue of the phase."""
         if not self.path.exists():
             return
         kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True):
+        for line in self.path.read_bytes().splitlines(keepends=True):
             try:
                 if json.loads(line)["step"] > step:
                     continue
-            except (ValueError, KeyError, TypeError):
-                if not line.endswith("\n"):
+            except (ValueError, KeyError, TypeError, RecursionError):
+                if not line.endswith(b"\n"):
                     continue   # a torn last line from a killed writer
             kept.append(line)
-        write_text(self.path, "".join(kept))
+        write_bytes(self.path, b"".join(kept))
 
     def write(self, step: int, data: dict[str, Any]) -> None:
         if self._file is None:

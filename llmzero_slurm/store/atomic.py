@@ -65,9 +65,14 @@ def write_json(path: str | Path, data: Any, mode: int = 0o666) -> None:
 
 def write_text(path: str | Path, text: str, mode: int = 0o666) -> None:
     """Replace `path` with `text` atomically and durably."""
+    write_bytes(path, text.encode("utf-8"), mode)
+
+
+def write_bytes(path: str | Path, data: bytes, mode: int = 0o666) -> None:
+    """Replace `path` with `data` atomically and durably."""
     def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     replace_with(path, write, mode)

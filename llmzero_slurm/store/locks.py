@@ -122,12 +122,23 @@ def _remove_if_empty(path: Path) -> None:
 BREAK_GRACE_S = 60.0   # a break takes milliseconds: a turn held longer was a killed breaker's
 
 
-def _holder(path: Path) -> dict[str, Any]:
-    """What a soft lock file says of its holder; ValueError when it is not a holder's record."""
-    holder = json.loads(path.read_text(encoding="utf-8") or "{}")
-    if not isinstance(holder, dict):
-        raise ValueError(f"{path}: not a lock holder's record")
-    return holder
+def _record(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """The token of the lock at `path` (None when it is gone) and its holder. A torn or
+    foreign record (a holder killed mid-write, an edit) names no holder and is known by its
+    bytes, so its age alone can judge it stale and a break still checks it is the one judged."""
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise
+    except OSError:
+        return None, {}
+    try:
+        holder = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        holder = None
+    if isinstance(holder, dict):
+        return str(holder.get("token", "")), holder
+    return "unreadable:" + raw.hex(), {}
 
 
 class SoftLock:
@@ -158,17 +169,15 @@ class SoftLock:
     def _stale_token(self) -> str | None:
         """The token of a lock past the grace period, or held by a dead local pid; else None."""
         try:
-            holder = _holder(self.path)
+            token, holder = _record(self.path)
             age = server_age(self.path)
         except IsADirectoryError as exc:   # no holder will ever remove it
             raise unusable(self.path, exc) from None
-        except (OSError, ValueError):
-            return None
-        if age is None:
+        if token is None or age is None:
             return None
         dead = holder.get("host") == socket.gethostname() and "pid" in holder \
             and not alive(holder["pid"])
-        return str(holder.get("token", "")) if age > self.stale_after or dead else None
+        return token if age > self.stale_after or dead else None
 
     def _break(self, stale: str) -> None:
         """Remove the stale lock judged by its token. Breakers take turns (`_turn`) and
@@ -181,14 +190,14 @@ class SoftLock:
         if turn is None:
             return
         try:
-            if self._token_of(self.path) != stale:
+            if _record(self.path)[0] != stale:
                 return
             grave = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.broken")
             try:
                 os.rename(self.path, grave)
             except FileNotFoundError:
                 return
-            if self._token_of(grave) not in (stale, None):
+            if _record(grave)[0] not in (stale, None):
                 try:
                     os.link(grave, self.path)    # fails if someone created a lock meanwhile
                 except OSError:
@@ -216,21 +225,13 @@ class SoftLock:
     def _holder_named(self) -> str | None:
         """The holder the lock file records, in words; None when it cannot be read."""
         try:
-            return lock_wait.recorded(_holder(self.path))
-        except (OSError, ValueError):
-            return None
-
-    @staticmethod
-    def _token_of(path: Path) -> str | None:
-        """The token of the lock at `path`; None when it cannot be read (gone, being written)."""
-        try:
-            return str(_holder(path).get("token", ""))
-        except (OSError, ValueError):
+            return lock_wait.recorded(_record(self.path)[1])
+        except OSError:
             return None
 
     def _release(self) -> None:
         """Remove our own lock only: a breaker may have replaced it after a long stall."""
-        if self._token_of(self.path) == self._token:
+        if _record(self.path)[0] == self._token:
             self._remove()
 
     def _remove(self) -> None:

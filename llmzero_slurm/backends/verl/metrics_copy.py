@@ -171,7 +171,7 @@ def scores_at(metrics_file: Path, step: int) -> dict[str, Any]:
     """The validation and test scores a metrics.jsonl holds for `step` ({} when none)."""
     found: dict[str, Any] = {}
     try:
-        lines = Path(metrics_file).read_text(encoding="utf-8").splitlines()
+        lines = Path(metrics_file).read_bytes().splitlines()   # bytes: not all UTF-8
     except FileNotFoundError:
         return found
     for line in lines:
@@ -213,7 +213,7 @@ def drop_after(metrics_file: Path, step: int | None) -> None:
     """Keep the rows of `metrics_file` up to `step` (None: none), replacing it atomically; a
     line that cannot be read is kept, a torn last line is not."""
     try:
-        lines = Path(metrics_file).read_text(encoding="utf-8").splitlines(keepends=True)
+        lines = Path(metrics_file).read_bytes().splitlines(keepends=True)  # bytes: not all UTF-8
     except FileNotFoundError:
         return
     kept = []
@@ -222,14 +222,14 @@ def drop_after(metrics_file: Path, step: int | None) -> None:
             if step is None or int(json.loads(line)["step"]) > step:
                 continue
         except (ValueError, KeyError, TypeError):
-            if not line.endswith("\n"):
+            if not line.endswith(b"\n"):
                 continue
         kept.append(line)
     if len(kept) == len(lines):
         return
     tmp = Path(f"{metrics_file}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("".join(kept))
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(kept))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, metrics_file)
