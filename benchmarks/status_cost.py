@@ -78,7 +78,10 @@ def build(root: Path, nodes: int, steps: int, running: int, val0: bool, seed: in
                     results=Results() if live else Results(
                         rng.random(), start + steps, None, start + steps, [start + steps], 0.5))
         store.add_node(functools.partial(_built, node))
-        store.node_dir(i).metrics_file.write_text(log_text(rng, start, steps, val0))
+        files = store.node_dir(i)
+        files.metrics_file.write_text(log_text(rng, start, steps, val0))
+        for step in node.results.checkpoints:    # on disk, as status looks for them
+            (files.ckpt / f"global_step_{step}").mkdir(parents=True)
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
