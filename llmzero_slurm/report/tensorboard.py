@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 import uuid
 from itertools import groupby
 from pathlib import Path
@@ -30,14 +31,29 @@ BEST_RUN = "best-strategy"
 STATE_FILE = "exported.json"
 
 
+def _tensorboardx() -> tuple[Any, Any, Any]:
+    """tensorboardX's Summary, scalar and FileWriter, imported where used (only exports need
+    them) and without torch: its package imports torch whenever it is installed, as in the
+    .venv a cpu run's phases share with the controller, for ~200 MB and seconds of CPU that a
+    login node's controller never uses. A process that already holds torch keeps it."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None  # type: ignore[assignment]   # `import torch` raises
+    try:
+        from tensorboardX.summary import Summary, scalar
+        from tensorboardX.writer import FileWriter
+    finally:
+        if blocked:
+            del sys.modules["torch"]
+    return Summary, scalar, FileWriter
+
+
 def _write(run_dir: Path, log: MetricsLog, after: int = -1) -> int:
     """Append the points after step `after` to a TensorBoard run, one event a step holding
     its every scalar; the last step written. add_scalar, an event a scalar each converted
     through numpy, took 100 us a point: minutes for a search of 300 phases x 1,000 steps x
     40 metrics."""
-    from tensorboardX.summary import Summary, scalar   # imported where used: only exports
-    from tensorboardX.writer import FileWriter        # need them
-
+    Summary, scalar, FileWriter = _tensorboardx()
     points = sorted((step, name, value) for name, pts in log.series.items()
                     for step, value in pts if step > after)
     if not points:
