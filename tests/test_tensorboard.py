@@ -157,3 +157,18 @@ def test_an_export_leaves_torch_unloaded_where_it_is_installed(tmp_path):
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "False"
     assert scalars(tmp_path / "run" / "tensorboard" / "node-0000") == [(1, TB_VAL, 0.5)]
+
+
+def test_a_long_phase_keeps_a_bounded_number_of_event_files(tmp_path):
+    """Each export that found new points added an event file to the node's run: a phase of a
+    thousand steps polled every 30 s left about a thousand files in its folder, and a search
+    of hundreds of phases hundreds of thousands of inodes on a quota'd filesystem."""
+    log_file = tmp_path / "run" / "nodes" / "0000" / "metrics.jsonl"
+    write_metrics(log_file, [(0, {VAL: 0.0})])
+    tree = T(N(0, None, S.RUNNING))
+    for step in range(1, 60):
+        write_metrics(log_file, [(step, {VAL: step / 100})], append=True)
+        out = export_tensorboard(tmp_path / "run", tree, lambda i: read_metrics(log_file))
+    run = out / "node-0000"
+    assert len(list(run.glob("events.out.tfevents.*"))) <= 16
+    assert scalars(run) == [(s, TB_VAL, round(s / 100, 4)) for s in range(60)]
