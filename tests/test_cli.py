@@ -2138,6 +2138,7 @@ def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
     from llmzero_slurm.controller import controller_job
     from llmzero_slurm.schedulers import SlurmScheduler
     monkeypatch.setattr(SlurmScheduler, "settle_s", 3.0)
+    monkeypatch.setattr(SlurmScheduler, "least_poll_s", 0.5)   # the looks' spacing, scaled too
     store = two_phase_run(tmp_path)
     timed_out = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
     script = store.root / "controller.sbatch"
