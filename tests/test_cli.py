@@ -1100,6 +1100,25 @@ def test_status_names_a_recorded_checkpoint_whose_folder_is_gone(tmp_path):
            "nodes/0000/ckpt: a phase resuming from it fails" in status.stdout
 
 
+def test_status_disk_says_what_the_run_holds_by_part(tmp_path, capsys):
+    """A user under a quota had no way to learn from llmzero-status what a run held on disk,
+    or how much of it was checkpoints (a resume point) rather than files that can be redrawn.
+    Only with --disk: a walk of the run is too dear for status under `watch`."""
+    from llmzero_slurm.cli import status
+    store = two_phase_run(tmp_path)
+    ckpt = store.root / "nodes" / "0001" / "ckpt" / "global_step_10"
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_model.safetensors").write_bytes(b"x" * 300_000)
+    assert status.main([str(store.root)]) == 0
+    assert "disk:" not in capsys.readouterr().out
+    assert status.main([str(store.root), "--disk"]) == 0
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("disk:")]
+    assert re.search(r"checkpoints 3\d\dK", line) and "run files" in line, line
+    assert status.main([str(store.root), "--json", "--disk"]) == 0
+    disk = json.loads(capsys.readouterr().out)["disk"]
+    assert disk["checkpoints"]["files"] == 3 and disk["checkpoints"]["bytes"] >= 300_000
+
+
 def test_status_of_a_run_that_completed_nothing_says_the_last_failure(tmp_path):
     """A detached or submitted search that ended without a completed phase (exit 7: a reward
     that raised on a model's answer) said why only in the controller's log; status showed
@@ -2189,6 +2208,7 @@ def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
     from llmzero_slurm.controller import controller_job
     from llmzero_slurm.schedulers import SlurmScheduler
     monkeypatch.setattr(SlurmScheduler, "settle_s", 3.0)
+    monkeypatch.setattr(SlurmScheduler, "least_poll_s", 0.5)   # the looks' spacing, scaled too
     store = two_phase_run(tmp_path)
     timed_out = "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
     script = store.root / "controller.sbatch"

@@ -686,3 +686,26 @@ def test_a_monitor_said_ended_is_looked_up_now_not_in_the_last_poll(tmp_path, mo
     beat(ended="stopped by SIGTERM")
     keeper.ensure(True)
     assert len(sched.calls) == 2 and asked == ["llmz-mon-monitor"]
+
+
+def test_the_folders_of_monitors_long_ended_are_removed_when_another_is_submitted(tmp_path):
+    """Each monitor job (one per slurm.time, the lifetime a phase may run) left its submitit
+    folder and a link to its script in monitor/ for good: a run of weeks with 15-minute phase
+    limits gathered thousands of them. The newest few are kept to read."""
+    from llmzero_slurm.controller.keeper import KEPT_MONITOR_FOLDERS
+    store = RunStore.create(tmp_path / "run", parse_config({
+        "name": "mon", "backend": "cpu", "scheduler": "local"}))
+    mon = store.root / "monitor"
+    for n, job in enumerate(range(100, 110)):
+        (mon / str(job)).mkdir(parents=True)
+        (mon / str(job) / f"{job}_0_log.out").write_text("log\n")
+        (mon / f".submission_file_{job}.sh").symlink_to(mon / str(job) / f"{job}_submission.sh")
+        (mon / str(job) / f"{job}_submission.sh").write_text("#!/bin/bash\n")
+        os.utime(mon / str(job), (1000 + n, 1000 + n))
+    (mon / "notes").mkdir()                                  # not a job's: left alone
+    MonitorKeeper(store, MonitorOnlyScheduler()).ensure(True)
+    kept = sorted(p.name for p in mon.iterdir() if p.name.isdigit())
+    assert kept == [str(j) for j in range(110 - KEPT_MONITOR_FOLDERS, 110)]
+    links = sorted(p.name for p in mon.glob(".submission_file_*"))
+    assert links == [f".submission_file_{j}.sh" for j in kept]
+    assert (mon / "notes").is_dir() and (mon / "monitor.json").is_file()

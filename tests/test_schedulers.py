@@ -1302,3 +1302,27 @@ def test_an_orphaned_local_job_whose_script_ended_is_not_kept_running_by_a_lefto
         assert sched.states(["1"], {"1": node})["1"].raw == "COMPLETED"
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
+
+
+def test_two_squeues_are_never_closer_than_the_least_poll(monkeypatch):
+    """The monitor's state is asked apart from the phases' (its own squeue): right after a
+    phase poll it went out 4 s after it on the local cluster, under the 5 s that README
+    promises sites. A query now waits out the rest of the least poll period since the last."""
+    clock = [1000.0]
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time", SimpleNamespace(
+        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
+    times: list[float] = []
+
+    def timed(argv):
+        times.append(clock[0])
+        asked = next(a for a in argv if a.startswith("--jobs=")).split("=")[1].split(",")
+        return subprocess.CompletedProcess(argv, 0, "".join(
+            f"{j}|RUNNING|None|0|\n" for j in asked), "")
+    sched = SlurmScheduler(runner=timed)
+    monkeypatch.setattr(sched, "_pause", lambda s: clock.__setitem__(0, clock[0] + max(s, 0)))
+    sched.states(["41"])                  # the phases' poll
+    clock[0] += 1.0
+    sched.call_state("42")                # the monitor's, a second later
+    sched.listed(["42"], "mon")           # and whether it still bears its name
+    assert len(times) == 3
+    assert all(b - a >= SlurmScheduler.least_poll_s for a, b in zip(times, times[1:]))

@@ -134,3 +134,41 @@ def test_a_poll_reads_only_the_logs_that_changed_since_the_last_export(tmp_path)
     write_metrics(files[2].metrics_file, [(20, {VAL: 0.5})], append=True)
     export()
     assert read == [2, 1] and (20, TB_VAL, 0.5) in scalars(out / "node-0002")
+
+
+def test_an_export_leaves_torch_unloaded_where_it_is_installed(tmp_path):
+    """tensorboardX's package imports torch whenever it is installed, as it is in the .venv a
+    cpu run's phases share with the controller: every controller on a login node then held
+    torch, ~200 MB more RSS and ~4 s of CPU to start, to write a few scalars."""
+    import importlib.util
+    import subprocess
+    import sys
+    import pytest
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch not installed: nothing to keep out")
+    log = write_metrics(tmp_path / "run" / "nodes" / "0000" / "metrics.jsonl", [(1, {VAL: 0.5})])
+    code = ("import sys; sys.path.append('tests'); from pathlib import Path; "
+            "from llmzero_slurm.metrics import read_metrics; "
+            "from llmzero_slurm.report.tensorboard import export_tensorboard; "
+            "from treebuild import N, T; "
+            f"export_tensorboard(Path({str(tmp_path / 'run')!r}), T(N(0, None, score=0.5)), "
+            f"lambda i: read_metrics(Path({str(log)!r}))); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "False"
+    assert scalars(tmp_path / "run" / "tensorboard" / "node-0000") == [(1, TB_VAL, 0.5)]
+
+
+def test_a_long_phase_keeps_a_bounded_number_of_event_files(tmp_path):
+    """Each export that found new points added an event file to the node's run: a phase of a
+    thousand steps polled every 30 s left about a thousand files in its folder, and a search
+    of hundreds of phases hundreds of thousands of inodes on a quota'd filesystem."""
+    log_file = tmp_path / "run" / "nodes" / "0000" / "metrics.jsonl"
+    write_metrics(log_file, [(0, {VAL: 0.0})])
+    tree = T(N(0, None, S.RUNNING))
+    for step in range(1, 60):
+        write_metrics(log_file, [(step, {VAL: step / 100})], append=True)
+        out = export_tensorboard(tmp_path / "run", tree, lambda i: read_metrics(log_file))
+    run = out / "node-0000"
+    assert len(list(run.glob("events.out.tfevents.*"))) <= 16
+    assert scalars(run) == [(s, TB_VAL, round(s / 100, 4)) for s in range(60)]

@@ -1,7 +1,8 @@
 """llmzero-status: the tree with statuses and scores (above 40 phases, the best path and the
 live phases with their ancestors, the rest counted; --all lists every one), running jobs with
 their Slurm state, and the best strategy so far; with no controller holding the run, a controller job still
-queued (llmzero-start --submit). --json prints the same as one JSON document."""
+queued (llmzero-start --submit); with --disk, what the run holds on disk. --json prints the
+same as one JSON document."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_sched
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
 from ..spent import spent
+from ..store.disk_use import disk_line, disk_use
 from ..store.run_store import RunStore
 from ..store.schema import created_by, created_method, method_edit, release_note
 from .common import add_run_dir, open_run, run_main
@@ -166,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"list every phase; above {COMPACT_ABOVE} phases the table lists the best "
                    "path and the phases proposed, queued or running with their ancestors, and "
                    "counts the rest by status")
+    p.add_argument("--disk", action="store_true",
+                   help="also say what the run holds on disk, by part (walks every file)")
     args = p.parse_args(argv)
     store = open_run(args.run_dir)
     tree = store.load_tree()
@@ -184,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     used = spent(store, tree, shown=shown)
     use = used.usage
     costs = agent_costs(store, tree)
+    disk = disk_use(store.root) if args.disk else None
     if args.json:
         print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
@@ -205,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "budget_closed": use.budget.spent(tree),
                           "monitor": monitor,
+                          **({"disk": {k: u._asdict() for k, u in disk.items()}} if disk else {}),
                           "usage": {"samples_trained": use.trained, "samples_committed": use.committed,
                                     "samples_trained_by_running_phases": use.running,
                                     "samples_saved_by_early_stopping": use.saved,
@@ -234,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(used.lines()))
     if (said := agents_line(costs)) is not None:
         print(said)
+    if disk is not None:
+        print(disk_line(disk))
     watched = watched_phases(tree)
     # A search that ended with nothing completed: why, as its controller said at the end.
     ended = None if running or watched or not len(tree) else outcome(tree, store)

@@ -6,7 +6,9 @@ or past its time limit. Everything scheduler-specific goes through the `Schedule
 """
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
@@ -26,6 +28,9 @@ STALE_S = 120.0            # silence allowed a running monitor beyond an interva
 START_RETRY_S = 60.0
 MAX_RETRY_S = 1800.0
 UNLIMITED_S = 7 * 24 * 3600.0   # a monitor's lifetime where jobs need no time limit
+# The monitor jobs' folders (submitit's files, the log) kept to read; older ones are removed
+# as another is submitted: one a phase time limit, they gathered thousands in a long run.
+KEPT_MONITOR_FOLDERS = 3
 
 
 class MonitorKeeper:
@@ -144,6 +149,7 @@ class MonitorKeeper:
         job_id = self.scheduler.submit_call(run_monitor, args, self.dir / "%j", job)
         write_json(self.dir / "monitor.json", {"job_id": job_id, "kind": self.scheduler.name,
                                                "submitted_at": time.time()})
+        _prune(self.dir)
 
     def recorded_job(self) -> str | None:
         """The id of the last monitor job submitted, alive or not (None: none on file)."""
@@ -160,3 +166,19 @@ class MonitorKeeper:
         job_id = str(record.get("job_id"))
         self.scheduler.cancel_call(job_id, self.job_name)
         return job_id
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the newest KEPT_MONITOR_FOLDERS job folders (named by job id) and
+    submitit's links to scripts no longer there. Tidying only: what cannot be removed (a
+    colleague's files, a filesystem error) is left, and the monitor just submitted stands."""
+    try:
+        jobs = sorted((p for p in folder.iterdir() if p.name.isdigit() and p.is_dir()),
+                      key=lambda p: p.stat().st_mtime)
+        for old in jobs[:-KEPT_MONITOR_FOLDERS]:
+            shutil.rmtree(old, ignore_errors=True)
+        for link in folder.glob(".submission_file_*"):
+            if link.is_symlink() and not link.exists():
+                link.unlink(missing_ok=True)
+    except OSError:
+        pass

@@ -4,7 +4,8 @@ One TensorBoard run per node (`node-0007`), its metrics on global steps, so the 
 strategy line up as one continuous curve; and `best-strategy`, the best path's curves stitched
 into one run. Written with tensorboardX: pure Python over protobuf, no TensorFlow and no torch,
 which a login node can afford. Node runs are only ever appended to (`exported.json` keeps the
-last step written per node, so a restarted controller writes no point twice); the best
+last step written per node, so a restarted controller writes no point twice), and written
+afresh as one event file once appends have left MAX_EVENT_FILES of them; the best
 strategy's run is written afresh whenever the best path or its progress changes. A node whose
 points already written changed (a requeued phase rewrote its metrics.jsonl from an earlier
 checkpoint, with other values) has its run written afresh too, so that TensorBoard shows the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 import uuid
 from itertools import groupby
 from pathlib import Path
@@ -28,6 +30,26 @@ from ..store.atomic import read_json, write_json
 TB_DIR = "tensorboard"
 BEST_RUN = "best-strategy"
 STATE_FILE = "exported.json"
+# An export that appends writes a new event file: a long phase polled every 30 s would leave
+# one a poll (thousands of inodes); past this many, its run is written afresh as one file.
+MAX_EVENT_FILES = 16
+
+
+def _tensorboardx() -> tuple[Any, Any, Any]:
+    """tensorboardX's Summary, scalar and FileWriter, imported where used (only exports need
+    them) and without torch: its package imports torch whenever it is installed, as in the
+    .venv a cpu run's phases share with the controller, for ~200 MB and seconds of CPU that a
+    login node's controller never uses. A process that already holds torch keeps it."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None  # type: ignore[assignment]   # `import torch` raises
+    try:
+        from tensorboardX.summary import Summary, scalar
+        from tensorboardX.writer import FileWriter
+    finally:
+        if blocked:
+            del sys.modules["torch"]
+    return Summary, scalar, FileWriter
 
 
 def _write(run_dir: Path, log: MetricsLog, after: int = -1) -> int:
@@ -35,9 +57,7 @@ def _write(run_dir: Path, log: MetricsLog, after: int = -1) -> int:
     its every scalar; the last step written. add_scalar, an event a scalar each converted
     through numpy, took 100 us a point: minutes for a search of 300 phases x 1,000 steps x
     40 metrics."""
-    from tensorboardX.summary import Summary, scalar   # imported where used: only exports
-    from tensorboardX.writer import FileWriter        # need them
-
+    Summary, scalar, FileWriter = _tensorboardx()
     points = sorted((step, name, value) for name, pts in log.series.items()
                     for step, value in pts if step > after)
     if not points:
@@ -104,8 +124,9 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
         if node.id in on_path:
             logs[node.id] = log
         after = done.get(key, -1)
-        if after >= 0 and digests.get(key) != _digest(log, after):
-            shutil.rmtree(run, ignore_errors=True)    # its written points changed: afresh
+        if after >= 0 and (digests.get(key) != _digest(log, after)
+                           or len(list(run.glob("events.out.tfevents.*"))) >= MAX_EVENT_FILES):
+            shutil.rmtree(run, ignore_errors=True)    # its points changed, or too many files
             after = -1
         done[key] = _write(run, log, after)
         digests[key] = _digest(log, done[key])

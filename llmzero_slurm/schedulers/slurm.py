@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -167,6 +168,7 @@ class SlurmScheduler(Scheduler):
         self.min_poll_s, self.max_poll_s = min_poll_s, max_poll_s
         self._poll_s = min_poll_s
         self._next_poll = 0.0
+        self._last_squeue = -math.inf
         self._live: dict[str, JobState] = {}
         self._final: dict[str, JobState] = {}
         self._dirs: dict[str, Path] = {}
@@ -411,6 +413,11 @@ class SlurmScheduler(Scheduler):
         """(job id, [state, reason, exit status], comment) of each job squeue's `which` options
         select, and how long squeue took to answer."""
         argv = ["squeue", "--noheader", "--states=all", f"--Format={_SQUEUE_FORMAT}", *which]
+        # The least poll period holds between any two squeues, not only between polls: the
+        # monitor's state, or a name check, asked just after the phases' poll waits it out.
+        self._pause(self._last_squeue + min(self.min_poll_s, self.least_poll_s)
+                    - time.monotonic())
+        self._last_squeue = time.monotonic()
         answer = self._call(argv, "polling jobs", ok_errors=(NO_SUCH_JOB,))
         rows = []
         for line in answer.text.splitlines():
