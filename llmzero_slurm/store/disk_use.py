@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from .node_dir import NodeDir
+
 PARTS = ("checkpoints", "phase files", "report", "tensorboard", "monitor", "run files")
 
 
@@ -21,8 +23,12 @@ class Use(NamedTuple):
         return Use(self.bytes + other.bytes, self.files + other.files)
 
 
+_ANY = NodeDir(".")
+CHECKPOINTS = (_ANY.ckpt.name, _ANY.best_adapter.name)   # the node folder's owner names them
+
+
 def _part(rel: tuple[str, ...]) -> str:
-    if rel[0] == "nodes" and len(rel) > 2 and rel[2] in ("ckpt", "best_adapter"):
+    if rel[0] == "nodes" and len(rel) > 2 and rel[2] in CHECKPOINTS:
         return "checkpoints"
     if rel[0] == "nodes":
         return "phase files"
