@@ -376,6 +376,41 @@ def test_grid_space_must_be_values_or_lists(tmp_path):
     assert err.value.key == "search.space.lr"
 
 
+
+def test_a_grid_listing_a_value_twice_is_refused(tmp_path):
+    """A grid with lr: [1.0e-3, 0.001] ran the same configuration twice, spending a trial of the
+    budget on a point it had already measured."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="grid", space={"lr": [1e-3, 0.001], "lora_rank": [4, 8]}))
+    assert err.value.key == "search.space.lr" and "0.001 twice" in err.value.problem
+
+
+@pytest.mark.parametrize("name", ["grid", "random", "practitioner"])
+def test_a_sample_budget_short_of_the_trials_is_said(tmp_path, name):
+    """--check said "grid, budget 4 phases ...: runs 4 of its 8 points" when budget_samples held
+    one point, cut to 62 of its 200 steps, and none after it: a comparison at equal samples
+    read the cut trial as the grid's, and a new run's start said nothing either. The note
+    (--check's method line, a new run's start) says what runs in full, what is cut and what
+    does not run."""
+    space = {"grid": {"lr": [1e-3, 3e-3], "lora_rank": [4, 8], "total_training_steps": 200},
+             "random": {"lr": {"choice": [1e-3]}, "total_training_steps": 200}}.get(name)
+    per_trial = 200 * 16 * 8
+    trials = 1 if name == "practitioner" else 4
+
+    def notes(samples: int) -> list[str]:
+        return method(tmp_path, config(method=name, hparams={**RECIPE, "total_training_steps": 200},
+                                       budget_iterations=4, budget_samples=samples,
+                                       **({"space": space} if space else {}))).notes()
+
+    assert notes(trials * per_trial) == []
+    short = per_trial - 1 if name == "practitioner" else per_trial + 100 * 128 + 5
+    said = ("trial 1 is cut to 199 of its 200 steps" if name == "practitioner"
+            else "trial 2 is cut to 100 of its 200 steps, 2 do not run")
+    assert notes(short) == [
+        f"search.budget_samples ({short:,}) is short of the {trials} trials planned: "
+        f"{trials - 1 if name == 'practitioner' else 1} run in full, {said}; "
+        f"{trials * per_trial:,} runs them all in full"]
+
 # -- guidebook (a chain) --------------------------------------------------------------------
 
 def test_guidebook_chains_phases_from_each_last_checkpoint(tmp_path):
