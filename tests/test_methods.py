@@ -603,6 +603,22 @@ def test_a_cancelled_trial_runs_again_as_a_new_node(tmp_path):
     assert method(tmp_path, cfg).next_phase(tree) is None
 
 
+
+@pytest.mark.parametrize("name", ["grid", "random"])
+def test_a_run_with_a_rerun_trial_goes_on_under_a_larger_budget(tmp_path, name):
+    """Walkthrough: a 3-trial run whose trial 1 was cancelled and run again (node 3), then
+    given budget_iterations: 5 in its experiment.yaml, was refused at resume: node 3 was read
+    as trial 4 of the larger plan ("node 3 ran phase 4 of this ... plan as it was; this
+    llmzero-slurm plans it otherwise"). A rerun stays its trial's; the new trials follow."""
+    small, large = (config(method=name, budget_iterations=n, seed=3) for n in (3, 5))
+    tree, _ = drain(method(tmp_path, small))
+    tree = finish(tree, 1, Status.CANCELLED)
+    tree, _ = drain(method(tmp_path, small), tree)
+    phases = method(tmp_path, large).phases
+    assert tree[3].hparams == phases[1].hparams
+    tree, plans = drain(method(tmp_path, large), tree)
+    assert [p.hparams for p in plans] == [phases[3].hparams, phases[4].hparams]
+
 @pytest.mark.parametrize("phases, fmt, where", [
     ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),
     ([{"steps": 0, "hparams": RECIPE}], None, "phases[0].steps"),

@@ -103,17 +103,21 @@ class StaticMethod(SearchMethod):
         (no verdict on the configuration), to run again as new nodes, oldest cancel first.
 
         Nodes follow the plan in creation order, as next_phase counts them: ids may have gaps
-        (an id taken for good by a kill inside run_store.add_node). A node past the plan is a
-        rerun; the trial it reruns is the one whose configuration it holds, since a trial may
-        be cancelled after a later one's rerun was created."""
+        (an id taken for good by a kill inside run_store.add_node). A rerun holds its trial's
+        configuration, which tells it from the next planned trial: reruns follow a plan's own
+        trials, but a run given a larger budget_iterations plans more trials after them. The
+        trial it reruns is the one whose configuration it holds, since a trial may be
+        cancelled after a later one's rerun was created."""
         ran: list[tuple[Node, int]] = []
         again: list[int] = []
-        for position, node in enumerate(sorted(tree, key=lambda n: n.id)):
-            if position < len(self.phases):
-                index = position
+        fresh = 0
+        for node in sorted(tree, key=lambda n: n.id):
+            rerun = next((i for i in again if not _differences(node, self.phases[i].hparams)), None)
+            if fresh < len(self.phases) and (
+                    rerun is None or not _differences(node, self.phases[fresh].hparams)):
+                index, fresh = fresh, fresh + 1
             elif again:
-                index = next((i for i in again if not _differences(node, self.phases[i].hparams)),
-                             again[0])
+                index = again[0] if rerun is None else rerun
                 again.remove(index)
             else:
                 continue
@@ -179,7 +183,8 @@ class IndependentTrials(StaticMethod):
     def left(self, tree: Tree) -> list[int]:
         """The planned trials still to create, in the order they run."""
         ran, again = self.trials(tree)
-        return [*range(len(ran), len(self.phases)), *again]
+        created = {index for _, index in ran}
+        return [*(i for i in range(len(self.phases)) if i not in created), *again]
 
 
 class Chain(StaticMethod):
