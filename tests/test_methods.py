@@ -411,6 +411,20 @@ def test_a_sample_budget_short_of_the_trials_is_said(tmp_path, name):
         f"{trials - 1 if name == 'practitioner' else 1} run in full, {said}; "
         f"{trials * per_trial:,} runs them all in full"]
 
+
+@pytest.mark.parametrize("name", ["llmzero", "grid", "practitioner", "guidebook"])
+def test_a_search_seed_no_method_reads_is_said(name):
+    """A second llmzero (or grid) run "with another seed" set search.seed: 7 and ran exactly the
+    first run's phases: only random's draws read search.seed; the trainer seeds from
+    hparams.seed. --check and a new run's start say so, as for llmzero's unread settings."""
+    from llmzero_slurm.methods.registry import unread_note
+    from llmzero_slurm.search.settings import SearchSettings
+    assert unread_note(SearchSettings(method=name, seed=7)) == (
+        f"{name} does not read search.seed=7: the random method's draws alone do (the trainer "
+        "seeds from hparams' seed), so it changes nothing in this run")
+    assert unread_note(SearchSettings(method="random", seed=7)) is None
+    assert unread_note(SearchSettings(method=name)) is None
+
 # -- guidebook (a chain) --------------------------------------------------------------------
 
 def test_guidebook_chains_phases_from_each_last_checkpoint(tmp_path):
