@@ -425,6 +425,18 @@ def test_a_search_seed_no_method_reads_is_said(name):
     assert unread_note(SearchSettings(method="random", seed=7)) is None
     assert unread_note(SearchSettings(method=name)) is None
 
+
+def test_a_grid_list_given_to_random_says_how_random_reads_a_space(tmp_path):
+    """One experiment.yaml switched from grid to random (to compare them) was refused with
+    "search.space.lr: must be a number (got [0.001, 0.003])": a list is a grid's entry, and
+    the message said nothing of random's own."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="random", space={"lr": [1e-3, 3e-3]}))
+    assert err.value.key == "search.space.lr"
+    assert err.value.problem == ("is a list, a grid's or guidebook's entry: random draws from "
+                                 "{choice: [0.001, 0.003]}, {uniform: [low, high]} or "
+                                 "{loguniform: [low, high]}, or takes one fixed value")
+
 # -- guidebook (a chain) --------------------------------------------------------------------
 
 def test_guidebook_chains_phases_from_each_last_checkpoint(tmp_path):

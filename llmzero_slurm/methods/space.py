@@ -120,6 +120,10 @@ def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Dist
     out: dict[str, Distribution] = {}
     for key, spec in space.items():
         key = _check_key(key)
+        if isinstance(spec, list):   # the grammar of grid's space, written for random's
+            raise ConfigError(_where(key), "is a list, a grid's or guidebook's entry: random "
+                              f"draws from {{choice: {spec}}}, {{uniform: [low, high]}} or "
+                              "{loguniform: [low, high]}, or takes one fixed value")
         if not isinstance(spec, Mapping):
             out[key] = Distribution("fixed", (_check_value(key, spec, backend),))
             continue
