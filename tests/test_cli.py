@@ -2742,6 +2742,26 @@ def test_a_method_changed_in_a_run_with_phases_is_refused_by_name(tmp_path):
            "were made by llmzero" in shown.stdout, shown.stdout
 
 
+def test_check_of_a_run_whose_method_was_edited_fails_as_its_start_does(tmp_path, capsys):
+    """Walkthrough: search.method edited from random to grid in a run's experiment.yaml passed
+    `llmzero-start RUN --check` (every line [ok], exit 0); the start then refused it (exit 2)."""
+    from llmzero_slurm.cli.start import main
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "local",
+                                    "task": {"builtin": "addition"},
+                                    "search": {"method": "random"}}))
+    run = tmp_path / "run"
+    store = open_or_create(parse_args([str(path), "--run-dir", str(run)]))
+    frozen = (run / "experiment.yaml").read_text()
+    (run / "experiment.yaml").write_text(frozen.replace("method: random", "method: grid"))
+    assert main([str(run), "--check"]) == 0       # no phase yet: the start goes on too
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"lr": 1e-3}))
+    capsys.readouterr()
+    assert main([str(run), "--check"]) == 2
+    assert (f"[FAIL] run directory: config key 'search.method': is grid in "
+            f"{run / 'experiment.yaml'}, and the run's phases were made by random"
+            ) in capsys.readouterr().out
+
 def test_check_of_a_config_for_an_existing_run_says_the_start_would_ignore_it(tmp_path, capsys):
     """--check with --run-dir of an existing run passed "budget 6 phases", and the start then
     resumed the run with its frozen budget of 4, ignoring the file just checked."""

@@ -376,6 +376,67 @@ def test_grid_space_must_be_values_or_lists(tmp_path):
     assert err.value.key == "search.space.lr"
 
 
+
+def test_a_grid_listing_a_value_twice_is_refused(tmp_path):
+    """A grid with lr: [1.0e-3, 0.001] ran the same configuration twice, spending a trial of the
+    budget on a point it had already measured."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="grid", space={"lr": [1e-3, 0.001], "lora_rank": [4, 8]}))
+    assert err.value.key == "search.space.lr" and "0.001 twice" in err.value.problem
+
+
+@pytest.mark.parametrize("name", ["grid", "random", "practitioner"])
+def test_a_sample_budget_short_of_the_trials_is_said(tmp_path, name):
+    """--check said "grid, budget 4 phases ...: runs 4 of its 8 points" when budget_samples held
+    one point, cut to 62 of its 200 steps, and none after it: a comparison at equal samples
+    read the cut trial as the grid's, and a new run's start said nothing either. The note
+    (--check's method line, a new run's start) says what runs in full, what is cut and what
+    does not run."""
+    space = {"grid": {"lr": [1e-3, 3e-3], "lora_rank": [4, 8], "total_training_steps": 200},
+             "random": {"lr": {"choice": [1e-3]}, "total_training_steps": 200}}.get(name)
+    per_trial = 200 * 16 * 8
+    trials = 1 if name == "practitioner" else 4
+
+    def notes(samples: int) -> list[str]:
+        return method(tmp_path, config(method=name, hparams={**RECIPE, "total_training_steps": 200},
+                                       budget_iterations=4, budget_samples=samples,
+                                       **({"space": space} if space else {}))).notes()
+
+    assert notes(trials * per_trial) == []
+    short = per_trial - 1 if name == "practitioner" else per_trial + 100 * 128 + 5
+    said = ("trial 1 is cut to 199 of its 200 steps" if name == "practitioner"
+            else "trial 2 is cut to 100 of its 200 steps, 2 do not run")
+    assert notes(short) == [
+        f"search.budget_samples ({short:,}) is short of the {trials} trials planned: "
+        f"{trials - 1 if name == 'practitioner' else 1} run in full, {said}; "
+        f"{trials * per_trial:,} runs them all in full"]
+
+
+@pytest.mark.parametrize("name", ["llmzero", "grid", "practitioner", "guidebook"])
+def test_a_search_seed_no_method_reads_is_said(name):
+    """A second llmzero (or grid) run "with another seed" set search.seed: 7 and ran exactly the
+    first run's phases: only random's draws read search.seed; the trainer seeds from
+    hparams.seed. --check and a new run's start say so, as for llmzero's unread settings."""
+    from llmzero_slurm.methods.registry import unread_note
+    from llmzero_slurm.search.settings import SearchSettings
+    assert unread_note(SearchSettings(method=name, seed=7)) == (
+        f"{name} does not read search.seed=7: the random method's draws alone do (the trainer "
+        "seeds from hparams' seed), so it changes nothing in this run")
+    assert unread_note(SearchSettings(method="random", seed=7)) is None
+    assert unread_note(SearchSettings(method=name)) is None
+
+
+def test_a_grid_list_given_to_random_says_how_random_reads_a_space(tmp_path):
+    """One experiment.yaml switched from grid to random (to compare them) was refused with
+    "search.space.lr: must be a number (got [0.001, 0.003])": a list is a grid's entry, and
+    the message said nothing of random's own."""
+    with pytest.raises(ConfigError) as err:
+        method(tmp_path, config(method="random", space={"lr": [1e-3, 3e-3]}))
+    assert err.value.key == "search.space.lr"
+    assert err.value.problem == ("is a list, a grid's or guidebook's entry: random draws from "
+                                 "{choice: [0.001, 0.003]}, {uniform: [low, high]} or "
+                                 "{loguniform: [low, high]}, or takes one fixed value")
+
 # -- guidebook (a chain) --------------------------------------------------------------------
 
 def test_guidebook_chains_phases_from_each_last_checkpoint(tmp_path):
@@ -567,6 +628,22 @@ def test_a_cancelled_trial_runs_again_as_a_new_node(tmp_path):
     assert method(tmp_path, cfg).exhausted(tree)
     assert method(tmp_path, cfg).next_phase(tree) is None
 
+
+
+@pytest.mark.parametrize("name", ["grid", "random"])
+def test_a_run_with_a_rerun_trial_goes_on_under_a_larger_budget(tmp_path, name):
+    """Walkthrough: a 3-trial run whose trial 1 was cancelled and run again (node 3), then
+    given budget_iterations: 5 in its experiment.yaml, was refused at resume: node 3 was read
+    as trial 4 of the larger plan ("node 3 ran phase 4 of this ... plan as it was; this
+    llmzero-slurm plans it otherwise"). A rerun stays its trial's; the new trials follow."""
+    small, large = (config(method=name, budget_iterations=n, seed=3) for n in (3, 5))
+    tree, _ = drain(method(tmp_path, small))
+    tree = finish(tree, 1, Status.CANCELLED)
+    tree, _ = drain(method(tmp_path, small), tree)
+    phases = method(tmp_path, large).phases
+    assert tree[3].hparams == phases[1].hparams
+    tree, plans = drain(method(tmp_path, large), tree)
+    assert [p.hparams for p in plans] == [phases[3].hparams, phases[4].hparams]
 
 @pytest.mark.parametrize("phases, fmt, where", [
     ([{"steps": 10, "hparams": RECIPE}, {"hparams": RECIPE}], None, "phases[1].steps"),

@@ -1,5 +1,6 @@
 """What a config given for an existing run changes from the run's frozen one: the start
-resumes the run with its frozen copy, so a change there is ignored, and said to be."""
+resumes the run with its frozen copy, so a change there is ignored, and said to be; and the
+one change to the frozen copy itself that no start takes, another search method."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,6 +11,7 @@ from ..controller.preflight import Check
 from ..errors import ConfigError, StateError, UsageError
 from ..schedulers import slurm_floor
 from ..store.run_store import RunStore
+from ..store.schema import method_edit
 
 # What a run may be given more (or less) of by editing its frozen experiment.yaml.
 BUDGET_KEYS = ("budget_iterations", "budget_samples", "budget_gpu_hours", "budget_wall_hours")
@@ -54,12 +56,26 @@ def given_for(store: RunStore, cfg: ExperimentConfig, path: Path) -> None:
         print(f"note: {store.root} exists; resuming it with its frozen experiment.yaml ({said})")
 
 
+def method_refusal(store: RunStore) -> str | None:
+    """Why the run cannot go on under the method its experiment.yaml names now
+    (schema.method_edit); None while it has no phase of another method to mix with."""
+    edited = method_edit(store.root, store.config.search.method)
+    return edited if edited is not None and len(store.load_tree()) else None
+
+
 def check_note(path: Path, cfg: ExperimentConfig, run_dir: Path) -> Check | str | None:
     """--check's word on a `run_dir` that holds a run already: the start resumes that run
     with its frozen config, not with the file just checked (a note), or refuses it when the
     run is another experiment's (a failed check, as the start's exit 2)."""
-    if path == run_dir or not (run_dir / "meta.json").exists():
+    if not (run_dir / "meta.json").exists():
         return None
+    if path == run_dir:   # the run's own experiment.yaml: checked as its start reads it
+        try:
+            edited = method_refusal(RunStore(run_dir))
+        except (ConfigError, StateError):
+            return None   # the start names what it cannot read
+        return None if edited is None else Check("run directory", False,
+                                                  str(ConfigError("search.method", edited)))
     try:
         frozen = RunStore.config_of(run_dir)
     except (ConfigError, StateError):

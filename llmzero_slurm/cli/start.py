@@ -35,9 +35,9 @@ from ..store import inputs
 from ..store.meta_repair import open_run_store
 from ..store.new_run import CHECK_DIR
 from ..store.run_store import RunStore
-from ..store.schema import method_edit, release_note
+from ..store.schema import release_note
 from .background import controller_command, detach
-from .config_change import check_note, given_for
+from .config_change import check_note, given_for, method_refusal
 from .common import (follow_moved_run, group_note, refuse_lost_meta, refuse_report_folder,
                      run_dir_conflict, run_main, seconds)
 
@@ -174,8 +174,8 @@ def _resume(run_dir: Path) -> RunStore:
     that cannot go into #SBATCH lines, as a new run there is, or where its reward or data
     file changed since it was created (its scores would mix); moved, its scripts follow it."""
     store = open_run_store(run_dir)
-    edited = method_edit(store.root, store.config.search.method)
-    if edited is not None and len(store.load_tree()):
+    edited = method_refusal(store)
+    if edited is not None:
         raise ConfigError("search.method", edited)
     check_run_dir(store.root)
     inputs.refuse_changed(store.root)

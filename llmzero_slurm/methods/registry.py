@@ -37,16 +37,22 @@ def unread_note(search: SearchSettings) -> str | None:
     """What `search` sets away from its defaults that its method never reads, said by --check
     and a new run's start; None when nothing. Said, not refused as an ignored `space` is: one
     experiment.yaml is commonly run under several methods to compare them, and these keys
-    change nothing in a static plan."""
-    if search.method == "llmzero":
-        return None
+    change nothing in a static plan. search.seed draws random's trials only: a run "with
+    another seed" of any other method sets hparams' seed."""
     default = SearchSettings()
-    unread = [f"search.{key}={shown(getattr(search, key))}" for key in TREE_SETTINGS
-              if getattr(search, key) != getattr(default, key)]
-    if not unread:
-        return None
-    return (f"{search.method} does not read {', '.join(unread)}: llmzero's tree search and "
-            "early stopper alone do, so they change nothing in this run")
+
+    def unread(keys: tuple[str, ...]) -> str:
+        return ", ".join(f"search.{key}={shown(getattr(search, key))}" for key in keys
+                         if getattr(search, key) != getattr(default, key))
+
+    said = []
+    if search.method != "llmzero" and (tree := unread(TREE_SETTINGS)):
+        said.append(f"{tree}: llmzero's tree search and early stopper alone do, so they change "
+                    "nothing in this run")
+    if search.method != "random" and (seed := unread(("seed",))):
+        said.append(f"{seed}: the random method's draws alone do (the trainer seeds from "
+                    "hparams' seed), so it changes nothing in this run")
+    return f"{search.method} does not read {'; nor '.join(said)}" if said else None
 
 
 def shown(value: object) -> str:

@@ -120,6 +120,10 @@ def parse_random_space(space: Mapping[str, Any], backend: str) -> dict[str, Dist
     out: dict[str, Distribution] = {}
     for key, spec in space.items():
         key = _check_key(key)
+        if isinstance(spec, list):   # the grammar of grid's space, written for random's
+            raise ConfigError(_where(key), "is a list, a grid's or guidebook's entry: random "
+                              f"draws from {{choice: {spec}}}, {{uniform: [low, high]}} or "
+                              "{loguniform: [low, high]}, or takes one fixed value")
         if not isinstance(spec, Mapping):
             out[key] = Distribution("fixed", (_check_value(key, spec, backend),))
             continue
@@ -200,8 +204,13 @@ def _lists(space: Mapping[str, Any], backend: str) -> tuple[dict[str, Any], dict
 
 
 def grid_points(space: Mapping[str, Any], backend: str) -> list[dict[str, Any]]:
-    """Every point of the grid, first key varying slowest."""
+    """Every point of the grid, first key varying slowest. A value listed twice would train
+    the same configuration twice (1.0e-3 and 0.001 are one value), so it is refused."""
     fixed, lists = _lists(space, backend)
+    for key, values in lists.items():
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise ConfigError(_where(key), f"lists {twice} twice: each grid point would run twice")
     return [{**dict(zip(lists, combo)), **fixed} for combo in itertools.product(*lists.values())]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 from ..errors import ConfigError
@@ -43,6 +42,28 @@ def _differences(node: Node, planned: dict[str, Any]) -> list[str]:
     """The keys in which `node` did not run `planned` as it is (a budget's cut aside)."""
     return sorted(k for k in node.hparams.keys() | planned.keys()
                   if node.hparams.get(k) != planned.get(k) and not _cut(k, node, planned))
+
+
+def _lengths(planned: list[Planned]) -> list[int]:
+    """Each phase's planned steps; 0 where its length is not set in steps."""
+    return [phase.hparams.get("total_training_steps") or 0 for phase in planned]
+
+
+def admitted_steps(planned: list[Planned], budget: Budget) -> list[int]:
+    """The steps each planned phase trains under the sample budget, as the controller admits
+    them in order (search/budget.py's fit_steps): each cut to what is left, and none from the
+    first that has no step left. As planned without a sample budget, or when a phase's length
+    is not set in steps (charged as it trains, what it takes is not known up front)."""
+    meant = _lengths(planned)
+    if budget.samples is None or not all(meant):
+        return meant
+    left, out = budget.samples, []
+    for phase, steps in zip(planned, meant):
+        per_step = budget.step_samples(phase.hparams)
+        took = 0 if 0 in out else min(steps, left // per_step) if per_step else steps
+        out.append(took)
+        left -= took * per_step
+    return out
 
 
 class StaticMethod(SearchMethod):
@@ -82,17 +103,21 @@ class StaticMethod(SearchMethod):
         (no verdict on the configuration), to run again as new nodes, oldest cancel first.
 
         Nodes follow the plan in creation order, as next_phase counts them: ids may have gaps
-        (an id taken for good by a kill inside run_store.add_node). A node past the plan is a
-        rerun; the trial it reruns is the one whose configuration it holds, since a trial may
-        be cancelled after a later one's rerun was created."""
+        (an id taken for good by a kill inside run_store.add_node). A rerun holds its trial's
+        configuration, which tells it from the next planned trial: reruns follow a plan's own
+        trials, but a run given a larger budget_iterations plans more trials after them. The
+        trial it reruns is the one whose configuration it holds, since a trial may be
+        cancelled after a later one's rerun was created."""
         ran: list[tuple[Node, int]] = []
         again: list[int] = []
-        for position, node in enumerate(sorted(tree, key=lambda n: n.id)):
-            if position < len(self.phases):
-                index = position
+        fresh = 0
+        for node in sorted(tree, key=lambda n: n.id):
+            rerun = next((i for i in again if not _differences(node, self.phases[i].hparams)), None)
+            if fresh < len(self.phases) and (
+                    rerun is None or not _differences(node, self.phases[fresh].hparams)):
+                index, fresh = fresh, fresh + 1
             elif again:
-                index = next((i for i in again if not _differences(node, self.phases[i].hparams)),
-                             again[0])
+                index = again[0] if rerun is None else rerun
                 again.remove(index)
             else:
                 continue
@@ -100,6 +125,12 @@ class StaticMethod(SearchMethod):
             if node.status is Status.CANCELLED:
                 again.append(index)
         return ran, again
+
+    @staticmethod
+    def samples(planned: list[Planned], budget: Budget) -> int:
+        """What the planned phases train in full."""
+        return sum(steps * budget.step_samples(phase.hparams)
+                   for steps, phase in zip(_lengths(planned), planned))
 
     def source(self) -> str:
         """Where the plan comes from, for messages."""
@@ -132,10 +163,28 @@ class IndependentTrials(StaticMethod):
     def exhausted(self, tree: Tree) -> bool:
         return not self.left(tree)
 
+    def notes(self) -> list[str]:
+        """A sample budget that cuts trials short: trials of other lengths, and fewer of them,
+        than the plan's, which a comparison at equal samples must know."""
+        budget = Budget.of(self.ctx.config.search, self.ctx.backend.defaults())
+        steps = admitted_steps(self.phases, budget)
+        planned = _lengths(self.phases)
+        if steps == planned:
+            return []
+        said = [f"{sum(a == p for a, p in zip(steps, planned))} run in full",
+                *(f"trial {i + 1} is cut to {a} of its {p} steps"
+                  for i, (a, p) in enumerate(zip(steps, planned)) if 0 < a < p)]
+        if not_run := steps.count(0):
+            said.append(f"{not_run} do not run")
+        return [f"search.budget_samples ({budget.samples:,}) is short of the {len(steps)} "
+                f"trials planned: {', '.join(said)}; {self.samples(self.phases, budget):,} runs "
+                "them all in full"]
+
     def left(self, tree: Tree) -> list[int]:
         """The planned trials still to create, in the order they run."""
         ran, again = self.trials(tree)
-        return [*range(len(ran), len(self.phases)), *again]
+        created = {index for _, index in ran}
+        return [*(i for i in range(len(self.phases)) if i not in created), *again]
 
 
 class Chain(StaticMethod):
@@ -153,13 +202,12 @@ class Chain(StaticMethod):
         if search.budget_samples is None:
             return
         budget = Budget.of(search, self.ctx.backend.defaults())
-        totals = list(accumulate(phase.hparams["total_training_steps"]
-                                 * budget.step_samples(phase.hparams) for phase in planned))
-        if totals and totals[-1] > search.budget_samples:
-            cut = next(i for i, total in enumerate(totals) if total > search.budget_samples)
+        cut = next((i for i, (took, meant) in enumerate(zip(admitted_steps(planned, budget),
+                                                            _lengths(planned))) if took < meant), None)
+        if cut is not None:
             raise ConfigError("search.budget_samples", f"is {search.budget_samples:,}, and "
-                              f"{where} trains {totals[-1]:,} samples (phase {cut + 1} would be "
-                              "cut): raise it or leave it unset")
+                              f"{where} trains {self.samples(planned, budget):,} samples (phase "
+                              f"{cut + 1} would be cut): raise it or leave it unset")
 
     def next_phase(self, tree: Tree) -> PhasePlan | None:
         if not len(tree):
