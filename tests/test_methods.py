@@ -405,11 +405,12 @@ def test_a_sample_budget_short_of_the_trials_is_said(tmp_path, name):
     assert notes(trials * per_trial) == []
     short = per_trial - 1 if name == "practitioner" else per_trial + 100 * 128 + 5
     said = ("trial 1 is cut to 199 of its 200 steps" if name == "practitioner"
-            else "trial 2 is cut to 100 of its 200 steps, 2 do not run")
+            else "1 runs in full, trial 2 is cut to 100 of its 200 steps, 2 do not run")
     assert notes(short) == [
-        f"search.budget_samples ({short:,}) is short of the {trials} trials planned: "
-        f"{trials - 1 if name == 'practitioner' else 1} run in full, {said}; "
+        f"search.budget_samples ({short:,}) is short of the {trials} trials planned: {said}; "
         f"{trials * per_trial:,} runs them all in full"]
+    if name == "grid":      # one trial short: in the singular
+        assert "3 run in full, 1 does not run;" in notes(3 * per_trial)[0]
 
 
 @pytest.mark.parametrize("name", ["llmzero", "grid", "practitioner", "guidebook"])

@@ -171,11 +171,11 @@ class IndependentTrials(StaticMethod):
         planned = _lengths(self.phases)
         if steps == planned:
             return []
-        said = [f"{sum(a == p for a, p in zip(steps, planned))} run in full",
+        full, not_run = sum(a == p for a, p in zip(steps, planned)), steps.count(0)
+        said = [*([f"{full} {'runs' if full == 1 else 'run'} in full"] if full else []),
                 *(f"trial {i + 1} is cut to {a} of its {p} steps"
-                  for i, (a, p) in enumerate(zip(steps, planned)) if 0 < a < p)]
-        if not_run := steps.count(0):
-            said.append(f"{not_run} do not run")
+                  for i, (a, p) in enumerate(zip(steps, planned)) if 0 < a < p),
+                *([f"{not_run} {'does' if not_run == 1 else 'do'} not run"] if not_run else [])]
         return [f"search.budget_samples ({budget.samples:,}) is short of the {len(steps)} "
                 f"trials planned: {', '.join(said)}; {self.samples(self.phases, budget):,} runs "
                 "them all in full"]
