@@ -9,7 +9,8 @@ import yaml
 from ..paths import TEMPLATE_TEXTS
 
 _ENV = jinja2.Environment(loader=jinja2.DictLoader({name.removeprefix("prompts/"): text
-                                                   for name, text in TEMPLATE_TEXTS.items()}),
+                                                   for name, text in TEMPLATE_TEXTS.items()
+                                                   if name.startswith("prompts/")}),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                           trim_blocks=True)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..search.budget import Budget
+from ..search.budget import Budget, planned_steps
 from ..search.policy import Action
 from ..search.tree import Kind, Node, Status, Tree
 from .base import MethodContext, PhasePlan, SearchMethod
@@ -46,23 +46,22 @@ def _differences(node: Node, planned: dict[str, Any]) -> list[str]:
 
 def _lengths(planned: list[Planned]) -> list[int]:
     """Each phase's planned steps; 0 where its length is not set in steps."""
-    return [phase.hparams.get("total_training_steps") or 0 for phase in planned]
+    return [planned_steps(phase.hparams) or 0 for phase in planned]
 
 
 def admitted_steps(planned: list[Planned], budget: Budget) -> list[int]:
     """The steps each planned phase trains under the sample budget, as the controller admits
-    them in order (search/budget.py's fit_steps): each cut to what is left, and none from the
-    first that has no step left. As planned without a sample budget, or when a phase's length
-    is not set in steps (charged as it trains, what it takes is not known up front)."""
+    them in order (Budget.steps_within): each cut to what is left, and none from the first
+    that has no step left. As planned without a sample budget, or when a phase's length is not
+    set in steps (charged as it trains, what it takes is not known up front)."""
     meant = _lengths(planned)
     if budget.samples is None or not all(meant):
         return meant
     left, out = budget.samples, []
-    for phase, steps in zip(planned, meant):
-        per_step = budget.step_samples(phase.hparams)
-        took = 0 if 0 in out else min(steps, left // per_step) if per_step else steps
+    for phase in planned:
+        took = 0 if 0 in out else budget.steps_within(left, phase.hparams) or 0
         out.append(took)
-        left -= took * per_step
+        left -= took * budget.step_samples(phase.hparams)
     return out
 
 

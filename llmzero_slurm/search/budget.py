@@ -155,8 +155,12 @@ class Budget:
         """The training steps a new phase with `hparams` may take: its planned steps, cut to
         what is left of the sample budget; 0 when not even one step is left; None when the
         phase's length is not set in steps (it is then charged as it trains)."""
+        return self.steps_within(self.samples_left(tree), hparams)
+
+    def steps_within(self, left: int | None, hparams: Mapping[str, Any]) -> int | None:
+        """fit_steps with `left` samples (None: no sample budget) rather than a tree's; a
+        static method's plan is admitted so, phase by phase."""
         steps = planned_steps({**self.defaults, **hparams})
-        left = self.samples_left(tree)
         if left is None or steps is None:
             return steps
         per_step = self.step_samples(hparams)
