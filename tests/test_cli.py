@@ -1097,7 +1097,7 @@ def test_status_names_a_recorded_checkpoint_whose_folder_is_gone(tmp_path):
     status = cli("status", str(store.root))
     assert status.returncode == 0, status.stderr
     assert "warning: node 0: the checkpoint of step 10, recorded in node.json, is gone from " \
-           "nodes/0000/ckpt: a phase resuming from it fails" in status.stdout
+           "nodes/0000/ckpt: no phase can resume from it" in status.stdout
 
 
 def test_status_disk_says_what_the_run_holds_by_part(tmp_path, capsys):

@@ -993,6 +993,8 @@ def failed_evolve_run(tmp_path: Path, budget_iterations: int) -> RunStore:
     store = new_run(tmp_path, budget_iterations=budget_iterations)
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.COMPLETED,
                                   results=DONE))
+    for step in DONE.checkpoints:     # the folders its record lists, which a child resumes
+        (store.node_dir(0).ckpt / f"global_step_{step}").mkdir(parents=True)
     store.add_node(lambda i: Node(i, 0, Kind.EVOLVE, dict(HP), Resume(0, 20),
                                   status=Status.FAILED))
     return store
@@ -1325,3 +1327,36 @@ def test_a_parent_with_nothing_untried_left_takes_no_more_children(tmp_path):
             "to propose from node 0)") in said
     rows = render_tree(tree, {}, is_terminal(tree, store.config.search), {})
     assert rows[1].endswith(" TC") and "C closed (nothing untried left to propose from it)" in rows[-1]
+
+
+
+def purged(folder: Path, plan):
+    """`plan`, once the parent's checkpoint `folder` is gone (a scratch purge, a user's rm)."""
+    def after_the_purge(tree: Tree) -> PhasePlan | None:
+        if not tree[0].status.pending and folder.is_dir():
+            folder.rmdir()
+        return plan(tree)
+    return after_the_purge
+
+
+@pytest.mark.fault("the parent's checkpoint deleted before a child is submitted")
+def test_a_child_whose_parent_checkpoint_is_gone_fails_before_sbatch(tmp_path, fault_outcome):
+    """A checkpoint purged from scratch storage (or removed by hand) while the search went
+    on was only found by the child's job: after its queue wait and its allocation. The
+    controller now fails that child before sbatch, naming the node, the step and the folder,
+    and the search goes on."""
+    gone = tmp_path / "run" / "nodes" / "0000" / "ckpt" / "global_step_20"
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.3, 20: 0.5}), "COMPLETED"],
+                               ["RUNNING", trained({20: 0.6}, (20,)), "COMPLETED"],
+                               ["RUNNING", trained({20: 0.6}, (20,)), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, purged(gone, evolve(0, 20)), evolve(0, 10)])
+    assert ctl.run() == 0
+    root, lost, kept = ctl.store.load_tree()
+    assert len(sched.jobs) == 2 and lost.submission.job_id is None
+    assert lost.status is Status.FAILED and lost.terminal
+    assert lost.submission.reason == ("the checkpoint of node 0 at step 20 that it resumes from "
+                                      "is gone from nodes/0000/ckpt")
+    assert "node 1: failed before submission: the checkpoint of node 0" in out.getvalue()
+    assert root.results.checkpoints == [10, 20]    # the record of what was saved stays
+    assert kept.status is Status.COMPLETED
+    fault_outcome(ctl.store, sched.job_dirs())

@@ -181,6 +181,27 @@ def test_a_cancelled_child_leaves_its_configuration_free_for_the_next_proposal(t
     assert again.hparams == first.hparams and again.resume_step == first.resume_step
 
 
+def test_the_proposer_is_offered_only_the_checkpoints_still_on_disk(tmp_path):
+    """A parent's checkpoint purged from scratch storage stayed on offer: the proposer chose
+    it, and the child failed (now before its sbatch). Only whole checkpoints are offered."""
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.COMPLETED)
+    files = NodeDir(tmp_path / "0000")
+    write_metrics(files.metrics_file, val_rows({s: 0.3 + s / 500 for s in (10, 20, 30, 40, 50)}))
+    for step in (25, 50):
+        (files.ckpt / f"global_step_{step}").mkdir(parents=True)
+    plan = m.next_phase(tree)
+    assert isinstance(plan, PhasePlan) and plan.resume_step == 50
+    (files.ckpt / "global_step_50").rmdir()
+    plan = m.next_phase(tree)
+    assert isinstance(plan, PhasePlan) and plan.resume_step == 25
+    (files.ckpt / "global_step_25").rmdir()
+    plan = m.next_phase(tree)
+    assert isinstance(plan, PhasePlan) and plan.resume_step is None
+    assert plan.action.kind is Kind.SCRATCH
+    assert tree[0].results.checkpoints == [25, 50]    # the record of what was saved stays
+
+
 def budget_cut_root(tmp_path: Path, **search) -> tuple[SearchMethod, Tree]:
     """An llmzero search whose root (50 steps) the sample budget cut to 20."""
     import io
@@ -201,7 +222,10 @@ def test_the_children_of_a_phase_the_sample_budget_cut_plan_the_configured_lengt
     m, tree = budget_cut_root(tmp_path)
     tree[0].status = Status.COMPLETED
     tree[0].results = Results(best_val=0.5, last_step=20, checkpoints=[10, 20])
-    write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({10: 0.4, 20: 0.5}))
+    files = NodeDir(tmp_path / "0000")
+    write_metrics(files.metrics_file, val_rows({10: 0.4, 20: 0.5}))
+    for step in (10, 20):
+        (files.ckpt / f"global_step_{step}").mkdir(parents=True)
     child = m.next_phase(tree)
     assert isinstance(child, PhasePlan) and child.action.kind is Kind.EVOLVE
     assert child.hparams["total_training_steps"] == 50

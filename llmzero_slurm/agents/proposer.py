@@ -38,6 +38,7 @@ class ProposerInput:
     siblings: list[Node] = field(default_factory=list)   # children already tried from here
     budget_left: list[str] = field(default_factory=list)  # Budget.left: the LLM plans within it
     configured_steps: int | None = None  # the experiment's phase length
+    lost: frozenset[int] = frozenset()   # recorded checkpoints gone from disk: not offered
 
     @property
     def phase_steps(self) -> int:
@@ -56,7 +57,8 @@ class Proposer:
         NothingUntried (recorded there too) when neither the LLM nor its fallback has one."""
         out_dir = Path(out_dir)
         metrics = inp.metrics.without_test()
-        checkpoints = [] if inp.scratch_only else sorted(inp.parent.results.checkpoints)
+        checkpoints = [] if inp.scratch_only else sorted(set(inp.parent.results.checkpoints)
+                                                         - inp.lost)
         parent_hp = self.trainer.effective_hparams(inp.parent.hparams)
         taken = [(s.resume.step if s.resume else None, self.trainer.effective_hparams(s.hparams))
                  for s in inp.siblings]

@@ -11,7 +11,7 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError, LLMZeroError
 from ..hparams import PARAMS
@@ -121,3 +121,9 @@ class TrainerBackend(ABC):
         if not files.ckpt.is_dir():
             return []
         return files.checkpoints(self.step_offset(files.path))
+
+    def lost_checkpoints(self, files: NodeDir, recorded: Iterable[int]) -> list[int]:
+        """Of the `recorded` steps, those whose checkpoint is no longer whole on disk (a scratch
+        purge, a user's rm): a phase resuming from one would fail only once its job ran.
+        ConfigError when the node's checkpoints cannot be listed (verl's start record)."""
+        return sorted(set(recorded) - set(self.checkpoint_steps(files)))

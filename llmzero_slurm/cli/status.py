@@ -135,7 +135,7 @@ def lost_checkpoints(store: RunStore, tree: Tree) -> list[str]:
         if node.results.checkpoints:
             files = store.node_dir(node.id)
             try:
-                gone = sorted(set(node.results.checkpoints) - set(backend.checkpoint_steps(files)))
+                gone = backend.lost_checkpoints(files, node.results.checkpoints)
             except ConfigError as exc:    # verl's record of the phase's first step is damaged
                 lost.append(f"node {node.id}: its checkpoints cannot be listed: {exc}")
                 continue
@@ -144,7 +144,7 @@ def lost_checkpoints(store: RunStore, tree: Tree) -> list[str]:
                              "node.json, are", "one") if len(gone) > 1 else
                             (f"checkpoint of step {gone[0]}, recorded in node.json, is", "it"))
                 lost.append(f"node {node.id}: the {what} gone from "
-                            f"{files.ckpt.relative_to(store.root)}: a phase resuming from {it} fails")
+                            f"{files.ckpt.relative_to(store.root)}: no phase can resume from {it}")
     return lost
 
 

@@ -15,8 +15,9 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from ..backends import get_backend
 from ..backends.spec import PhaseSpec
-from ..errors import LLMZeroError, SchedulerError, StorageError
+from ..errors import ConfigError, LLMZeroError, SchedulerError, StorageError
 from ..job_names import node_job_name
 from ..render import write_phase_script
 from ..schedulers.base import Scheduler
@@ -50,6 +51,21 @@ class Submitter:
                                   node.submission.token or "unsubmitted", resume_dir)
         return write_phase_script(spec)
 
+    def _resume_gone(self, node: Node) -> str | None:
+        """Why the checkpoint `node` resumes from cannot be had, found here rather than by
+        its job after a queue wait and an allocation; None when it is there."""
+        if node.resume is None:
+            return None
+        parent = self.store.node_dir(node.resume.node)
+        try:
+            if not get_backend(self.store.config.backend).lost_checkpoints(
+                    parent, [node.resume.step]):
+                return None
+        except ConfigError as exc:
+            return f"the checkpoints of node {node.resume.node} cannot be listed: {exc}"
+        return (f"the checkpoint of node {node.resume.node} at step {node.resume.step} that it "
+                f"resumes from is gone from {parent.ckpt.relative_to(self.store.root)}")
+
     def submit(self, node: Node) -> bool:
         """Record intent, then sbatch, then the job id. True when the node holds a slot (taken
         by the scheduler, or waiting out a back-off); False when it failed or must wait, or
@@ -69,6 +85,9 @@ class Submitter:
             n.status = Status.SUBMITTING
             n.submitted_at = time.time()    # an unconfirmed sbatch settles from here
         node = self.store.update_node(node.id, intent)
+        if (gone := self._resume_gone(node)) is not None:
+            self.fail(node.id, gone)
+            return False
         try:
             script = self._script(node)
         except StorageError:

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..search.budget import Budget, planned_length, planned_steps
 from ..search.policy import Action, best_node, select
 from ..search.tree import Kind, Node, Status, Tree
+from ..store.node_dir import NodeDir
 from .base import Close, GiveUp, MethodContext, PhasePlan, SearchMethod, Verdict
 from .space import parse_bounds
 
@@ -82,10 +83,12 @@ class LLMZeroMethod(SearchMethod):
         best = best_node(tree)
         # A child a person cancelled never ran its course: its configuration is still open.
         siblings = [c for c in tree.children(parent.id) if c.status is not Status.CANCELLED]
-        inp = ProposerInput(parent, self.ctx.node_dir(parent.id).metrics(),
-                            best.score if best else None, scratch_only=action.injected,
-                            siblings=siblings, budget_left=self.budget.left(tree),
-                            configured_steps=self._configured_steps)
+        files = self.ctx.node_dir(parent.id)
+        inp = ProposerInput(parent, files.metrics(), best.score if best else None,
+                            scratch_only=action.injected, siblings=siblings,
+                            budget_left=self.budget.left(tree),
+                            configured_steps=self._configured_steps,
+                            lost=frozenset(self._lost(files, parent.results.checkpoints)))
         try:
             proposal = self.proposer.propose(inp, records)
         except NothingUntried as exc:
@@ -93,6 +96,14 @@ class LLMZeroMethod(SearchMethod):
         if proposal.checkpoint is None:
             action = Action(Kind.SCRATCH, action.parent, action.injected)
         return PhasePlan(action, proposal.hparams, proposal.checkpoint, proposal.diagnosis, records)
+
+    def _lost(self, files: NodeDir, recorded: list[int]) -> list[int]:
+        """Recorded checkpoints not to offer: gone from disk, or all of them when they cannot
+        be listed (the submitter fails a child of such a parent, saying why)."""
+        try:
+            return self.ctx.backend.lost_checkpoints(files, recorded)
+        except ConfigError:
+            return recorded
 
     def _debug(self, tree: Tree, action: Action, records: Path) -> PhasePlan | GiveUp:
         assert action.parent is not None   # a debug child fixes a parent
