@@ -28,8 +28,8 @@ from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.logs import MetricsLogs
 from llmzero_slurm.report.canvas import STATUS_COLOURS
-from llmzero_slurm.report.figures import (FIGURES, best_so_far_line, hparam_figure,
-                                          leader_test_by_compute)
+from llmzero_slurm.report.figures import (FIGURES, best_so_far_figure, best_so_far_line,
+                                          hparam_figure, leader_test_by_compute)
 from llmzero_slurm.report.tree_figure import TREE
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
@@ -784,6 +784,28 @@ def test_a_failed_phase_is_not_the_headline_best(tmp_path):
     assert view.best.id == 0
     assert leader_test_by_compute(view)[1] == [0.4, 0.4]
     assert best_so_far_line(view) == ([1, 2], [0.7, 0.7])
+
+
+def test_the_best_so_far_dots_say_what_their_colours_mean(tmp_path):
+    """Each phase was a dot coloured by its status, but the legend named the line alone: a
+    reader could not tell an early-stopped phase from a completed one, nor why a failed
+    phase's dot above the line did not raise it. The axis counted phases in fractions
+    (1.2, 1.4, ...) on a run of two."""
+    store = RunStore.create(tmp_path / "dots", config())
+    for status, best in ((Status.COMPLETED, 0.7), (Status.FAILED, 0.9)):
+        def build(i: int, status=status, best=best) -> Node:
+            node = make_child(store.load_tree(), Action(Kind.SCRATCH, None), i, RECIPE)
+            node.status, node.finished_at = status, float(i)
+            node.results = Results(best_val=best, best_val_step=10, last_step=10, gpu_hours=0.1)
+            return node
+        store.add_node(build)
+    fig = best_so_far_figure(collect(store.root))
+    ax = fig.axes[0]
+    shown = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert shown == ["best so far", "completed", "failed (not a candidate for the best)"], shown
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
 
 
 def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from matplotlib.ticker import MaxNLocator
+
 from ..hparams import BATCH, CAPACITY, PARAMS, REGULARISATION
 from ..metrics import val_score_series
 from ..plots import DPI, plt
-from .canvas import STATUS_COLOURS, empty, finish, new_figure, save
+from ..search.tree import Status
+from .canvas import STATUS_COLOURS, dress, empty, finish, new_figure, save
 from .collect import Phase, RunView
 from .node_curves import NODE_CURVES, NodeCurves, node_curves
 from .tree_figure import TREE, Area, tree_figure
@@ -67,22 +70,39 @@ def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
     return xs, best
 
 
-def best_so_far(view: RunView, path: Path) -> Path:
+NOT_COUNTED = " (not a candidate for the best)"
+
+
+def best_so_far_figure(view: RunView) -> plt.Figure:
     """Best validation score so far against iteration (phases in creation order), each scored
-    phase a dot."""
+    phase a dot in its status colour, named in the legend; a dot the line does not count (a
+    failed, cancelled, running or pruned phase's) says so, or one above the line reads as a
+    mistake."""
     fig, ax = new_figure()
+    dots: dict[tuple[Status, bool], tuple[list[int], list[float]]] = {}
     for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
         if node.score is not None:
-            ax.scatter([i], [node.score], color=STATUS_COLOURS[node.status], edgecolor="black",
-                       zorder=3, s=25)
+            xs_, ys_ = dots.setdefault((node.status, node.strategy_score is None), ([], []))
+            xs_.append(i)
+            ys_.append(node.score)
     xs, best = best_so_far_line(view)
     if xs:
         ax.step(xs, best, where="post", color="black", label="best so far")
+    for (status, uncounted), (dot_x, dot_y) in sorted(
+            dots.items(), key=lambda d: (list(Status).index(d[0][0]), d[0][1])):
+        ax.scatter(dot_x, dot_y, color=STATUS_COLOURS[status], edgecolor="black", zorder=3, s=25,
+                   label=status.value + (NOT_COUNTED if uncounted else ""))
+    if dots:
         ax.legend(fontsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # phases come whole
     else:
         empty(ax, "no scored phase yet")
-    return finish(fig, ax, path, "Best validation score so far",
-                   "iteration (phase created)", "validation score")
+    return dress(fig, ax, "Best validation score so far", "iteration (phase created)",
+                 "validation score")
+
+
+def best_so_far(view: RunView, path: Path) -> Path:
+    return save(best_so_far_figure(view), path)
 
 
 def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
