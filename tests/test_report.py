@@ -808,6 +808,24 @@ def test_the_best_so_far_dots_say_what_their_colours_mean(tmp_path):
     plt.close(fig)
 
 
+def test_a_failed_phase_says_why_it_failed(tmp_path):
+    """A grid run whose one phase failed in its setup: llmzero-status said "the last
+    failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
+    report said only "failed", in its table and the node's section, and "No phase has a
+    validation score yet" of a search that had ended: a reader could not learn why."""
+    store = RunStore.create(tmp_path / "rep", config())
+    node = add(store, Kind.SCRATCH, None, RECIPE, Status.FAILED, Results(gpu_hours=0.0))
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.exit_code = "1", 1
+    store.update_node(node.id, submitted)
+    error = "llmzero: error: the script exited with code 1 during setup"
+    (store.node_dir(node.id).path / "slurm-1.out").write_text(f"broken environment\n{error}\n")
+    page = write_report(store.root).read_text()
+    assert page.count(f"failed: {error}") == 2, page   # the table's row and the node's section
+    assert "yet" not in page.split("<h2>Best strategy</h2>")[1].split("<img")[0]
+
+
 def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
     """After `llmzero-stop --cancel` the report said the two cancelled phases were running
     (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended

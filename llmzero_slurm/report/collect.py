@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ExperimentConfig
+from ..controller.outcome import job_error, recorded_failure
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
 from ..schedulers.base import STATUS_FILE_STATES, job_state
@@ -39,6 +40,7 @@ class NodeView:
     ended: str = ""     # its job's own end, when the record still has it queued or running
     ended_as: Status | None = None      # the status that end gives it (status.py's as_live)
     parent_unreadable: bool = False     # what it changed is unknown: not "from the defaults"
+    failure: str = ""   # why a failed phase failed, as its record or its job's output says
 
     @property
     def stop_reason(self) -> str:
@@ -168,6 +170,8 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
     view = NodeView(node, files, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
     view.ended, view.ended_as = _ended(node, files)
+    if (view.ended_as or node.status) is Status.FAILED and not node.unreadable:
+        view.failure = recorded_failure(node) or job_error(node, files) or ""
     return _with_records(view, files, notes)
 
 
