@@ -29,7 +29,8 @@ from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.logs import MetricsLogs
 from llmzero_slurm.report.canvas import STATUS_COLOURS
 from llmzero_slurm.report.figures import (FIGURES, best_so_far_figure, best_so_far_line,
-                                          hparam_figure, leader_test_by_compute)
+                                          hparam_figure, leader_test_by_compute,
+                                          strategy_figure)
 from llmzero_slurm.report.tree_figure import TREE
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
@@ -805,6 +806,18 @@ def test_the_best_so_far_dots_say_what_their_colours_mean(tmp_path):
     assert shown == ["best so far", "completed", "failed (not a candidate for the best)"], shown
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+
+
+def test_the_best_strategy_figure_gives_its_test_score_where_no_curve_crosses_it(run):
+    """The test score at the best step was written beside the star, over the curve that
+    led up to it: the line ran through "test at best val: 0.699" on a one-phase run. It is
+    in the legend now, beside the best validation score it belongs to."""
+    fig = strategy_figure(collect(run))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == []
+    shown = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert shown[-1] == "best validation 0.700 at step 130; test there 0.654", shown
     plt.close(fig)
 
 

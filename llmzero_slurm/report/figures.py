@@ -25,8 +25,9 @@ PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
           ("regularisation (free to move both ways)", (REGULARISATION,)))
 
 
-def strategy_curve(view: RunView, path: Path) -> Path:
-    """The best strategy's validation score on the global-step axis, one colour per phase."""
+def strategy_figure(view: RunView) -> plt.Figure:
+    """The best strategy's validation score on the global-step axis, one colour per phase,
+    the best step starred; its test score is in the legend, where no curve runs through it."""
     fig, ax = new_figure()
     for i, phase in enumerate(view.phases):
         points = [(s, v) for s, v in val_score_series(phase.log.without_test())
@@ -38,20 +39,24 @@ def strategy_curve(view: RunView, path: Path) -> Path:
         if i:
             ax.axvline(phase.start, color="gray", linestyle=":", linewidth=1)
     best = view.best
-    if best is not None and best.results.best_val_step is not None:
-        ax.plot([best.results.best_val_step], [best.results.best_val], marker="*", markersize=14,
-                color="gold", markeredgecolor="black", linestyle="none", label="best validation")
+    if best is not None and best.results.best_val_step is not None \
+            and best.results.best_val is not None:
         test = best.results.test_at_best
-        if test is not None:
-            ax.annotate(f"test at best val: {test:.3f}",
-                        (best.results.best_val_step, best.results.best_val),
-                        textcoords="offset points", xytext=(-10, -18), ha="right", fontsize=8)
+        ax.plot([best.results.best_val_step], [best.results.best_val], marker="*", markersize=14,
+                color="gold", markeredgecolor="black", linestyle="none",
+                label=f"best validation {best.results.best_val:.3f} at step "
+                      f"{best.results.best_val_step}"
+                      + (f"; test there {test:.3f}" if test is not None else ""))
     if not view.phases:
         empty(ax, "no scored phase yet")
     else:
         ax.legend(fontsize=7)
-    return finish(fig, ax, path, "Best strategy: validation score by phase",
-                   "global step", "validation score")
+    return dress(fig, ax, "Best strategy: validation score by phase", "global step",
+                 "validation score")
+
+
+def strategy_curve(view: RunView, path: Path) -> Path:
+    return save(strategy_figure(view), path)
 
 
 def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
