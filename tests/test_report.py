@@ -821,6 +821,17 @@ def test_the_best_strategy_figure_gives_its_test_score_where_no_curve_crosses_it
     plt.close(fig)
 
 
+def test_the_page_says_what_its_scores_and_its_base_are(run):
+    """The page gave "best validation", "test score there" and a gain "over the base", but
+    never which metric the scores are, which split selects the best, or what the base is: the
+    reader writing it up had to read the README or the metrics files."""
+    text = re.sub(r"<[^>]+>", "", html(run))
+    assert ("The validation score is val-core/addition/acc/mean@1 on the validation split, "
+            "which the search selects the best by;") in text, text
+    assert "the test score is the same metric on the held-out test split" in text
+    assert "The base is the base model's validation score" in text
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
