@@ -459,6 +459,25 @@ def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
                for t in texts)
 
 
+def test_a_one_phase_strategys_settings_stay_inside_their_panels(tmp_path):
+    """A grid run's best strategy, one phase with the trainer's every setting: each panel
+    said "nothing changed along this strategy" over its held settings in lines wider than
+    the panel, running across its frame into the margin and the other panel."""
+    from llmzero_slurm.backends import get_backend
+    store = RunStore.create(tmp_path / "one", config())
+    add(store, Kind.SCRATCH, None, {**get_backend("cpu").defaults(), **RECIPE}, Status.COMPLETED,
+        scored(0, 30, 30, 0.6, None, [30], 0.1))
+    fig = hparam_figure(collect(store.root))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        [said] = ax.texts
+        assert said.get_text().startswith("nothing changed along this strategy")
+        box = said.get_window_extent(renderer)
+        assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, (said.get_text(), box, ax.bbox)
+    plt.close(fig)
+
+
 def test_a_changed_text_setting_is_shown_as_its_trail(tmp_path):
     """Review: a text setting that changed along the best path (kl_loss_type low_var_kl ->
     k3) was dropped from the settings figure, whose panel then said "nothing changed along

@@ -176,7 +176,7 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
                 ys += [value / scale] * 2
         ax.plot(xs, ys, marker="o", markersize=3, label=trail)
         drawn = True
-    listing = textwrap.fill(", ".join(held), 75)
+    listing = textwrap.fill(", ".join(held), 75)      # at 6 points, under the panel
     if drawn:
         for trail in moved_text:     # in the legend, without a line
             ax.plot([], [], linestyle="none", label=trail)
@@ -190,7 +190,8 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
     else:
         said = ("changed along this strategy:\n" + "\n".join(moved_text) if moved_text
                 else "nothing changed along this strategy")
-        empty(ax, said + (f"\nheld at:\n{listing}" if held else ""))
+        # In the panel at the note's 10 points: 75 characters a line ran across its frame.
+        empty(ax, said + ("\nheld at:\n" + textwrap.fill(", ".join(held), 52) if held else ""))
     ax.set_title(title, fontsize=9)
 
 
