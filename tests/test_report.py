@@ -851,6 +851,21 @@ def test_the_page_says_what_its_scores_and_its_base_are(run):
     assert "The base is the base model's validation score" in text
 
 
+def test_a_phases_length_is_not_a_change_of_its_strategy(tmp_path):
+    """An injected scratch phase, its epochs computed from its steps (1 -> 3), was said to
+    have "changed from its parent: ... total_epochs 1 -> 3", as if the proposer had chosen
+    it; the phase's steps, computed the same way, were left out already."""
+    store = RunStore.create(tmp_path / "len", config())
+    add(store, Kind.SCRATCH, None, {**RECIPE, "total_epochs": 1}, Status.COMPLETED,
+        scored(0, 30, 30, 0.5, None, [30], 0.1))
+    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 5e-4, "total_epochs": 3,
+                                "total_training_steps": 90}, Status.COMPLETED,
+        scored(30, 120, 120, 0.6, None, [120], 0.1), resume=30)
+    view = collect(store.root)
+    assert view.nodes[1].changes == {"lr": (1e-3, 5e-4)}
+    assert view.phases[1].changes == {"lr": (1e-3, 5e-4)}
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the

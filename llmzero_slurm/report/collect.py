@@ -14,6 +14,7 @@ from typing import Any
 from ..config import ExperimentConfig
 from ..controller.outcome import job_error, recorded_failure
 from ..errors import StateError
+from ..hparams import knobs
 from ..metrics import MetricsLog, strategy_curves
 from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
@@ -143,9 +144,8 @@ def _agent_record(path: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """What a phase changed going in; its length is not a change of strategy."""
-    return {k: (before.get(k), v) for k, v in after.items()
-            if before.get(k) != v and k != "total_training_steps"}
+    """What a phase changed going in; its length (steps, epochs) is not a change of strategy."""
+    return {k: (before.get(k), v) for k, v in knobs(after).items() if before.get(k) != v}
 
 
 def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
