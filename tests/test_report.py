@@ -509,7 +509,7 @@ def test_a_chain_hundreds_of_phases_deep_gets_a_tree_figure_of_bounded_size(tmp_
     from llmzero_slurm.report.tree_figure import MAX_INCHES, tree_figure
     nodes = [Node(i, i - 1 if i else None, Kind.EVOLVE if i else Kind.SCRATCH, {},
                   status=Status.COMPLETED) for i in range(600)]
-    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), nodes={}, phases=[]), tmp_path / TREE)
     assert [a.node for a in areas] == list(range(600))
     assert areas[0].y < areas[-1].y                      # depth runs down the figure
     assert plt.imread(tmp_path / TREE).shape[0] <= MAX_INCHES * DPI
@@ -525,7 +525,7 @@ def test_a_wide_tree_is_drawn_wider_so_that_its_nodes_stay_apart(tmp_path):
     for i in range(1, 151):                     # 30 children of the root, 4 under each of them
         parent = 0 if i <= 30 else 1 + (i - 31) // 4
         nodes.append(Node(i, parent, Kind.EVOLVE, {}, status=Status.COMPLETED))
-    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), nodes={}, phases=[]), tmp_path / TREE)
     rows: dict[int, list[int]] = {}
     for a in areas:
         rows.setdefault(a.y, []).append(a.x)
@@ -917,6 +917,37 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))
     page = write_report(store.root).read_text()
     assert "ended preempted" not in page and "2 RUNNING" in page
+
+
+def test_a_phase_whose_job_ended_unrecorded_has_the_status_llmzero_status_gives_it(tmp_path):
+    """After `llmzero-stop --cancel`, llmzero-status listed a phase the stopper had decided
+    to stop as early_stopped, and counted it so in the report's own Costs; the report's
+    tables and tree still said "running" and drew it blue, beside "its job 3 ended
+    cancelled"."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
+    metrics(store.node_dir(0), 0, 30, 20, 0.45, TEST_AT_BEST[0])
+    node = add(store, Kind.EVOLVE, 0, RECIPE, Status.RUNNING, Results(), resume=30)
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.scheduler_state = "2", "RUNNING"
+    store.update_node(node.id, submitted)
+    files = store.node_dir(node.id)
+    files.status_file.write_text(json.dumps(
+        {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
+         "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
+    files.early_stop_file.write_text(json.dumps(
+        [{"agent": "stopper", "result": {"action": "STOP", "reason": "dominated"}}]))
+    page = write_report(store.root).read_text()
+    shown = re.findall(r'class="status-(\w+)">(\w+)(?:</span>)? <span class="muted">\(its job 2 ended',
+                       page)
+    assert shown == [("early_stopped", "early_stopped")] * 2, shown   # table and section
+    assert "running" not in re.sub(r"<[^>]+>", "", page.split("<h2>All phases</h2>")[1])
+    image = plt.imread(store.root / "report" / TREE)
+    [(x, y)] = re.findall(rf'coords="(\d+),(\d+),\d+" href="#node-{node.id}"', page)
+    colour = to_rgb(STATUS_COLOURS[Status.EARLY_STOPPED])
+    assert abs(image[int(y), int(x), :3] - colour).max() < 0.05
 
 
 def test_status_does_not_read_usage_no_answer_reported_as_zero():

@@ -44,6 +44,11 @@ class NodeView:
     failure: str = ""   # why a failed phase failed, as its record or its job's output says
 
     @property
+    def status(self) -> Status:
+        """The status shown: its job's end, when the record does not have it yet."""
+        return self.ended_as or self.node.status
+
+    @property
     def stop_reason(self) -> str:
         """The stopper's reason for its STOP decision, if it made one."""
         for entry in reversed(self.stops):
@@ -170,7 +175,7 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
     view = NodeView(node, files, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
     view.ended, view.ended_as = _ended(node, files)
-    if (view.ended_as or node.status) is Status.FAILED and not node.unreadable:
+    if view.status is Status.FAILED and not node.unreadable:
         view.failure = recorded_failure(node) or job_error(node, files) or ""
     return _with_records(view, files, notes)
 
@@ -252,6 +257,6 @@ def collect(root: str | Path, logs: MetricsLogs | None = None) -> RunView:
     curves = {p.view.node.id: p.log for p in phases}
     best = strategy_curves([p.view.node for p in phases], curves.__getitem__) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
-    shown = Tree(replace(v.node, status=v.ended_as or v.node.status) for v in views.values())
+    shown = Tree(replace(v.node, status=v.status) for v in views.values())
     return RunView(store.root, store.config, tree, views, phases, best, logs, costs, notes,
                    spent(store, tree, shown=shown), sorted(store.corrupt))
