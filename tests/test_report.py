@@ -866,6 +866,18 @@ def test_a_phases_length_is_not_a_change_of_its_strategy(tmp_path):
     assert view.phases[1].changes == {"lr": (1e-3, 5e-4)}
 
 
+def test_a_phase_that_logged_nothing_says_so_in_its_curves(tmp_path):
+    """A phase that failed in its setup logged no metric: its curve grid was one empty
+    validation panel with axes from 0 to 1, which reads as a plot whose line is missing."""
+    from llmzero_slurm.metrics import MetricsLog
+    from llmzero_slurm.plots import overlay_figure
+    fig = overlay_figure(MetricsLog(), None, labels=("node 0", "best strategy"))
+    [ax] = [a for a in fig.axes if a.get_visible()]
+    assert [t.get_text() for t in ax.texts] == ["no metrics logged"]
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
+    plt.close(fig)
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
