@@ -878,6 +878,26 @@ def test_a_phase_that_logged_nothing_says_so_in_its_curves(tmp_path):
     plt.close(fig)
 
 
+def test_the_best_strategy_figure_says_which_phase_was_stopped_early(tmp_path):
+    """The best strategy's second phase was stopped early after 20 of its 60 steps, and its
+    child went on from there: the figure named it "phase 2: node 1" like the completed ones,
+    so its short span read as planned."""
+    store = RunStore.create(tmp_path / "short", config())
+    d = store.node_dir
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 30, 30, 0.5, None, [30], 0.1))
+    metrics(d(0), 0, 30, 30, 0.5, None)
+    add(store, Kind.EVOLVE, 0, RECIPE, Status.EARLY_STOPPED, scored(30, 50, 50, 0.55, None, [50], 0.1),
+        resume=30)
+    metrics(d(1), 30, 50, 50, 0.55, None)
+    add(store, Kind.EVOLVE, 1, RECIPE, Status.COMPLETED, scored(50, 80, 80, 0.6, None, [80], 0.1),
+        resume=50)
+    metrics(d(2), 50, 80, 80, 0.6, None)
+    fig = strategy_figure(collect(store.root))
+    shown = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert shown[:3] == ["phase 1: node 0", "phase 2: node 1 (early_stopped)", "phase 3: node 2"]
+    plt.close(fig)
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the

@@ -26,16 +26,19 @@ PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
 
 
 def strategy_figure(view: RunView) -> plt.Figure:
-    """The best strategy's validation score on the global-step axis, one colour per phase,
-    the best step starred; its test score is in the legend, where no curve runs through it."""
+    """The best strategy's validation score on the global-step axis, one colour per phase
+    (an early-stopped one says so: its span is shorter than planned), the best step starred;
+    its test score is in the legend, where no curve runs through it."""
     fig, ax = new_figure()
     for i, phase in enumerate(view.phases):
         points = [(s, v) for s, v in val_score_series(phase.log.without_test())
                   if phase.start <= s <= phase.end]
         if points:
             steps, values = zip(*points)
+            node = phase.view.node
+            stopped = f" ({node.status.value})" if node.status is not Status.COMPLETED else ""
             ax.plot(steps, values, marker="o", markersize=3,
-                    label=f"phase {i + 1}: node {phase.view.node.id}")
+                    label=f"phase {i + 1}: node {node.id}{stopped}")
         if i:
             ax.axvline(phase.start, color="gray", linestyle=":", linewidth=1)
     best = view.best
