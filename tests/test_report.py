@@ -914,6 +914,8 @@ def test_a_failed_phase_says_why_it_failed(tmp_path):
     page = write_report(store.root).read_text()
     assert page.count(f"failed: {error}") == 2, page   # the table's row and the node's section
     assert "yet" not in page.split("<h2>Best strategy</h2>")[1].split("<img")[0]
+    assert "none completed or was stopped early (the table of all phases says how each ended)" \
+        in page     # a phase a person cancelled did not fail
 
 
 def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
