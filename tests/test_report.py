@@ -898,6 +898,16 @@ def test_the_best_strategy_figure_says_which_phase_was_stopped_early(tmp_path):
     plt.close(fig)
 
 
+def test_the_page_does_not_claim_it_alone_shows_test_scores(run):
+    """The page said "Test-set scores appear only in this report", yet the run's TensorBoard
+    export holds them on every validated step (test-core/...), as do the metrics files: a
+    reader deciding where to look, or what to share, was told otherwise."""
+    page = html(run)
+    assert "only in this report" not in page
+    assert "Test-set scores are for people (this report, TensorBoard, the metrics files): no " \
+           "agent ever sees one." in page
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
