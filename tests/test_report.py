@@ -908,6 +908,20 @@ def test_the_page_does_not_claim_it_alone_shows_test_scores(run):
            "agent ever sees one." in page
 
 
+@pytest.mark.parametrize("search, said", [
+    ({"method": "grid"}, "no early stopping: grid runs every phase to its planned end"),
+    ({"method": "llmzero", "early_stopping": False}, "no early stopping: search.early_stopping "
+                                                      "is false"),
+    ({"method": "llmzero"}, "early stopping saved none")])
+def test_a_run_without_a_stopper_does_not_say_early_stopping_saved_none(tmp_path, search, said):
+    """A grid run's status, last lines and report said "early stopping saved none", as if a
+    stopper had watched its phases and let each one run: grid has none."""
+    store = RunStore.create(tmp_path / "rep", config(**search))
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 30, 30, 0.5, None, [30], 0.1))
+    first = collect(store.root).spent.lines()[0]
+    assert first.endswith(f"; {said}"), first
+
+
 def test_a_failed_phase_says_why_it_failed(tmp_path):
     """A grid run whose one phase failed in its setup: llmzero-status said "the last
     failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
