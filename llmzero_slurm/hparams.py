@@ -22,6 +22,10 @@ SCHEDULE = "schedule"
 MEMORY = "memory"
 MODEL = "model"
 
+# A phase's length: computed in code from its steps, never by an agent, and no change of
+# strategy when it differs between phases.
+LENGTH_KEYS = ("total_training_steps", "total_epochs")
+
 # Why verl, which would train the whole model without a rank, needs one for this search.
 VERL_NEEDS_LORA = ("every phase after the first starts from its parent's LoRA adapter, and with "
                    "none verl trains the whole model and saves no adapter to start from")
@@ -245,3 +249,9 @@ def merge(base: Mapping[str, Any], changes: Mapping[str, Any],
           backend: str | None = None) -> dict[str, Any]:
     """A child's configuration: the parent's with the proposed changes, checked as a whole."""
     return validate_hparams({**base, **changes}, backend)
+
+
+def knobs(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration without its length: a phase the budget cut short tried the same knobs,
+    and a phase that only runs longer changed nothing of its strategy."""
+    return {k: v for k, v in hparams.items() if k not in LENGTH_KEYS}

@@ -104,8 +104,14 @@ def overlay_figure(current: MetricsLog, best: MetricsLog | None,
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    if axes.flat[0].get_legend_handles_labels()[0]:      # nothing drawn yet: no legend
-        axes.flat[0].legend(fontsize=6)
+    first = axes.flat[0]
+    if first.get_legend_handles_labels()[0]:
+        first.legend(fontsize=6)
+    elif not first.lines:      # nothing logged (a phase failed in its setup): not axes 0..1
+        first.text(0.5, 0.5, "no metrics logged", ha="center", va="center",
+                   transform=first.transAxes, color="gray")
+        first.set_xticks([])
+        first.set_yticks([])
     fig.supxlabel("global step", fontsize=7)
     fig.tight_layout()
     return fig

@@ -2,9 +2,10 @@
 directory: one reading for the controller's last lines, llmzero-status and the report."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .backends import get_backend
+from .methods.registry import no_stopper
 from .metrics import base_scores
 from .search.budget import Budget
 from .search.policy import best_node
@@ -44,5 +45,6 @@ def spent(store: RunStore, tree: Tree, budget: Budget | None = None,
     base_val, base_test = base_scores(tree, lambda i: store.node_dir(i).metrics_start())
     logged = {n.id: last for n in tree if n.status is Status.RUNNING
               and (last := store.node_dir(n.id).metrics_reader().last_step()) is not None}
-    return Spent(usage(shown or tree, budget or run_budget(store), logged=logged), base_val,
-                 base_test, best_node(tree), logged)
+    used = replace(usage(shown or tree, budget or run_budget(store), logged=logged),
+                   no_stopper=no_stopper(store.config.search))
+    return Spent(used, base_val, base_test, best_node(tree), logged)

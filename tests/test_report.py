@@ -28,8 +28,9 @@ from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.logs import MetricsLogs
 from llmzero_slurm.report.canvas import STATUS_COLOURS
-from llmzero_slurm.report.figures import (FIGURES, best_so_far_line, hparam_figure,
-                                          leader_test_by_compute)
+from llmzero_slurm.report.figures import (FIGURES, best_so_far_figure, best_so_far_line,
+                                          hparam_figure, leader_test_by_compute,
+                                          strategy_figure)
 from llmzero_slurm.report.tree_figure import TREE
 from llmzero_slurm.strategy_file import FORMAT, load_strategy
 from llmzero_slurm.search.policy import Action, make_child
@@ -458,6 +459,25 @@ def test_held_settings_stay_in_their_panel_and_an_unmoved_panel_says_so(run):
                for t in texts)
 
 
+def test_a_one_phase_strategys_settings_stay_inside_their_panels(tmp_path):
+    """A grid run's best strategy, one phase with the trainer's every setting: each panel
+    said "nothing changed along this strategy" over its held settings in lines wider than
+    the panel, running across its frame into the margin and the other panel."""
+    from llmzero_slurm.backends import get_backend
+    store = RunStore.create(tmp_path / "one", config())
+    add(store, Kind.SCRATCH, None, {**get_backend("cpu").defaults(), **RECIPE}, Status.COMPLETED,
+        scored(0, 30, 30, 0.6, None, [30], 0.1))
+    fig = hparam_figure(collect(store.root))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        [said] = ax.texts
+        assert said.get_text().startswith("nothing changed along this strategy")
+        box = said.get_window_extent(renderer)
+        assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, (said.get_text(), box, ax.bbox)
+    plt.close(fig)
+
+
 def test_a_changed_text_setting_is_shown_as_its_trail(tmp_path):
     """Review: a text setting that changed along the best path (kl_loss_type low_var_kl ->
     k3) was dropped from the settings figure, whose panel then said "nothing changed along
@@ -489,7 +509,7 @@ def test_a_chain_hundreds_of_phases_deep_gets_a_tree_figure_of_bounded_size(tmp_
     from llmzero_slurm.report.tree_figure import MAX_INCHES, tree_figure
     nodes = [Node(i, i - 1 if i else None, Kind.EVOLVE if i else Kind.SCRATCH, {},
                   status=Status.COMPLETED) for i in range(600)]
-    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), nodes={}, phases=[]), tmp_path / TREE)
     assert [a.node for a in areas] == list(range(600))
     assert areas[0].y < areas[-1].y                      # depth runs down the figure
     assert plt.imread(tmp_path / TREE).shape[0] <= MAX_INCHES * DPI
@@ -505,7 +525,7 @@ def test_a_wide_tree_is_drawn_wider_so_that_its_nodes_stay_apart(tmp_path):
     for i in range(1, 151):                     # 30 children of the root, 4 under each of them
         parent = 0 if i <= 30 else 1 + (i - 31) // 4
         nodes.append(Node(i, parent, Kind.EVOLVE, {}, status=Status.COMPLETED))
-    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), phases=[]), tmp_path / TREE)
+    areas = tree_figure(SimpleNamespace(tree=Tree(nodes), nodes={}, phases=[]), tmp_path / TREE)
     rows: dict[int, list[int]] = {}
     for a in areas:
         rows.setdefault(a.y, []).append(a.x)
@@ -786,6 +806,142 @@ def test_a_failed_phase_is_not_the_headline_best(tmp_path):
     assert best_so_far_line(view) == ([1, 2], [0.7, 0.7])
 
 
+def test_the_best_so_far_dots_say_what_their_colours_mean(tmp_path):
+    """Each phase was a dot coloured by its status, but the legend named the line alone: a
+    reader could not tell an early-stopped phase from a completed one, nor why a failed
+    phase's dot above the line did not raise it. The axis counted phases in fractions
+    (1.2, 1.4, ...) on a run of two."""
+    store = RunStore.create(tmp_path / "dots", config())
+    for status, best in ((Status.COMPLETED, 0.7), (Status.FAILED, 0.9)):
+        def build(i: int, status=status, best=best) -> Node:
+            node = make_child(store.load_tree(), Action(Kind.SCRATCH, None), i, RECIPE)
+            node.status, node.finished_at = status, float(i)
+            node.results = Results(best_val=best, best_val_step=10, last_step=10, gpu_hours=0.1)
+            return node
+        store.add_node(build)
+    fig = best_so_far_figure(collect(store.root))
+    ax = fig.axes[0]
+    shown = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert shown == ["best so far", "completed", "failed (not a candidate for the best)"], shown
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+
+
+def test_the_best_strategy_figure_gives_its_test_score_where_no_curve_crosses_it(run):
+    """The test score at the best step was written beside the star, over the curve that
+    led up to it: the line ran through "test at best val: 0.699" on a one-phase run. It is
+    in the legend now, beside the best validation score it belongs to."""
+    fig = strategy_figure(collect(run))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == []
+    shown = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert shown[-1] == "best validation 0.700 at step 130; test there 0.654", shown
+    plt.close(fig)
+
+
+def test_the_page_says_what_its_scores_and_its_base_are(run):
+    """The page gave "best validation", "test score there" and a gain "over the base", but
+    never which metric the scores are, which split selects the best, or what the base is: the
+    reader writing it up had to read the README or the metrics files."""
+    text = re.sub(r"<[^>]+>", "", html(run))
+    assert ("The validation score is val-core/addition/acc/mean@1 on the validation split, "
+            "which the search selects the best by;") in text, text
+    assert "the test score is the same metric on the held-out test split" in text
+    assert "The base is the base model's validation score" in text
+
+
+def test_a_phases_length_is_not_a_change_of_its_strategy(tmp_path):
+    """An injected scratch phase, its epochs computed from its steps (1 -> 3), was said to
+    have "changed from its parent: ... total_epochs 1 -> 3", as if the proposer had chosen
+    it; the phase's steps, computed the same way, were left out already."""
+    store = RunStore.create(tmp_path / "len", config())
+    add(store, Kind.SCRATCH, None, {**RECIPE, "total_epochs": 1}, Status.COMPLETED,
+        scored(0, 30, 30, 0.5, None, [30], 0.1))
+    add(store, Kind.EVOLVE, 0, {**RECIPE, "lr": 5e-4, "total_epochs": 3,
+                                "total_training_steps": 90}, Status.COMPLETED,
+        scored(30, 120, 120, 0.6, None, [120], 0.1), resume=30)
+    view = collect(store.root)
+    assert view.nodes[1].changes == {"lr": (1e-3, 5e-4)}
+    assert view.phases[1].changes == {"lr": (1e-3, 5e-4)}
+
+
+def test_a_phase_that_logged_nothing_says_so_in_its_curves(tmp_path):
+    """A phase that failed in its setup logged no metric: its curve grid was one empty
+    validation panel with axes from 0 to 1, which reads as a plot whose line is missing."""
+    from llmzero_slurm.metrics import MetricsLog
+    from llmzero_slurm.plots import overlay_figure
+    fig = overlay_figure(MetricsLog(), None, labels=("node 0", "best strategy"))
+    [ax] = [a for a in fig.axes if a.get_visible()]
+    assert [t.get_text() for t in ax.texts] == ["no metrics logged"]
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
+    plt.close(fig)
+
+
+def test_the_best_strategy_figure_says_which_phase_was_stopped_early(tmp_path):
+    """The best strategy's second phase was stopped early after 20 of its 60 steps, and its
+    child went on from there: the figure named it "phase 2: node 1" like the completed ones,
+    so its short span read as planned."""
+    store = RunStore.create(tmp_path / "short", config())
+    d = store.node_dir
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 30, 30, 0.5, None, [30], 0.1))
+    metrics(d(0), 0, 30, 30, 0.5, None)
+    add(store, Kind.EVOLVE, 0, RECIPE, Status.EARLY_STOPPED, scored(30, 50, 50, 0.55, None, [50], 0.1),
+        resume=30)
+    metrics(d(1), 30, 50, 50, 0.55, None)
+    add(store, Kind.EVOLVE, 1, RECIPE, Status.COMPLETED, scored(50, 80, 80, 0.6, None, [80], 0.1),
+        resume=50)
+    metrics(d(2), 50, 80, 80, 0.6, None)
+    fig = strategy_figure(collect(store.root))
+    shown = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert shown[:3] == ["phase 1: node 0", "phase 2: node 1 (early_stopped)", "phase 3: node 2"]
+    plt.close(fig)
+
+
+def test_the_page_does_not_claim_it_alone_shows_test_scores(run):
+    """The page said "Test-set scores appear only in this report", yet the run's TensorBoard
+    export holds them on every validated step (test-core/...), as do the metrics files: a
+    reader deciding where to look, or what to share, was told otherwise."""
+    page = html(run)
+    assert "only in this report" not in page
+    assert "Test-set scores are for people (this report, TensorBoard, the metrics files): no " \
+           "agent ever sees one." in page
+
+
+@pytest.mark.parametrize("search, said", [
+    ({"method": "grid"}, "no early stopping: grid runs every phase to its planned end"),
+    ({"method": "llmzero", "early_stopping": False}, "no early stopping: search.early_stopping "
+                                                      "is false"),
+    ({"method": "llmzero"}, "early stopping saved none")])
+def test_a_run_without_a_stopper_does_not_say_early_stopping_saved_none(tmp_path, search, said):
+    """A grid run's status, last lines and report said "early stopping saved none", as if a
+    stopper had watched its phases and let each one run: grid has none."""
+    store = RunStore.create(tmp_path / "rep", config(**search))
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED, scored(0, 30, 30, 0.5, None, [30], 0.1))
+    first = collect(store.root).spent.lines()[0]
+    assert first.endswith(f"; {said}"), first
+
+
+def test_a_failed_phase_says_why_it_failed(tmp_path):
+    """A grid run whose one phase failed in its setup: llmzero-status said "the last
+    failure: node 0: llmzero: error: the script exited with code 1 during setup", but the
+    report said only "failed", in its table and the node's section, and "No phase has a
+    validation score yet" of a search that had ended: a reader could not learn why."""
+    store = RunStore.create(tmp_path / "rep", config())
+    node = add(store, Kind.SCRATCH, None, RECIPE, Status.FAILED, Results(gpu_hours=0.0))
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.exit_code = "1", 1
+    store.update_node(node.id, submitted)
+    error = "llmzero: error: the script exited with code 1 during setup"
+    (store.node_dir(node.id).path / "slurm-1.out").write_text(f"broken environment\n{error}\n")
+    page = write_report(store.root).read_text()
+    assert page.count(f"failed: {error}") == 2, page   # the table's row and the node's section
+    assert "yet" not in page.split("<h2>Best strategy</h2>")[1].split("<img")[0]
+    assert "none completed or was stopped early (the table of all phases says how each ended)" \
+        in page     # a phase a person cancelled did not fail
+
+
 def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
     """After `llmzero-stop --cancel` the report said the two cancelled phases were running
     (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended
@@ -819,6 +975,37 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     store.node_dir(node.id).status_file.write_text(json.dumps({**status, "state": "preempted"}))
     page = write_report(store.root).read_text()
     assert "ended preempted" not in page and "2 RUNNING" in page
+
+
+def test_a_phase_whose_job_ended_unrecorded_has_the_status_llmzero_status_gives_it(tmp_path):
+    """After `llmzero-stop --cancel`, llmzero-status listed a phase the stopper had decided
+    to stop as early_stopped, and counted it so in the report's own Costs; the report's
+    tables and tree still said "running" and drew it blue, beside "its job 3 ended
+    cancelled"."""
+    store = RunStore.create(tmp_path / "rep", config())
+    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
+        scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
+    metrics(store.node_dir(0), 0, 30, 20, 0.45, TEST_AT_BEST[0])
+    node = add(store, Kind.EVOLVE, 0, RECIPE, Status.RUNNING, Results(), resume=30)
+
+    def submitted(n: Node) -> None:
+        n.submission.job_id, n.submission.scheduler_state = "2", "RUNNING"
+    store.update_node(node.id, submitted)
+    files = store.node_dir(node.id)
+    files.status_file.write_text(json.dumps(
+        {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
+         "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
+    files.early_stop_file.write_text(json.dumps(
+        [{"agent": "stopper", "result": {"action": "STOP", "reason": "dominated"}}]))
+    page = write_report(store.root).read_text()
+    shown = re.findall(r'class="status-(\w+)">(\w+)(?:</span>)? <span class="muted">\(its job 2 ended',
+                       page)
+    assert shown == [("early_stopped", "early_stopped")] * 2, shown   # table and section
+    assert "running" not in re.sub(r"<[^>]+>", "", page.split("<h2>All phases</h2>")[1])
+    image = plt.imread(store.root / "report" / TREE)
+    [(x, y)] = re.findall(rf'coords="(\d+),(\d+),\d+" href="#node-{node.id}"', page)
+    colour = to_rgb(STATUS_COLOURS[Status.EARLY_STOPPED])
+    assert abs(image[int(y), int(x), :3] - colour).max() < 0.05
 
 
 def test_status_does_not_read_usage_no_answer_reported_as_zero():

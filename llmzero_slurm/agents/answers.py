@@ -14,11 +14,10 @@ from typing import Any, Mapping, Sequence
 
 from ..backends.base import TrainerBackend
 from ..errors import HyperparameterError
-from ..hparams import CAPACITY, MODEL, PARAMS, merge
+from ..hparams import CAPACITY, LENGTH_KEYS, MODEL, PARAMS, knobs, merge
 from ..methods.space import Bounds
 
 STEPS = "total_training_steps"
-SCHEDULE_KEYS = (STEPS, "total_epochs")   # computed in code, never by the LLM
 PROPOSAL_FIELDS = ("diagnosis", "changes", "checkpoint_step", "additional_steps", "no_change")
 MAX_ADDITIONAL_STEPS = 100000
 FAILURE_CLASSES = ("oom", "timeout", "node_fault", "user_code", "setup", "unknown")
@@ -104,7 +103,7 @@ def _changes(data: Mapping[str, Any], parent: Mapping[str, Any], resuming: bool,
     changes = data.get("changes", {})
     if not isinstance(changes, dict):
         raise AnswerError("'changes' must be an object of hyperparameter: value")
-    for key in SCHEDULE_KEYS:
+    for key in LENGTH_KEYS:
         if key in changes:
             raise AnswerError(f"do not set '{key}' in changes: the system computes it from "
                               "additional_steps")
@@ -156,11 +155,6 @@ def _within(bounds: Bounds | None, hparams: Mapping[str, Any]) -> None:
     problem = bounds.problem(hparams) if bounds else None
     if problem:
         raise AnswerError(problem)
-
-
-def knobs(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """A configuration without its length: a phase the budget cut short tried the same knobs."""
-    return {k: v for k, v in hparams.items() if k not in SCHEDULE_KEYS}
 
 
 # A child already tried from a parent: the checkpoint it started from (None: the base model)

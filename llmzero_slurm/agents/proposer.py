@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..backends.base import TrainerBackend
 from ..config import AgentConfig
+from ..hparams import LENGTH_KEYS
 from ..methods.space import NO_BOUNDS, Bounds
 from ..metrics import MetricsLog
 from ..metrics_text import summarize
@@ -18,7 +19,7 @@ from ..plots import metric_plots
 from ..search.budget import planned_length, samples_per_step
 from ..search.tree import Node, Status
 from ..store.node_dir import NodeDir
-from .answers import SCHEDULE_KEYS, NothingUntried, Proposal, check_proposal, extract_json
+from .answers import NothingUntried, Proposal, check_proposal, extract_json
 from .ask import ask
 from .knowledge import hparam_guide, metric_guide
 from .llm import Backend, Prompt
@@ -90,7 +91,7 @@ class Proposer:
                plot_dir: Path) -> Prompt:
         system, task = render(
             "proposer", metric_guide=metric_guide(),
-            hparam_guide=hparam_guide(self.trainer, exclude=SCHEDULE_KEYS),
+            hparam_guide=hparam_guide(self.trainer, exclude=LENGTH_KEYS),
             bounds=self.bounds.lines(),
             parent_yaml=as_yaml(self.trainer.effective_hparams(inp.parent.hparams)),
             early_stopped=inp.parent.status == Status.EARLY_STOPPED,

@@ -7,7 +7,8 @@ any analyzer read it, from the job's own output.
 from __future__ import annotations
 
 from ..agents.offline.error_analyzer import last_error_line
-from ..search.tree import Status, Tree
+from ..search.tree import Node, Status, Tree
+from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 
 NOTHING_COMPLETED = 7   # exit code: the search ended without one completed phase
@@ -30,15 +31,23 @@ def outcome(tree: Tree, store: RunStore) -> tuple[int, list[str]]:
     why = None
     if failed:
         last = failed[-1]
-        files = store.node_dir(last.id)
-        line = last_error_line(files.log_tail())
-        own = files.status()      # the job's own word, when this job wrote it
-        recorded = last.submission.reason
-        told = None if recorded in SLURM_GENERIC_REASONS else recorded
-        why = last.gave_up_because or told or (
-            line and f"node {last.id}: {line}") or (
-            own and own.job_id == last.submission.job_id and own.reason
-            and f"node {last.id}: {own.reason}")
+        job = job_error(last, store.node_dir(last.id))
+        why = last.gave_up_because or recorded_failure(last) or (job and f"node {last.id}: {job}")
     said.append("no phase completed, so the search found nothing"
                 + (f"; the last failure: {why}" if why else ""))
     return NOTHING_COMPLETED, said
+
+
+def recorded_failure(node: Node) -> str | None:
+    """The reason on a failed phase's record, unless it is Slurm's word for any failure."""
+    recorded = node.submission.reason
+    return None if recorded in SLURM_GENERIC_REASONS else recorded
+
+
+def job_error(node: Node, files: NodeDir) -> str | None:
+    """A failed phase's job's own last word on why: its output's error line, else the reason
+    its status.json gives (when this job wrote it)."""
+    if line := last_error_line(files.log_tail()):
+        return line
+    own = files.status()
+    return own.reason if own and own.job_id == node.submission.job_id and own.reason else None

@@ -55,6 +55,14 @@ def unread_note(search: SearchSettings) -> str | None:
     return f"{search.method} does not read {'; nor '.join(said)}" if said else None
 
 
+def no_stopper(search: SearchSettings) -> str | None:
+    """Why a run has no early stopper, said where its saving would be ("early stopping saved
+    none" reads as a stopper that let every phase run); None when llmzero's monitor runs."""
+    if search.method != "llmzero":
+        return f"{search.method} runs every phase to its planned end"
+    return None if search.early_stopping else "search.early_stopping is false"
+
+
 def shown(value: object) -> str:
     """As YAML writes it: `true`, `3` (not Python's `True`, `3.0`)."""
     if isinstance(value, bool):

@@ -25,11 +25,15 @@ def save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def finish(fig: plt.Figure, ax: Any, path: Path, title: str, xlabel: str, ylabel: str) -> Path:
+def dress(fig: plt.Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> plt.Figure:
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return save(fig, path)
+    return fig
+
+
+def finish(fig: plt.Figure, ax: Any, path: Path, title: str, xlabel: str, ylabel: str) -> Path:
+    return save(dress(fig, ax, title, xlabel, ylabel), path)
 
 
 def new_figure(size: tuple[float, float] = (7.5, 4.0)) -> tuple[plt.Figure, Any]:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ExperimentConfig
+from ..controller.outcome import job_error, recorded_failure
 from ..errors import StateError
+from ..hparams import knobs
 from ..metrics import MetricsLog, strategy_curves
 from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
@@ -39,6 +41,12 @@ class NodeView:
     ended: str = ""     # its job's own end, when the record still has it queued or running
     ended_as: Status | None = None      # the status that end gives it (status.py's as_live)
     parent_unreadable: bool = False     # what it changed is unknown: not "from the defaults"
+    failure: str = ""   # why a failed phase failed, as its record or its job's output says
+
+    @property
+    def status(self) -> Status:
+        """The status shown: its job's end, when the record does not have it yet."""
+        return self.ended_as or self.node.status
 
     @property
     def stop_reason(self) -> str:
@@ -141,9 +149,8 @@ def _agent_record(path: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """What a phase changed going in; its length is not a change of strategy."""
-    return {k: (before.get(k), v) for k, v in after.items()
-            if before.get(k) != v and k != "total_training_steps"}
+    """What a phase changed going in; its length (steps, epochs) is not a change of strategy."""
+    return {k: (before.get(k), v) for k, v in knobs(after).items() if before.get(k) != v}
 
 
 def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
@@ -168,6 +175,8 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
     view = NodeView(node, files, parent_unreadable=unread,
                     changes=_changes(parent.hparams, node.hparams) if parent and not unread else {})
     view.ended, view.ended_as = _ended(node, files)
+    if view.status is Status.FAILED and not node.unreadable:
+        view.failure = recorded_failure(node) or job_error(node, files) or ""
     return _with_records(view, files, notes)
 
 
@@ -248,6 +257,6 @@ def collect(root: str | Path, logs: MetricsLogs | None = None) -> RunView:
     curves = {p.view.node.id: p.log for p in phases}
     best = strategy_curves([p.view.node for p in phases], curves.__getitem__) if phases else None
     costs = _agent_costs(views, _unused_records(store.proposals_dir, notes))
-    shown = Tree(replace(v.node, status=v.ended_as or v.node.status) for v in views.values())
+    shown = Tree(replace(v.node, status=v.status) for v in views.values())
     return RunView(store.root, store.config, tree, views, phases, best, logs, costs, notes,
                    spent(store, tree, shown=shown), sorted(store.corrupt))

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from matplotlib.ticker import MaxNLocator
+
 from ..hparams import BATCH, CAPACITY, PARAMS, REGULARISATION
 from ..metrics import val_score_series
 from ..plots import DPI, plt
-from .canvas import STATUS_COLOURS, empty, finish, new_figure, save
+from ..search.tree import Status
+from .canvas import STATUS_COLOURS, dress, empty, finish, new_figure, save
 from .collect import Phase, RunView
 from .node_curves import NODE_CURVES, NodeCurves, node_curves
 from .tree_figure import TREE, Area, tree_figure
@@ -22,33 +25,41 @@ PANELS = (("capacity (grows along a strategy)", (CAPACITY, BATCH)),
           ("regularisation (free to move both ways)", (REGULARISATION,)))
 
 
-def strategy_curve(view: RunView, path: Path) -> Path:
-    """The best strategy's validation score on the global-step axis, one colour per phase."""
+def strategy_figure(view: RunView) -> plt.Figure:
+    """The best strategy's validation score on the global-step axis, one colour per phase
+    (an early-stopped one says so: its span is shorter than planned), the best step starred;
+    its test score is in the legend, where no curve runs through it."""
     fig, ax = new_figure()
     for i, phase in enumerate(view.phases):
         points = [(s, v) for s, v in val_score_series(phase.log.without_test())
                   if phase.start <= s <= phase.end]
         if points:
             steps, values = zip(*points)
+            node = phase.view.node
+            stopped = f" ({node.status.value})" if node.status is not Status.COMPLETED else ""
             ax.plot(steps, values, marker="o", markersize=3,
-                    label=f"phase {i + 1}: node {phase.view.node.id}")
+                    label=f"phase {i + 1}: node {node.id}{stopped}")
         if i:
             ax.axvline(phase.start, color="gray", linestyle=":", linewidth=1)
     best = view.best
-    if best is not None and best.results.best_val_step is not None:
-        ax.plot([best.results.best_val_step], [best.results.best_val], marker="*", markersize=14,
-                color="gold", markeredgecolor="black", linestyle="none", label="best validation")
+    if best is not None and best.results.best_val_step is not None \
+            and best.results.best_val is not None:
         test = best.results.test_at_best
-        if test is not None:
-            ax.annotate(f"test at best val: {test:.3f}",
-                        (best.results.best_val_step, best.results.best_val),
-                        textcoords="offset points", xytext=(-10, -18), ha="right", fontsize=8)
+        ax.plot([best.results.best_val_step], [best.results.best_val], marker="*", markersize=14,
+                color="gold", markeredgecolor="black", linestyle="none",
+                label=f"best validation {best.results.best_val:.3f} at step "
+                      f"{best.results.best_val_step}"
+                      + (f"; test there {test:.3f}" if test is not None else ""))
     if not view.phases:
         empty(ax, "no scored phase yet")
     else:
         ax.legend(fontsize=7)
-    return finish(fig, ax, path, "Best strategy: validation score by phase",
-                   "global step", "validation score")
+    return dress(fig, ax, "Best strategy: validation score by phase", "global step",
+                 "validation score")
+
+
+def strategy_curve(view: RunView, path: Path) -> Path:
+    return save(strategy_figure(view), path)
 
 
 def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
@@ -67,22 +78,39 @@ def best_so_far_line(view: RunView) -> tuple[list[int], list[float]]:
     return xs, best
 
 
-def best_so_far(view: RunView, path: Path) -> Path:
+NOT_COUNTED = " (not a candidate for the best)"
+
+
+def best_so_far_figure(view: RunView) -> plt.Figure:
     """Best validation score so far against iteration (phases in creation order), each scored
-    phase a dot."""
+    phase a dot in its status colour, named in the legend; a dot the line does not count (a
+    failed, cancelled, running or pruned phase's) says so, or one above the line reads as a
+    mistake."""
     fig, ax = new_figure()
+    dots: dict[tuple[Status, bool], tuple[list[int], list[float]]] = {}
     for i, node in enumerate(sorted(view.tree, key=lambda n: n.id), 1):
         if node.score is not None:
-            ax.scatter([i], [node.score], color=STATUS_COLOURS[node.status], edgecolor="black",
-                       zorder=3, s=25)
+            xs_, ys_ = dots.setdefault((node.status, node.strategy_score is None), ([], []))
+            xs_.append(i)
+            ys_.append(node.score)
     xs, best = best_so_far_line(view)
     if xs:
         ax.step(xs, best, where="post", color="black", label="best so far")
+    for (status, uncounted), (dot_x, dot_y) in sorted(
+            dots.items(), key=lambda d: (list(Status).index(d[0][0]), d[0][1])):
+        ax.scatter(dot_x, dot_y, color=STATUS_COLOURS[status], edgecolor="black", zorder=3, s=25,
+                   label=status.value + (NOT_COUNTED if uncounted else ""))
+    if dots:
         ax.legend(fontsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # phases come whole
     else:
         empty(ax, "no scored phase yet")
-    return finish(fig, ax, path, "Best validation score so far",
-                   "iteration (phase created)", "validation score")
+    return dress(fig, ax, "Best validation score so far", "iteration (phase created)",
+                 "validation score")
+
+
+def best_so_far(view: RunView, path: Path) -> Path:
+    return save(best_so_far_figure(view), path)
 
 
 def leader_test_by_compute(view: RunView) -> tuple[list[float], list[float]]:
@@ -151,7 +179,7 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
                 ys += [value / scale] * 2
         ax.plot(xs, ys, marker="o", markersize=3, label=trail)
         drawn = True
-    listing = textwrap.fill(", ".join(held), 75)
+    listing = textwrap.fill(", ".join(held), 75)      # at 6 points, under the panel
     if drawn:
         for trail in moved_text:     # in the legend, without a line
             ax.plot([], [], linestyle="none", label=trail)
@@ -165,7 +193,8 @@ def _trajectory_panel(ax: Any, phases: list[Phase], title: str, categories: tupl
     else:
         said = ("changed along this strategy:\n" + "\n".join(moved_text) if moved_text
                 else "nothing changed along this strategy")
-        empty(ax, said + (f"\nheld at:\n{listing}" if held else ""))
+        # In the panel at the note's 10 points: 75 characters a line ran across its frame.
+        empty(ax, said + ("\nheld at:\n" + textwrap.fill(", ".join(held), 52) if held else ""))
     ax.set_title(title, fontsize=9)
 
 

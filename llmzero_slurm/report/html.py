@@ -8,6 +8,7 @@ import time
 import jinja2
 
 from .. import __version__
+from ..metrics import score_names
 from ..paths import TEMPLATE_TEXTS
 from ..store.schema import creator
 from .collect import RunView
@@ -42,6 +43,9 @@ def render_html(view: RunView, drawn: Drawn, strategy_file: str | None,
         views=list(view.nodes.values()), gpu_hours=view.spent.usage.gpu_hours,
         agent_costs=view.agent_costs, totals=totals, token_fields=TOKEN_FIELDS,
         spent=view.spent.lines(test=True), notes=view.notes, strategy_file=strategy_file,
+        score_metrics=sorted({name for p in view.phases for name in score_names(p.log.series)}),
+        base_val=view.spent.base_val,
+        pending=any(v.status.pending for v in view.nodes.values()),
         tree=TREE, areas=drawn.tree_areas, curves=drawn.node_curves.files,
         earlier=drawn.node_curves.earlier,
         generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=fmt, creator=creator(view.root),

@@ -70,15 +70,17 @@ def tree_figure(view: RunView, path: Path) -> list[Area]:
             bold = node.id in on_path and node.parent in on_path
             ax.plot([x0, x1], [y0, y1], color="black" if bold else "gray",
                     linewidth=2.5 if bold else 1, linestyle="--" if node.injected else "-", zorder=1)
+    # A job's end the record does not have yet is shown, as the page's tables show it.
+    shown = {n.id: view.nodes[n.id].status if n.id in view.nodes else n.status for n in tree}
     for node in tree:
         x, y = pos[node.id]
         ax.scatter([x], [y], s=TREE_MARKER, marker="s" if node.kind is Kind.DEBUG else "o",
-                   color=STATUS_COLOURS[node.status], edgecolor="black",
+                   color=STATUS_COLOURS[shown[node.id]], edgecolor="black",
                    linewidth=2 if node.id in on_path else 0.8, alpha=0.35 if node.pruned else 1,
                    zorder=2)
         label = str(node.id) + (f"\n{node.score:.2f}" if node.score is not None else "")
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(12, -4), fontsize=7)
-    for status in sorted({n.status for n in tree}, key=list(Status).index):
+    for status in sorted(set(shown.values()), key=list(Status).index):
         ax.scatter([], [], color=STATUS_COLOURS[status], edgecolor="black", label=status.value)
     if len(tree):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -28,6 +28,7 @@ class Usage:
     running: int = 0        # of `trained`: what the running phases have logged so far
     phases: int = 0         # created, as budget_iterations counts them (Budget.phases)
     cancelled: int = 0      # cancelled by a person: not counted
+    no_stopper: str | None = None   # why the run has no early stopper (its method, a setting)
 
     @property
     def planned(self) -> int:
@@ -45,6 +46,7 @@ class Usage:
         b, n = self.budget, self.early_stopped
         saved = (f"early stopping saved {self.saved:,} of {self.planned:,} planned "
                  f"({self.saved_share:.0%}, {n} phase{'s' * (n != 1)})" if n and self.planned
+                 else f"no early stopping: {self.no_stopper}" if self.no_stopper
                  else "early stopping saved none")
         planned = (f" ({self.committed:,} with the running phases' plans)"
                    if self.committed > self.trained else "")
