@@ -68,3 +68,33 @@ def test_a_gpu_memory_cap_reaches_torchs_allocator(monkeypatch):
                         lambda device=None: Namespace(total_memory=8 * 2**30))
     limit_memory(1024, torch.device("cuda"))
     assert set_to == [(0.125, 0)]
+
+
+def test_a_phase_says_when_its_answers_cannot_fit_its_responses(tmp_path):
+    """User report: a search started without --check on data whose answers were longer than
+    max_response_length scored 0.000 in every phase, and no log said why (the start reads
+    only the files' footers). The phase now says, per split, how many answers its responses
+    can never hold."""
+    import subprocess
+    import sys
+
+    from llmzero_slurm.paths import ROOT
+    from llmzero_slurm.tasks import get_task, reward_path
+    from llmzero_slurm.tasks.dataset import generate_rows, write_parquet
+
+    rows = generate_rows(get_task("addition"), {"train": 64, "val": 16, "test": 16})
+    long = [{**r, "reward_model": {"style": "rule", "ground_truth": "1" * 20}} for r in rows["val"]]
+    for split, split_rows in {**rows, "val": long}.items():
+        write_parquet(split_rows, tmp_path / f"{split}.parquet")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "cpu_grpo.py"), "--output-dir", str(tmp_path / "n"),
+         "--cache-dir", str(tmp_path / "cache"), "--warm-start-steps", "0",
+         "--reward-path", str(reward_path("addition")),
+         *(f"--{split}-files={tmp_path / split}.parquet" for split in ("train", "val", "test")),
+         "total_training_steps=1", "train_batch_size=8", "rollout_n=2", "max_response_length=8"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if "max_response_length" in line]
+    assert notes == [f"note: {tmp_path / 'val'}.parquet: 16 of 16 ground-truth answers need more "
+                     "than max_response_length=8 tokens (the longest 21): cut off in every "
+                     "rollout, they can never score; raise hparams.max_response_length"], done.stdout

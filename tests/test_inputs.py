@@ -186,3 +186,49 @@ def test_checks_warm_start_refusal_names_the_config_key_not_the_trainers_flag(tm
     said = str(err.value)
     assert "task.warm_start.steps (0 for none: warm_start: {steps: 0})" in said, said
     assert "--warm-start" not in said
+
+
+def test_a_data_file_replaced_while_the_run_runs_stops_it_before_its_next_phase(tmp_path):
+    """User report: the training file was rewritten while a search ran; each phase created
+    after that failed with 'adapter was trained on base X, this phase uses Y' (exit 2) and the
+    search spent its budget on them, never naming the file. The controller now compares the
+    record before it creates each phase and stops as a resume would, naming the file; the phase
+    that ran keeps its record."""
+    import io
+
+    from llmzero_slurm.controller.controller import Controller
+    from llmzero_slurm.errors import InputsChangedError
+    from llmzero_slurm.methods.base import MethodContext, PhasePlan
+    from llmzero_slurm.search.policy import Action
+    from llmzero_slurm.search.tree import Kind, Status
+    from llmzero_slurm.store.run_store import RunStore
+    from controller_doubles import ScriptedMethod, ScriptedScheduler
+    from metrics_files import val_rows, write_metrics
+
+    run, files, _ = file_run(tmp_path)
+    hp = {"lr": 1e-3, "total_training_steps": 10, "save_freq": 10}
+
+    def trains_while_the_user_edits(node) -> None:
+        write_metrics(node.metrics_file, val_rows({10: 0.5}), append=True)
+        (node.ckpt / "global_step_10").mkdir(parents=True)
+        table = pq.read_table(files["train"])
+        pq.write_table(table.slice(1), files["train"])
+
+    def evolve(tree):
+        return None if tree[0].status.pending else PhasePlan(
+            Action(Kind.EVOLVE, 0), {**hp, "lr": 5e-4}, 10, "evolve")
+
+    store = RunStore.open(run)
+    sched = ScriptedScheduler([["RUNNING", trains_while_the_user_edits, "COMPLETED"],
+                               ["RUNNING", "FAILED"]])   # what the cpu phase did
+    method = ScriptedMethod(MethodContext(store.config, store.node_dir, store.proposals_dir), [
+        lambda tree: PhasePlan(Action(Kind.SCRATCH, None), dict(hp), diagnosis="root"), evolve])
+    ctl = Controller(store, sched, method, poll_s=0.001, out=io.StringIO())
+    with pytest.raises(InputsChangedError) as err:
+        ctl.run()
+    said = str(err.value)
+    assert f"task.train_files {files['train']}" in said and "footer" in said, said
+    assert "no phase was created" in said, said
+    tree = store.load_tree()
+    assert len(tree) == 1 and tree[0].status is Status.COMPLETED
+    assert tree[0].results.best_val == 0.5 and len(sched.jobs) == 1

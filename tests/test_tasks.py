@@ -179,6 +179,25 @@ def test_the_starts_footer_check_reads_what_the_trainer_reads(tmp_path):
         check_footer(tmp_path / "np.parquet")
 
 
+@pytest.mark.parametrize("name,start", [("train.jsonl", b""), ("train.json", b"\xef\xbb\xbf"),
+                                        ("train.parquet", b"\r\n")])
+def test_a_json_lines_file_is_named_as_such_with_how_to_convert_it(tmp_path, name, start):
+    """A user with JSONL data (the same rows, one JSON object a line) was told only "Parquet
+    magic bytes not found in footer. Either the file is corrupted or this is not a parquet
+    file"; the refusal now says the file is JSON and how to write it as parquet, wherever the
+    file is read (start, --check, the trainer, the inputs record)."""
+    from llmzero_slurm.tasks.dataset import footers
+    rows = generate_rows(get_task("addition"), SMALL)["train"]
+    path = tmp_path / name
+    path.write_bytes(start + "".join(json.dumps(r) + "\r\n" for r in rows).encode())
+    for read in (check_footer, read_examples, footers):
+        with pytest.raises(DataError) as err:
+            read(path)
+        said = str(err.value)
+        assert said.startswith(f"{path}: ") and "holds JSON, not parquet" in said, said
+        assert "pq.write_table(pa.Table.from_pylist(" in said and "\n" not in said, said
+
+
 def test_bad_rows_are_reported_by_file_and_row(tmp_path):
     rows = generate_rows(get_task("addition"), SMALL)["val"]
     rows[3] = {**rows[3], "reward_model": {"style": "rule", "ground_truth": None}}

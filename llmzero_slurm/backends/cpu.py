@@ -46,7 +46,7 @@ class CpuBackend(TrainerBackend):
         from ..cputrain.tokenizer import CharTokenizer
         tok = CharTokenizer()
         return TokenCounter(lambda messages: len(tok.prompt_ids([dict(m) for m in messages])),
-                            lambda text: len(tok.encode(text)) + 1, "the CPU trainer's characters",
+                            tok.answer_length, "the CPU trainer's characters",
                             tok.unknown)
 
     def command(self, spec: "PhaseSpec") -> list[str]:

@@ -20,6 +20,7 @@ from ..schedulers.base import JobState, Scheduler
 from ..search.policy import make_child
 from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
+from ..store import inputs
 from ..store.run_store import RunStore
 from .. import faults
 from .ingest import collect_results, completed_at_limit, device_hours, rescore
@@ -38,11 +39,9 @@ CHARGE_STEP_H = 0.01    # a running phase's record is rewritten as its device-ho
 
 
 class Controller:
-    def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
-                 poll_s: float = 10.0, out: TextIO = sys.stdout,
-                 on_finish: Callable[[Path, bool], object] | None = None,
-                 monitor: MonitorKeeper | None = None,
-                 on_poll: Callable[[Tree], object] | None = None):
+    def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod, poll_s: float = 10.0,
+                 out: TextIO = sys.stdout, on_finish: Callable[[Path, bool], object] | None = None,
+                 monitor: MonitorKeeper | None = None, on_poll: Callable[[Tree], object] | None = None):
         """`on_finish(run_dir, complete)` after a poll in which phases ended (the report; the
         search waits on it, so not complete) and at the end (`refresh_report`); `on_poll(tree)`
         after each poll (curves for TensorBoard). Neither may stop the search: their errors are
@@ -182,6 +181,7 @@ class Controller:
                 self.store.update_node(plan.node, plan.apply)
                 self.progress.event(f"node {plan.node}: {plan.said}: {plan.message}")
             else:
+                inputs.refuse_while_running(self.store.root)
                 node = self._create(tree, plan)
                 running += self.submitter.submit(node)
             tree = self.store.load_tree()

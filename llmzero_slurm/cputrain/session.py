@@ -12,6 +12,7 @@ from ..errors import EnvironmentVariableError
 from ..tasks import dataset, get_task, reward_path
 from ..tasks.reward_file import fingerprint, load_reward
 from .memory import limit_memory
+from .tokenizer import CharTokenizer
 from .trainer import GRPOTrainer, Phase
 from .defaults import WARM_START_BAND, WARM_START_MAX_STEPS
 from .warmstart import WarmStart, WarmStartStopped
@@ -51,6 +52,19 @@ def warm_start_plan(args: argparse.Namespace) -> WarmStart:
                      reward=None if args.task else fingerprint(args.reward_path, args.reward_name))
 
 
+def unfit_answers(path: str | Path, examples: list[dataset.Example], limit: int) -> str | None:
+    """A note on the ground truths a response of `limit` tokens can never hold: a start reads
+    only the files' footers, and without `--check` (which refuses them) every phase on such
+    data would score 0 with nothing in any log to say why."""
+    lengths = [CharTokenizer().answer_length(ex.answer) for ex in examples]
+    over = sum(n > limit for n in lengths)
+    if not over:
+        return None
+    return (f"note: {path}: {over} of {len(lengths)} ground-truth answers need more than "
+            f"max_response_length={limit} tokens (the longest {max(lengths)}): cut off in every "
+            "rollout, they can never score; raise hparams.max_response_length")
+
+
 def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool:
     """Train one phase as the arguments say; False when stopped early."""
     from transformers.utils import logging as hf_logging
@@ -68,7 +82,12 @@ def run_phase(args: argparse.Namespace, should_stop: Callable[[], bool]) -> bool
         return dataset.read_examples(files[name], None if args.task else f"task.{name}_files")
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    phase = Phase(train=split("train"), val=split("val"), test=split("test"),
+    splits = {name: split(name) for name in ("train", "val", "test")}
+    if not args.task:     # a built-in task's long answers are part of its design (reverse)
+        for name, examples in splits.items():
+            if note := unfit_answers(files[name], examples, args.hparams["max_response_length"]):
+                print(note, flush=True)
+    phase = Phase(train=splits["train"], val=splits["val"], test=splits["test"],
                   reward=load_reward(reward_file, args.reward_name), reward_path=Path(reward_file),
                   hparams=args.hparams, output_dir=args.output_dir,
                   cache_dir=Path(args.cache_dir), device=device,

@@ -20,6 +20,11 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self._ids.get(ch, UNK) for ch in text]
 
+    def answer_length(self, text: str) -> int:
+        """The tokens of a response that writes `text`: its characters and the EOS ending it,
+        which max_response_length counts too."""
+        return len(text) + 1
+
     def unknown(self, text: str) -> set[str]:
         """The characters of `text` this vocabulary lacks: read as UNK, never generated."""
         return {ch for ch in text if ch not in self._ids}

@@ -47,10 +47,12 @@ def record(root: Path, found: Found) -> None:
         write_json(root / INPUTS, {"version": VERSION, "files": list(found)})
 
 
-def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:
+def refuse_changed(root: Path, say: Callable[[str], object] = print,
+                   done: str = "nothing was written or submitted") -> None:
     """Raise InputsChangedError, naming each file and what changed, when a recorded input
-    differs now. A file that is gone is said through `say`, not refused: its phases name it,
-    and a moved file must not lock the user out of the run that used it."""
+    differs now; `done`: what the refusal left undone. A file that is gone is said through
+    `say`, not refused: its phases name it, and a moved file must not lock the user out of the
+    run that used it."""
     path = root / INPUTS
     if not path.exists():
         return
@@ -74,10 +76,19 @@ def refuse_changed(root: Path, say: Callable[[str], object] = print) -> None:
     if changed:
         raise InputsChangedError(
             f"the run's inputs changed since it was created (recorded in {path}):\n"
-            + "\n".join(changed) + "\nnothing was written or submitted. Scores measured with "
+            + "\n".join(changed) + f"\n{done}. Scores measured with "
             "the old inputs cannot be compared with new ones: put each file back as it was and "
             "resume, or start a new run (llmzero-start your experiment.yaml --run-dir "
             "<a new folder>)")
+
+
+def refuse_while_running(root: Path) -> None:
+    """refuse_changed for a running controller, before it creates a phase: a file edited since
+    the run started would fail that phase (cpu: another warm-started base refuses its parent's
+    adapter) or score it with other inputs (verl), each spending the budget. A file gone is
+    not said again: the start said it, and the phases name it."""
+    refuse_changed(root, lambda note: None,
+                   "no phase was created since; phases already running keep running")
 
 
 def check_unchanged(root: Path) -> str:

@@ -125,7 +125,7 @@ def read_examples(path: str | Path, key: str | None = None) -> list[Example]:
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(path, f"cannot read as parquet: {exc}") from None
+        raise not_parquet(path, exc) from None
     _require_columns(path, table.column_names)
     rows = table.to_pylist()
     if not rows:
@@ -144,7 +144,7 @@ def check_footer(path: str | Path, key: str | None = None) -> int:
         rows = sum(pq.read_metadata(f, filesystem=dataset.filesystem).num_rows
                    for f in dataset.files)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(path, f"cannot read as parquet: {exc}") from None
+        raise not_parquet(path, exc) from None
     _require_columns(path, columns)
     if not rows:
         raise DataError(path, "has no rows")
@@ -181,7 +181,26 @@ def footers(path: str | Path) -> dict[str, tuple[int, str]]:
         files = [Path(f) for f in pq.ParquetDataset(path).files] if path.is_dir() else [path]
         return {("" if f == path else str(f.relative_to(path))): _footer(f) for f in files}
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(path, f"cannot read as parquet: {exc}") from None
+        raise not_parquet(path, exc) from None
+
+
+def not_parquet(path: Path, why: object) -> DataError:
+    """The refusal of a file parquet cannot read. One that holds JSON (JSON lines, the usual
+    form of one's own data, or an array; a BOM or CRLF too) is said to be JSON, with the line
+    that writes it as parquet: pyarrow's own error speaks of magic bytes and corruption."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).removeprefix(b"\xef\xbb\xbf").lstrip()
+    except OSError:     # a folder, or unreadable: pyarrow's reason says it
+        head = b""
+    if head[:1] not in (b"{", b"["):
+        return DataError(path, f"cannot read as parquet: {why}")
+    rows = ("json.load(f)" if head[:1] == b"[" else "[json.loads(line) for line in f if line.strip()]")
+    target = f"{path.stem}.converted.parquet" if path.suffix == ".parquet" else f"{path.stem}.parquet"
+    return DataError(path, f"holds JSON, not parquet; the task files must be parquet in {SCHEMA}. "
+                     f"Convert it with: import json, pyarrow as pa, pyarrow.parquet as pq; "
+                     f"f = open({path.name!r}, encoding='utf-8-sig'); "
+                     f"pq.write_table(pa.Table.from_pylist({rows}), {target!r})")
 
 
 def _footer(path: Path) -> tuple[int, str]:
@@ -193,7 +212,7 @@ def _footer(path: Path) -> tuple[int, str]:
         tail = f.read(8)
         length = int.from_bytes(tail[:4], "little")
         if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
-            raise DataError(path, "cannot read as parquet: it does not end as a parquet file")
+            raise not_parquet(path, "it does not end as a parquet file")
         f.seek(size - 8 - length)
         return size, hashlib.sha256(f.read(length)).hexdigest()
 
