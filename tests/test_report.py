@@ -942,10 +942,9 @@ def test_a_failed_phase_says_why_it_failed(tmp_path):
         in page     # a phase a person cancelled did not fail
 
 
-def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
-    """After `llmzero-stop --cancel` the report said the two cancelled phases were running
-    (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended
-    CANCELLED: the stopped controller cancels them without waiting to record their end."""
+def cancelled_unrecorded(tmp_path: Path) -> tuple[RunStore, Node]:
+    """A completed root and its child, recorded running as job 2, whose job has ended
+    cancelled (its status.json) since: what `llmzero-stop --cancel` leaves."""
     store = RunStore.create(tmp_path / "rep", config())
     add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
         scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
@@ -958,6 +957,14 @@ def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_r
     store.node_dir(node.id).status_file.write_text(json.dumps(
         {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
          "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
+    return store, node
+
+
+def test_a_phase_whose_job_ended_since_the_controller_recorded_it_is_not_shown_running(tmp_path):
+    """After `llmzero-stop --cancel` the report said the two cancelled phases were running
+    (status column, job column "2 RUNNING"), while llmzero-status said their jobs had ended
+    CANCELLED: the stopped controller cancels them without waiting to record their end."""
+    store, node = cancelled_unrecorded(tmp_path)
     page = write_report(store.root).read_text()
     ended = "its job 2 ended cancelled, exit 143, since the controller last recorded it"
     assert page.count(ended) >= 2, page     # in the table and in the node's own section
@@ -982,20 +989,8 @@ def test_a_phase_whose_job_ended_unrecorded_has_the_status_llmzero_status_gives_
     to stop as early_stopped, and counted it so in the report's own Costs; the report's
     tables and tree still said "running" and drew it blue, beside "its job 3 ended
     cancelled"."""
-    store = RunStore.create(tmp_path / "rep", config())
-    add(store, Kind.SCRATCH, None, RECIPE, Status.COMPLETED,
-        scored(0, 30, 20, 0.45, 0, [30], 0.10), finished_at=1.0)
-    metrics(store.node_dir(0), 0, 30, 20, 0.45, TEST_AT_BEST[0])
-    node = add(store, Kind.EVOLVE, 0, RECIPE, Status.RUNNING, Results(), resume=30)
-
-    def submitted(n: Node) -> None:
-        n.submission.job_id, n.submission.scheduler_state = "2", "RUNNING"
-    store.update_node(node.id, submitted)
-    files = store.node_dir(node.id)
-    files.status_file.write_text(json.dumps(
-        {"state": "cancelled", "job_id": "2", "started_at": 1.0, "finished_at": 2.0,
-         "exit_code": 143, "reason": "signal (SIGTERM during run)"}))
-    files.early_stop_file.write_text(json.dumps(
+    store, node = cancelled_unrecorded(tmp_path)
+    store.node_dir(node.id).early_stop_file.write_text(json.dumps(
         [{"agent": "stopper", "result": {"action": "STOP", "reason": "dominated"}}]))
     page = write_report(store.root).read_text()
     shown = re.findall(r'class="status-(\w+)">(\w+)(?:</span>)? <span class="muted">\(its job 2 ended',
