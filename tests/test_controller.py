@@ -779,6 +779,20 @@ def test_a_search_whose_budget_ends_on_a_failed_job_names_the_jobs_error(tmp_pat
             "'prompt' holds text") in out.getvalue()
 
 
+def test_the_line_of_a_failed_phase_gives_its_jobs_error(tmp_path):
+    """Own-data walkthrough: a phase that failed read "node 0: failed (FAILED, exit 2), no
+    validation score", and the search went on to other phases: why it failed was in its job's
+    output alone, for the user to find."""
+    sched = ScriptedScheduler([["RUNNING", refused_its_input, "FAILED"],
+                               ["RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch, scratch])
+    assert ctl.run() == 0
+    assert ("node 0: failed (FAILED, exit 1), no validation score; cpu_grpo: error: "
+            "data/test.parquet: row 0: column 'prompt' holds text\n") in out.getvalue(), \
+        out.getvalue()
+    assert "node 1: completed (COMPLETED), best val 0.400 at step 10\n" in out.getvalue()
+
+
 class SlurmReasons(ScriptedScheduler):
     """As squeue shows an ended job: a failed one with Slurm's Reason, NonZeroExitCode."""
 

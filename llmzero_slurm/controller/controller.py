@@ -23,7 +23,7 @@ from ..spent import run_budget, spent
 from ..store import inputs
 from ..store.run_store import RunStore
 from .. import faults
-from .ingest import collect_results, completed_at_limit, device_hours, rescore
+from .ingest import collect_results, completed_at_limit, device_hours, ended_line, rescore
 from .admission import Admission
 from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
@@ -39,9 +39,11 @@ CHARGE_STEP_H = 0.01    # a running phase's record is rewritten as its device-ho
 
 
 class Controller:
-    def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod, poll_s: float = 10.0,
-                 out: TextIO = sys.stdout, on_finish: Callable[[Path, bool], object] | None = None,
-                 monitor: MonitorKeeper | None = None, on_poll: Callable[[Tree], object] | None = None):
+    def __init__(self, store: RunStore, scheduler: Scheduler, method: SearchMethod,
+                 poll_s: float = 10.0, out: TextIO = sys.stdout,
+                 on_finish: Callable[[Path, bool], object] | None = None,
+                 monitor: MonitorKeeper | None = None,
+                 on_poll: Callable[[Tree], object] | None = None):
         """`on_finish(run_dir, complete)` after a poll in which phases ended (the report; the
         search waits on it, so not complete) and at the end (`refresh_report`); `on_poll(tree)`
         after each poll (curves for TensorBoard). Neither may stop the search: their errors are
@@ -285,11 +287,7 @@ class Controller:
             n.submission.reason = state.reason
             n.finished_at = time.time()
         self.store.update_node(node.id, finish)
-        score = f"best val {results.best_val:.3f} at step {results.best_val_step}" \
-            if results.best_val is not None else "no validation score"
-        said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
-        self.progress.event(f"node {node.id}: {status.value} ({state.raw}{said}"
-                            + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}")
+        self.progress.event(ended_line(node, status, state, results, files))
         return True
 
 

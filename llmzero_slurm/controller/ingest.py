@@ -15,6 +15,7 @@ from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
+from .outcome import job_error
 
 
 def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:
@@ -25,6 +26,19 @@ def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: 
                       gpu_hours=device_hours(files, nodes))
     _score(results, log)
     return results
+
+
+def ended_line(node: Node, status: Status, state: JobState, results: Results,
+               files: NodeDir) -> str:
+    """The controller's line for a phase's end. A failure gives its job's own word as it
+    happens: the search may go on to other phases, and no later line would say it."""
+    score = (f"best val {results.best_val:.3f} at step {results.best_val_step}"
+             if results.best_val is not None else "no validation score")
+    said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
+    why = job_error(node, files) if status is Status.FAILED else None
+    return (f"node {node.id}: {status.value} ({state.raw}{said}"
+            + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}"
+            + (f"; {why}" if why else ""))
 
 
 def device_hours(files: NodeDir, nodes: int) -> float:
