@@ -277,3 +277,19 @@ def test_only_the_searches_of_this_numeric_path_are_replayed(tmp_path, monkeypat
     assert "addition-llmzero-3-MKL_CBWR=COMPATIBLE: not a search on the native numeric path" in out
     assert {(r["task"], r["seed"], r["node"]) for r in json.loads(results.read_text())} == {
         ("addition", 3, 0), ("addition", 3, 1)}
+
+
+def test_strategy_validity_report_only_tabulates_what_is_on_file_and_trains_nothing(
+        tmp_path, monkeypatch, capsys):
+    """Review: the script had no way to re-print a committed file's table but a rerun, which
+    trains every run the file lacks (hours) before it tabulates."""
+    sv = bench("strategy_validity")
+    results = tmp_path / "sv.json"
+    results.write_text(json.dumps([{"config": "static lr=0.0005", "seed": s, "test": 0.8 + s / 100}
+                                   for s in (0, 1)]))
+    monkeypatch.setattr(sv, "run_chain", lambda *a: pytest.fail("--report-only trained"))
+    out = main(sv, monkeypatch, capsys, "--design", "expand-deep", "--results", str(results),
+               "--seeds", "0", "1", "--report-only")
+    assert out.startswith("2 runs on file (numeric path native), 0 to run")
+    assert re.search(r"^  static lr=0\.0005 +0\.805 \+- 0\.005  \(2 seeds\)$", out, re.M), out
+
