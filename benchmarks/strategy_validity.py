@@ -236,13 +236,16 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="keep phase folders and the base cache here")
     parser.add_argument("--results", type=Path, help="default: the design's file under "
                         "benchmarks/results")
+    parser.add_argument("--report-only", action="store_true",
+                        help="tabulate what is on file; train nothing")
     args = parser.parse_args()
     d = DESIGNS[args.design]
     seeds = args.seeds or list(d.seeds)
     results = args.results or d.results
     mine, where = this_path(read_rows(results))
     have = {(r["config"], r["seed"]) for r in mine}
-    todo = [(n, s) for s in seeds for n in configurations(d) if (n, s) not in have]
+    todo = [] if args.report_only else [(n, s) for s in seeds for n in configurations(d)
+                                        if (n, s) not in have]
     print(f"{len(have)} runs on file ({where}), {len(todo)} to run", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.dir or Path(tmp)

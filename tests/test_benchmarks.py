@@ -277,3 +277,42 @@ def test_only_the_searches_of_this_numeric_path_are_replayed(tmp_path, monkeypat
     assert "addition-llmzero-3-MKL_CBWR=COMPATIBLE: not a search on the native numeric path" in out
     assert {(r["task"], r["seed"], r["node"]) for r in json.loads(results.read_text())} == {
         ("addition", 3, 0), ("addition", 3, 1)}
+
+
+def test_strategy_validity_report_only_tabulates_what_is_on_file_and_trains_nothing(
+        tmp_path, monkeypatch, capsys):
+    """Review: the script had no way to re-print a committed file's table but a rerun, which
+    trains every run the file lacks (hours) before it tabulates."""
+    sv = bench("strategy_validity")
+    results = tmp_path / "sv.json"
+    results.write_text(json.dumps([{"config": "static lr=0.0005", "seed": s, "test": 0.8 + s / 100}
+                                   for s in (0, 1)]))
+    monkeypatch.setattr(sv, "run_chain", lambda *a: pytest.fail("--report-only trained"))
+    out = main(sv, monkeypatch, capsys, "--design", "expand-deep", "--results", str(results),
+               "--seeds", "0", "1", "--report-only")
+    assert out.startswith("2 runs on file (numeric path native), 0 to run")
+    assert re.search(r"^  static lr=0\.0005 +0\.805 \+- 0\.005  \(2 seeds\)$", out, re.M), out
+
+
+SV_PATHS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "mkl-compatible": {"MKL_CBWR": "COMPATIBLE"}}
+
+
+@pytest.mark.parametrize("txt", sorted((BENCHMARKS / "results").glob("strategy_validity_*.txt")),
+                         ids=lambda p: p.stem)
+def test_each_committed_strategy_validity_file_re_tabulates_as_its_report(txt, monkeypatch,
+                                                                          capsys):
+    """Every committed report (.txt) is re-printed from its raw file with --report-only on the
+    numeric path the report names, with no run to train. Review: the rows of the avx2 and
+    MKL_CBWR=COMPATIBLE files carried no path, so on their own path none counted as on file."""
+    design, _, path = txt.stem.removeprefix("strategy_validity_").partition(".")
+    for name, value in SV_PATHS.get(path, {}).items():
+        monkeypatch.setenv(name, value)
+    results = txt.with_suffix(".json")
+    seeds = sorted({r["seed"] for r in bench("common").read_rows(results)})
+    out = main(bench("strategy_validity"), monkeypatch, capsys, "--design", design, "--results",
+               str(results), "--seeds", *map(str, seeds), "--report-only")
+    rows = len(bench("common").read_rows(results))
+    assert out.startswith(f"{rows} runs on file (numeric path "), out
+    assert "rows left out" not in out.splitlines()[0]
+    table = [line for line in txt.read_text().splitlines() if line.startswith("  ")]
+    assert table and table == [line for line in out.splitlines() if line.startswith("  ")]
