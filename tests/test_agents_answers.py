@@ -58,6 +58,16 @@ def test_bad_changes_are_named(changes, needle):
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["all-linear\n", "q_proj\n"])
+def test_a_text_value_ending_in_a_newline_is_refused_with_the_answer(value):
+    """A text hyperparameter was matched with `^...$`, whose `$` also matches before a final
+    newline: an LLM's "all-linear\n" passed the answer's checks, and the phase it planned
+    failed as its script was rendered, a phase of the budget spent on no training, where the
+    answer should have gone back to the LLM to mend."""
+    with pytest.raises(AnswerError, match="'target_modules': must be 1-64 characters"):
+        proposal({"target_modules": value, "lr": 2e-3}, step=None)
+
+
 def test_checkpoint_rules():
     with pytest.raises(AnswerError, match=r"60 is not a saved step; choose one of \[25, 50"):
         proposal({}, step=60)
