@@ -31,6 +31,10 @@ def test_extract_json_prefers_last_fenced_block():
         extract_json("I think lr should go down")
     with pytest.raises(AnswerError, match="nested too deeply"):     # not a RecursionError
         extract_json('{"a": ' * 1500 + "1" + "}" * 1500)
+    # Not a bare ValueError (Python's limit on an integer's digits), which skipped the
+    # repair round as though the checker had failed rather than the answer.
+    with pytest.raises(AnswerError, match="number of 5000 digits"):
+        extract_json('{"additional_steps": ' + "1" * 5000 + "}")
 
 
 def test_epochs_follow_the_batch_size_in_code():
