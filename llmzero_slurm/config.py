@@ -133,7 +133,14 @@ class AgentConfig:
             problems.add(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
         if self.cache_ttl not in ("5m", "1h"):
             problems.add(f"{where}.cache_ttl", "must be '5m' or '1h'")
-        if self.base_url is not None and not _http_url(self.base_url):
+        if self.base_url is not None and "@" in urlsplit(self.base_url).netloc:
+            # Not repeated: the URL is copied into the run's experiment.yaml and printed in
+            # the agents' line, where the key (read from the environment) never is.
+            problems.add(f"{where}.base_url", "must not hold a user name or password "
+                         "(user:password@host): the URL is copied into the run's "
+                         "experiment.yaml and shown in its output; give the service's key in "
+                         f"${self.key_env} (agents.api_key_env names another variable)")
+        elif self.base_url is not None and not _http_url(self.base_url):
             problems.add(f"{where}.base_url", "must be an http:// or https:// URL with a host, "
                          f"e.g. http://127.0.0.1:8000/v1 (got {self.base_url!r:.80})")
         if not VARIABLE_NAME.match(self.key_env):

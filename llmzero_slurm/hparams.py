@@ -30,7 +30,8 @@ LENGTH_KEYS = ("total_training_steps", "total_epochs")
 VERL_NEEDS_LORA = ("every phase after the first starts from its parent's LoRA adapter, and with "
                    "none verl trains the whole model and saves no adapter to start from")
 
-_SAFE_TEXT = re.compile(r"^[A-Za-z0-9_.,:+\-]{1,64}$")
+# fullmatch: `$` alone also matches before a final newline, which no script line may hold.
+_SAFE_TEXT = re.compile(r"[A-Za-z0-9_.,:+\-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Param:
             if not math.isfinite(value):
                 raise HyperparameterError(self.name, value, "must be finite")
         elif self.type is str:
-            if not isinstance(value, str) or not _SAFE_TEXT.match(value):
+            if not isinstance(value, str) or not _SAFE_TEXT.fullmatch(value):
                 raise HyperparameterError(
                     self.name, value, "must be 1-64 characters of letters, digits and _.,:+-")
         if self.choices is not None and value not in self.choices:

@@ -31,6 +31,10 @@ def test_extract_json_prefers_last_fenced_block():
         extract_json("I think lr should go down")
     with pytest.raises(AnswerError, match="nested too deeply"):     # not a RecursionError
         extract_json('{"a": ' * 1500 + "1" + "}" * 1500)
+    # Not a bare ValueError (Python's limit on an integer's digits), which skipped the
+    # repair round as though the checker had failed rather than the answer.
+    with pytest.raises(AnswerError, match="number of 5000 digits"):
+        extract_json('{"additional_steps": ' + "1" * 5000 + "}")
 
 
 def test_epochs_follow_the_batch_size_in_code():
@@ -56,6 +60,16 @@ def test_bad_changes_are_named(changes, needle):
     with pytest.raises(AnswerError) as err:
         proposal(changes)
     assert needle in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["all-linear\n", "q_proj\n"])
+def test_a_text_value_ending_in_a_newline_is_refused_with_the_answer(value):
+    """A text hyperparameter was matched with `^...$`, whose `$` also matches before a final
+    newline: an LLM's "all-linear\n" passed the answer's checks, and the phase it planned
+    failed as its script was rendered, a phase of the budget spent on no training, where the
+    answer should have gone back to the LLM to mend."""
+    with pytest.raises(AnswerError, match="'target_modules': must be 1-64 characters"):
+        proposal({"target_modules": value, "lr": 2e-3}, step=None)
 
 
 def test_checkpoint_rules():

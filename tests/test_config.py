@@ -325,6 +325,19 @@ def test_base_url_takes_http_urls(url):
     assert parse_config({"name": "x", "agents": {"base_url": url}}).agents.base_url == url
 
 
+@pytest.mark.parametrize("url", ["https://me:sekrit-pass-9@gateway.example/v1",
+                                 "http://sekrit-pass-9@127.0.0.1:8000/v1"])
+def test_base_url_holding_a_password_is_refused_without_repeating_it(url):
+    """A password in agents.base_url (user:password@host) was taken: the URL is copied into
+    the run's experiment.yaml, which the run's readers read, and printed in the agents' line
+    of --check and of every start, where the key itself never is. The refusal says where a
+    credential goes instead, and does not repeat it."""
+    said = refused({"name": "x", "agents": {"base_url": url}})
+    assert said.startswith("config key 'agents.base_url': must not hold a user name or "
+                           "password"), said
+    assert "$ANTHROPIC_API_KEY" in said and "sekrit" not in said
+
+
 def test_an_integer_hyperparameter_written_with_a_point_is_refused():
     """rollout_n: 8.0 was silently taken as 8, though every other integer setting of the file
     refuses a float. A float knob given as an integer is fine."""

@@ -276,6 +276,38 @@ def test_a_checkpoint_resumes_only_on_the_device_type_it_was_written_on(cache_di
         assert "LLMZ_RERUN_DIR" in err and "release" not in err and "Traceback" not in err
 
 
+class _Planted:
+    """A pickle that runs code as it is loaded: here it only creates the file it names."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def test_a_checkpoint_state_that_would_run_code_as_it_loads_is_refused(cache_dir, tmp_path,
+                                                                      capsys):
+    """trainer_state.pt was read with torch.load(weights_only=False): unpickling runs whatever
+    the file names, so a file a peer on the shared run directory planted (or any file there
+    not written by the trainer) ran its code in the next job that resumed the phase. The
+    state holds plain numbers, text and tensors only; anything else is refused, named."""
+    import torch
+    args = ("save_freq=1", "test_freq=1")
+    assert run_phase(cache_dir, tmp_path, "--warm-start-steps=0", "total_training_steps=1",
+                     *args) == 0
+    state_file = tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt"
+    state = load_state(state_file.parent)
+    marker = tmp_path / "ran"
+    torch.save({**state, "planted": _Planted(marker)}, state_file)
+    capsys.readouterr()
+    assert run_phase(cache_dir, tmp_path, "--warm-start-steps=0", "total_training_steps=2",
+                     *args) == 1
+    err = capsys.readouterr().err
+    assert not marker.exists()
+    assert f"cpu_grpo: error: {state_file}: " in err and "Traceback" not in err, err[-2000:]
+
+
 def test_a_checkpoint_takes_the_umask_so_a_colleague_can_start_from_it(tmp_path):
     """safetensors writes adapter_model.safetensors 0600 whatever the umask: under a group's
     umask 002 a colleague resuming the shared run could not load a parent's adapter."""

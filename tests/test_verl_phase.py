@@ -372,6 +372,31 @@ def node_tmp():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("planted", ["another user's folder", "a link"])
+def test_a_ray_folder_someone_else_made_first_is_not_taken(tmp_path, node_tmp, planted):
+    """RAY_TMPDIR's name is known before a job starts (llmz-ray-<job id> in TMPDIR or /tmp,
+    which every user may write): a folder another user made there first, or a link to one,
+    was taken with `mkdir -p`, so Ray's sockets and session files went where that user could
+    read and change them. Such a name is passed over for a folder of the job's own."""
+    script = script_of(spec(tmp_path))
+    env, log, _ = stub_programs(tmp_path)
+    theirs = node_tmp / "theirs"
+    theirs.mkdir(mode=0o777)
+    planted_at = node_tmp / "llmz-ray-54"
+    if planted == "a link":
+        planted_at.symlink_to(theirs)
+    else:
+        planted_at.mkdir(mode=0o777)
+        os.chown(planted_at, 65534, 65534)          # nobody's, as another user's would be
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                          env={**env, "TMPDIR": str(node_tmp), "SLURM_JOB_ID": "54"})
+    assert done.returncode == 0, done.stderr
+    ray_tmp = (log / "main_ppo.env").read_text().splitlines()[0].removeprefix("RAY_TMPDIR=")
+    assert ray_tmp.startswith("/tmp/llmz-ray-") and ray_tmp != str(planted_at), ray_tmp
+    assert not Path(ray_tmp).exists() and list(theirs.iterdir()) == []
+    assert planted_at.is_symlink() if planted == "a link" else planted_at.is_dir()
+
+
 @pytest.mark.parametrize("end", ["trained", "cancelled"])
 def test_a_phase_leaves_no_ray_folder_on_the_node(tmp_path, node_tmp, end):
     """RAY_TMPDIR (Ray's session logs and spilled objects, on the node's local disk) was made

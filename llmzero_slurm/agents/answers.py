@@ -68,6 +68,10 @@ def extract_json(text: str) -> dict[str, Any]:
     except RecursionError:   # a few KB of brackets exhaust the decoder's stack
         raise AnswerError("the JSON block is nested too deeply; give one flat object of the "
                           "requested fields") from None
+    except ValueError as exc:    # an integer past Python's digit limit (sys.int_info)
+        digits = re.search(r"has (\d+) digits", str(exc))
+        raise AnswerError(f"the JSON block holds a number of {digits[1] if digits else 'too many'} "
+                          "digits; give each value as a plain number") from None
     if not isinstance(data, dict):
         raise AnswerError("the JSON block must be an object")
     return data

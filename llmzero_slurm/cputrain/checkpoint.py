@@ -8,6 +8,7 @@ their files fsynced first (a power loss cannot leave a named folder of empty fil
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
 import warnings
@@ -125,9 +126,21 @@ def load_state(folder: Path, device: str | None = None) -> dict[str, Any]:
     refused by name (the optimizer moves its state to its parameters' device itself). With
     `device`, a state written on another device type is refused: CPU and CUDA random
     generators keep states of different kinds, so the run could not go on as it would have
-    (a state from before the device was recorded is not checked)."""
+    (a state from before the device was recorded is not checked). Read with weights_only:
+    the state is numbers, text and tensors, and a full unpickling would run any code a file
+    in the (shared) run directory names; such a file is refused, named."""
     path = folder / STATE_FILE
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # torch's own message is a page of advice to load it unsafely: its one line of cause.
+        why = next((line.split("error:", 1)[1].split(" was not", 1)[0].strip()
+                    for line in str(exc).splitlines() if "WeightsUnpickler error:" in line),
+                   type(exc).__name__)
+        raise StateError(path, "holds more than a trainer state (numbers, text and tensors), "
+                         f"so it was not loaded ({why[:200]}): llmzero-slurm's trainer did not "
+                         "write it. Rerun the phase from its start into a folder of its own "
+                         "(LLMZ_RERUN_DIR)") from None
     written = state.get("device", device)
     if device is not None and written != device:
         where = "a GPU is visible" if written == "cuda" else \
