@@ -89,11 +89,17 @@ class TaskConfig:
         problems.raise_all()
 
 
+# agents.backend's values, the one list of them: choose_backend (agents/llm.py) builds each LLM
+# backend, "heuristic" is none, and "auto" is Anthropic when its key is set, else none.
+LLM_BACKENDS = ("auto", "anthropic", "openai", "heuristic")
+LLM_BACKENDS_SAID = f"must be {', '.join(LLM_BACKENDS[:-1])} or {LLM_BACKENDS[-1]}"
+
+
 @dataclass
 class AgentConfig:
     """Which LLM backend the agents use; the API key is read from the environment only."""
 
-    backend: str = "auto"          # auto | anthropic | openai | heuristic
+    backend: str = "auto"          # one of LLM_BACKENDS
     model: str = "claude-sonnet-4-6"   # the paper's backbone (4-5 reaches end of life 2026-11-30)
     base_url: str | None = None
     api_key_env: str | None = None     # None: the backend's own variable (key_env)
@@ -129,8 +135,8 @@ class AgentConfig:
         """A negative max_retries makes the SDK fail every call; zero tokens, timeouts or
         image sizes can never answer; a negative price would make the cost figures lie."""
         problems = ConfigProblems()
-        if self.backend not in ("auto", "anthropic", "openai", "heuristic"):
-            problems.add(f"{where}.backend", "must be auto, anthropic, openai or heuristic")
+        if self.backend not in LLM_BACKENDS:
+            problems.add(f"{where}.backend", LLM_BACKENDS_SAID)
         if self.cache_ttl not in ("5m", "1h"):
             problems.add(f"{where}.cache_ttl", "must be '5m' or '1h'")
         if self.base_url is not None and "@" in urlsplit(self.base_url).netloc:

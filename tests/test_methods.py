@@ -451,6 +451,23 @@ def test_a_search_seed_no_method_reads_is_said(name):
     assert unread_note(SearchSettings(method=name)) is None
 
 
+def test_each_methods_registry_entry_says_what_its_class_does(monkeypatch):
+    """What a method reads is said in its registry entry (checking a config and llmzero-status
+    import no method), so a new method is one entry: its class's early stopping and the notes
+    of what it sets aside follow that entry, not a method's name written into the checks."""
+    from llmzero_slurm.methods import method_class
+    from llmzero_slurm.methods.registry import METHODS, Entry, no_stopper, unread_note
+    from llmzero_slurm.search.settings import SearchSettings
+    for name, entry in METHODS.items():
+        assert method_class(name).early_stopping is entry.tree, name
+    monkeypatch.setitem(METHODS, "uct2", Entry(METHODS["llmzero"].path, tree=True, seeded=True))
+    assert no_stopper(SearchSettings(method="uct2")) is None
+    assert unread_note(SearchSettings(method="uct2", seed=7, exploration_c=2.0)) is None
+    assert unread_note(SearchSettings(method="grid", exploration_c=2.0)) == (
+        "grid does not read search.exploration_c=2: llmzero and uct2's tree search and early "
+        "stopper alone do, so they change nothing in this run")
+
+
 def test_a_grid_list_given_to_random_says_how_random_reads_a_space(tmp_path):
     """One experiment.yaml switched from grid to random (to compare them) was refused with
     "search.space.lr: must be a number (got [0.001, 0.003])": a list is a grid's entry, and

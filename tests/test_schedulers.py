@@ -1255,6 +1255,17 @@ def test_a_slurm_poll_below_the_sites_floor_is_raised_to_it_with_a_note(tmp_path
     assert isinstance(make_scheduler("local", tmp_path, poll_s=0.05), LocalScheduler)
 
 
+def test_a_listed_scheduler_make_scheduler_cannot_build_is_refused(tmp_path, monkeypatch):
+    """A third scheduler added to the list experiment.yaml is checked against was built as a
+    LocalScheduler by make_scheduler, which asked only whether the kind was "slurm": a cluster's
+    phases would have run on the login node."""
+    from llmzero_slurm import schedulers
+    monkeypatch.setattr(schedulers, "SCHEDULER_KINDS", (*schedulers.SCHEDULER_KINDS, "pbs"))
+    monkeypatch.setattr(schedulers, "conf_problem", lambda: None)
+    with pytest.raises(NotImplementedError, match="pbs"):
+        schedulers.make_scheduler("pbs", tmp_path)
+
+
 def orphaned_job(tmp_path: Path, leader: list[str], env: dict[str, str]
                  ) -> tuple[LocalScheduler, Path, subprocess.Popen]:
     """Local job 1 of a run whose supervisor is gone, its process group led by `leader`."""

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
-from ..config import AgentConfig
+from ..config import LLM_BACKENDS_SAID, AgentConfig
 from ..errors import ConfigError
 from .cleartext import refuse_cleartext_key
 from .deadline import HOOKS, Abandoned, within
@@ -265,7 +265,7 @@ def choose_backend(cfg: AgentConfig, key: str | None = None) -> Backend | None:
         if not cfg.base_url:
             raise ConfigError("agents.base_url", "backend openai needs the server's base_url")
         return OpenAIBackend(cfg, key or "EMPTY")   # local servers usually take any key
-    raise ConfigError("agents.backend", "must be auto, anthropic, openai or heuristic")
+    raise ConfigError("agents.backend", LLM_BACKENDS_SAID)
 
 
 ANTHROPIC_URL = "https://api.anthropic.com"

@@ -21,7 +21,7 @@ def method_class(name: str) -> type[SearchMethod]:
     if name not in METHODS:
         raise ConfigError("search.method", f"unknown method {name!r} "
                           f"(known: {', '.join(sorted(METHODS))})")
-    module, cls = METHODS[name].split(":")
+    module, cls = METHODS[name].path.split(":")
     found = getattr(importlib.import_module(module), cls)
     assert isinstance(found, type) and issubclass(found, SearchMethod)
     return found

@@ -98,7 +98,11 @@ class MethodContext:
 
 
 class SearchMethod(ABC):
-    name: str
+    """A search method, listed by name in methods/registry.py. It is built anew from the
+    frozen config at every start, so what it knows of the run comes from the trees it is
+    given."""
+
+    name: str                           # its search.method name
     early_stopping: bool = False        # whether the monitor job runs for this method
     agents: str | None = None           # who answers for its agents, said at each start
 
@@ -107,7 +111,10 @@ class SearchMethod(ABC):
 
     @abstractmethod
     def next_phase(self, tree: Tree) -> PhasePlan | Verdict | None:
-        """The next phase to start now, or None when nothing can start until a job ends."""
+        """The next phase to start now (a PhasePlan), a decision about an existing node (a
+        Verdict), or None when nothing can start until a job ends: with no job pending, None
+        ends the search. Asked again, with the tree reloaded, until `search.concurrency`
+        phases are pending."""
 
     @abstractmethod
     def exhausted(self, tree: Tree) -> bool:

@@ -74,10 +74,14 @@ def make_scheduler(kind: str, run_dir: Path, secret_names: Sequence[str] = (),
     `kept_names`: credential variables its phases' trainer reads (a logger's key).
     `poll_s`: a poll period the user set, which Slurm's answers are then kept for, no back-off
     (the default backs off while nothing changes)."""
-    if resolve_scheduler_kind(kind) == "slurm":
+    kind = resolve_scheduler_kind(kind)
+    if kind == "slurm":
         poll_s = slurm_poll(poll_s)
         if poll_s is not None:
             return SlurmScheduler(secret_names=secret_names, kept_names=kept_names,
                                   min_poll_s=poll_s, max_poll_s=poll_s)
         return SlurmScheduler(secret_names=secret_names, kept_names=kept_names)
-    return LocalScheduler(Path(run_dir) / LOCAL_JOBS, secret_names, kept_names)
+    if kind == "local":
+        return LocalScheduler(Path(run_dir) / LOCAL_JOBS, secret_names, kept_names)
+    # A scheduler added to SCHEDULERS is built here too, or its phases would run locally.
+    raise NotImplementedError(f"make_scheduler does not build the {kind} scheduler")

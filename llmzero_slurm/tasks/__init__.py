@@ -1,9 +1,10 @@
 """Built-in tasks for the embedded CPU trainer, each a self-contained module.
 
-A task module defines DATA_SOURCE, ABILITY, DESCRIPTION, BASE_BAND (the greedy accuracy the
-CPU trainer's warm-started base is calibrated to), `sample(rng)` and verl's
-`compute_score(data_source, solution_str, ground_truth, extra_info=None)`, using only the
-standard library, so its file doubles as a verl custom reward function. Nothing here imports
+A task module defines DATA_SOURCE (its name: task.builtin and the rows' data_source), ABILITY
+(the rows' ability), BASE_BAND (the greedy accuracy the CPU trainer's warm-started base is
+calibrated to), `sample(rng)` and verl's `compute_score(data_source, solution_str, ground_truth,
+extra_info=None)`, using only the standard library, so its file doubles as a verl custom reward
+function; its DESCRIPTION is for people (no code, prompt or data row reads it). Nothing here imports
 torch: the login node lists and materialises tasks too.
 """
 from __future__ import annotations
