@@ -198,7 +198,10 @@ def reparent_fix(tree: Tree, fix_id: int) -> Reparent | None:
     origin = debug_chain_root(tree, fix.parent)
     if origin.unreadable:   # a stand-in ends every walk (it has no parent): wait for repair
         return None
-    prune = tuple(n.id for n in tree.subtree(origin.id) if n.id not in (origin.id, fix_id))
+    # The fix moves with whatever was built on it (a controller settles fixes before it
+    # selects, so that is nothing as a rule): only the other attempts are the debug subtree.
+    moving = {n.id for n in tree.subtree(fix_id)}
+    prune = tuple(n.id for n in tree.subtree(origin.id) if n.id != origin.id and n.id not in moving)
     return Reparent(fix_id, origin.parent, origin.kind, origin.id, prune)
 
 
