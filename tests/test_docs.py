@@ -97,3 +97,16 @@ def test_every_package_file_the_code_names_is_there():
              for m in re.findall(r"llmzero_slurm/[\w/]+\.py", path.read_text())}
     assert named, "the pattern finds the files the code names"
     assert not [p for p in named if not (ROOT / p).exists()]
+
+
+def test_the_readme_table_of_search_defaults_is_the_code_s():
+    """The table under "How `llmzero` searches" gives each tree setting's default: a default
+    changed in SearchSettings must change the table, or the page tells a reader of the paper
+    that the run follows Appendix B.6 where it does not."""
+    from llmzero_slurm.search.settings import SearchSettings
+    section = README.split("### How `llmzero` searches", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `search\.(\w+)` \| ([^|]+) \|", section, re.M)
+    assert len(rows) >= 10, "the pattern finds the table's rows"
+    defaults = SearchSettings()
+    for name, shown in rows:
+        assert float(shown) == getattr(defaults, name), name

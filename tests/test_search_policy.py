@@ -199,6 +199,20 @@ def test_reparenting_after_a_successful_debug():
     assert reparent_fix(after, 3) is None  # applied once only
 
 
+def test_a_fix_moves_with_its_own_subtree():
+    """§3.2 reparents the fixed descendant and prunes the debug subtree below the chain's
+    failure; phases built on the fix (a fix not yet moved when a selection ran) move with
+    it rather than being pruned as debug attempts."""
+    r = Resume(0, 10)
+    tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED),
+             N(2, 1, S.COMPLETED, score=0.7, kind=DBG, resume=r, debug_depth=1),
+             N(3, 2, S.RUNNING), N(4, 1, S.FAILED, kind=DBG, resume=r, debug_depth=1))
+    plan = reparent_fix(tree, 2)
+    assert set(plan.prune) == {4}
+    after = Tree({**tree.nodes, **{n.id: n for n in plan.apply(tree)}}.values())
+    assert [n.id for n in after.subtree(2)] == [2, 3] and not after[3].pruned
+
+
 def test_failed_debug_node_is_not_reparented():
     r = Resume(0, 10)
     tree = T(N(0, None, score=0.5), N(1, 0, S.FAILED), N(2, 1, S.FAILED, kind=DBG, resume=r))

@@ -1,5 +1,6 @@
-"""Where the search goes next: UCT selection with the virtual new child, terminal pruning,
-debug-chain reparenting, forced from-scratch injection and the best strategy path.
+"""Where the search goes next: UCT selection with the virtual new child (Appendix D.3),
+terminal pruning and debug-chain reparenting (§3.2), forced from-scratch injection (§3.3) and
+the best strategy path (Algorithm 1, line 21).
 
 Every function takes a Tree snapshot and returns a decision; the controller applies it to the
 store. Pending phases are never expanded (they have no checkpoint or verdict yet) but count
@@ -67,8 +68,12 @@ class Analysis:
         return a
 
     def limit_children(self, node: Node) -> list[Node]:
-        """Children charged to the node's branching limit (its kind decides which). A child a
-        person cancelled is not: it gave no verdict, so its slot is free again."""
+        """Children charged to the node's branching limit (its kind decides which): the k of
+        N_fair and of k < k_max (Appendix D.3). A child a person cancelled is not: it gave no
+        verdict, so its slot is free again. Nor is an injected scratch child (§3.3) or a
+        reparented fix (the failure it replaces already is). A terminal child stays charged:
+        were it not, a node whose children all ended could always expand again and never
+        become terminal (§3.2)."""
         kids = [k for k in self.tree.children(node.id) if k.status is not Status.CANCELLED]
         if node.status is Status.FAILED:
             return [k for k in kids if k.kind is Kind.DEBUG and k.fixed_from is None]
@@ -114,14 +119,17 @@ class Analysis:
 
 def scratch_ratio(tree: Tree) -> float:
     """n_scratch / n_evolve over unpruned nodes a person did not cancel (infinite before the
-    first evolve)."""
+    first evolve), §3.3. Nodes count by kind: the root and every scratch child (injected or the
+    proposer's choice) are scratch, debug nodes neither, a reparented fix the kind it took
+    over, a failed phase its own kind."""
     kinds = [n.kind for n in tree if not n.pruned and n.status is not Status.CANCELLED]
     evolve = kinds.count(Kind.EVOLVE)
     return math.inf if evolve == 0 else kinds.count(Kind.SCRATCH) / evolve
 
 
 def best_node(tree: Tree) -> Node | None:
-    """The node with the highest strategy score (oldest wins ties)."""
+    """The node with the highest strategy score (oldest wins ties): validation only, of a
+    completed or early-stopped phase (Algorithm 1, line 21); test scores are never read."""
     scored = [(s, -n.id, n) for n in tree if (s := n.strategy_score) is not None]
     return max(scored, key=lambda t: t[:2])[2] if scored else None
 
@@ -143,8 +151,10 @@ def select(tree: Tree, settings: SearchSettings) -> Action | None:
 def _descend(a: Analysis, node: Node | None) -> Action | None:
     """Try options best-first: the virtual new child competes with each live child's UCT.
 
-    Expansion wins only when it beats every child (ties descend). If the best branch is
-    blocked by pending phases, the next-best option is tried, so the walk is linear overall.
+    Expansion wins only when it beats every child (ties descend), as in Appendix D.3, step 3.
+    If the best branch is blocked by pending phases, the next-best option is tried, so the
+    walk is linear overall. The paper runs one phase at a time and never meets a blocked
+    branch; with `search.concurrency` 1 phases run one at a time here too.
     """
     parent_id = node.id if node else None
     options: list[tuple[float, int, Node | None]] = []
@@ -188,7 +198,10 @@ def reparent_fix(tree: Tree, fix_id: int) -> Reparent | None:
     origin = debug_chain_root(tree, fix.parent)
     if origin.unreadable:   # a stand-in ends every walk (it has no parent): wait for repair
         return None
-    prune = tuple(n.id for n in tree.subtree(origin.id) if n.id not in (origin.id, fix_id))
+    # The fix moves with whatever was built on it (a controller settles fixes before it
+    # selects, so that is nothing as a rule): only the other attempts are the debug subtree.
+    moving = {n.id for n in tree.subtree(fix_id)}
+    prune = tuple(n.id for n in tree.subtree(origin.id) if n.id != origin.id and n.id not in moving)
     return Reparent(fix_id, origin.parent, origin.kind, origin.id, prune)
 
 

@@ -1,7 +1,15 @@
-"""Appendix D's scoring: min-max normalisation, exponential shaping, Q with penalties, UCT.
+"""Appendix D's scoring: min-max normalisation and exponential shaping (Eq. 7), Q with the
+failure and early-stop penalties (Eq. 8), UCT of a child (Eq. 5) and of the virtual new child
+(Eq. 6).
 
 All functions are pure. Visit statistics are derived from node statuses in one bottom-up pass,
 so scoring a 10,000-node tree is linear and nothing is stored that could drift.
+
+Choices the paper leaves open (README, "How `llmzero` searches"): a node's own phase counts in
+its subtree's visits; an early-stopped phase with a score is both validated and early-stopped;
+a failed phase is a failure only, though a score it logged still widens the range; a flat
+range normalises to 0.5; pending phases add `virtual_loss` visits with no score (concurrency,
+which the paper does not have).
 """
 from __future__ import annotations
 

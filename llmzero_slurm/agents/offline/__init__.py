@@ -7,10 +7,11 @@ last fifth of the logged points):
 1. collapse      a loss, KL or gradient norm turned NaN/inf, or rewards or validation
                  fall well below their peak after KL rose:
                  lr x0.3, KL coef x3 (at least 0.01), grad_clip x0.5; resume from the last
-                 checkpoint at or before the validation peak.
+                 checkpoint at or before the validation peak (from the base model when
+                 none was saved that early).
 2. truncation    >5% of responses hit max_response_length: length x1.5 (capacity grows;
                  5% because a long answer that is a tenth of the data is worth keeping).
-3. kl_spike      KL rises >5x with rewards holding: lr x0.5, KL coef x2.
+3. kl_spike      KL rises >5x with rewards holding: lr x0.5, KL coef x2 (at least 0.005).
 4. entropy_collapse  entropy falls below a third while rewards stall: temperature +0.2,
                  clip_ratio_high up to 0.28, KL coef x0.5.
 5. vanishing     validation flat and grad_norm halved: lr x2 with KL coef x1.5 (escape the
@@ -18,10 +19,10 @@ last fifth of the logged points):
 6. noisy         grad_norm varies more than its mean: lr x0.7, grad_clip x0.5, rollouts x2.
 7. healthy       validation still rising: go on from the last checkpoint with smaller,
                  more anchored steps (lr x0.5, KL coef x1.5).
-8. plateau       otherwise, sharpen: temperature -0.3 (not below 0.3), so a policy that has
-                 learnt what exploration found trains on its own sharper samples (on the
-                 reverse task a fixed 0.3 with the KL anchor is erratic from the base,
-                 0.62-0.86 over five seeds, while 0.7 then 0.3 matched the best fixed
+8. plateau       otherwise, sharpen: temperature -0.3 from at most 1.0 (not below 0.3), so a
+                 policy that has learnt what exploration found trains on its own sharper
+                 samples (on the reverse task a fixed 0.3 with the KL anchor is erratic
+                 from the base, 0.62-0.86 over five seeds, while 0.7 then 0.3 matched the best fixed
                  temperature), and KL coef x0.5, since the anchor that kept early steps
                  safe now holds the policy back (at temperature 0.5, no KL from the start
                  loses 0.017, while releasing it after 80 of 120 steps gains 0.011 +- 0.005:
