@@ -1,6 +1,7 @@
 """Invariants of selection on random trees and over long simulated searches."""
 import math
 import random
+from typing import Callable
 
 from hypothesis import given, settings, strategies as st
 
@@ -57,8 +58,11 @@ def test_selection_never_picks_a_terminal_or_full_node(tree, k_evolve, k_debug):
     assert (action.kind is Kind.DEBUG) == (parent.status is Status.FAILED)
 
 
-def simulate(seed: int, iterations: int, s: SearchSettings) -> tuple[Tree, list[bool]]:
-    """Run a search where every phase ends at once with a random outcome."""
+def simulate(seed: int, iterations: int, s: SearchSettings,
+             selected: Callable[[Tree, Action], object] = lambda tree, action: None
+             ) -> tuple[Tree, list[bool]]:
+    """Run a search where every phase ends at once with a random outcome; `selected` is shown
+    each selection with the tree it was made on."""
     rnd = random.Random(seed)
     nodes: dict[int, Node] = {}
     ratio_ok: list[bool] = []
@@ -67,6 +71,7 @@ def simulate(seed: int, iterations: int, s: SearchSettings) -> tuple[Tree, list[
         action = select(tree, s)
         if action is None:
             break
+        selected(tree, action)
         if action.kind is Kind.EVOLVE:
             ratio_ok.append(scratch_ratio(tree) >= s.min_scratch_ratio)
         step = rnd.choice(tree[action.parent].results.checkpoints) if action.kind is Kind.EVOLVE else None
@@ -162,26 +167,11 @@ def _paper_select(tree: Tree, s: SearchSettings) -> Action | None:
 def test_serial_selection_is_appendix_d_as_written(seed):
     """Outside injection, every selection of a one-phase-at-a-time search is the one a plain
     transcription of Eq. 5-8 and D.3 makes (README: "How `llmzero` searches")."""
-    rnd = random.Random(seed)
-    nodes: dict[int, Node] = {}
-    compared = 0
-    for i in range(30):
-        tree = Tree(nodes.values())
-        action = select(tree, SET)
-        if action is None:
-            break
+    compared = []
+
+    def as_the_paper_selects(tree: Tree, action: Action) -> None:
         if len(tree) and not action.injected:
-            assert action == _paper_select(tree, SET), f"selection {i}"
-            compared += 1
-        step = rnd.choice(tree[action.parent].results.checkpoints) \
-            if action.kind is Kind.EVOLVE else None
-        child = make_child(tree, action, i, {}, resume_step=step)
-        child.status = rnd.choices([Status.COMPLETED, Status.EARLY_STOPPED, Status.FAILED],
-                                   [0.6, 0.25, 0.15])[0]
-        if child.status is not Status.FAILED:
-            child.results = Results(best_val=rnd.random(), checkpoints=[child.start_step + 10])
-        nodes[i] = child
-        plan = reparent_fix(Tree(nodes.values()), i)
-        if plan:
-            nodes.update({n.id: n for n in plan.apply(Tree(nodes.values()))})
-    assert compared > 0
+            assert action == _paper_select(tree, SET), f"selection {len(tree)}"
+            compared.append(action)
+    simulate(seed, 30, SET, as_the_paper_selects)
+    assert compared
