@@ -910,12 +910,15 @@ def test_a_slow_squeue_backs_the_polls_off(monkeypatch):
 
 
 def test_polls_resume_soon_after_slurmctld_comes_back(monkeypatch):
-    """An outage is no slow squeue: the retries' failed attempts and waits (90 s here) were
+    """An outage is no slow squeue: the retries' failed attempts and waits (130 s here) were
     counted as one squeue's duration, and the next poll came ten times that later (15 min on
     a real cluster), so phases that ended meanwhile were not seen."""
     clock = [1000.0]
-    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time", SimpleNamespace(
-        monotonic=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s)))
+    fake_time = SimpleNamespace(monotonic=lambda: clock[0],
+                                sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    # the retries' waits (wait_unless, in base) pass on this clock too, not in real seconds
+    monkeypatch.setattr("llmzero_slurm.schedulers.slurm.time", fake_time)
+    monkeypatch.setattr("llmzero_slurm.schedulers.base.time", fake_time)
     calls: list[str] = []
     answer = Clients(squeue="41|RUNNING|None|0|llmz:node=1,token=t\n")
 
