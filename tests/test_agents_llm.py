@@ -490,7 +490,7 @@ def test_a_reply_that_trickles_in_is_given_up_at_timeout_s(service, monkeypatch,
     started = time.monotonic()
     with pytest.raises(LLMUnavailable) as raised:
         llm.complete(Prompt("Answer.", "Ready?"))
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0    # at timeout_s (1 s); the reply takes 4 s to come
     said = (f"{vendor}: no complete answer within agents.timeout_s = 1 s (the service's "
             "retries included); the call was abandoned")
     assert str(raised.value) == said

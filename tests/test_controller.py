@@ -340,7 +340,7 @@ def test_a_stop_signal_ends_the_squeue_under_way_and_keeps_the_phases_states(tmp
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
     began = time.monotonic()
     assert ctl.run() == 143
-    assert time.monotonic() - began < 3, out.getvalue()
+    assert time.monotonic() - began < 10, out.getvalue()    # squeue alone would take 30 s
     assert ("could not poll the scheduler, states kept as they were: polling jobs: squeue was "
             "ended unanswered: stopping") in out.getvalue()
     [node] = store.load_tree()

@@ -457,9 +457,11 @@ def test_learning_rate_too_high_collapses(cache_dir, good_phase, tmp_path):
     assert run_phase(cache_dir, tmp_path, "lr=1e-2", "total_training_steps=60",
                      "test_freq=10", "save_freq=1000") == 0
     lines, good = read_metrics(tmp_path), read_metrics(good_phase)
-    late = [acc for step, acc in by_step(lines, VAL).items() if step >= 20]
+    val = by_step(lines, VAL)
+    late = [acc for step, acc in val.items() if step >= 20]
     good_val = [acc for step, acc in by_step(good, VAL).items() if step > 0]
-    assert min(late) <= 0.1 and mean(late) < 0.5 * mean(good_val), (late, good_val)
+    # against this run's own base (step 0) and the good run, not a number from one machine
+    assert min(late) <= val[0] / 5 and mean(late) < 0.5 * mean(good_val), (val, good_val)
     assert mean(by_step(lines, "actor/kl_loss").values()) > 3 * mean(
         by_step(good, "actor/kl_loss").values())
 

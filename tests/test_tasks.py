@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from llmzero_slurm.errors import DataError
+from llmzero_slurm.errors import ConfigError, DataError
 from llmzero_slurm.tasks import TASKS, get_task, reward_path
 from llmzero_slurm.tasks.dataset import (SPLIT_SIZES, check_footer, generate_rows, materialize,
                                          read_examples, write_parquet)
@@ -275,7 +275,7 @@ def test_a_reward_with_the_wrong_signature_names_the_file_and_the_expected_one(t
 
 
 def test_unknown_task_lists_the_known_ones():
-    with pytest.raises(Exception, match="known: addition, arithmetic, expand, reverse, sort"):
+    with pytest.raises(ConfigError, match="known: addition, arithmetic, expand, reverse, sort"):
         get_task("subtraction")
 
 

@@ -54,13 +54,18 @@ def test_data_sources_with_slashes_and_prefix_lookalikes(tmp_path):
 def test_torn_last_line_waits_and_bad_lines_are_reported(tmp_path, capsys):
     src, dst = tmp_path / "v.jsonl", tmp_path / "m.jsonl"
     torn = verl_line(2, **{"actor/kl_loss": 0.01})
-    src.write_text(verl_line(1, **{"actor/kl_loss": 0.0}) + "not json\n" + torn[:10])
+    first = verl_line(1, **{"actor/kl_loss": 0.0})
+    src.write_text(first + "not json\n" + torn[:10])
     ingest = VerlMetricsIngest(src, dst, 10)
     assert ingest.poll() == 1
-    assert "byte" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    # the bad line is named by where it starts; the torn one waits, unreported
+    assert f"byte {len(first.encode())}: not a verl file-logger line" in said, said
+    assert said.count("not a verl file-logger line") == 1 and "b'not json" in said, said
     with open(src, "a") as fh:
         fh.write(torn[10:])
     assert ingest.poll() == 1
+    assert "not a verl file-logger line" not in capsys.readouterr().err
     assert [r["step"] for r in read(dst)] == [11, 12]
 
 
