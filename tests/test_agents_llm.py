@@ -303,6 +303,31 @@ def test_rate_limit_then_success(service, anthropic_proposer, run, tmp_path):
     assert p.source == "anthropic" and len(service.requests) == 2
 
 
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_each_refusal_the_sdk_retries_is_said_as_it_comes(service, monkeypatch, caplog, backend):
+    """A rate-limited or overloaded service held an agent (and the controller) for up to
+    agents.timeout_s while the SDK backed off and retried, with no line said until the
+    fallback. Each refusal is a warning (the controller shows them), naming the limit; one
+    the SDK does not retry (401) is not announced as retried."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=30.0, max_retries=2))
+    service.reply({"status": 429}, {"status": 529 if backend == "anthropic" else 503},
+                  {"text": "ready"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"):
+        assert llm.complete(Prompt("Answer.", "Ready?")).text == "ready"
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert re.fullmatch(r"LLM call refused: HTTP 429, \d+ s into it; tried again as "
+                        r"agents.max_retries allows, within agents.timeout_s = 30 s \(the "
+                        r"service's retries included\)", said[0]), said
+    assert said[1].startswith("LLM call refused: HTTP 5"), said
+    caplog.clear()
+    service.reply({"status": 401, "message": "bad key"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"), pytest.raises(LLMUnavailable):
+        llm.complete(Prompt("Answer.", "Ready?"))
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("backend, error", [
     ("anthropic", "LLM unavailable: Anthropic API: InternalServerError"),
     ("openai", "LLM unavailable: OpenAI-compatible API: InternalServerError")])
