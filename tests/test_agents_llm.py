@@ -1002,6 +1002,20 @@ def test_a_call_abandoned_while_rate_limited_says_so(service, monkeypatch, backe
         llm.complete(Prompt("Answer.", "Ready?"))
 
 
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_a_slow_call_is_said_once_with_its_limit(service, monkeypatch, caplog, backend):
+    """A call the service took long to answer left the controller silent up to agents.timeout_s
+    (120 s). Unanswered after a quarter of its limit (30 s at most) it is said, once."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=8.0, max_retries=0))
+    service.reply({"delay": 4.0, "text": "ready"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"):
+        assert llm.complete(Prompt("Answer.", "Ready?")).text == "ready"
+    [said] = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(r"LLM call unanswered after [23] s; waiting for it within "
+                        r"agents.timeout_s = 8 s \(the service's retries included\)", said), said
+
+
 def test_check_names_the_server_it_could_not_reach(monkeypatch):
     """With the site's LLM server down, --check said only "APIConnectionError: Connection
     error.": neither the URL it tried nor why (refused, no route, DNS)."""

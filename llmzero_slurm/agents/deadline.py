@@ -10,6 +10,8 @@ reply, so it sends nothing more: no answer is paid for that nobody reads. The ca
 a plain join, so a stop signal (controller/signals.py) still interrupts it at once; and within
 `abandoned_when(reason)` the wait looks at `reason()` every second, so the controller can drop
 a call when llmzero-stop asks it to stop (the agents then answer as when the LLM is down).
+A call still unanswered after SLOW_NOTICE_S, and each refusal the SDK retries, is a logged
+warning (the controller shows them): a slow or rate-limited service must not look like a hang.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 RETRIED = (408, 409, 429)        # besides 5xx, what the SDKs retry (their _should_retry)
 LOOK_S = 1.0                     # how often a waiting caller asks whether to abandon the call
+SLOW_NOTICE_S = 30.0             # a call unanswered this long (or a quarter of its limit) is said
 _running = threading.local()     # the call a worker thread runs
 _reason: ContextVar[Callable[[], str | None] | None] = ContextVar("abandon_reason", default=None)
 
@@ -123,9 +126,15 @@ def within(seconds: float, work: Callable[[], T], limit: str | None = None) -> T
     worker = threading.Thread(target=run, name="llm-call", daemon=True)
     worker.start()
     why = None
+    notice: float | None = call.started + min(SLOW_NOTICE_S, seconds / 4)
     try:
         while why is None and worker.is_alive() and (left := deadline - time.monotonic()) > 0:
-            worker.join(left if reason is None else min(left, LOOK_S))
+            wake = left if reason is None else min(left, LOOK_S)
+            worker.join(wake if notice is None else max(0.0, min(wake, notice - time.monotonic())))
+            if notice is not None and worker.is_alive() and time.monotonic() >= notice:
+                _log.warning("LLM call unanswered after %.0f s; waiting for it within %s",
+                             time.monotonic() - call.started, limit)
+                notice = None
             if reason is not None and worker.is_alive():
                 why = reason()
     finally:
