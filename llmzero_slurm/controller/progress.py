@@ -71,7 +71,8 @@ class Waiting:
     start: int = 0            # the global step it starts at
     end: int | None = None    # the global step its plan ends at
 
-    def shown(self, now: float) -> str:
+    def shown(self, now: float, left_s: float | None = None) -> str:
+        """`left_s`: about how long it has left at its pace, where that is known."""
         text = f"node {self.node} {self.status}"
         if self.since is not None:
             text += f" {duration(now - self.since)}"
@@ -81,6 +82,8 @@ class Waiting:
             start = f" (from {self.start})" if self.start else ""
             text += (f", step {self.step} of {self.end}{start}" if self.step is not None
                      else f", no step logged yet (ends at step {self.end}{start})")
+            if left_s is not None:
+                text += f", about {duration(left_s)} left"
         return text
 
 
@@ -112,6 +115,7 @@ class Progress:
         self.repeat_first_s, self.repeat_max_s = repeat_first_s, repeat_max_s
         self._said_at = time.monotonic()
         self._every = repeat_first_s
+        self._seen: dict[int, tuple[int, float]] = {}   # node: (its step, when) on the last line
 
     def event(self, message: str) -> None:
         self.out.write(f"[{time.strftime('%H:%M:%S')}] {terminal_safe(message)}\n")
@@ -128,9 +132,19 @@ class Progress:
             self.event(summary)
         elif time.monotonic() - self._said_at >= self._every:
             now = time.time()
-            phases = "; ".join(w.shown(now) for w in (waiting() if waiting else []))
+            phases = "; ".join(w.shown(now, self._left(w, now)) for w in (waiting() if waiting else []))
             self.event(f"still {summary}" + (f" | {phases}" if phases else ""))
             self._every = min(self._every * 2, self.repeat_max_s)
+
+    def _left(self, phase: Waiting, now: float) -> float | None:
+        """The time a running phase has left at its pace since the last line that showed it
+        (not since its start: a warm start or a model load is no training pace)."""
+        if phase.step is None or phase.end is None:
+            return None
+        seen, self._seen[phase.node] = self._seen.get(phase.node), (phase.step, now)
+        if seen is None or phase.step <= seen[0] or now <= seen[1]:
+            return None
+        return (phase.end - phase.step) * (now - seen[1]) / (phase.step - seen[0])
 
     def finished(self, tree: Tree, reason: str, said: list[str], ended: str = "finished") -> None:
         self.event(f"search {ended}: {reason}")
