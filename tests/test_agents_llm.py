@@ -303,6 +303,31 @@ def test_rate_limit_then_success(service, anthropic_proposer, run, tmp_path):
     assert p.source == "anthropic" and len(service.requests) == 2
 
 
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_each_refusal_the_sdk_retries_is_said_as_it_comes(service, monkeypatch, caplog, backend):
+    """A rate-limited or overloaded service held an agent (and the controller) for up to
+    agents.timeout_s while the SDK backed off and retried, with no line said until the
+    fallback. Each refusal is a warning (the controller shows them), naming the limit; one
+    the SDK does not retry (401) is not announced as retried."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=30.0, max_retries=2))
+    service.reply({"status": 429}, {"status": 529 if backend == "anthropic" else 503},
+                  {"text": "ready"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"):
+        assert llm.complete(Prompt("Answer.", "Ready?")).text == "ready"
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert re.fullmatch(r"LLM call refused: HTTP 429, \d+ s into it; tried again as "
+                        r"agents.max_retries allows, within agents.timeout_s = 30 s \(the "
+                        r"service's retries included\)", said[0]), said
+    assert said[1].startswith("LLM call refused: HTTP 5"), said
+    caplog.clear()
+    service.reply({"status": 401, "message": "bad key"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"), pytest.raises(LLMUnavailable):
+        llm.complete(Prompt("Answer.", "Ready?"))
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("backend, error", [
     ("anthropic", "LLM unavailable: Anthropic API: InternalServerError"),
     ("openai", "LLM unavailable: OpenAI-compatible API: InternalServerError")])
@@ -975,6 +1000,20 @@ def test_a_call_abandoned_while_rate_limited_says_so(service, monkeypatch, backe
                                              r"s .*; its last reply was HTTP 429 \(retry-after: "
                                              r"30 s\)"):
         llm.complete(Prompt("Answer.", "Ready?"))
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_a_slow_call_is_said_once_with_its_limit(service, monkeypatch, caplog, backend):
+    """A call the service took long to answer left the controller silent up to agents.timeout_s
+    (120 s). Unanswered after a quarter of its limit (30 s at most) it is said, once."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    llm = choose_backend(config(service, backend=backend, timeout_s=8.0, max_retries=0))
+    service.reply({"delay": 4.0, "text": "ready"})
+    with caplog.at_level("WARNING", logger="llmzero_slurm"):
+        assert llm.complete(Prompt("Answer.", "Ready?")).text == "ready"
+    [said] = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(r"LLM call unanswered after [23] s; waiting for it within "
+                        r"agents.timeout_s = 8 s \(the service's retries included\)", said), said
 
 
 def test_check_names_the_server_it_could_not_reach(monkeypatch):

@@ -2851,3 +2851,21 @@ def test_tree_search_settings_a_static_method_never_reads_are_said(tmp_path, cap
     open_or_create(parse_args([str(path), "--run-dir", str(tmp_path / "llmzero")]))
     assert "does not read" not in capsys.readouterr().out
     assert "note" not in check_method(parse_config({**exp, "search": {"method": "random"}}))
+
+
+def test_stop_says_how_long_it_waits_for_the_controller_and_that_it_still_waits(tmp_path):
+    """Walkthrough: `llmzero-stop` said "stop requested" and then nothing for up to its 120 s
+    --wait (a controller in an agent's LLM call acts late): no deadline, no sign of life."""
+    from llmzero_slurm.controller.lease import Lease
+    store = two_phase_run(tmp_path)
+    holder = Lease(store)
+    holder.acquire()                      # a live controller that never acts: this test process
+    try:
+        done = cli("stop", str(store.root), "--wait", "4")
+    finally:
+        holder.release()
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "waiting up to 4 s for it to stop (it acts at its next poll)", lines
+    still = [line for line in lines if line.startswith("controller still running after")]
+    assert still[:3] == [f"controller still running after {s} s of 4 s" for s in (1, 2, 3)], lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import signal
 import subprocess
@@ -1374,3 +1375,61 @@ def test_a_child_whose_parent_checkpoint_is_gone_fails_before_sbatch(tmp_path, f
     assert root.results.checkpoints == [10, 20]    # the record of what was saved stays
     assert kept.status is Status.COMPLETED
     fault_outcome(ctl.store, sched.job_dirs())
+
+
+def test_an_unchanged_picture_is_said_again_with_each_phases_wait_at_growing_intervals(tmp_path):
+    """A phase training for minutes (the first run's warm start) or queued for hours left the
+    controller silent after '1 phase: 1 running': no sign it was alive, nor how far the phase
+    got. The status line comes again with each waiting phase's wait, Slurm's reason and its
+    step, at intervals that double up to a cap, so a day-long log stays a few lines an hour."""
+    from llmzero_slurm.controller.progress import Progress, waiting_phases
+    from llmzero_slurm.schedulers.base import job_state
+    store = new_run(tmp_path)
+    now = time.time()
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {**HP, "total_training_steps": 60},
+                                  status=Status.RUNNING, started_at=now - 150))
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.QUEUED,
+                                  submitted_at=now - 65))
+    write_metrics(store.node_dir(0).metrics_file, val_rows({0: 0.1, 20: 0.3}))
+    tree = store.load_tree()
+    states = {1: job_state("7", "PENDING", reason="QOSMaxJobsPerUserLimit")}
+    out = io.StringIO()
+    progress = Progress(out, repeat_first_s=0.2, repeat_max_s=0.4)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        progress.show(tree, lambda: waiting_phases(store, tree, states))
+        time.sleep(0.01)
+    lines = [line.partition("] ")[2] for line in out.getvalue().splitlines()]
+    assert lines[0] == "2 phases: 1 queued, 1 running"
+    again = lines[1:]
+    assert again and all(line.startswith("still 2 phases") for line in again)
+    assert again[0] == ("still 2 phases: 1 queued, 1 running | node 0 running 2:30, step 20 of "
+                        "60; node 1 queued 1:05 (QOSMaxJobsPerUserLimit)")
+    assert 2 <= len(again) <= 6      # at 0.2, 0.6, 1.0... s: not once per call
+
+
+def test_the_repeated_line_says_about_how_long_a_phase_has_left_at_its_pace(tmp_path):
+    """Steps alone left the user to work out the end. Once a phase's step moved between two
+    lines, the time it has left at that pace is said; not before (a warm start or a model load
+    is no training pace)."""
+    from llmzero_slurm.controller.progress import Progress, waiting_phases
+    store = new_run(tmp_path)
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {**HP, "total_training_steps": 60},
+                                  status=Status.RUNNING, started_at=time.time()))
+    write_metrics(store.node_dir(0).metrics_file, val_rows({10: 0.1}))
+    tree = store.load_tree()
+    out = io.StringIO()
+    progress = Progress(out, repeat_first_s=0.3, repeat_max_s=0.3)
+
+    def lines() -> list[str]:
+        return [line.partition("] ")[2] for line in out.getvalue().splitlines()]
+    while len(lines()) < 2:
+        progress.show(tree, lambda: waiting_phases(store, tree, {}))
+        time.sleep(0.01)
+    write_metrics(store.node_dir(0).metrics_file, val_rows({20: 0.2}), append=True)
+    while len(lines()) < 3:
+        progress.show(tree, lambda: waiting_phases(store, tree, {}))
+        time.sleep(0.01)
+    first, then = lines()[1:]
+    assert first.endswith(", step 10 of 60"), first      # no pace yet
+    assert re.search(r", step 20 of 60, about 0:0\d left$", then), then

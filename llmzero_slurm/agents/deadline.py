@@ -10,9 +10,12 @@ reply, so it sends nothing more: no answer is paid for that nobody reads. The ca
 a plain join, so a stop signal (controller/signals.py) still interrupts it at once; and within
 `abandoned_when(reason)` the wait looks at `reason()` every second, so the controller can drop
 a call when llmzero-stop asks it to stop (the agents then answer as when the LLM is down).
+A call still unanswered after SLOW_NOTICE_S, and each refusal the SDK retries, is a logged
+warning (the controller shows them): a slow or rate-limited service must not look like a hang.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -22,7 +25,10 @@ from typing import Any, Callable, Iterator, TypeVar
 import httpx2
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
+RETRIED = (408, 409, 429)        # besides 5xx, what the SDKs retry (their _should_retry)
 LOOK_S = 1.0                     # how often a waiting caller asks whether to abandon the call
+SLOW_NOTICE_S = 30.0             # a call unanswered this long (or a quarter of its limit) is said
 _running = threading.local()     # the call a worker thread runs
 _reason: ContextVar[Callable[[], str | None] | None] = ContextVar("abandon_reason", default=None)
 
@@ -47,8 +53,9 @@ class _Abandoned(BaseException):
 
 
 class _Call:
-    def __init__(self) -> None:
+    def __init__(self, limit: str) -> None:
         self.abandoned = False
+        self.started, self.limit = time.monotonic(), limit   # limit: what bounds it, in words
         # The service's last refusal (a 429 whose retry-after outlasts the call): an
         # abandoned call says it, or a rate limit would read as a slow service.
         self.refused: str | None = None
@@ -86,6 +93,12 @@ def _on_reply(response: httpx2.Response) -> None:
             call.refused = f"HTTP {response.status_code}" + (
                 f" (retry-after: {wait} s)" if wait and wait.isdigit() else
                 f" (retry-after: {wait})" if wait else "")
+            if response.status_code in RETRIED or response.status_code >= 500:
+                # The SDK backs off and tries again, silently: a rate-limited call could hold
+                # the controller for all of agents.timeout_s with no line said.
+                _log.warning("LLM call refused: %s, %.0f s into it; tried again as "
+                             "agents.max_retries allows, within %s", call.refused,
+                             time.monotonic() - call.started, call.limit)
 
 
 HOOKS = {"request": [_before_request], "response": [_on_reply]}
@@ -98,7 +111,8 @@ def within(seconds: float, work: Callable[[], T], limit: str | None = None) -> T
     reason = _reason.get()
     if reason is not None and (why := reason()):
         raise Abandoned(f"the call was abandoned: {why}")
-    call, deadline = _Call(), time.monotonic() + seconds
+    limit = limit or f"agents.timeout_s = {seconds:g} s (the service's retries included)"
+    call, deadline = _Call(limit), time.monotonic() + seconds
     value: list[T] = []
     error: list[BaseException] = []
 
@@ -112,16 +126,21 @@ def within(seconds: float, work: Callable[[], T], limit: str | None = None) -> T
     worker = threading.Thread(target=run, name="llm-call", daemon=True)
     worker.start()
     why = None
+    notice: float | None = call.started + min(SLOW_NOTICE_S, seconds / 4)
     try:
         while why is None and worker.is_alive() and (left := deadline - time.monotonic()) > 0:
-            worker.join(left if reason is None else min(left, LOOK_S))
+            wake = left if reason is None else min(left, LOOK_S)
+            worker.join(wake if notice is None else max(0.0, min(wake, notice - time.monotonic())))
+            if notice is not None and worker.is_alive() and time.monotonic() >= notice:
+                _log.warning("LLM call unanswered after %.0f s; waiting for it within %s",
+                             time.monotonic() - call.started, limit)
+                notice = None
             if reason is not None and worker.is_alive():
                 why = reason()
     finally:
         call.abandoned = worker.is_alive()   # also when a stop signal ended the wait
     if call.abandoned:
         last = f"; its last reply was {call.refused}" if call.refused else ""
-        limit = limit or f"agents.timeout_s = {seconds:g} s (the service's retries included)"
         raise Abandoned(f"the call was abandoned: {why}" if why else
                         f"no complete answer within {limit}; the call was abandoned{last}")
     if error:

@@ -27,6 +27,8 @@ from ..schedulers import make_scheduler
 from ..store.run_store import RunStore
 from .common import add_run_dir, open_run, run_main, seconds_or_zero
 
+STILL_EVERY_S = 30.0
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="llmzero-stop", description=__doc__)
@@ -47,8 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stop requested from controller on {info['host']} pid {info['pid']}"
           + (" (cancelling running phases)" if args.cancel else ""), flush=True)
     refused = cancel_controller_jobs(store, queued_only=True)   # it would resume the run later
-    deadline = time.monotonic() + args.wait
+    started = time.monotonic()
+    deadline, said = started + args.wait, started
+    if args.wait:
+        print(f"waiting up to {args.wait:g} s for it to stop (it acts at its next poll)",
+              flush=True)
     while time.monotonic() < deadline:
+        if time.monotonic() - said >= still_every(args.wait):
+            said = time.monotonic()
+            print(f"controller still running after {said - started:.0f} s of {args.wait:g} s",
+                  flush=True)
         try:
             held = lease.read()
         except StateError:      # cannot be told now: wait on
@@ -71,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
               "a controller started later ignores the request)")
         return reported(refused) or 1
     return reported(refused)
+
+
+def still_every(wait_s: float) -> float:
+    """How often a wait for the controller is said to go on: every 30 s, and about four times
+    in a shorter wait, so that no wait is silent for long nor floods the terminal."""
+    return min(STILL_EVERY_S, max(1.0, wait_s / 4))
 
 
 def stop_copy(store: RunStore, copy: LiveCopy, cancel: bool) -> int:

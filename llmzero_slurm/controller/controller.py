@@ -29,7 +29,7 @@ from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
 from .outcome import outcome
 from .keeper import MonitorKeeper
-from .progress import Progress, warnings_shown
+from .progress import Progress, waiting_phases, warnings_shown
 from .signals import StopSignals
 from .stop_request import stop_asked, stop_phases, stop_request_for
 from .submission import Submitter, submitted
@@ -63,6 +63,7 @@ class Controller:
         scheduler.give_up_when(self.signals.came)
         self.fixes = DebugFixes(store, scheduler, self.progress.event)
         self._quarantine_told: set[int] = set()
+        self._states: dict[int, JobState] = {}   # each watched node's last state, by node id
         self._install = InstallWatch()
 
     # -- the loop ---------------------------------------------------------------------------
@@ -141,7 +142,7 @@ class Controller:
                         self.progress.event(news)
                 except SchedulerError as exc:
                     self.progress.event(f"monitor job not submitted, tried again at the next poll: {exc}")
-            self.progress.show(tree)
+            self.progress.show(tree, partial(waiting_phases, self.store, tree, self._states))
             self._export_curves(tree)
             self.signals.sleep(self.poll_s)
 
@@ -222,6 +223,7 @@ class Controller:
                 self.progress.event(f"could not poll the scheduler, states kept as they were: {exc}")
                 states = {}
             ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
+            self._states = {watched[job_id].id: state for job_id, state in states.items()}
         tree = self.fixes.settle()
         if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
             self.refresh_report()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..controller.progress import duration
 from ..plots import overlay_figure
 from .canvas import save
 from .collect import NodeView, RunView
@@ -38,7 +39,8 @@ def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None,
     show their earlier drawing. Those never drawn come first, then those whose own curves
     changed, then those only the best strategy changed (the newest first within each). The
     files it replaces stay until the new page is in place (`drop_stale_curves`): the old page
-    still shows them. `say`: told how far the drawing got, every SAY_EVERY_S."""
+    still shows them. `say`: told how far the drawing got and about how long is left at the
+    pace so far, every SAY_EVERY_S."""
     out_dir.mkdir(parents=True, exist_ok=True)
     best = _digest("|".join(_stamp(p.view) for p in view.phases))   # drawn behind every node
     drawn: dict[int, list[Path]] = {}
@@ -55,7 +57,8 @@ def node_curves(view: RunView, out_dir: Path, budget_s: float | None = None,
         if budget_s is not None and now - start >= budget_s:
             break
         if say is not None and now - told >= SAY_EVERY_S:
-            say(f"report: {done} of {len(due)} node curve grids drawn")
+            left = f", about {duration((now - start) / done * (len(due) - done))} left" if done else ""
+            say(f"report: {done} of {len(due)} node curve grids drawn{left}")
             told = now
         save(overlay_figure(view.logs.curves(view.nodes[node_id].files), view.best_curves,
                             labels=(f"node {node_id}", "best strategy")), out_dir / wanted[node_id])
