@@ -100,12 +100,12 @@ def test_usage_counts_what_early_stopping_gave_back_against_the_planned_ends():
     lines = [*done.lines(), *gain_line("validation", 0.4, 0.6)]
     assert lines[0] == ("training samples: 8,448 trained of 100,000; early stopping saved "
                         "4,352 of 12,800 planned (34%, 2 phases)")
-    assert lines[1] == "device-hours 0.00; wall time 2:00 since the run was created"
+    assert lines[1] == "device-hours 0.00; wall time 0:02:00 since the run was created"
     assert lines[3] == "gain: validation 0.400 -> 0.600 (+0.200, +50% over the base)"
     assert gain_line("test", None, 0.6) == []
     assert usage(Tree([tree.nodes[0]]), Budget(16), now=0.0).lines() == [
         "training samples: 0 trained; early stopping saved none",
-        "device-hours 0.00; wall time 0:00 since the run was created",
+        "device-hours 0.00; wall time 0:00:00 since the run was created",
         "phases: 1 created of 16"]
 
 

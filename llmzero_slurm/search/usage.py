@@ -55,7 +55,7 @@ class Usage:
         return [f"training samples: {self.trained:,} trained{running}{_of(b.samples)}{planned}; "
                 f"{saved}",
                 f"device-hours {self.gpu_hours:.2f}{_of(b.gpu_hours)}; wall time "
-                f"{duration(self.wall_s)}{_of(b.wall_hours, ' h')} since the run was created",
+                f"{duration(self.wall_s, hours=True)}{_of(b.wall_hours, ' h')} since the run was created",
                 f"phases: {self.phases} created of {b.iterations:,}"
                 + (f" ({self.cancelled} cancelled, not counted)" if self.cancelled else "")]
 
