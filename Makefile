@@ -16,6 +16,8 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	  "$(PY) is Python %d.%d; llmzero-slurm needs 3.11 or newer (make PY=python3.11 ...)" % sys.version_info[:2])'
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	@echo "installing torch (its CPU build where PyTorch's index answers), the CPU trainer and" \
+	  "the test extras into $(VENV): a first install downloads them and can take several minutes"
 	$(PIP) install -q -c constraints.txt torch $$(curl -sf --max-time 10 -o /dev/null \
 	  $(TORCH_CPU_INDEX)/ && echo --extra-index-url $(TORCH_CPU_INDEX))
 	$(PIP) install -q -c constraints.txt -e ".[cpu,test]"

@@ -43,7 +43,7 @@ class Param:
     low: float | None = None
     high: float | None = None
     choices: tuple[Any, ...] | None = None
-    backends: tuple[str, ...] = ("cpu", "verl")
+    backends: tuple[str, ...] | None = None   # the trainers that read it; None: every one
     nullable: bool = False
     # A trainer that needs more than `low`, or takes less than `high`: {backend: (bound, why)}.
     low_for: Mapping[str, tuple[float, str]] = field(default_factory=dict)
@@ -56,6 +56,10 @@ class Param:
         own_high, _ = self.high_for.get(backend or "", (high, ""))
         return (own_low if low is None or own_low is None else max(low, own_low),
                 own_high if high is None or own_high is None else min(high, own_high))
+
+    def read_by(self, backend: str) -> bool:
+        """Whether the trainer `backend` reads this key: a new trainer reads the general ones."""
+        return self.backends is None or backend in self.backends
 
     def check(self, value: Any, backend: str | None = None, written: bool = False) -> Any:
         """Return the value coerced to the declared type, or raise naming the key. `written`:
@@ -214,7 +218,7 @@ def validate_hparams(values: Mapping[str, Any], backend: str | None = None,
         if param is None:
             raise HyperparameterError(str(key)[:80], value, "is not a known hyperparameter "
                                       f"(known: {', '.join(sorted(PARAMS))})")
-        if backend is not None and backend not in param.backends:
+        if backend is not None and not param.read_by(backend):
             raise HyperparameterError(key, value, f"is not used by the {backend} backend")
         out[key] = param.check(value, backend, written)
     _check_batches(out)

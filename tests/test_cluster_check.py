@@ -360,3 +360,25 @@ def test_the_node_imports_the_reward_file_as_the_phases_will(tmp_path):
     reward.write_text("import json\n")
     assert cluster_probe.reward(str(reward)).endswith("imports with Python "
                                                       f"{sys.version.split()[0]}")
+
+
+def test_a_waiting_check_job_says_how_long_it_has_waited_of_its_limit(monkeypatch):
+    """A probe job queued behind others said only `PENDING (Priority)` every 30 s: the user
+    could not tell how long it had waited, nor when --cluster-timeout would give it up."""
+    from llmzero_slurm.controller import cluster_check
+    from llmzero_slurm.schedulers.base import job_state
+    clock = [1000.0]
+    monkeypatch.setattr(cluster_check.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cluster_check.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    polls = iter([*[job_state("7", "PENDING", reason="Priority")] * 16, job_state("7", "COMPLETED", 0)])
+
+    class Scheduler:
+        def states(self, ids):
+            return {"7": next(polls)}
+
+    said: list[str] = []
+    cluster_check.wait(Scheduler(), {"7": CheckJob("environment", "controller", "python")},  # type: ignore[arg-type]
+                       300.0, said.append)
+    assert said == ["cluster check: job 7 (environment) PENDING (Priority), waited 0:00 of 5:00",
+                    "cluster check: job 7 (environment) PENDING (Priority), waited 0:30 of 5:00",
+                    "cluster check: job 7 (environment) COMPLETED, waited 0:32 of 5:00"]

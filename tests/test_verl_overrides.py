@@ -94,7 +94,7 @@ def test_every_verl_hyperparameter_lands_on_its_key():
               "lora_rank": 16, "lora_alpha": 24, "target_modules": "q_proj,v_proj",
               "gpu_memory_utilization": 0.55, "tensor_model_parallel_size": 4,
               "max_num_seqs": 99}
-    assert set(values) == {n for n, p in PARAMS.items() if "verl" in p.backends} == set(HPARAM_KEYS)
+    assert set(values) == {n for n, p in PARAMS.items() if p.read_by("verl")} == set(HPARAM_KEYS)
     cfg = compose(build_overrides(phase(), validate_hparams(values, "verl"), VerlSettings()))
     from omegaconf import OmegaConf
     # total_epochs gives way to total_training_steps (see the test of a phase's steps below).

@@ -73,7 +73,7 @@ class TrainerBackend(ABC):
 
     def reads(self, key: str) -> bool:
         """Whether this trainer has the vocabulary's hyperparameter `key`."""
-        return self.name in PARAMS[key].backends
+        return PARAMS[key].read_by(self.name)
 
     def plan_problem(self, spec: PhaseSpec) -> str | None:
         """Why the trainer would refuse this phase's hyperparameters, asked before the phase

@@ -29,6 +29,7 @@ from ..backends import get_backend
 from ..backends.verl import VerlBackend
 from ..cluster_probe import END, PREFIX
 from ..config import ExperimentConfig
+from ..elapsed import duration
 from ..errors import SchedulerError
 from ..job_names import check_job_name
 from ..job_settings import CheckJob
@@ -141,8 +142,10 @@ def cluster_checks(cfg: ExperimentConfig, folder: Path, timeout_s: float,
 
 def wait(sched: SlurmScheduler, jobs: dict[str, CheckJob], timeout_s: float,
          say: Say) -> dict[str, JobState]:
-    """Each job's last state, final unless the time ran out; a line whenever one changes."""
-    deadline = time.monotonic() + timeout_s
+    """Each job's last state, final unless the time ran out; a line whenever one changes, with
+    how long the checks have waited of `timeout_s` (a queued probe may wait all of it)."""
+    start = time.monotonic()
+    deadline = start + timeout_s
     last: dict[str, JobState] = {}
     shown: dict[str, tuple[str, float]] = {}
     while True:
@@ -154,7 +157,8 @@ def wait(sched: SlurmScheduler, jobs: dict[str, CheckJob], timeout_s: float,
             last[job_id] = state
             before = shown.get(job_id)
             if before is None or before[0] != state.shown() or now - before[1] >= PROGRESS_EVERY_S:
-                say(f"cluster check: job {job_id} ({jobs[job_id].mode}) {state.shown()}")
+                say(f"cluster check: job {job_id} ({jobs[job_id].mode}) {state.shown()}, "
+                    f"waited {duration(now - start)} of {duration(timeout_s)}")
                 shown[job_id] = (state.shown(), now)
         if any(j not in last or not last[j].final for j in live):
             time.sleep(POLL_S)

@@ -9,13 +9,13 @@ from typing import Callable
 
 from ..backends import TrainerBackend
 from ..errors import ConfigError
+from ..failure_reason import job_error
 from ..metrics import MetricsLog, best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
-from .outcome import job_error
 
 
 def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: int = 1) -> Results:

@@ -24,7 +24,7 @@ from ..backends import get_backend
 from ..backends.spec import PhaseSpec
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
 from ..sbatch_options import WARN_SIGNAL_S
-from ..schedulers import SlurmScheduler
+from ..schedulers import SCHEDULERS, SlurmScheduler
 from ..schedulers.base import parse_time
 from ..search.tree import Kind, Node, Resume
 from ..store.inputs import INPUTS, check_unchanged
@@ -226,5 +226,6 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
               if (run_dir / INPUTS).exists() else []),
             *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
             _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind)),
-            *([_run("trainer", lambda: check_trainer(cfg))] if scheduler_kind == "local" else []),
+            *([_run("trainer", lambda: check_trainer(cfg))]
+              if SCHEDULERS[scheduler_kind].on_this_machine else []),
             _run("agents", lambda: check_llm(cfg))]

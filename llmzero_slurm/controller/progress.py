@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, TextIO
 
 from ..backends import get_backend
+from ..elapsed import duration
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.policy import best_node, best_path
@@ -50,13 +51,6 @@ def tree_summary(tree: Tree) -> str:
 
 REPEAT_FIRST_S = 30.0    # an unchanged status line is said again after this long,
 REPEAT_MAX_S = 600.0     # then after twice as long each time, up to this
-
-
-def duration(seconds: float) -> str:
-    """e.g. '0:42', '12:05', '3:07:00'."""
-    m, s = divmod(int(max(0.0, seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ExperimentConfig
-from ..controller.outcome import job_error, recorded_failure
 from ..errors import StateError
+from ..failure_reason import job_error, recorded_failure
 from ..hparams import knobs
 from ..metrics import MetricsLog, strategy_curves
 from ..schedulers.base import STATUS_FILE_STATES, job_state

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..controller.progress import duration
+from ..elapsed import duration
 from ..plots import overlay_figure
 from .canvas import save
 from .collect import NodeView, RunView

@@ -11,7 +11,7 @@ from .local import LocalScheduler
 from .slurm import SlurmScheduler, conf_problem
 
 __all__ = ["JobState", "Scheduler", "LocalScheduler", "SlurmScheduler", "job_state", "LOCAL_JOBS",
-           "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler",
+           "SCHEDULERS", "SCHEDULER_KINDS", "check_scheduler_kind", "make_scheduler",
            "resolve_scheduler_kind", "slurm_poll", "slurm_floor"]
 
 # The one list of scheduler names experiment.yaml may give: "auto" or a scheduler's own name.

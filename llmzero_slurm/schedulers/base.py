@@ -184,6 +184,9 @@ class Scheduler(ABC):
 
     name: ClassVar[str]
     time_limited: ClassVar[bool] = True     # every job needs a time limit (a cluster's rule)
+    # Its jobs run on the machine that submits them, with its Python and packages: --check
+    # asks this machine's, not a compute node's.
+    on_this_machine: ClassVar[bool] = False
     # How long after an unconfirmed submission the job may still appear (a slow slurmctld
     # registers it after the client gave up): not resubmitted before then.
     settle_s: ClassVar[float] = 0.0

@@ -51,6 +51,7 @@ def _terminate(pid: int, what: str) -> None:
 class LocalScheduler(Scheduler):
     name = "local"
     time_limited = False
+    on_this_machine = True
 
     def __init__(self, state_dir: str | Path, secret_names: Sequence[str] = (),
                  kept_names: Iterable[str] = ()):

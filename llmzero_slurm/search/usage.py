@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..elapsed import duration
 from .budget import Budget, node_samples, trained_steps
 from .tree import Status, Tree
 
@@ -50,13 +51,11 @@ class Usage:
                  else "early stopping saved none")
         planned = (f" ({self.committed:,} with the running phases' plans)"
                    if self.committed > self.trained else "")
-        w = self.wall_s
         running = f" ({self.running:,} so far in running phases)" if self.running else ""
         return [f"training samples: {self.trained:,} trained{running}{_of(b.samples)}{planned}; "
                 f"{saved}",
                 f"device-hours {self.gpu_hours:.2f}{_of(b.gpu_hours)}; wall time "
-                f"{int(w // 3600)}:{int(w % 3600 // 60):02d}:{int(w % 60):02d}"
-                f"{_of(b.wall_hours, ' h')} since the run was created",
+                f"{duration(self.wall_s, hours=True)}{_of(b.wall_hours, ' h')} since the run was created",
                 f"phases: {self.phases} created of {b.iterations:,}"
                 + (f" ({self.cancelled} cancelled, not counted)" if self.cancelled else "")]
 
