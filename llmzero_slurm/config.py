@@ -70,6 +70,9 @@ class TaskConfig:
     reward_path: str | None = None
     reward_name: str = "compute_score"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # What a task of one's own must give: the search selects on validation, the report
+    # scores the test split.
+    FILES: ClassVar[tuple[str, ...]] = ("train_files", "val_files", "test_files", "reward_path")
 
     def data_files(self) -> list[tuple[str, str]]:
         """(config key, path) of each dataset file the task names, so a message names both."""
@@ -78,7 +81,9 @@ class TaskConfig:
 
     def check(self, where: str) -> None:
         """A builtin task brings its own data and reward: files given beside it would be
-        ignored without a word. A name no task has would fail only the run's first phase."""
+        ignored without a word. A name no task has would fail only the run's first phase.
+        Files given without one must be all of FILES: refused as the file is read, not by
+        --check's data check after it called the config valid."""
         problems, default = ConfigProblems(), TaskConfig()
         if self.builtin is not None and self.builtin not in TASKS:
             problems.add(f"{where}.builtin", f"unknown task {self.builtin!r} (known: {', '.join(TASKS)})")
@@ -86,6 +91,11 @@ class TaskConfig:
             if self.builtin and getattr(self, name) != getattr(default, name):
                 problems.add(f"{where}.{name}", f"is not used with {where}.builtin: give a "
                                                 "builtin task or your own files, not both")
+        missing = [name for name in self.FILES if not getattr(self, name)]
+        if self.builtin is None and len(missing) < len(self.FILES):
+            for name in missing:
+                problems.add(f"{where}.{name}", f"is missing: your own task needs "
+                             f"{', '.join(self.FILES)} (or give {where}.builtin)")
         problems.raise_all()
 
 

@@ -358,6 +358,7 @@ def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
     from llmzero_slurm.config import parse_config
     from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
+    from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import write_parquet
 
     def row(question: str, answer: str) -> dict:
@@ -368,7 +369,9 @@ def test_check_refuses_answers_the_cpu_trainer_cannot_write(tmp_path):
     write_parquet([row("ab\u00e4=", "\u00e4ba"), row("a b=", "b\na"), row("ab=", "ba")],
                   files["val"])
     config = parse_config({"name": "x", "task": {"train_files": [str(files["train"])],
-                                                 "val_files": [str(files["val"])]}})
+                                                 "val_files": [str(files["val"])],
+                                                 "test_files": [str(files["train"])],
+                                                 "reward_path": str(reward_path("reverse"))}})
     with pytest.raises(LLMZeroError, match=re.escape(
             f"{files['val']}: 2 of 3 ground-truth answers hold characters that are not among "
             "the CPU trainer's characters ('\\n', '\u00e4'): it can never write them, so these "
@@ -392,6 +395,7 @@ def test_check_refuses_prompts_and_answers_that_do_not_fit(tmp_path, hparams, me
     path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "hparams": hparams,
                                     "task": {"train_files": [str(files["train"])],
                                              "val_files": [str(files["val"])],
+                                             "test_files": [str(files["test"])],
                                              "reward_path": str(reward_path("reverse"))}}))
     done = cli("start", str(path), "--check")
     assert done.returncode == 2, done.stdout
@@ -417,9 +421,11 @@ def test_check_counts_answers_against_the_lengths_the_method_runs(tmp_path, sear
     from llmzero_slurm.config import parse_config
     from llmzero_slurm.controller.data_checks import check_lengths
     from llmzero_slurm.errors import LLMZeroError
+    from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("reverse", tmp_path / "data")       # answers of up to 12 letters
-    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])]}
+    task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "test_files": [str(files["test"])], "reward_path": str(reward_path("reverse"))}
     with pytest.raises(LLMZeroError, match=re.escape(given)):
         check_lengths(parse_config({"name": "x", "hparams": {"max_response_length": 16},
                                     "task": task, "search": search}))
@@ -450,6 +456,7 @@ def test_check_names_a_bad_reward_file(tmp_path, source, problem):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({"name": "x", "scheduler": "local", "task": {
         "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "test_files": [str(files["test"])],
         "reward_path": str(bad)}}))
     done = cli("start", str(path), "--check")
     assert done.returncode == 2
@@ -493,6 +500,7 @@ def test_check_gives_up_on_a_reward_that_never_returns(tmp_path, monkeypatch, bo
     monkeypatch.setattr(data_checks, "REWARD_TIMEOUT_S", 0.5)
     cfg = parse_config({"name": "x", "task": {
         "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "test_files": [str(files["test"])],
         "reward_path": str(reward)}})
     started, threads = time.monotonic(), threading.active_count()
     with pytest.raises(DataError) as err:
@@ -536,6 +544,7 @@ def test_check_scores_a_wrong_answer_too(tmp_path, body, scoring, problem):
     reward.write_text(SCORE + body)
     cfg = parse_config({"name": "x", "task": {
         "train_files": [str(files["train"])], "val_files": [str(files["val"])],
+        "test_files": [str(files["test"])],
         "reward_path": str(reward)}})
     with pytest.raises(DataError) as err:
         data_checks.check_data(cfg)
@@ -568,7 +577,7 @@ def test_a_verl_reward_that_imports_the_verl_environments_packages_does_not_bloc
     reward.write_text("from . import sibling\n" + SCORE + "    return 1.0\n")
     with pytest.raises(DataError, match="cannot import reward file: ImportError"):
         data_checks.check_inputs(cfg)
-    files = {k: config["task"][k] for k in ("train_files", "val_files")}
+    files = {k: config["task"][k] for k in ("train_files", "val_files", "test_files")}
     reward.write_text("import llmz_not_here_pkg\n" + SCORE + "    return 1.0\n")
     with pytest.raises(DataError, match="cannot import reward file: ModuleNotFoundError"):
         data_checks.check_inputs(parse_config({"name": "x", "task": {
@@ -617,6 +626,7 @@ def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path)
     reward = tmp_path / "reward.py"
     reward.write_text(SCORE + "    return float(solution_str == f'#### {ground_truth}')\n")
     task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
+            "test_files": [str(files["test"])],
             "reward_path": str(reward)}
     with pytest.raises(DataError, match=re.escape(
             "warm start: the reward scores only 0.000 of the ground truths as written (the "
@@ -624,7 +634,7 @@ def test_check_refuses_a_reward_that_scores_no_ground_truth_as_written(tmp_path)
             "end 0.55")):
         data_checks.check_data(parse_config({"name": "x", "task": task}))
     fixed = parse_config({"name": "x", "task": {**task, "warm_start": {"steps": 0}}})
-    assert data_checks.check_data(fixed).startswith("2 files")
+    assert data_checks.check_data(fixed).startswith("3 files")
 
 
 def test_check_refuses_held_out_prompts_that_are_also_training_prompts(tmp_path):
@@ -682,21 +692,24 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
         data_checks.check_data(parse_config({"name": "x", "task": task}))
 
 
-def test_check_says_a_split_the_cpu_trainer_needs_is_missing(tmp_path):
+def test_a_task_without_every_split_and_reward_is_refused_as_the_config_is_read(tmp_path):
     """No test_files read as 'reads exactly one parquet file per split', which a user with
-    one file per split took for a complaint about the files they gave."""
-    from llmzero_slurm.controller import preflight
+    one file per split took for a complaint about the files they gave; and --check called such
+    a config valid before its data check failed."""
     from llmzero_slurm.tasks import reward_path
     from llmzero_slurm.tasks.dataset import materialize
     files = materialize("addition", tmp_path / "data")
     task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
             "reward_path": str(reward_path("addition"))}
-    checks = {c.name: c for c in preflight.preflight(
-        parse_config({"name": "x", "task": task}), "local", tmp_path / "run")}
-    assert not checks["phase scripts"].ok
-    assert checks["phase scripts"].detail == (
-        "config key 'task.test_files': is missing: the cpu trainer reads exactly one parquet file per split "
-        "(or use task.builtin)")
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"name": "x", "task": task})
+    assert str(refused.value) == (
+        "config key 'task.test_files': is missing: your own task needs train_files, val_files, "
+        "test_files, reward_path (or give task.builtin)")
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"name": "x", "task": {"test_files": task["train_files"]}})
+    assert [e.key for e in refused.value.errors] == \
+        ["task.train_files", "task.val_files", "task.reward_path"]
 
 
 def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp_path):

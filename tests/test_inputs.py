@@ -180,7 +180,7 @@ def test_checks_warm_start_refusal_names_the_config_key_not_the_trainers_flag(tm
     reward = tmp_path / "reward.py"
     reward.write_text(SCORE.replace("str(ground_truth)", "f'#### {ground_truth}'"))
     task = {"train_files": [str(files["train"])], "val_files": [str(files["val"])],
-            "reward_path": str(reward)}
+            "test_files": [str(files["test"])], "reward_path": str(reward)}
     with pytest.raises(DataError) as err:
         data_checks.check_data(parse_config({"name": "x", "task": task}))
     said = str(err.value)

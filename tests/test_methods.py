@@ -810,7 +810,9 @@ def test_llmzero_returns_a_plan_its_jobs_gpus_cannot_split_to_the_agent(tmp_path
     cfg = parse_config({"name": "t", "backend": "verl", "model_path": "Qwen/Qwen3-8B",
                         "hparams": recipe, "search": {"method": "llmzero"},
                         "task": {"train_files": ["/data/train.parquet"],
-                                 "val_files": ["/data/val.parquet"]},
+                                 "val_files": ["/data/val.parquet"],
+                                 "test_files": ["/data/test.parquet"],
+                                 "reward_path": "/data/reward.py"},
                         "slurm": {"gpus_per_node": 8}, "agents": {"backend": "heuristic"}})
     m = method(tmp_path, cfg)
     parent = m.proposer.trainer.effective_hparams(cfg.hparams)
