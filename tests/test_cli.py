@@ -2210,6 +2210,30 @@ def test_a_controller_script_submitted_by_hand_drops_the_runs_own_llm_key(tmp_pa
     assert "-u LLM_GATEWAY_PASS " in script          # and the hint to submit it by hand
 
 
+@pytest.mark.parametrize("reason", ["JobHeldUser", "JobHeldAdmin", "job requeued in held state"])
+def test_a_held_controller_job_is_said_to_wait_for_its_release(tmp_path, monkeypatch, reason):
+    """Campaign walkthrough: a controller job held in the queue (scontrol hold, or requeuehold
+    by an admin) was shown as 'not started yet', and a new --submit was refused because 'it
+    resumes the run when it starts': a held job never starts until someone releases it."""
+    from llmzero_slurm.controller import controller_job
+    from llmzero_slurm.controller.lease import LeaseHeld
+    store = two_phase_run(tmp_path)
+    slurm_clients(tmp_path, monkeypatch,
+                  squeue=f'echo "4242|PENDING|{reason}|0|llmz:controller"')
+    (store.root / "controller-jobs.json").write_text(json.dumps({"jobs": [
+        {"job_id": "4242", "submitted_at": 1.0}]}))
+    status = cli("status", str(store.root))
+    assert (f"controller job 4242 PENDING ({reason}), held: it starts only once released "
+            f"(scontrol release 4242)\n") in status.stdout, status.stdout + status.stderr
+    with pytest.raises(LeaseHeld, match=r"held: it starts only once released \(scontrol "
+                                        r"release 4242\); it resumes the run when it starts"):
+        controller_job.refuse_if_queued(store)
+    slurm_clients(tmp_path, monkeypatch, scancel="true",
+                  squeue=f'echo "4242|PENDING|{reason}|0|llmz:controller"')
+    stop = cli("stop", str(store.root))
+    assert f"cancelled controller job 4242 PENDING ({reason}), held\n" in stop.stdout, stop.stdout
+
+
 @pytest.mark.parametrize("registered", [True, False])
 def test_a_controller_job_whose_sbatch_answer_was_lost_is_found_by_its_token(
         tmp_path, monkeypatch, registered):

@@ -1238,6 +1238,36 @@ def test_a_failed_monitor_submission_is_retried_and_the_search_goes_on(tmp_path,
     fault_outcome(ctl.store, sched.job_dirs())
 
 
+class MonitorUnpolledOnce(MonitorFailsOnce):
+    """Submits its monitor, then once cannot say how that job is, as when slurmctld is down."""
+
+    def submit_call(self, fn, args, folder, job) -> str:
+        self.monitor_calls += 1
+        return "900"
+
+    def call_state(self, job_id: str) -> Status | None:
+        self.monitor_calls += 1
+        if self.monitor_calls == 2:
+            raise SchedulerError("polling jobs: squeue kept failing with a transient error after "
+                                 "6 attempts: Unable to contact slurm controller", retryable=True)
+        return Status.RUNNING
+
+
+def test_a_monitor_job_whose_state_is_not_known_is_not_said_unsubmitted(tmp_path):
+    """Campaign walkthrough: while slurmctld was down the controller said 'monitor job not
+    submitted', though the monitor job ran on and no sbatch was tried: only its state could
+    not be asked."""
+    from llmzero_slurm.controller.keeper import MonitorKeeper
+    sched = MonitorUnpolledOnce([["RUNNING", "RUNNING", trained({10: 0.4}), "COMPLETED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.monitor = MonitorKeeper(ctl.store, sched)
+    ctl.method.early_stopping = True
+    assert ctl.run() == 0
+    assert "monitor job not submitted" not in out.getvalue(), out.getvalue()
+    assert ("the monitor job 900 was not checked, checked again at the next poll: polling jobs: "
+            "squeue kept failing") in out.getvalue(), out.getvalue()
+
+
 @pytest.mark.parametrize("damage", [b'{"cancel": true, "tok', b"\xff\xfe\x00garbage"],
                          ids=["truncated", "not-utf8"])
 def test_a_damaged_stop_request_is_set_aside_and_the_run_goes_on(tmp_path, damage):

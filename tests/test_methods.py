@@ -92,6 +92,20 @@ def test_a_timed_out_phase_goes_on_from_its_own_last_checkpoint(tmp_path):
     assert child.resume is not None and (child.resume.node, child.start_step) == (0, 25)
 
 
+def test_a_timed_out_phase_s_diagnosis_names_the_length_it_is_given(tmp_path):
+    """Campaign walkthrough: a 240-step phase cut by its time limit at step 225 got a debug
+    child of the 15 steps it had left, whose diagnosis (node.json, the log, the report) said
+    'total_training_steps=157', the analyzer's figure before the cut to what was left."""
+    m = method(tmp_path, config(method="llmzero", hparams={**RECIPE, "total_training_steps": 50}))
+    tree = finish(create(Tree([]), m.next_phase(Tree([]))), 0, Status.FAILED, checkpoints=(45,))
+    tree[0].submission.scheduler_state = "TIMEOUT"
+    write_metrics(NodeDir(tmp_path / "0000").metrics_file, val_rows({s: 0.4 for s in (10, 48)}))
+    plan = m.next_phase(tree)
+    assert plan is not None and plan.resume_step == 45
+    assert plan.hparams["total_training_steps"] == 5
+    assert "total_training_steps=5;" in plan.diagnosis, plan.diagnosis
+
+
 @pytest.mark.parametrize("state, code", [("NODE_FAIL", None), ("FAILED", 137)])
 def test_a_phase_retried_unchanged_goes_on_from_its_own_last_checkpoint(tmp_path, state, code):
     """Walkthrough: a phase whose node died (or that was SIGKILLed) after saving step 25 was

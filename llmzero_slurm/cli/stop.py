@@ -129,7 +129,7 @@ def cancel_controller_jobs(store: RunStore, queued_only: bool = False) -> list[S
     """Cancel the controller jobs not holding the run, saying which; the refusals."""
     cancelled, refused, note = cancel_waiting(store, queued_only)
     for state in cancelled:
-        print(f"cancelled {waiting_line(state)}", flush=True)
+        print(f"cancelled {waiting_line(state, cancelled=True)}", flush=True)
     if note:
         print(f"note: {note}", flush=True)
     return refused

@@ -141,7 +141,7 @@ class Controller:
                     if news := self.monitor.ensure(any(n.status is Status.RUNNING for n in tree)):
                         self.progress.event(news)
                 except SchedulerError as exc:
-                    self.progress.event(f"monitor job not submitted, tried again at the next poll: {exc}")
+                    self.progress.event(str(exc))   # the keeper's line: not checked, or not submitted
             self.progress.show(tree, partial(waiting_phases, self.store, tree, self._states))
             self._export_curves(tree)
             self.signals.sleep(self.poll_s)

@@ -154,9 +154,12 @@ def refuse_if_queued(store: RunStore) -> None:
                           f"with llmzero-stop {store.root})")
 
 
-def waiting_line(state: JobState) -> str:
-    """A waiting controller job as status shows it."""
-    how = "not started yet" if state.status is Status.QUEUED else "started, not holding the run yet"
+def waiting_line(state: JobState, cancelled: bool = False) -> str:
+    """A waiting controller job as status shows it; a held one with how to release it,
+    unless it was just `cancelled`."""
+    release = "" if cancelled else f": it starts only once released (scontrol release {state.job_id})"
+    how = ("started, not holding the run yet" if state.status is not Status.QUEUED
+           else f"held{release}" if state.held else "not started yet")
     return f"controller job {state.job_id} {state.shown()}, {how}"
 
 

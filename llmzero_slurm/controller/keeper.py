@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import StateError
+from ..errors import SchedulerError, StateError
 from ..job_names import monitor_job_name
 from ..schedulers.base import CallJob, Scheduler, parse_time
 from ..search.tree import Status
@@ -86,12 +86,18 @@ class MonitorKeeper:
         return monitor_job_name(self.store.config.name)
 
     def ensure(self, needed: bool) -> str | None:
-        """Submit a monitor when `needed` and none lives; news for the user, or None."""
+        """Submit a monitor when `needed` and none lives; news for the user, or None.
+        SchedulerError says, as the controller's log line, whether the job could not be
+        checked (none is submitted then: it may live) or not submitted."""
         record = self._record()
         job = str(record.get("job_id") or "")
-        state = self._state(record)
-        if state is Status.RUNNING and self._said_ended(job):
-            state = None    # no source lists it ended (scancelled, no accounting): it said so
+        try:
+            state = self._state(record)
+            if state is Status.RUNNING and self._said_ended(job):
+                state = None    # no source lists it ended (scancelled, no accounting): it said so
+        except SchedulerError as exc:
+            raise SchedulerError(f"the monitor job {job} was not checked, checked again at the "
+                                 f"next poll: {exc}", exc.retryable) from exc
         news = None
         if state is Status.RUNNING and not record.get("seen_running"):
             # Its silence counts from here, not from its submission: it may have queued for
@@ -103,7 +109,11 @@ class MonitorKeeper:
         elif state is None:
             news = self._judge_end(job)
         if needed and state is None and time.monotonic() >= self._retry_at:
-            self._submit()
+            try:
+                self._submit()
+            except SchedulerError as exc:
+                raise SchedulerError(f"monitor job not submitted, tried again at the next poll: "
+                                     f"{exc}", exc.retryable, exc.unsure) from exc
         return news
 
     def _judge_end(self, job_id: str) -> str | None:

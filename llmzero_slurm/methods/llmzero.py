@@ -124,8 +124,7 @@ class LLMZeroMethod(SearchMethod):
         planned = planned_length(failed, self._configured_steps)
         if planned and hparams.get("total_training_steps") == failed.hparams.get("total_training_steps"):
             hparams["total_training_steps"] = planned   # the budget's cut is no part of a fix
-        diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in fix.changes.items())
-                                          or "retry unchanged")
+        changes = dict(fix.changes)
         resume_step = None
         if saved and (fix.failure == "timeout" or not fix.changes):
             # Go on from the phase's own last checkpoint with what it had left to do, within
@@ -137,5 +136,10 @@ class LLMZeroMethod(SearchMethod):
             if left > 0:
                 planned = int(hparams.get("total_training_steps") or left)
                 hparams["total_training_steps"] = min(left, planned)
+                if "total_training_steps" in changes:   # the length the child runs, not the fix's
+                    changes["total_training_steps"] = hparams["total_training_steps"]
+        diagnosis = f"{fix.failure}: " + (", ".join(f"{k}={v}" for k, v in changes.items())
+                                          or "retry unchanged")
+        if resume_step is not None:
             diagnosis += f"; resumed from its own checkpoint at step {resume_step}"
         return PhasePlan(action, hparams, resume_step, diagnosis, records)

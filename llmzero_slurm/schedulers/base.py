@@ -88,6 +88,12 @@ class JobState:
         """Why a waiting job waits (Priority, Resources, Dependency, JobHeldUser...)."""
         return self.reason if self.raw == "PENDING" else None
 
+    @property
+    def held(self) -> bool:
+        """A waiting job someone held (JobHeldUser, JobHeldAdmin, "job requeued in held
+        state"): unlike any other wait, it never ends by itself, only by `scontrol release`."""
+        return "held" in (self.pending_reason or "").lower()
+
     def shown(self) -> str:
         """The state as a person reads it, a waiting job's reason beside it."""
         return f"{self.raw} ({self.pending_reason})" if self.pending_reason else self.raw
