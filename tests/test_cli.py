@@ -1569,6 +1569,20 @@ def test_submit_refuses_a_run_frozen_as_local(tmp_path):
     assert not (store.root / "controller-key").exists()
 
 
+def test_submit_of_a_search_that_spent_its_budget_queues_no_job(tmp_path, monkeypatch):
+    """Campaign walkthrough: --submit of a finished search queued a controller job that
+    waited its turn on a busy cluster only to say "search finished: 2 of 2"."""
+    store = two_phase_run(tmp_path, scheduler="slurm", search={"budget_iterations": 2})
+    sbatch = tmp_path / "sbatch-called"
+    slurm_clients(tmp_path, monkeypatch, squeue="true", sbatch=f"touch {sbatch}; echo 7")
+    done = cli("start", str(store.root), "--submit")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"nothing submitted: the search has ended (2 of 2 phases created) with no phase "
+            f"left to take in; to go on, raise search.budget_iterations (or another budget) in "
+            f"{store.root / 'experiment.yaml'}") in done.stderr, done.stderr
+    assert not sbatch.exists() and not (store.root / "controller.sbatch").exists()
+
+
 def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, monkeypatch):
     """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
     frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and

@@ -13,7 +13,7 @@ from ..config import ExperimentConfig, load_config
 from ..controller.controller import Controller
 from ..controller.cluster_check import cluster_checks
 from ..controller.data_checks import check_inputs
-from ..controller.controller_job import (refuse_if_queued, submit_controller, take_key,
+from ..controller.controller_job import (refuse_needless, submit_controller, take_key,
                                          withdraw_key)
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease, LeaseHeld, LeaseLost
@@ -279,7 +279,7 @@ def start(store: RunStore, args: argparse.Namespace) -> int:
     if args.detach:
         return detach(store, args)
     if args.submit:   # the job recorded, so status and stop see it queued
-        refuse_if_queued(store)
+        refuse_needless(store)
         submit_controller(store, controller_command(store, args))
         print(f"watch: llmzero-status {store.root}   stop: llmzero-stop {store.root}")
         return 0

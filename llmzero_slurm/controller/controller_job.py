@@ -18,11 +18,12 @@ import uuid
 from typing import Any, Callable
 
 from ..backends import get_backend
-from ..errors import SchedulerError, StateError
+from ..errors import SchedulerError, StateError, UsageError
 from ..job_names import controller_job_name
 from ..render import write_controller_script
 from ..schedulers import JobState, SlurmScheduler
 from ..search.tree import Status
+from ..spent import run_budget
 from ..store.atomic import read_json, set_aside, write_json
 from ..store.run_store import CONTROLLER_JOBS, RunStore
 from . import llm_key
@@ -152,6 +153,19 @@ def refuse_if_queued(store: RunStore) -> None:
         raise LeaseHeld(f"{store.root}: " + "; ".join(map(waiting_line, queued))
                         + f"; it resumes the run when it starts (to submit anew, cancel it "
                           f"with llmzero-stop {store.root})")
+
+
+def refuse_needless(store: RunStore) -> None:
+    """A controller job is needless while another waits in the queue (refuse_if_queued), or
+    when the search has spent its budget with no phase left to take in: on a busy cluster it
+    would wait its turn only to say the search finished."""
+    refuse_if_queued(store)
+    tree = store.load_tree()
+    ended = run_budget(store).limit_reached(tree)
+    if ended is not None and not any(n.status.pending for n in tree):
+        raise UsageError(f"nothing submitted: the search has ended ({ended}) with no phase left "
+                         "to take in; to go on, raise search.budget_iterations (or another "
+                         f"budget) in {store.root / 'experiment.yaml'}")
 
 
 def waiting_line(state: JobState, cancelled: bool = False) -> str:
