@@ -1,9 +1,10 @@
-"""`python -m llmzero_slurm.cli COMMAND ARG...`, what bin/llmzero-* run. A command's imports
-take seconds (more on a busy shared filesystem), and a Ctrl-C among them was a KeyboardInterrupt
-traceback: here they run inside the guard the command itself runs in, so an interrupt at any
-point ends it the same way (`interrupted`). Nothing is imported before the guard that Python's
-own start has not loaded already (cli/__init__.py imports nothing), so what is left outside is
-that start (its site and runpy, tens of milliseconds), where a Ctrl-C is Python's to report."""
+"""`python -m llmzero_slurm.cli COMMAND ARG...`, what bin/llmzero-* run (an install's llmzero-*
+scripts run entry()). A command's imports take seconds (more on a busy shared filesystem), and a
+Ctrl-C among them was a KeyboardInterrupt traceback: here they run inside the guard the command
+itself runs in, so an interrupt at any point ends it the same way (`interrupted`). Nothing is
+imported before the guard that Python's own start has not loaded already (cli/__init__.py
+imports nothing), so what is left outside is that start (its site and runpy, tens of
+milliseconds), where a Ctrl-C is Python's to report."""
 import _signal  # type: ignore[import-not-found]  # loaded by Python's start; signal.py loads enum
 import sys
 from importlib import import_module
@@ -11,6 +12,12 @@ from importlib import import_module
 from . import interrupted
 
 COMMANDS = ("start", "status", "stop", "report", "repair")
+
+
+def entry() -> None:
+    """An install's llmzero-COMMAND script: the command its name says, as bin/llmzero-cli does."""
+    sys.argv[1:1] = [sys.argv[0].rpartition("/")[2].removeprefix("llmzero-")]
+    main()
 
 
 def main() -> None:
