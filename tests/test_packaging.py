@@ -3,7 +3,9 @@ and the commands, and a phase script rendered from that install names its own fi
 from __future__ import annotations
 
 import configparser
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,25 +14,36 @@ from pathlib import Path
 
 from llmzero_slurm.cli.__main__ import COMMANDS
 from llmzero_slurm.paths import ROOT
+from test_verl_phase import HP as VERL_HPARAMS
 
 # What the build reads; a copy keeps build/ and *.egg-info out of the checkout.
-BUILD_INPUTS = ("setup.cfg", "pyproject.toml", "README.md", "llmzero_slurm",
-                "templates", "jobs")
+BUILD_INPUTS = ("setup.cfg", "pyproject.toml", "README.md", "llmzero_slurm", "templates", "jobs")
 
 RENDER = """
-import sys
+import json, sys
 from pathlib import Path
 from llmzero_slurm import paths
-from llmzero_slurm.config import TaskConfig
+from llmzero_slurm.config import SlurmConfig, TaskConfig
 from llmzero_slurm.render import PhaseSpec, render
-site = Path(sys.argv[1])
+from verl_stubs import verl_checkpoint
+site, nodes = Path(sys.argv[1]), Path(sys.argv[2])
 assert Path(paths.__file__).is_relative_to(site), paths.__file__
-assert paths.TEMPLATES.is_relative_to(site) and paths.JOBS.is_relative_to(site)
-assert (paths.TEMPLATES / "phase" / "cpu.sbatch.j2").is_file()
-spec = PhaseSpec("exp1", 7, "evolve", Path(sys.argv[2]), "tok-abc", {"lr": 1e-5},
-                 task=TaskConfig(builtin="addition"))
-print(render(spec))
+parent = nodes / "0003"
+verl_checkpoint(parent, 20, {"r": 64, "lora_alpha": 64, "task_type": "CAUSAL_LM"})
+(parent / "verl_step_offset").write_text("10")
+data = [str(nodes / "data.parquet")]
+for spec in (PhaseSpec("exp1", 7, "evolve", nodes / "0007", "tok7", {"lr": 1e-5},
+                       task=TaskConfig(builtin="addition")),
+             PhaseSpec("exp1", 8, "evolve", nodes / "0008", "tok8", json.loads(sys.argv[3]),
+                       backend="verl", slurm=SlurmConfig(gpus_per_node=2), model_path="Qwen/Qwen3-8B",
+                       task=TaskConfig(train_files=data, val_files=data, reward_path=data[0]),
+                       resume_dir=parent, resume_step=30)):
+    print(render(spec) + "\f")
 """
+
+
+def files(folder: Path, pattern: str) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob(pattern)}
 
 
 def test_a_wheel_ships_the_templates_jobs_and_commands(tmp_path):
@@ -49,24 +62,26 @@ def test_a_wheel_ships_the_templates_jobs_and_commands(tmp_path):
         archive.extractall(site)       # a pure-Python wheel's install, less its scripts
     assert not (site / "templates").exists() and not (site / "jobs").exists()   # not top level
     package = site / "llmzero_slurm"
-    def templates(folder: Path) -> set[str]:
-        return {p.relative_to(folder).as_posix() for p in folder.rglob("*.j2")}
-    assert templates(package / "templates") == templates(ROOT / "templates")
-    def modules(folder: Path) -> set[str]:
-        return {p.relative_to(folder).as_posix() for p in folder.rglob("*.py")}
-    assert modules(package) == modules(ROOT / "llmzero_slurm") | {f"jobs/{m}" for m in modules(ROOT / "jobs")}
+    assert files(package / "templates", "*.j2") == files(ROOT / "templates", "*.j2")
+    jobs = {f"jobs/{name}" for name in files(ROOT / "jobs", "*.py")}
+    assert files(package, "*.py") == files(ROOT / "llmzero_slurm", "*.py") | jobs
 
     entries = configparser.ConfigParser()
     entries.read(next(site.glob("*.dist-info")) / "entry_points.txt")
     assert sorted(entries["console_scripts"]) == sorted(f"llmzero-{c}" for c in COMMANDS)
 
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    node = tmp_path / "nodes" / "0007"
-    script = subprocess.run([sys.executable, "-c", RENDER, str(site), str(node)], env=env,
-                            cwd=tmp_path, capture_output=True, text=True)
-    assert script.returncode == 0, script.stderr
-    assert f"{package}/jobs/cpu_grpo.py" in script.stdout
-    assert f"llmz_install={site}\n" in script.stdout
+    env = {**os.environ, "PYTHONPATH": f"{site}:{ROOT / 'tests'}"}
+    rendered = subprocess.run([sys.executable, "-c", RENDER, str(site), str(tmp_path / "nodes"),
+                               json.dumps(VERL_HPARAMS)],
+                              env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert rendered.returncode == 0, rendered.stderr
+    cpu, verl = rendered.stdout.split("\f")[:2]
+    assert f"{package}/jobs/cpu_grpo.py" in cpu and f"llmz_install={site}\n" in cpu
+    # every program the verl script runs, its variables as the script exports them
+    exported = dict(re.findall(r"^export (LLMZ_\w+)=(\S+)$", verl, re.M))
+    programs = re.findall(r'"\$(LLMZ_\w+)/([^"$]+\.py)"', verl)
+    assert {Path(name).name for _, name in programs} >= {"export_adapter.py", "metrics_copy.py"}
+    assert [f"${v}/{p}" for v, p in programs if not Path(exported[v], p).is_file()] == []
 
     module, _, function = entries["console_scripts"]["llmzero-status"].partition(":")
     run = subprocess.run([sys.executable, "-c", f"import sys; sys.argv[0] = 'llmzero-status'; "
