@@ -12,15 +12,20 @@ from importlib import import_module
 from . import interrupted
 
 COMMANDS = ("start", "status", "stop", "report", "repair")
+# What a missing requirement asks for: bin/llmzero-* run a checkout's .venv or $LLMZERO_PYTHON;
+# an install's scripts run the Python it was installed into.
+CHECKOUT_FIX = ("Run `make venv` (or `make search`) once in the checkout, or set LLMZERO_PYTHON to "
+                "a Python that has llmzero-slurm installed")
+INSTALL_FIX = "Install llmzero-slurm again with its requirements (pip install without --no-deps)"
 
 
 def entry() -> None:
     """An install's llmzero-COMMAND script: the command its name says, as bin/llmzero-cli does."""
     sys.argv[1:1] = [sys.argv[0].rpartition("/")[2].removeprefix("llmzero-")]
-    main()
+    main(INSTALL_FIX)
 
 
-def main() -> None:
+def main(fix: str = CHECKOUT_FIX) -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in COMMANDS:
         print(f"usage: llmzero-{{{','.join(COMMANDS)}}} ... (run one of the symlinks)", file=sys.stderr)
@@ -43,9 +48,7 @@ def main() -> None:
             if not exc.name or exc.name.partition(".")[0] == "llmzero_slurm":
                 raise
             print(f"error: no usable environment: {sys.executable} cannot import {exc.name}, "
-                  "which llmzero-slurm needs. Run `make venv` (or `make search`) once in the "
-                  "checkout, or set LLMZERO_PYTHON to a Python that has llmzero-slurm installed",
-                  file=sys.stderr)
+                  f"which llmzero-slurm needs. {fix}", file=sys.stderr)
             sys.exit(2)
         if guarded:     # the command's own Ctrl-C handling (run_main) from here on
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
