@@ -23,7 +23,14 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a plain checkout
+# The folder that holds llmzero_slurm, for a trainer.python without it: a plain checkout's top
+# level first; an install's site-packages (this file then sits in the package's jobs folder) last,
+# where it shadows none of that interpreter's own modules.
+_HERE = Path(__file__).resolve()
+if (_HERE.parents[1] / "llmzero_slurm").is_dir():
+    sys.path.insert(0, str(_HERE.parents[1]))
+else:
+    sys.path.append(str(_HERE.parents[2]))
 
 import yaml  # noqa: E402
 

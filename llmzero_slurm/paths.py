@@ -1,5 +1,5 @@
-"""Where the project's templates and job programs live (beside the package in a checkout), and
-where the cpu trainer caches its base models and task data."""
+"""Where the project's templates and job programs live (beside the package in a checkout, inside
+it in a non-editable install), and where the cpu trainer caches its base models and task data."""
 from __future__ import annotations
 
 import hashlib
@@ -8,9 +8,13 @@ from pathlib import Path
 
 from .errors import ConfigError, EnvironmentVariableError
 
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = ROOT / "templates"
-JOBS = ROOT / "jobs"
+PACKAGE = Path(__file__).resolve().parent
+ROOT = PACKAGE.parent           # what the package is imported from: the checkout, or site-packages
+# A checkout keeps templates/ and jobs/ at its top level; a wheel ships them inside the package
+# (setup.cfg), never as site-packages/templates, a name other distributions install too.
+_DATA = PACKAGE if (PACKAGE / "templates").is_dir() else ROOT
+TEMPLATES = _DATA / "templates"
+JOBS = _DATA / "jobs"
 CACHE_ENV = "LLMZERO_CACHE"
 # Every template's text, read with the code: an upgrade in place under a running controller
 # must not pair its loaded code with the next release's templates (a value one wants that the
@@ -23,7 +27,7 @@ def install_stamp() -> str:
     """What this install's code, templates and job programs are now: a digest of every file's
     path, size and time of change, which an upgrade in place (pip, git pull) changes."""
     digest = hashlib.sha256()
-    for folder in (ROOT / "llmzero_slurm", TEMPLATES, JOBS):
+    for folder in (PACKAGE,) if _DATA == PACKAGE else (PACKAGE, TEMPLATES, JOBS):
         for path in sorted(folder.rglob("*")):
             if "__pycache__" in path.parts or not path.is_file():   # Python's own writes
                 continue

@@ -169,6 +169,18 @@ def test_a_python_without_the_requirements_is_one_line_saying_what_to_do(tmp_pat
     assert "LLMZERO_PYTHON" in done.stderr
 
 
+def test_an_installed_command_missing_a_requirement_says_how_to_install():
+    """An install's llmzero-status (pip --no-deps, say) told its user to run `make venv` in a
+    checkout there is none of, or to set LLMZERO_PYTHON, which only bin/llmzero-cli reads."""
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['yaml'] = None; "
+                           "sys.argv = ['/site/bin/llmzero-status', 'RUN']; "
+                           "from llmzero_slurm.cli.__main__ import entry; entry()"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot import yaml" in done.stderr and "pip install" in done.stderr
+    assert "make venv" not in done.stderr and "LLMZERO_PYTHON" not in done.stderr
+
+
 def test_a_missing_module_of_llmzero_slurm_itself_is_a_traceback(tmp_path):
     """A bug (a module of the package gone) is not taken for a missing environment."""
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['llmzero_slurm.cli.status'] = None; "

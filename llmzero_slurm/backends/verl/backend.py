@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...errors import ConfigError, LLMZeroError
-from ...paths import ROOT
+from ...paths import JOBS, ROOT
 from ..base import TokenCounter, TrainerBackend
 from ..spec import PhaseSpec
 from .data import held_out_sources
@@ -173,6 +173,7 @@ class VerlBackend(TrainerBackend):
         settings = self.settings(spec.trainer)
         env = {"LLMZ_PYTHON": self.python(spec.trainer),
                "LLMZ_REPO": str(ROOT),
+               "LLMZ_JOBS": str(JOBS),      # not ROOT/jobs in an install: inside the package
                "LLMZ_STEP_OFFSET": str(spec.resume_step),
                "LLMZ_VERL_METRICS": f"{spec.node_dir}/{VERL_METRICS_FILE}",
                "LLMZ_VERL_TRACKER": f"{spec.node_dir}/ckpt/{TRACKER_FILE}",
