@@ -50,7 +50,8 @@ test: venv slurm-up
 
 # Rewrite constraints.txt from the current environment (after a deliberate upgrade).
 lock: venv
-	{ sed -n '1,3p' constraints.txt; $(PIP) freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
+	{ sed -n '1,3p' constraints.txt; $(PIP) freeze --all --exclude-editable | grep -v '^pip==' \
+	  | sed 's/+cpu$$//'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 # A real search on the embedded CPU trainer (local processes when no Slurm cluster answers).
