@@ -15,6 +15,10 @@ ROOT = PACKAGE.parent           # what the package is imported from: the checkou
 _DATA = PACKAGE if (PACKAGE / "templates").is_dir() else ROOT
 TEMPLATES = _DATA / "templates"
 JOBS = _DATA / "jobs"
+# A checkout's top level holds this project alone: another Python (the phases') may take it first
+# on its path. An install's ROOT is a whole site-packages, whose packages would then shadow that
+# Python's own (its numpy, pyarrow, torch): it goes last.
+ROOT_FIRST = _DATA == ROOT
 CACHE_ENV = "LLMZERO_CACHE"
 # Every template's text, read with the code: an upgrade in place under a running controller
 # must not pair its loaded code with the next release's templates (a value one wants that the

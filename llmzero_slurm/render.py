@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .job_names import check_job_name, controller_job_name
 from .job_settings import CheckJob, ControllerJobConfig, setup_script
 from .hparams import validate_hparams
-from .paths import ROOT, TEMPLATE_TEXTS
+from .paths import ROOT, ROOT_FIRST, TEMPLATE_TEXTS
 from .schedulers.base import parse_time
 from .schedulers.job_env import (CREDENTIAL, LLM_KEYS, MIN_SECRET_CHARS, VARIABLE_NAME,
                                  check_setup_lines)
@@ -269,6 +269,7 @@ def render_check_job(experiment: str, folder: Path, job: CheckJob, token: str, p
         directives=directives, experiment=experiment, mode=mode, setup=setup,
         credentials=credential_rule(secret_names),
         setup_done=shlex.quote(CHECK_SETUP_DONE), repo=shlex.quote(str(ROOT)),
+        repo_first=ROOT_FIRST,
         python=shlex.quote(checked("python", job.python)),
         plan=shlex.quote(checked("plan", str(plan))),
         script=shlex.quote(f"{where}/{mode}.sbatch"))

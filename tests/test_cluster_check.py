@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from llmzero_slurm.backends.verl.schema import unavailable_reason, verl_config_dir
+from llmzero_slurm.cluster_probe import PREFIX
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.job_settings import CheckJob
 from llmzero_slurm.paths import ROOT
@@ -134,6 +135,32 @@ def test_check_job_script_runs_setup_then_the_checks_where_the_controller_runs(t
     bad = CheckJob("environment", "controller", "python3", partition="gpu --wrap=x")
     with pytest.raises(ConfigError, match="controller.partition"):
         render_check_job("exp", tmp_path, bad, "t", tmp_path / "plan.json")
+
+
+def test_an_installs_check_job_reports_the_phases_pythons_own_packages(tmp_path, monkeypatch):
+    """Packaging walkthrough: the check job put llmzero-slurm's folder first on PYTHONPATH. In
+    a pip install that folder is the login venv's whole site-packages, so the phases' Python (a
+    verl environment's) imported the login venv's packages, and the check reported them."""
+    from llmzero_slurm import render
+    site = tmp_path / "site-packages"            # an install's ROOT: the package among others
+    (site / "pyarrow").mkdir(parents=True)
+    (site / "pyarrow" / "__init__.py").write_text("__version__ = 'the login venv s'\n")
+    (site / "llmzero_slurm").symlink_to(ROOT / "llmzero_slurm")
+    monkeypatch.setattr(render, "ROOT", site)
+    monkeypatch.setattr(render, "ROOT_FIRST", False)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"mode": "environment", "backend": "cpu", "builtin": "addition"}))
+    script = tmp_path / "check.sbatch"
+    script.write_text(render_check_job("exp", tmp_path, CheckJob("environment", "controller",
+                                                                 sys.executable), "t", plan))
+    done = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    found = {c["check"]: c for c in map(json.loads, (line.removeprefix(PREFIX) for line in
+                                                     done.stdout.splitlines()
+                                                     if line.startswith(PREFIX)))}
+    import pyarrow
+    assert found["pyarrow"]["ok"] and found["pyarrow"]["detail"].startswith(
+        f"{pyarrow.__version__} from {Path(pyarrow.__file__).parent} "), done.stdout + done.stderr
 
 
 def test_a_check_job_submitted_by_hand_drops_every_credential_first(tmp_path):
