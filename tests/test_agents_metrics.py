@@ -6,8 +6,8 @@ import json
 import numpy as np
 from PIL import Image
 
-from llmzero_slurm.metrics import (best_val, read_metrics, stitch, strip_score_text,
-                                   val_score_series)
+from llmzero_slurm.metrics import best_val, stitch, strip_score_text, val_score_series
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.metrics_text import summarize
 from llmzero_slurm.plots import metric_plots, overlay_plot
 from metrics_files import TEST, VAL

@@ -10,7 +10,8 @@ import pytest
 
 from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
 from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
-from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
+from llmzero_slurm.metrics import MetricsLog, best_val
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.metrics import test_score_at as held_out_score_at
 from metrics_files import metrics_line
 

@@ -18,7 +18,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..metrics import MetricsLog, MetricsReader, strategy_curves
+from ..metrics import MetricsLog, strategy_curves
+from ..metrics_reader import MetricsReader
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
