@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
+from llmzero_slurm.cli.open_run import open_or_create
+from llmzero_slurm.cli.start import build_controller, parse_args
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError, UsageError
 from llmzero_slurm.paths import ROOT
@@ -1573,7 +1574,7 @@ def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, 
     """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
     frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and
     make_scheduler raises a shorter one, frozen by an earlier release, as it polls)."""
-    monkeypatch.setattr("llmzero_slurm.cli.start.resolve_scheduler_kind", lambda kind: "slurm")
+    monkeypatch.setattr("llmzero_slurm.cli.open_run.resolve_scheduler_kind", lambda kind: "slurm")
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
                                     "task": {"builtin": "addition"},
