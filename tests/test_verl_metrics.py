@@ -185,6 +185,23 @@ def test_a_test_score_missing_for_one_data_source_is_no_score():
     assert held_out_score_at(log, 20) is None
 
 
+def test_the_verl_copy_and_the_cpu_trainer_cut_a_requeued_log_alike(tmp_path):
+    """One rule (rows_through) for both: a line nested past the parser's depth or with an
+    infinite step is an unreadable line, kept, where drop_after raised RecursionError and
+    OverflowError; a torn last line goes."""
+    from llmzero_slurm.cputrain.metrics_log import MetricsLog as TrainerLog
+    deep = b'{"step": 9, "data": ' + b"[" * 100_000 + b"\n"
+    rows = (b'{"step": 1, "data": {}}\n' + deep + b'{"step": Infinity, "data": {}}\n'
+            + b'{"step": 3, "data": {}}\n' + b'{"step": 1, "da')
+    cut = b'{"step": 1, "data": {}}\n' + deep + b'{"step": Infinity, "data": {}}\n'
+    verl, cpu = tmp_path / "verl.jsonl", tmp_path / "cpu.jsonl"
+    verl.write_bytes(rows)
+    cpu.write_bytes(rows)
+    verl_metrics.drop_after(verl, 2)
+    TrainerLog(cpu).truncate_after(2)
+    assert verl.read_bytes() == cpu.read_bytes() == cut
+
+
 def test_a_metrics_log_with_undecodable_bytes_is_cut_and_read_all_the_same(tmp_path):
     """Crash walkthrough: bytes that are not UTF-8 in a node's metrics.jsonl (a client crash
     on a shared filesystem) failed the requeue of its verl phase (drop_after) and every child
