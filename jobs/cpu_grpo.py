@@ -25,14 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a plain checkout
 
-import yaml  # noqa: E402
+import yaml
 
-from llmzero_slurm.cputrain.defaults import (  # noqa: E402
+from llmzero_slurm.cputrain.defaults import (
     DEFAULTS, WARM_START_BAND, WARM_START_MAX_STEPS, with_defaults)
-from llmzero_slurm.errors import FULL, ConfigError, LLMZeroError  # noqa: E402
-from llmzero_slurm.paths import CACHE_ENV, DEFAULT_CACHE, check_cache_dir  # noqa: E402
-from llmzero_slurm.hparams import validate_hparams  # noqa: E402
-from llmzero_slurm.tasks import TASKS  # noqa: E402
+from llmzero_slurm.errors import FULL, ConfigError, LLMZeroError
+from llmzero_slurm.paths import CACHE_ENV, DEFAULT_CACHE, check_cache_dir
+from llmzero_slurm.hparams import validate_hparams
+from llmzero_slurm.tasks import TASKS
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OOM, EXIT_TERMINATED = 0, 1, 2, 3, 143
 

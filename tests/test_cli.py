@@ -1979,7 +1979,7 @@ def test_stop_cancel_with_no_controller_ends_a_phase_cancelled_while_queued(tmp_
                           f"#SBATCH --comment=token=t{node_id}\n#SBATCH --time=00:05:00\n"
                           f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
         jobs.append(sched.submit(script, f"t{node_id}"))
-        store.update_node(node_id, lambda n: setattr(n, "submission",  # noqa: B023 - called at once
+        store.update_node(node_id, lambda n: setattr(n, "submission",
                                                      Submission(f"t{n.id}", jobs[-1])))
     store.node_dir(1).claim_file.write_text(jobs[1])      # this one has just started
     stop = cli("stop", str(store.root), "--cancel")

@@ -109,7 +109,7 @@ class Monitor:
             try:
                 stop = (self.store.node_dir(node.id).stop_decided()
                         or self._judge(node, best, best_val))
-            except Exception as exc:  # noqa: BLE001 - see below
+            except Exception as exc:  # see below
                 # One phase's torn early_stop.json, full disk or a bug its metrics meet must
                 # not end the monitor (its replacements would die the same way): the others
                 # are still judged.
