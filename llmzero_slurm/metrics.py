@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 Series = list[tuple[int, float]]
 
-VAL_PREFIX = "val-"      # val-core/..., val-aux/...
 TEST_PREFIX = "test"     # test-core/..., test-aux/..., test/...
 # A split's score: `<split>-core/<data_source>/(acc|reward)/mean@N`; a data source may hold
 # slashes (verl's own preprocessing names GSM8K rows `openai/gsm8k`).
@@ -53,12 +52,6 @@ class MetricsLog:
 
     def values(self, name: str) -> list[float]:
         return [v for _, v in self.get(name)]
-
-    def validation(self) -> "MetricsLog":
-        return MetricsLog({k: v for k, v in self.series.items() if k.startswith(VAL_PREFIX)})
-
-    def test(self) -> "MetricsLog":
-        return MetricsLog({k: v for k, v in self.series.items() if is_test_metric(k)})
 
     def without_test(self) -> "MetricsLog":
         """Everything an agent may be shown: every test-set metric removed."""
