@@ -33,7 +33,8 @@ from llmzero_slurm.agents.stopper import Stopper, StopperInput
 from llmzero_slurm.agents.usage import write_price
 from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
-from llmzero_slurm.metrics import KEY_METRICS, read_metrics
+from llmzero_slurm.metrics import KEY_METRICS
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results
 
 # Wall-clock hours of every LLMZero phase in the paper's Tables 18-21 (SSMR, ChemCoT,

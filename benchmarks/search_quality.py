@@ -49,7 +49,7 @@ from common import (Row, add_row, commits, mean_se, provenance, read_rows, row_k
                     this_path)
 from llmzero_slurm.config import ExperimentConfig, parse_config
 from llmzero_slurm.backends import get_backend
-from llmzero_slurm.metrics import read_metrics
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.paths import ROOT
 from llmzero_slurm.methods.space import GRID_SPACES, grid_points
 from llmzero_slurm.search.budget import Budget, node_samples, samples_per_step

@@ -30,7 +30,8 @@ from typing import Callable
 import llmzero_slurm
 from llmzero_slurm.cli import status
 from llmzero_slurm.config import parse_config
-from llmzero_slurm.metrics import KEY_METRICS, MetricsReader
+from llmzero_slurm.metrics import KEY_METRICS
+from llmzero_slurm.metrics_reader import MetricsReader
 from llmzero_slurm.report.collect import agent_costs
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
 from llmzero_slurm.spent import spent

@@ -58,7 +58,7 @@ def run(check: str, fn: Callable[[], str]) -> bool:
         return True
     except (Failed, LLMZeroError) as exc:
         emit(check, False, str(exc))
-    except Exception as exc:  # noqa: BLE001 - an unexpected error is a finding too
+    except Exception as exc:  # an unexpected error is a finding too
         emit(check, False, f"{type(exc).__name__}: {exc}")
     return False
 
@@ -76,7 +76,7 @@ def package(name: str) -> str:
     started = time.monotonic()
     try:
         module = importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001 - an import can fail in any way
+    except Exception as exc:  # an import can fail in any way
         raise Failed(f"cannot import {name} with {sys.executable}: {type(exc).__name__}: "
                      f"{exc} (does slurm.setup activate the environment that has it?)") from None
     version = str(getattr(module, "__version__", "unknown version"))
@@ -102,13 +102,13 @@ def verl_phase(overrides: Sequence[str]) -> str:
     try:
         from verl.trainer.ppo.utils import need_critic, need_reference_policy
         from verl.utils.config import validate_config
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Failed(f"composes with {verl_config_dir()}, but verl's validate_config cannot be "
                      f"imported: {type(exc).__name__}: {exc}") from None
     try:
         validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
                         use_critic=need_critic(cfg))
-    except Exception as exc:  # noqa: BLE001 - verl raises AssertionError and ValueError
+    except Exception as exc:  # verl raises AssertionError and ValueError
         raise Failed(f"composes, but verl's validate_config refuses it: {type(exc).__name__}: "
                      f"{exc}") from None
     return (f"{len(overrides)} overrides compose with {verl_config_dir()} and pass verl's "
@@ -217,7 +217,7 @@ def endpoint(url: str, timeout_s: float) -> str:
                 answer["status"] = resp.status
         except urllib.error.HTTPError as exc:
             answer["status"] = exc.code
-        except Exception as exc:  # noqa: BLE001 - URLError, timeouts, TLS errors
+        except Exception as exc:  # URLError, timeouts, TLS errors
             answer["error"] = getattr(exc, "reason", None) or exc
 
     started = time.monotonic()

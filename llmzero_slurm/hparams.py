@@ -197,9 +197,6 @@ PARAMS: dict[str, Param] = dict([
        "Concurrent sequences in the rollout engine; lower on OOM.", 1, 65536, backends=("verl",)),
 ])
 
-CAPACITY_PARAMS = tuple(n for n, p in PARAMS.items() if p.category == CAPACITY)
-
-
 def validate_hparams(values: Mapping[str, Any], backend: str | None = None,
                      written: bool = False) -> dict[str, Any]:
     """Check a full or partial configuration; return a typed copy.

@@ -14,9 +14,9 @@ from typing import Any, Iterable
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt  # only once the backend is chosen
 
-from .metrics import (KEY_METRICS, OVERLAY_METRICS, VAL_SCORE, MetricsLog, Series,  # noqa: E402
+from .metrics import (KEY_METRICS, OVERLAY_METRICS, VAL_SCORE, MetricsLog, Series,
                       val_score_series)
 
 DPI = 100

@@ -20,7 +20,8 @@ from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig
 from llmzero_slurm.errors import StateError
 from llmzero_slurm.methods.space import parse_bounds
-from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics, val_score_series
+from llmzero_slurm.metrics import MetricsLog, best_val, val_score_series
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume
 
 DATA = Path(__file__).parent / "data" / "cpu_grpo"

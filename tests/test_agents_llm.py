@@ -25,7 +25,7 @@ from llmzero_slurm.backends import get_backend
 from llmzero_slurm.config import AgentConfig, parse_config
 from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.methods.space import parse_bounds
-from llmzero_slurm.metrics import read_metrics
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume
 from metrics_files import val_rows, write_metrics
 

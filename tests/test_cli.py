@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmzero_slurm.cli.start import build_controller, open_or_create, parse_args
+from llmzero_slurm.cli.open_run import open_or_create
+from llmzero_slurm.cli.start import build_controller, parse_args
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import ConfigError, SchedulerError, UsageError
 from llmzero_slurm.paths import ROOT
@@ -1599,7 +1600,7 @@ def test_scheduler_auto_that_chose_slurm_freezes_a_poll_slurm_accepts(tmp_path, 
     """Review: scheduler: auto with search.poll_interval_s: 0.05 (fine for local processes) was
     frozen as `slurm` with it: 20 squeue calls a second. The frozen poll is raised to 5 s (and
     make_scheduler raises a shorter one, frozen by an earlier release, as it polls)."""
-    monkeypatch.setattr("llmzero_slurm.cli.start.resolve_scheduler_kind", lambda kind: "slurm")
+    monkeypatch.setattr("llmzero_slurm.cli.open_run.resolve_scheduler_kind", lambda kind: "slurm")
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({"name": "demo", "scheduler": "auto",
                                     "task": {"builtin": "addition"},
@@ -2004,7 +2005,7 @@ def test_stop_cancel_with_no_controller_ends_a_phase_cancelled_while_queued(tmp_
                           f"#SBATCH --comment=token=t{node_id}\n#SBATCH --time=00:05:00\n"
                           f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
         jobs.append(sched.submit(script, f"t{node_id}"))
-        store.update_node(node_id, lambda n: setattr(n, "submission",  # noqa: B023 - called at once
+        store.update_node(node_id, lambda n: setattr(n, "submission",
                                                      Submission(f"t{n.id}", jobs[-1])))
     store.node_dir(1).claim_file.write_text(jobs[1])      # this one has just started
     stop = cli("stop", str(store.root), "--cancel")

@@ -80,7 +80,7 @@ def llm_server() -> Iterator[tuple[str, list[str]]]:
     asked: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+        def do_GET(self) -> None:  # the http.server interface
             asked.append(self.path)
             self.send_response(401)
             self.end_headers()

@@ -624,7 +624,7 @@ def test_a_non_finite_cpu_metric_reaches_the_agents_as_nan(tmp_path):
     skips, so a diverged CPU phase's blow-up never reached the agents; the verl copy keeps it."""
     from llmzero_slurm.agents.offline.signals import Signals
     from llmzero_slurm.cputrain.metrics_log import MetricsLog
-    from llmzero_slurm.metrics import read_metrics
+    from llmzero_slurm.metrics_reader import read_metrics
 
     log = MetricsLog(tmp_path / "metrics.jsonl")
     log.write(1, {"actor/grad_norm": 0.5, "actor/pg_loss": 0.1})

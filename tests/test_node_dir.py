@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from llmzero_slurm.metrics import MetricsReader
+from llmzero_slurm.metrics_reader import MetricsReader
 from llmzero_slurm.store.node_dir import NodeDir
 from metrics_files import VAL, val_rows, write_metrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from llmzero_slurm.metrics import MetricsReader
+from llmzero_slurm.metrics_reader import MetricsReader
 from llmzero_slurm.report import write_report
 from llmzero_slurm.report.collect import collect
 from llmzero_slurm.report.logs import MetricsLogs, drawn

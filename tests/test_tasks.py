@@ -150,7 +150,7 @@ def test_writers_of_one_shared_dataset_file_sharing_a_pid_keep_it_whole(tmp_path
         try:
             for _ in range(5):
                 write_parquet(rows, path)
-        except Exception as exc:   # noqa: BLE001 - the other writer's rename took its file
+        except Exception as exc:   # the other writer's rename took its file
             errors.append(exc)
     writers = [threading.Thread(target=write) for _ in range(4)]
     for w in writers:

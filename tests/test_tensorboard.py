@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from llmzero_slurm.metrics import read_metrics
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.report.tensorboard import export_tensorboard
 from metrics_files import VAL, write_metrics
 from treebuild import N, S, T
@@ -148,7 +148,7 @@ def test_an_export_leaves_torch_unloaded_where_it_is_installed(tmp_path):
         pytest.skip("torch not installed: nothing to keep out")
     log = write_metrics(tmp_path / "run" / "nodes" / "0000" / "metrics.jsonl", [(1, {VAL: 0.5})])
     code = ("import sys; sys.path.append('tests'); from pathlib import Path; "
-            "from llmzero_slurm.metrics import read_metrics; "
+            "from llmzero_slurm.metrics_reader import read_metrics; "
             "from llmzero_slurm.report.tensorboard import export_tensorboard; "
             "from treebuild import N, T; "
             f"export_tensorboard(Path({str(tmp_path / 'run')!r}), T(N(0, None, score=0.5)), "

@@ -10,7 +10,8 @@ import pytest
 
 from llmzero_slurm.backends.verl import metrics_copy as verl_metrics
 from llmzero_slurm.backends.verl.metrics_copy import VerlMetricsIngest
-from llmzero_slurm.metrics import MetricsLog, best_val, read_metrics
+from llmzero_slurm.metrics import MetricsLog, best_val
+from llmzero_slurm.metrics_reader import read_metrics
 from llmzero_slurm.metrics import test_score_at as held_out_score_at
 from metrics_files import metrics_line
 
@@ -182,6 +183,23 @@ def test_a_test_score_missing_for_one_data_source_is_no_score():
                       "test-core/b/acc/mean@1": [(10, 0.4)]})
     assert held_out_score_at(log, 10) == pytest.approx(0.3)
     assert held_out_score_at(log, 20) is None
+
+
+def test_the_verl_copy_and_the_cpu_trainer_cut_a_requeued_log_alike(tmp_path):
+    """One rule (rows_through) for both: a line nested past the parser's depth or with an
+    infinite step is an unreadable line, kept, where drop_after raised RecursionError and
+    OverflowError; a torn last line goes."""
+    from llmzero_slurm.cputrain.metrics_log import MetricsLog as TrainerLog
+    deep = b'{"step": 9, "data": ' + b"[" * 100_000 + b"\n"
+    rows = (b'{"step": 1, "data": {}}\n' + deep + b'{"step": Infinity, "data": {}}\n'
+            + b'{"step": 3, "data": {}}\n' + b'{"step": 1, "da')
+    cut = b'{"step": 1, "data": {}}\n' + deep + b'{"step": Infinity, "data": {}}\n'
+    verl, cpu = tmp_path / "verl.jsonl", tmp_path / "cpu.jsonl"
+    verl.write_bytes(rows)
+    cpu.write_bytes(rows)
+    verl_metrics.drop_after(verl, 2)
+    TrainerLog(cpu).truncate_after(2)
+    assert verl.read_bytes() == cpu.read_bytes() == cut
 
 
 def test_a_metrics_log_with_undecodable_bytes_is_cut_and_read_all_the_same(tmp_path):

@@ -81,7 +81,7 @@ def ask(llm: Backend, prompt: Prompt, parse: Callable[[str], T], fallback: Calla
                 "; cut while the model was still thinking: raise agents.thinking_tokens"
                 if thinking else ""))
             prompt = prompt.repair(text, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a checker's bug must not lose the record
+        except Exception as exc:  # a checker's bug must not lose the record
             # Not the LLM's mistake, so no repair round: the fallback answers, and the caller
             # saves the answer and its cost as for any other fallback.
             record.fallbacks.append(f"answer {attempt + 1} could not be checked "

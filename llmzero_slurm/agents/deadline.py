@@ -120,7 +120,7 @@ def within(seconds: float, work: Callable[[], T], limit: str | None = None) -> T
         _running.call = call
         try:
             value.append(work())
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+        except BaseException as exc:  # handed to the waiting caller
             error.append(exc)
 
     worker = threading.Thread(target=run, name="llm-call", daemon=True)

@@ -154,7 +154,7 @@ class _SDKBackend:
             raise
         except Abandoned as exc:
             raise LLMUnavailable(f"{self.vendor}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - any failure of the exchange is a fallback
+        except Exception as exc:  # any failure of the exchange is a fallback
             why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)  # what it met
             raise LLMUnavailable(self.redact(f"{self.vendor}: {type(exc).__name__}: {why}")) from None
 

@@ -39,7 +39,7 @@ def _served(llm: _SDKBackend, seconds: float) -> list[str] | None:
     try:
         page = within(seconds, lambda: llm.client.models.list())
         return [str(m.id) for m in page.data]
-    except Exception:  # noqa: BLE001 - the list only sharpens the message
+    except Exception:  # the list only sharpens the message
         return None
 
 
@@ -82,7 +82,7 @@ def probe(llm: _SDKBackend, body: dict[str, Any], limit_s: float) -> str:
         if exc.status_code in (400, 404):
             raise _not_found(llm, said, seconds) from None
         raise Unverified(said) from None
-    except Exception as exc:  # noqa: BLE001 - the network, a timeout: said, not failed
+    except Exception as exc:  # the network, a timeout: said, not failed
         # The SDK's "Connection error." names neither the URL nor why: its cause does.
         why = f"{exc} ({type(c).__name__}: {c})" if (c := exc.__cause__) else str(exc)
         url = str(llm.client.base_url).rstrip("/")

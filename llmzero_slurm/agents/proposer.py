@@ -75,7 +75,7 @@ class Proposer:
             if llm is None:
                 proposal = fallback()
             else:
-                prompt = self.prompt(inp, metrics, checkpoints, out_dir / "plots")
+                prompt = self.prompt(inp, metrics, checkpoints, NodeDir(out_dir).plots)
                 proposal = ask(llm, prompt, lambda text: check_proposal(
                     extract_json(text), parent_hp, checkpoints, inp.scratch_only,
                     self.trainer, llm.name, self.bounds, taken), fallback, record)

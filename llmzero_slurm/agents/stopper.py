@@ -109,7 +109,7 @@ class Stopper:
         """The overlay image and the two short summaries (kept small: this runs every 15 min)."""
         current, best = inp.current, inp.best
         step = current.last_step or inp.start_step
-        image = overlay_plot(current, best, out_dir / "plots" / f"overlay_{step:06d}.png")
+        image = overlay_plot(current, best, NodeDir(out_dir).plots / f"overlay_{step:06d}.png")
         system, task = render(
             "stopper", metric_guide=metric_guide(), best_val_text=score_text(inp.best_val),
             best_summary=brief(best, CONTEXT) if best else "(no curves)",

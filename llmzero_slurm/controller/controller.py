@@ -245,7 +245,7 @@ class Controller:
             return None
         try:
             return self.on_finish(self.store.root, complete)
-        except Exception as exc:  # noqa: BLE001 - see the docstring
+        except Exception as exc:  # see the docstring
             self.progress.event(f"report not updated: {type(exc).__name__}: {exc}")
             return None
 

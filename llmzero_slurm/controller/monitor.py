@@ -18,7 +18,8 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..metrics import MetricsLog, MetricsReader, strategy_curves
+from ..metrics import MetricsLog, strategy_curves
+from ..metrics_reader import MetricsReader
 from ..schedulers import make_scheduler
 from ..schedulers.base import Scheduler
 from ..search.policy import best_path
@@ -108,7 +109,7 @@ class Monitor:
             try:
                 stop = (self.store.node_dir(node.id).stop_decided()
                         or self._judge(node, best, best_val))
-            except Exception as exc:  # noqa: BLE001 - see below
+            except Exception as exc:  # see below
                 # One phase's torn early_stop.json, full disk or a bug its metrics meet must
                 # not end the monitor (its replacements would die the same way): the others
                 # are still judged.

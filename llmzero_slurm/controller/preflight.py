@@ -53,7 +53,7 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, True, str(exc), checked=False)
     except LLMZeroError as exc:
         return Check(name, False, str(exc))
-    except Exception as exc:  # noqa: BLE001 - a preflight reports, it does not crash
+    except Exception as exc:  # a preflight reports, it does not crash
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..backends.verl.metrics_copy import rows_through
 from ..store.atomic import write_bytes
 
 
@@ -18,21 +19,11 @@ class MetricsLog:
         self._file: TextIO | None = None
 
     def truncate_after(self, step: int) -> None:
-        """Keep only lines with step <= `step` (atomically); unreadable lines are kept as-is,
-        byte for byte: bytes that are not UTF-8 (a client crash on a shared filesystem) must
-        not stop every requeue of the phase."""
+        """Keep only the lines up to `step` (by the verl copy's rule, rows_through), atomically."""
         if not self.path.exists():
             return
-        kept = []
-        for line in self.path.read_bytes().splitlines(keepends=True):
-            try:
-                if json.loads(line)["step"] > step:
-                    continue
-            except (ValueError, KeyError, TypeError, RecursionError):
-                if not line.endswith(b"\n"):
-                    continue   # a torn last line from a killed writer
-            kept.append(line)
-        write_bytes(self.path, b"".join(kept))
+        lines = self.path.read_bytes().splitlines(keepends=True)
+        write_bytes(self.path, b"".join(rows_through(lines, step)))
 
     def write(self, step: int, data: dict[str, Any]) -> None:
         if self._file is None:

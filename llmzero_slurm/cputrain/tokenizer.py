@@ -11,7 +11,7 @@ _CHARS = "".join(chr(c) for c in range(32, 127))   # printable ASCII
 class CharTokenizer:
     """Printable ASCII characters plus PAD/BOS/EOS/UNK; other characters map to UNK."""
 
-    pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
+    pad_id, bos_id, eos_id = PAD, BOS, EOS
 
     def __init__(self) -> None:
         self._ids = {ch: i + _SPECIALS for i, ch in enumerate(_CHARS)}

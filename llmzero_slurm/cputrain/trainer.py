@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..errors import DataError
-from ..metrics import best_val, read_metrics, val_score
+from ..metrics import best_val, val_score
+from ..metrics_reader import read_metrics
 from ..store.atomic import write_json
 from ..store.node_dir import NodeDir
 from ..tasks.dataset import Example

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import StateError
-from ..metrics import MetricsLog, MetricsReader
+from ..metrics import MetricsLog
+from ..metrics_reader import MetricsReader
 from ..search.tree import Status
 from .atomic import read_json
 

@@ -209,22 +209,30 @@ def _tracked_step(tracker: Path, step_offset: int) -> int | None:
         return None
 
 
-def drop_after(metrics_file: Path, step: int | None) -> None:
-    """Keep the rows of `metrics_file` up to `step` (None: none), replacing it atomically; a
-    line that cannot be read is kept, a torn last line is not."""
-    try:
-        lines = Path(metrics_file).read_bytes().splitlines(keepends=True)  # bytes: not all UTF-8
-    except FileNotFoundError:
-        return
+def rows_through(lines: Sequence[bytes], step: int | None) -> list[bytes]:
+    """The metrics.jsonl lines up to `step` (None: none), as a requeued phase resumes from it
+    (the cpu trainer cuts its own log by this rule too). A line that cannot be read is kept
+    byte for byte (not all are UTF-8: a client crash on a shared filesystem); a torn last
+    line, from a killed writer, is not."""
     kept = []
     for line in lines:
         try:
             if step is None or int(json.loads(line)["step"]) > step:
                 continue
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             if not line.endswith(b"\n"):
                 continue
         kept.append(line)
+    return kept
+
+
+def drop_after(metrics_file: Path, step: int | None) -> None:
+    """Keep the rows of `metrics_file` up to `step` (rows_through), replacing it atomically."""
+    try:
+        lines = Path(metrics_file).read_bytes().splitlines(keepends=True)  # bytes: not all UTF-8
+    except FileNotFoundError:
+        return
+    kept = rows_through(lines, step)
     if len(kept) == len(lines):
         return
     tmp = Path(f"{metrics_file}.tmp{os.getpid()}")
