@@ -6,12 +6,12 @@ strategy (green, dashed) on the shared global-step axis. Test metrics are never 
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable
 
 import matplotlib
-import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
@@ -31,21 +31,19 @@ def plot_name(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_") + ".png"
 
 
-def _drawable(values: np.ndarray) -> np.ndarray:
-    """`values`, nan where one cannot be drawn. Matplotlib leaves inf and nan out of a line,
+def _drawable(value: float) -> float:
+    """`value`, or nan where it cannot be drawn. Matplotlib leaves inf and nan out of a line,
     but lays its ticks out over the span of the rest: a value near the float maximum (an
     overflowed grad norm, 1e308) makes that span overflow to inf and the tick layout raise
     ValueError. Such a value is as good as infinite, and left out the same way."""
-    return np.where(np.abs(values) <= DRAWABLE, values, np.nan)
+    return value if abs(value) <= DRAWABLE else math.nan
 
 
 def _draw(ax: plt.Axes, points: Series, **style: Any) -> None:
-    """One series as a line, converted as one array: the report draws a best strategy of
-    thousands of points in each of hundreds of node curve grids."""
     if points:
-        steps, values = np.array(points, dtype=float).T
+        steps, values = zip(*((s, _drawable(v)) for s, v in points))
         marker = "o" if len(points) < 30 else None
-        ax.plot(steps, _drawable(values), marker=marker, markersize=3, linewidth=1.2, **style)
+        ax.plot(steps, values, marker=marker, markersize=3, linewidth=1.2, **style)
 
 
 def metric_plots(log: MetricsLog, out_dir: str | Path,
