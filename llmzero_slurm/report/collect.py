@@ -42,6 +42,7 @@ class NodeView:
     ended_as: Status | None = None      # the status that end gives it (status.py's as_live)
     parent_unreadable: bool = False     # what it changed is unknown: not "from the defaults"
     failure: str = ""   # why a failed phase failed, as its record or its job's output says
+    notes: list[str] = field(default_factory=list)     # its agent records' problems
 
     @property
     def status(self) -> Status:
@@ -97,9 +98,20 @@ class RunView:
     best_curves: MetricsLog | None      # the best strategy stitched on the global-step axis
     logs: MetricsLogs                   # where the nodes' curves are read
     agent_costs: dict[str, AgentCost]
-    notes: list[str]
+    run_notes: list[str]                # the run's own, after every node's
     spent: Spent                        # samples, the stopper's saving, the gain over the base
     unreadable: list[int] = field(default_factory=list)  # nodes left out: the best may be one
+
+    @property
+    def notes(self) -> list[str]:
+        """What the page notes, node by node (its log's bad lines, its records' problems),
+        then the run's. The logs' problems are asked for here, once the curves were drawn:
+        drawing a node's grid reads its log and keeps its problems, so a first write parses
+        each log once, not once for the notes and again to draw it."""
+        return [*(note for view in self.nodes.values()
+                  for note in (*(f"node {view.node.id}: {p}" for p in self.logs.problems(view.files)),
+                               *view.notes)),
+                *self.run_notes]
 
     @property
     def best(self) -> Node | None:
@@ -167,9 +179,7 @@ def _ended(node: Node, files: NodeDir) -> tuple[str, Status | None]:
             files.ended_as(job_state(job.job_id, STATUS_FILE_STATES.get(job.state, job.state)).status))
 
 
-def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
-               notes: list[str]) -> NodeView:
-    notes.extend(f"node {node.id}: {p}" for p in logs.problems(files))
+def _node_view(node: Node, tree: Tree, files: NodeDir) -> NodeView:
     parent = tree.nodes.get(node.parent) if node.parent is not None else None
     unread = parent is not None and parent.unreadable
     view = NodeView(node, files, parent_unreadable=unread,
@@ -177,7 +187,7 @@ def _node_view(node: Node, tree: Tree, files: NodeDir, logs: MetricsLogs,
     view.ended, view.ended_as = _ended(node, files)
     if view.status is Status.FAILED and not node.unreadable:
         view.failure = recorded_failure(node) or job_error(node, files) or ""
-    return _with_records(view, files, notes)
+    return _with_records(view, files, view.notes)
 
 
 def _with_records(view: NodeView, files: NodeDir, notes: list[str]) -> NodeView:
@@ -246,8 +256,7 @@ def collect(root: str | Path, logs: MetricsLogs | None = None) -> RunView:
     tree = store.load_tree()
     logs = MetricsLogs() if logs is None else logs
     notes: list[str] = []
-    views = {n.id: _node_view(n, tree, store.node_dir(n.id), logs, notes)
-             for n in sorted(tree, key=lambda n: n.id)}
+    views = {n.id: _node_view(n, tree, store.node_dir(n.id)) for n in sorted(tree, key=lambda n: n.id)}
     phases = _phases(tree, views, logs)
     on_path = {p.view.node.id for p in phases}
     for i in sorted(store.corrupt):
