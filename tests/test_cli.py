@@ -725,7 +725,8 @@ def test_a_task_without_every_split_and_reward_is_refused_as_the_config_is_read(
         ["task.train_files", "task.val_files", "task.reward_path"]
 
 
-def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp_path):
+def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp_path,
+                                                                              monkeypatch):
     """Phases of a local run use this machine's Python: a login-node install (no torch) passed
     --check, and every phase then failed on its first import."""
     import venv
@@ -736,8 +737,15 @@ def test_check_of_a_local_run_names_trainer_packages_the_phases_python_lacks(tmp
     checks = {c.name: c for c in preflight.preflight(
         parse_config({**cfg, "trainer": {"python": light}}), "local", tmp_path / "run")}
     assert not checks["trainer"].ok
-    assert checks["trainer"].detail.startswith(
-        f"{light} cannot import torch, transformers, peft, pyarrow: local phases run with it")
+    assert checks["trainer"].detail == (
+        f"{light} cannot import torch, transformers, peft, pyarrow: local phases run with it "
+        "(trainer.python names another); install torch from PyTorch's CPU index "
+        "(https://download.pytorch.org/whl/cpu), then the cpu extra: pip install -e '.[cpu]'")
+    # A site install has no checkout to install from: the hint names the package.
+    monkeypatch.setattr(preflight, "ROOT_FIRST", False)
+    checks = {c.name: c for c in preflight.preflight(
+        parse_config({**cfg, "trainer": {"python": light}}), "local", tmp_path / "run")}
+    assert checks["trainer"].detail.endswith("then the cpu extra: pip install 'llmzero-slurm[cpu]'")
     checks = {c.name: c for c in preflight.preflight(parse_config(cfg), "local", tmp_path / "run")}
     assert checks["trainer"].ok, checks["trainer"].detail
 

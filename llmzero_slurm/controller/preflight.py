@@ -22,6 +22,7 @@ from ..methods.base import MethodContext, SearchMethod
 from ..methods.registry import unread_note
 from ..backends import get_backend
 from ..backends.spec import PhaseSpec
+from ..paths import ROOT_FIRST
 from ..render import CONTROLLER_SCRIPT, render_controller, write_phase_script
 from ..sbatch_options import WARN_SIGNAL_S
 from ..schedulers import SCHEDULERS, SlurmScheduler
@@ -166,9 +167,17 @@ def check_trainer(cfg: ExperimentConfig) -> str:
     missing = done.stdout.split() if done.returncode == 0 else list(names)
     if missing:
         raise LLMZeroError(f"{python} cannot import {', '.join(missing)}: local phases run with "
-                           f"it (trainer.python names another); install the {cfg.backend} "
-                           f"extra, e.g. pip install -e '.[{cfg.backend}]'")
+                           f"it (trainer.python names another); {_install_hint(cfg.backend)}")
     return f"{python} finds {', '.join(names)}"
+
+
+def _install_hint(backend: str) -> str:
+    """From a checkout the extra installs from `.`; a site install has no checkout, so by name.
+    PyPI's Linux torch is a CUDA build of gigabytes: the cpu extra wants the CPU wheel first."""
+    extra = f"-e '.[{backend}]'" if ROOT_FIRST else f"'llmzero-slurm[{backend}]'"
+    first = ("install torch from PyTorch's CPU index (https://download.pytorch.org/whl/cpu), then "
+             if backend == "cpu" else "install ")
+    return f"{first}the {backend} extra: pip install {extra}"
 
 
 def check_llm(cfg: ExperimentConfig) -> str:
