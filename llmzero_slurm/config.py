@@ -98,6 +98,13 @@ class TaskConfig:
                              f"{', '.join(self.FILES)} (or give {where}.builtin)")
         problems.raise_all()
 
+    def require(self, where: str = "task") -> None:
+        """No task at all parses (most of the suite's configs need none), but nothing can run
+        it: --check's config line and a start refuse it, before the checks that read it."""
+        if self.builtin is None and not any(getattr(self, name) for name in self.FILES):
+            raise ConfigError(where, f"is missing: give {where}.builtin, or your own task's "
+                                     f"{', '.join(self.FILES)}")
+
 
 # agents.backend's values, the one list of them: choose_backend (agents/llm.py) builds each LLM
 # backend, "heuristic" is none, and "auto" is Anthropic when its key is set, else none.

@@ -705,6 +705,27 @@ def test_check_says_repeats_within_a_split_and_refuses_a_test_split_that_repeats
         data_checks.check_data(parse_config({"name": "x", "task": task}))
 
 
+def test_a_config_with_no_task_fails_checks_config_line_and_start_names_the_task(tmp_path):
+    """--check printed `[ok] config: ... is valid` and `[ok] lengths: longest prompt 0`, then
+    a data check and a script check that each said something else about the missing task."""
+    from llmzero_slurm.controller import preflight
+    config = tmp_path / "x.yaml"
+    config.write_text("name: x\nscheduler: local\n")
+    missing = ("config key 'task': is missing: give task.builtin, or your own task's "
+               "train_files, val_files, test_files, reward_path")
+    checks = preflight.preflight(parse_config({"name": "x", "scheduler": "local"}), "local",
+                                 tmp_path / "run")
+    assert [c.line() for c in checks if not c.ok or not c.checked] == [
+        f"[FAIL] config: {missing}",
+        "[skip] data and reward, lengths, phase scripts, run directory and controller job, "
+        "scheduler: not checked without a task"]
+    assert {c.name for c in checks} >= {"search method", "trainer", "agents"}
+    with pytest.raises(ConfigError) as refused:
+        open_or_create(parse_args([str(config), "--run-dir", str(tmp_path / "run")]))
+    assert str(refused.value) == missing
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_task_without_every_split_and_reward_is_refused_as_the_config_is_read(tmp_path):
     """No test_files read as 'reads exactly one parquet file per split', which a user with
     one file per split took for a complaint about the files they gave; and --check called such

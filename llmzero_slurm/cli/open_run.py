@@ -48,6 +48,7 @@ def open_or_create(args: argparse.Namespace) -> RunStore:
         return store
     # Frozen, a config no script renders from, its method refuses, or whose task files or reward
     # cannot be read, fails every later start (the phases after their queue wait).
+    cfg.task.require()
     for _, check in script_checks(cfg, run_dir):
         check()
     for note in method_notes(cfg)[1]:

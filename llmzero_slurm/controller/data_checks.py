@@ -45,10 +45,8 @@ def task_reward(cfg: ExperimentConfig) -> tuple[RewardFn | None, str, list[tuple
     if task.builtin:
         found = get_task(task.builtin).compute_score, f"builtin task {task.builtin}", []
     else:
-        if not task.train_files or not task.val_files:
-            raise ConfigError("task", "give `builtin` or both train_files and val_files")
-        if not task.reward_path:
-            raise ConfigError("task.reward_path", "a reward file with compute_score() is required")
+        task.require()
+        assert task.reward_path     # TaskConfig.check: one's own task gives every file
         try:
             with time_limit(IMPORT_TIMEOUT_S):
                 found = load_reward(task.reward_path, task.reward_name), task.reward_path, \

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..agents.probe import Unverified
 from ..config import ExperimentConfig
-from ..errors import LLMZeroError, SchedulerError
+from ..errors import ConfigError, LLMZeroError, SchedulerError
 from ..methods import make_method
 from ..methods.grid import GridMethod
 from ..methods.static import Chain
@@ -227,14 +227,24 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
     """Every check of `--check` on this machine, for a run in `run_dir` (created or not)."""
     from ..tasks.dataset import read_examples
     read = functools.lru_cache(maxsize=None)(read_examples)   # each file read once per check
-    return [Check("config", True, f"{cfg.source or 'config'} is valid"),
-            _run("search method", lambda: check_method(cfg)),
+    config = Check("config", True, f"{cfg.source or 'config'} is valid")
+    try:
+        cfg.task.require()
+    except ConfigError as exc:
+        # Every check that reads the task or renders a phase would restate this in its words.
+        config = Check("config", False, str(exc))
+        task_checks = [Check("data and reward, lengths, phase scripts, run directory and "
+                             "controller job, scheduler", True, "not checked without a task",
+                             checked=False)]
+    else:
+        task_checks = [
             _run("data and reward", lambda: check_data(cfg, read)),
             _run("lengths", lambda: check_lengths(cfg, read)),
             *([_run("inputs since the run was created", lambda: check_unchanged(run_dir))]
               if (run_dir / INPUTS).exists() else []),
             *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
-            _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind)),
+            _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind))]
+    return [config, _run("search method", lambda: check_method(cfg)), *task_checks,
             *([_run("trainer", lambda: check_trainer(cfg))]
               if SCHEDULERS[scheduler_kind].on_this_machine else []),
             _run("agents", lambda: check_llm(cfg))]
