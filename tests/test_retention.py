@@ -1,6 +1,12 @@
-"""search.keep_checkpoints: which of a finished phase's checkpoints the search can still use."""
+"""search.keep_checkpoints: which of a finished phase's checkpoints the search can still use,
+and their removal from a verl phase's folders (its real runs are in test_search_e2e.py)."""
+from llmzero_slurm.backends.verl import VerlBackend
+from llmzero_slurm.config import parse_config
+from llmzero_slurm.controller.retention import Retention
 from llmzero_slurm.search.retention import removable
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Tree
+from llmzero_slurm.store.run_store import RunStore
+from verl_stubs import verl_checkpoint
 
 STEPS = [10, 20, 30, 40, 50]
 
@@ -47,3 +53,44 @@ def test_nothing_left_to_remove_is_no_entry():
     node = phase(0)
     node.results.checkpoints = [30, 50]
     assert removable(Tree([node])) == {}
+
+
+def test_verl_folders_go_by_their_phase_numbers_and_the_tracker_and_exports_stay(tmp_path):
+    """verl numbers a phase's checkpoints from 0 (verl_step_offset holds its first global
+    step); its tracker names the last, which stays, as do the adapters exported for children."""
+    cfg = parse_config({"name": "t", "search": {"keep_checkpoints": "useful"}})
+    store = RunStore.create(tmp_path / "run", cfg)
+    backend, said = VerlBackend(), []
+    for node_id, resume, best in ((0, None, 20), (1, Resume(0, 20), 44)):
+        store.add_node(lambda i, resume=resume, best=best: Node(
+            i, resume and resume.node, Kind.EVOLVE if resume else Kind.SCRATCH, {},
+            resume=resume, status=Status.COMPLETED, results=Results(0.5, best)))
+        files = store.node_dir(node_id)
+        backend.record_start(files.path, resume.step if resume else 0)
+        for local in (10, 20, 30):
+            verl_checkpoint(files.path, local, None)
+        store.update_node(node_id, lambda n, files=files: setattr(
+            n.results, "checkpoints", backend.checkpoint_steps(files)))
+    export = store.node_dir(0).path / "export" / "global_step_20" / "lora_adapter"
+    export.mkdir(parents=True)
+    # A record that cannot be read may resume from any checkpoint: nothing goes meanwhile.
+    damaged = store.nodes_dir / "0002"
+    damaged.mkdir()
+    (damaged / "node.json").write_text("{")
+    assert Retention(store, backend, said.append).apply(store.load_tree()) and not said
+    assert backend.checkpoint_steps(store.node_dir(0)) == [10, 20, 30]
+    (damaged / "node.json").unlink()
+    damaged.rmdir()
+    tree = Retention(store, backend, said.append).apply(store.load_tree())
+    # Node 0: 20 is its best step and node 1's start, 30 its last; node 1 (steps 30, 40, 50):
+    # 40 is the latest before its best step 44, 50 its last.
+    assert [tree[0].results.checkpoints, tree[1].results.checkpoints] == [[20, 30], [40, 50]]
+    assert [backend.checkpoint_steps(store.node_dir(i)) for i in (0, 1)] == [[20, 30], [40, 50]]
+    assert sorted(p.name for p in store.node_dir(1).ckpt.iterdir()) == [
+        "global_step_20", "global_step_30", "latest_checkpointed_iteration.txt"]
+    assert export.is_dir() and tree[1].removed_checkpoints.steps == [30]
+    assert said == ["node 0: removed the checkpoints of steps 10 (search.keep_checkpoints: "
+                    "useful; kept 20, 30)", "node 1: removed the checkpoints of steps 30 "
+                    "(search.keep_checkpoints: useful; kept 40, 50)"]
+    # A second pass finds nothing more to remove.
+    assert Retention(store, backend, said.append).apply(tree) is tree and len(said) == 2
