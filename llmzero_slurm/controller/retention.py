@@ -8,8 +8,10 @@ a resume point) are never touched.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 from .. import faults
@@ -65,6 +67,19 @@ class Retention:
             except (ConfigError, OSError) as exc:
                 self.say(f"node {node.id}: the checkpoint of step {step} was not removed: {exc}")
         return done
+
+
+def removable_folders(store: RunStore, tree: Tree, backend: TrainerBackend) -> list[Path]:
+    """The checkpoint folders search.keep_checkpoints: useful would remove from a run that
+    keeps them all (llmzero-status --disk says what they hold)."""
+    if store.config.search.keep_checkpoints == KEEP_USEFUL or store.corrupt:
+        return []
+    folders = []
+    for node_id, steps in removable(tree).items():
+        files = store.node_dir(node_id)
+        with contextlib.suppress(ConfigError):    # verl's start record unreadable: none known
+            folders += [backend.checkpoint_dir(files, step) for step in steps]
+    return folders
 
 
 def _record(node: Node, steps: list[int]) -> None:
