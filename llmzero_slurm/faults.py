@@ -3,8 +3,9 @@
 `LLMZERO_FAULT=<point>[:<n>]` makes the process SIGKILL itself the n-th time (default first) it
 passes the named point -- a real kill -9 at an exact instruction, which a timer cannot give.
 Points: creating_node (node id taken, its folder and record not yet written), before_sbatch,
-after_sbatch, while_ingesting. `LLMZERO_FAULT=enospc:<file name>[:<n>]` makes the n-th atomic
-write of a file of that name fail as a full disk does. Unset, a point costs one dict lookup.
+after_sbatch, while_ingesting, while_pruning (checkpoints recorded as removed, their folders
+not yet). `LLMZERO_FAULT=enospc:<file name>[:<n>]` makes the n-th atomic write of a file of
+that name fail as a full disk does. Unset, a point costs one dict lookup.
 """
 from __future__ import annotations
 

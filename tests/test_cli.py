@@ -1174,6 +1174,27 @@ def test_status_disk_says_what_the_run_holds_by_part(tmp_path, capsys):
     assert disk["checkpoints"]["files"] == 3 and disk["checkpoints"]["bytes"] >= 300_000
 
 
+def test_status_disk_says_what_keeping_only_useful_checkpoints_would_free(tmp_path, capsys):
+    """A user under a quota learns what search.keep_checkpoints: useful would free before
+    setting it: here node 1's step 10, neither its last checkpoint nor a resume point."""
+    from llmzero_slurm.cli import status
+    store = two_phase_run(tmp_path)
+    for step in (10, 20):
+        ckpt = store.node_dir(1).checkpoint_dir(step)
+        ckpt.mkdir(parents=True)
+        (ckpt / "adapter_model.safetensors").write_bytes(b"x" * 300_000)
+    store.update_node(1, lambda n: setattr(n.results, "checkpoints", [10, 20]))
+    assert status.main([str(store.root), "--disk"]) == 0
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("disk:")]
+    assert re.search(r"; search.keep_checkpoints: useful would free 3\d\dK in 2 files$", line), line
+    assert status.main([str(store.root), "--json", "--disk"]) == 0
+    assert json.loads(capsys.readouterr().out)["disk_keep_useful_frees"]["files"] == 2
+    # A run that keeps only those already has nothing more to free.
+    useful = two_phase_run(tmp_path / "b", search={"keep_checkpoints": "useful"})
+    assert status.main([str(useful.root), "--disk"]) == 0
+    assert "would free" not in capsys.readouterr().out
+
+
 def test_status_of_a_run_that_completed_nothing_says_the_last_failure(tmp_path):
     """A detached or submitted search that ended without a completed phase (exit 7: a reward
     that raised on a model's answer) said why only in the controller's log; status showed

@@ -22,6 +22,7 @@ def test_defaults_are_the_papers():
         (1.414, 0.3, 0.5, 0.3, 2)
     assert (s.max_evolve_children, s.max_debug_children, s.max_debug_depth) == (2, 3, 5)
     assert (s.min_scratch_ratio, s.early_stop_interval_s, s.budget_iterations) == (0.2, 900.0, 16)
+    assert s.keep_checkpoints == "all"    # every checkpoint, as before the setting
 
 
 @pytest.mark.parametrize("data, key", [
@@ -39,6 +40,7 @@ def test_defaults_are_the_papers():
     ({"name": "x", "search": {"temperature": float("nan")}}, "search.temperature"),
     # f_T's e^{1/T} overflows below T = 0.0014: every selection raised OverflowError.
     ({"name": "x", "search": {"temperature": 0.001}}, "search.temperature"),
+    ({"name": "x", "search": {"keep_checkpoints": "best"}}, "search.keep_checkpoints"),
     ({"name": "x", "agents": {"max_retries": -1}}, "agents.max_retries"),
     ({"name": "x", "agents": {"timeout_s": -1}}, "agents.timeout_s"),
     ({"name": "x", "agents": {"timeout_s": 0}}, "agents.timeout_s"),

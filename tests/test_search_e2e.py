@@ -206,3 +206,52 @@ def test_a_full_disk_at_a_state_write_stops_cleanly_and_a_restart_loses_nothing(
     store = RunStore.open(run_dir)
     assert len(store.load_tree()) == 4
     finished_once_each(store, fault_outcome)
+
+
+def test_keeping_only_useful_checkpoints_prunes_finished_phases_and_children_still_resume(
+        tmp_path, cache):
+    """search.keep_checkpoints: useful, on a real local search whose controller is killed
+    between recording a prune and removing the folders: the resumed controller finishes it."""
+    config = e2e_config(tmp_path, cache, "local", budget=3, **{**SMALL_PHASES, "save_freq": 2,
+                                                                "test_freq": 5})
+    data = yaml.safe_load(config.read_text())
+    data["search"].update(concurrency=1, min_scratch_ratio=0.0, early_stopping=False,
+                          keep_checkpoints="useful")
+    config.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    killed = start(config, run_dir, "while_pruning:1")
+    assert killed.returncode == -9, killed.stdout[-3000:]
+    store = RunStore.open(run_dir)
+    root = store.load_tree()[0]
+    assert root.status is Status.COMPLETED and root.removed_checkpoints is not None
+    assert store.node_dir(0).checkpoints() == [2, 4, 6, 8, 10]   # recorded, not yet removed
+
+    done = start(config, run_dir)
+    assert done.returncode == 0, done.stdout[-3000:]
+    tree = store.load_tree()
+    assert len(tree) == 3 and all(n.status is Status.COMPLETED for n in tree)
+    children = [n for n in tree if n.resume is not None]
+    assert children, "no phase resumed from a checkpoint"
+    for node in tree:
+        files = store.node_dir(node.id)
+        kept = node.results.checkpoints
+        # The record lists what is on disk; what went is recorded with why.
+        assert files.checkpoints() == kept, node.id
+        removed = node.removed_checkpoints
+        assert removed is not None and removed.steps and not set(removed.steps) & set(kept)
+        assert len(kept) + len(removed.steps) == 5 and "keep_checkpoints" in removed.why
+        assert node.results.last_step in kept
+        best = node.results.best_val_step
+        before = [s for s in kept + removed.steps if best is not None and s <= best]
+        assert not before or max(before) in kept, node.id
+        assert (files.path / "best_adapter").is_dir()
+        record = json.loads(files.record.read_text())
+        assert record["removed_checkpoints"]["steps"] == removed.steps
+    for child in children:
+        parent = tree[child.resume.node]
+        assert child.resume.step in parent.results.checkpoints
+        # The child trained on from its parent's step: its metrics start after it.
+        steps = [s for s, _ in val_score_series(store.node_dir(child.id).metrics())]
+        assert min(steps) >= child.resume.step and child.results.last_step == child.resume.step + 10
+    assert "node 0: removed the checkpoints of steps 2, 4, 6, 8, recorded as removed by a " \
+        "controller stopped before it removed them" in done.stdout

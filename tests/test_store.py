@@ -104,7 +104,7 @@ def test_an_open_nodes_record_has_only_the_fields_releases_before_closed_read(tm
 
 # The frozen config's keys and node.json's fields each release writes (sha256 of the sorted
 # list that `_written_keys` makes): 0.2.0's as that release first shipped them.
-RELEASE_KEYS = {"0.2.0": "d53d04fe56804b06", "0.3.0": "9ea80b2c1fb8abfa"}
+RELEASE_KEYS = {"0.2.0": "d53d04fe56804b06", "0.3.0": "9ea80b2c1fb8abfa", "0.4.0": "2c7e81859522b447"}
 
 
 def _written_keys(cls, where):

@@ -122,6 +122,11 @@ class TrainerBackend(ABC):
             return []
         return files.checkpoints(self.step_offset(files.path))
 
+    def checkpoint_dir(self, files: NodeDir, step: int) -> Path:
+        """The folder of the node's checkpoint at global `step`. ConfigError when the node's
+        step offset is unrecorded (verl's start record)."""
+        return files.checkpoint_dir(step - self.step_offset(files.path))
+
     def lost_checkpoints(self, files: NodeDir, recorded: Iterable[int]) -> list[int]:
         """Of the `recorded` steps, those whose checkpoint is no longer whole on disk (a scratch
         purge, a user's rm): a phase resuming from one would fail only once its job ran.

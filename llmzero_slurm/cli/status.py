@@ -20,6 +20,7 @@ from ..controller.lease import Lease
 from ..controller.monitor import monitor_heartbeat
 from ..controller.outcome import NOTHING_COMPLETED, outcome
 from ..controller.progress import tree_summary
+from ..controller.retention import removable_folders
 from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
 from ..report.collect import agent_costs
@@ -28,7 +29,7 @@ from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_sched
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
 from ..spent import spent
-from ..store.disk_use import disk_line, disk_use
+from ..store.disk_use import disk_line, disk_use, held
 from ..store.run_store import RunStore
 from ..store.schema import created_by, created_method, method_edit, release_note
 from .common import add_run_dir, open_run, run_main
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     use = used.usage
     costs = agent_costs(store, tree)
     disk = disk_use(store.root) if args.disk else None
+    freed = held(removable_folders(store, tree, get_backend(store.config.backend)) if disk else [])
     if args.json:
         print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
@@ -210,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                           "unreadable_records": {str(i): why for i, why in store.corrupt.items()},
                           "budget_closed": use.budget.spent(tree),
                           "monitor": monitor,
-                          **({"disk": {k: u._asdict() for k, u in disk.items()}} if disk else {}),
+                          **({"disk": {k: u._asdict() for k, u in disk.items()},
+                              "disk_keep_useful_frees": freed._asdict()} if disk else {}),
                           "usage": {"samples_trained": use.trained, "samples_committed": use.committed,
                                     "samples_trained_by_running_phases": use.running,
                                     "samples_saved_by_early_stopping": use.saved,
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if (said := agents_line(costs)) is not None:
         print(said)
     if disk is not None:
-        print(disk_line(disk))
+        print(disk_line(disk, freed))
     watched = watched_phases(tree)
     # A search that ended with nothing completed: why, as its controller said at the end.
     ended = None if running or watched or not len(tree) else outcome(tree, store)

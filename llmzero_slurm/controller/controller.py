@@ -28,6 +28,7 @@ from .admission import Admission
 from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
 from .outcome import outcome
+from .retention import Retention
 from .keeper import MonitorKeeper
 from .progress import Progress, waiting_phases, warnings_shown
 from .signals import StopSignals
@@ -56,12 +57,12 @@ class Controller:
         self.monitor = monitor
         self.lease = Lease(store)
         self.admission = Admission(run_budget(store), self.progress)
-        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s,
-                                   self.admission.submitted)
+        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s, self.admission.submitted)
         self.backend = get_backend(self.config.backend)
         self.signals = StopSignals()
         scheduler.give_up_when(self.signals.came)
         self.fixes = DebugFixes(store, scheduler, self.progress.event)
+        self.retention = Retention(store, self.backend, self.progress.event)
         self._quarantine_told: set[int] = set()
         self._states: dict[int, JobState] = {}   # each watched node's last state, by node id
         self._install = InstallWatch()
@@ -224,7 +225,7 @@ class Controller:
                 states = {}
             ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
             self._states = {watched[job_id].id: state for job_id, state in states.items()}
-        tree = self.fixes.settle()
+        tree = self.retention.apply(self.fixes.settle())
         if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
             self.refresh_report()
         for node_id in sorted(set(self.store.corrupt) - self._quarantine_told):
@@ -282,8 +283,7 @@ class Controller:
         faults.point("while_ingesting")
 
         def finish(n: Node) -> None:
-            n.status = status
-            n.results = results
+            n.status, n.results = status, results
             n.submission.scheduler_state = state.raw
             n.submission.exit_code = state.exit_code
             n.submission.reason = state.reason

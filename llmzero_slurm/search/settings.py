@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import ConfigError, ConfigProblems
+from .retention import KEEP_ALL, KEEP_CHOICES
 
 MIN_TEMPERATURE = 0.01   # of f_T (scoring.shape)
 
@@ -54,6 +55,7 @@ class SearchSettings:
     # random / grid / guidebook: replaces the method's default space; llmzero: bounds its
     # agents (methods/space.py).
     space: dict[str, Any] = field(default_factory=dict)
+    keep_checkpoints: str = KEEP_ALL   # retention.py: all, or a finished phase's useful ones
 
     def check(self) -> None:
         """Ranges; the method's name (and whether it reads `space`) is its registry's to check."""
@@ -77,6 +79,9 @@ class SearchSettings:
             problems.add("search.temperature", f"must be at least {MIN_TEMPERATURE} (got "
                          f"{self.temperature}): f_T's e^(1/T) overflows below 0.0014, and "
                          "below 0.01 only the best phase counts already")
+        if self.keep_checkpoints not in KEEP_CHOICES:
+            problems.add("search.keep_checkpoints", f"must be {' or '.join(KEEP_CHOICES)} (got "
+                         f"{self.keep_checkpoints!r:.40})")
         if self.method == "replay" and not self.strategy_file:
             problems.add("search.strategy_file", "is required when search.method is replay")
         problems.raise_all()

@@ -68,6 +68,15 @@ class Results:
 
 
 @dataclass
+class Removed:
+    """Checkpoints a finished phase no longer holds: recorded before their folders go, so a
+    controller killed mid-removal leaves a true record, and the next one finishes it."""
+
+    steps: list[int]   # global steps, gone from results.checkpoints
+    why: str
+
+
+@dataclass
 class Submission:
     """Exactly-once bookkeeping: the token is written before sbatch, the job id after."""
 
@@ -100,6 +109,7 @@ class Node:
     terminal: bool = False         # set explicitly (chain resolved, analyzer gave up)
     pruned: bool = False           # removed from the search (debug subtree of a fixed chain)
     closed: str | None = None      # why it takes no more children (nothing untried to propose)
+    removed_checkpoints: Removed | None = None   # search.keep_checkpoints took them
     created_at: float = 0.0
     submitted_at: float | None = None
     started_at: float | None = None
@@ -152,12 +162,13 @@ class Node:
         return data
 
     def to_record(self) -> dict[str, Any]:
-        """to_dict as node.json holds it: `closed` only once set. It came within schema
-        version 1, and the releases before it refuse a field they lack: an open node's record
-        stays one they read."""
+        """to_dict as node.json holds it: `closed` and `removed_checkpoints` only once set.
+        They came within schema version 1, and the releases before them refuse a field they
+        lack: a record without them stays one they read."""
         data = self.to_dict()
-        if data["closed"] is None:
-            del data["closed"]
+        for late in ("closed", "removed_checkpoints"):
+            if data[late] is None:
+                del data[late]
         return data
 
     @classmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from .node_dir import NodeDir
 
@@ -35,10 +35,9 @@ def _part(rel: tuple[str, ...]) -> str:
     return rel[0] if rel[0] in ("report", "tensorboard", "monitor") else "run files"
 
 
-def disk_use(root: Path) -> dict[str, Use]:
-    """Each part of PARTS that holds anything: its bytes and inodes. A file that vanishes
-    during the walk (a checkpoint being replaced) is left out."""
-    out: dict[str, Use] = {}
+def _walk(root: Path) -> Iterator[tuple[tuple[str, ...], Use]]:
+    """Each file, folder and link under `root`: its path's parts below `root`, and its use. A
+    file that vanishes during the walk (a checkpoint being replaced) is left out."""
     for folder, dirs, files in os.walk(root):
         base = Path(folder).relative_to(root).parts
         for name in (*dirs, *files):
@@ -46,9 +45,30 @@ def disk_use(root: Path) -> dict[str, Use]:
                 st = os.lstat(os.path.join(folder, name))
             except OSError:
                 continue
-            part = _part((*base, name))
-            out[part] = out.get(part, Use()).plus(Use(st.st_blocks * 512, 1))
+            yield (*base, name), Use(st.st_blocks * 512, 1)
+
+
+def disk_use(root: Path) -> dict[str, Use]:
+    """Each part of PARTS that holds anything: its bytes and inodes."""
+    out: dict[str, Use] = {}
+    for rel, use in _walk(root):
+        part = _part(rel)
+        out[part] = out.get(part, Use()).plus(use)
     return {p: out[p] for p in PARTS if p in out}
+
+
+def held(folders: Iterable[Path]) -> Use:
+    """What the `folders` hold, each with itself counted (what removing them would free)."""
+    total = Use()
+    for folder in folders:
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        total = total.plus(Use(st.st_blocks * 512, 1))
+        for _, use in _walk(folder):
+            total = total.plus(use)
+    return total
 
 
 def size_text(n: int) -> str:
@@ -61,9 +81,12 @@ def size_text(n: int) -> str:
     return f"{value:.0f}{unit}" if unit == "B" or value >= 10 else f"{value:.1f}{unit}"
 
 
-def disk_line(use: dict[str, Use]) -> str:
+def disk_line(use: dict[str, Use], freed: Use | None = None) -> str:
+    """The run's use by part; `freed`: what search.keep_checkpoints: useful would remove."""
     total = Use()
     for u in use.values():
         total = total.plus(u)
     return (f"disk: {size_text(total.bytes)} in {total.files} files; "
-            + ", ".join(f"{part} {size_text(u.bytes)}" for part, u in use.items()))
+            + ", ".join(f"{part} {size_text(u.bytes)}" for part, u in use.items())
+            + (f"; search.keep_checkpoints: useful would free {size_text(freed.bytes)} in "
+               f"{freed.files} files" if freed and freed.files else ""))

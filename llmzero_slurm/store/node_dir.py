@@ -71,8 +71,7 @@ class JobStatus:
         code = data.get("exit_code")
         restarts = data.get("restart_count")
         job = data.get("job_id")
-        return cls(state=str(data.get("state")), job_id=str(job) if job else None,
-                   host=data.get("host") or None,
+        return cls(state=str(data.get("state")), job_id=str(job) if job else None, host=data.get("host") or None,
                    restart_count=restarts if isinstance(restarts, int) else 0,
                    started_at=number("started_at"), finished_at=number("finished_at"),
                    earlier_s=earlier if (earlier := number("earlier_s")) is not None
@@ -189,8 +188,7 @@ class NodeDir:
             data = read_json(self.best_adapter_record)
         except StateError:
             return None
-        step, score = (data.get("step"), data.get("val_score")) if isinstance(data, dict) \
-            else (None, None)
+        step, score = (data.get("step"), data.get("val_score")) if isinstance(data, dict) else (None, None)
         if isinstance(step, int) and isinstance(score, (int, float)) \
                 and not isinstance(step, bool) and not isinstance(score, bool):
             return step, float(score)
@@ -289,10 +287,13 @@ class NodeDir:
             data = data.split(b"\n", 1)[-1]    # drop the partial first line
         return data.decode(errors="replace")
 
+    def checkpoint_dir(self, number: int) -> Path:
+        return self.ckpt / f"global_step_{number}"
+
     def checkpoints(self, step_offset: int = 0) -> list[int]:
-        """Global steps with a checkpoint folder (ckpt/global_step_N, written atomically by the
-        trainer): the steps a child may resume from. `step_offset` turns a trainer's per-phase
-        folder numbers into global steps."""
+        """Global steps with a checkpoint folder (checkpoint_dir, written atomically by the
+        trainer): the steps a child may resume from. `step_offset` turns a trainer's folder
+        numbers (verl's count from 0 in each phase) into global steps."""
         if not self.ckpt.is_dir():
             return []
         return sorted(int(m.group(1)) + step_offset for e in self.ckpt.iterdir()

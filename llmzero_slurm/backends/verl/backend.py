@@ -157,7 +157,7 @@ class VerlBackend(TrainerBackend):
             return []
         offset = self.step_offset(files.path)
         return [s for s in files.checkpoints(offset)
-                if s - offset <= latest and _all_shards(files.ckpt / f"global_step_{s - offset}")]
+                if s - offset <= latest and _all_shards(files.checkpoint_dir(s - offset))]
 
     def parent_actor_dir(self, spec: PhaseSpec) -> Path:
         """The parent's verl checkpoint at the resume step (verl numbers steps per phase)."""
@@ -167,7 +167,7 @@ class VerlBackend(TrainerBackend):
         if local < 0:
             raise ConfigError("resume", f"step {spec.resume_step} is before the parent's first "
                               f"step {offset}")
-        return Path(spec.resume_dir) / "ckpt" / f"global_step_{local}" / "actor"
+        return NodeDir(spec.resume_dir).checkpoint_dir(local) / "actor"
 
     def env(self, spec: PhaseSpec) -> dict[str, str]:
         settings = self.settings(spec.trainer)
