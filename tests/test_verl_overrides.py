@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llmzero_slurm.backends.spec import PhaseSpec
 from llmzero_slurm.backends.verl.grammar import hydra_value
@@ -512,3 +513,63 @@ def test_a_phase_without_micro_batch_sizes_is_refused_before_submission(unset, k
     with pytest.raises(ConfigError) as err:
         compose(build_overrides(phase(), hp, VerlSettings()))
     assert err.value.key == key and "no default" in str(err.value)
+
+
+# The overrides of verl's examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh, pasted into
+# trainer.overrides as a verl user migrating a run would (the shell's quotes kept).
+VERL_SCRIPT = """algorithm.adv_estimator=grpo trainer.val_before_train=False
+data.train_files=$HOME/data/gsm8k/train.parquet data.val_files=$HOME/data/gsm8k/test.parquet
+data.train_batch_size=16 data.max_prompt_length=512 data.max_response_length=1024
+data.filter_overlong_prompts=True data.truncation='error'
+actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct actor_rollout_ref.model.lora_rank=64
+actor_rollout_ref.model.lora_alpha=32 actor_rollout_ref.actor.optim.lr=3e-6
+actor_rollout_ref.model.use_remove_padding=True actor_rollout_ref.actor.ppo_mini_batch_size=16
+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40 actor_rollout_ref.actor.use_kl_loss=True
+actor_rollout_ref.actor.kl_loss_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl
+actor_rollout_ref.actor.entropy_coeff=0 actor_rollout_ref.model.enable_gradient_checkpointing=True
+actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40
+actor_rollout_ref.rollout.tensor_model_parallel_size=2 actor_rollout_ref.rollout.name=vllm
+actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=5
+actor_rollout_ref.rollout.load_format=safetensors actor_rollout_ref.rollout.layered_summon=True
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40
+actor_rollout_ref.ref.fsdp_config.param_offload=True algorithm.use_kl_in_reward=False
+trainer.critic_warmup=0 trainer.logger='["console","wandb"]'
+trainer.project_name='verl_grpo_example_gsm8k' trainer.experiment_name='qwen2.5_3b_grpo_lora'
+trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=20 trainer.test_freq=5
+trainer.total_epochs=15""".split()
+
+
+def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
+    """Walkthrough: a verl user's launch script pasted into trainer.overrides was refused one
+    key per try (31 tries for verl's own GRPO LoRA example), each saying only that the key
+    "is set from hparams.lr" or "is set per phase by llmzero (see PHASE_KEYS in keys.py)".
+    Now every refusal comes at once, each with the line to write instead, its value kept, so
+    the script's hyperparameters become the search's first phase."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": VERL_SCRIPT})
+    problems = {e.key.removeprefix("trainer.overrides: "): e.problem for e in err.value.errors}
+    assert len(problems) == 31, sorted(problems)
+    # Each key the shared vocabulary holds: its hparams line, the value as YAML reads it.
+    assert "write `lr: 3.0e-06` under hparams:" in problems["actor_rollout_ref.actor.optim.lr"]
+    assert "`max_response_length: 1024`" in problems["data.max_response_length"]
+    assert "`use_kl_loss: true`" in problems["actor_rollout_ref.actor.use_kl_loss"]
+    assert "`kl_loss_type: low_var_kl`" in problems["actor_rollout_ref.actor.kl_loss_type"]
+    assert "`lora_alpha: 32`" in problems["actor_rollout_ref.model.lora_alpha"]
+    assert "`use_kl_in_reward: false`" in problems["algorithm.use_kl_in_reward"]
+    for key, problem in problems.items():
+        if names := [name for name, keys in HPARAM_KEYS.items() if key in keys]:
+            written = yaml.safe_load(problem.split("`")[1])
+            assert list(written) == names[:1], (key, problem)
+            validate_hparams(written, "verl", written=True)
+        assert "PHASE_KEYS" not in problem, (key, problem)
+    # Each key llmzero sets per phase: the config key that sets it, or that it is dropped.
+    assert "task.train_files" in problems["data.train_files"]
+    assert "task.val_files" in problems["data.val_files"]
+    assert "model_path: Qwen/Qwen2.5-3B-Instruct" in problems["actor_rollout_ref.model.path"]
+    assert "trainer.rollout_engine" in problems["actor_rollout_ref.rollout.name"]
+    assert "extra_loggers: [wandb]" in problems["trainer.logger"]
+    assert "slurm.gpus_per_node: 2" in problems["trainer.n_gpus_per_node"]
+    assert "slurm.nodes: 1" in problems["trainer.nnodes"]
+    assert "drop it" in problems["algorithm.adv_estimator"]
+    assert "drop it" in problems["trainer.project_name"]
+    assert str(err.value).startswith("31 problems found in trainer.overrides:")

@@ -4,9 +4,11 @@ is written."""
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from ...errors import ConfigError
+import yaml
+
+from ...errors import ConfigError, ConfigProblems
 from ...schedulers.job_env import credential_written
 from .grammar import parse_override
 from .keys import FOLLOWERS, HPARAM_KEYS, PHASE_KEYS
@@ -91,24 +93,56 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                         keep: Iterable[str] = ()) -> None:
     """Refuse user overrides that are traps, that break resuming, or that would undo what the
     search sets per phase, or freeze a key that follows one of those, or that set a
-    credential: `names` the LLM key's variable, `keep` those the trainer's loggers read."""
+    credential: `names` the LLM key's variable, `keep` those the trainer's loggers read. Every
+    refusal at once, each with what to write instead: a pasted launch script has dozens."""
     managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
+    problems = ConfigProblems()
     for text in overrides:
-        prefix, key, value = parse_override(text)
-        reason = trap_reason(key) or checkpoint_problem(key, value) \
-            or credential_problem(prefix, key, value, names, keep)
-        if reason:
-            raise ConfigError(f"trainer.overrides: {key}", reason)
-        followed = FOLLOWERS.get(key, key)
-        via = "" if followed == key else \
-            f"follows {followed} (verl's default interpolates it), which "
-        if followed in managed:
-            raise ConfigError(f"trainer.overrides: {key}",
-                              f"{via}is set from hparams.{managed[followed]}; change that instead")
-        if followed in PHASE_KEYS:
-            raise ConfigError(f"trainer.overrides: {key}",
-                              f"{via}is set per phase by llmzero (see PHASE_KEYS in "
-                              "llmzero_slurm/backends/verl/keys.py)")
+        with problems.collect():
+            prefix, key, value = parse_override(text)
+            reason = trap_reason(key) or checkpoint_problem(key, value) \
+                or credential_problem(prefix, key, value, names, keep)
+            followed = FOLLOWERS.get(key, key)
+            via = "" if followed == key else \
+                f"follows {followed} (verl's default interpolates it), which "
+            if not reason and followed in managed:
+                name = managed[followed]
+                reason = f"{via}is set from hparams.{name}" + (
+                    f": write `{name}: {yaml_spelling(value)}` under hparams: instead (the "
+                    "search starts from it)" if not via and value is not None else
+                    "; change that instead")
+            elif not reason and followed in PHASE_KEYS:
+                instead = PHASE_KEYS[followed]
+                if key == "trainer.logger":     # verl's own two are always on
+                    value = yaml_spelling(value, without=("console", "file"))
+                elif value is not None:
+                    value = yaml_spelling(value)
+                reason = f"{via}is set per phase by llmzero: {instead.format(value=value)}"
+            if reason:
+                raise ConfigError(f"trainer.overrides: {key}", reason)
+    problems.raise_all("trainer.overrides")
+
+
+def yaml_spelling(value: str | None, without: Sequence[str] = ()) -> str:
+    """A Hydra override's value as YAML reads it back (`3e-6` as 3.0e-06: YAML 1.1 reads the
+    former as text), the shell's quotes a pasted launch script kept taken off; list items
+    in `without` left out."""
+    text = (value or "").strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    items: Any
+    if text.startswith("[") and text.endswith("]"):
+        items = [v.strip(" '\"") for v in text[1:-1].split(",") if v.strip(" '\"")]
+        items = [v for v in items if v not in without]
+    else:
+        items = {"true": True, "false": False}.get(text.lower(), text)
+        for kind in (int, float):
+            try:
+                items = kind(text)
+                break
+            except ValueError:
+                pass
+    return yaml.safe_dump([items], default_flow_style=True, width=1 << 16).strip()[1:-1]
 
 
 def check_traps(overrides: Sequence[str]) -> None:
