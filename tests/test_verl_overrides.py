@@ -573,3 +573,34 @@ def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
     assert "drop it" in problems["algorithm.adv_estimator"]
     assert "drop it" in problems["trainer.project_name"]
     assert str(err.value).startswith("31 problems found in trainer.overrides:")
+
+
+@pytest.mark.parametrize("override", ["data.shuffle=False", "data.shuffle=false",
+                                      "data.shuffle='False'"])
+def test_a_training_set_read_in_order_is_refused(override):
+    """Walkthrough: verl's GRPO LoRA example sets data.shuffle=False, which was accepted. Each
+    phase is a new verl run and starts at its sampler's first batch: read in order, every phase
+    of a strategy trained again on the rows its first phase began with (the seed per resume
+    step that varies the order needs the shuffle)."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == "trainer.overrides: data.shuffle"
+    assert "first phase" in err.value.problem and "drop it" in err.value.problem
+    kept = VerlSettings.from_config({"overrides": ["data.shuffle=true"]})
+    assert compose(build_overrides(phase(), TABLE12, kept)).data.shuffle is True
+
+
+@pytest.mark.parametrize("override, variable", [
+    ("trainer.validation_data_dir=$HOME/val_dumps", "$HOME"),
+    ("data.custom_cls.path=${SCRATCH}/my_dataset.py", "${SCRATCH}"),
+    ('trainer.rollout_data_dir="$WORK/rollouts"', "$WORK")])
+def test_a_shell_variable_left_in_an_override_is_refused(override, variable):
+    """Walkthrough: `$HOME/...` from a launch script, which the shell expanded there, reached
+    verl as written (the phase script quotes every override): verl would read a folder named
+    '$HOME' on the GPU node, after the queue wait. verl's own interpolations stay accepted."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert variable in err.value.problem and "${oc.env:" in err.value.problem
+    VerlSettings.from_config({"overrides": [
+        "trainer.validation_data_dir=${oc.env:HOME}/val_dumps",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=${data.max_prompt_length}"]})

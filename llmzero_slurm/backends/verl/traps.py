@@ -64,6 +64,28 @@ def checkpoint_problem(key: str, value: str | None) -> str | None:
     return CHECKPOINT_BREAKERS.get(key)
 
 
+# `$NAME` or `${NAME}`: a shell variable, which a launch script's shell expanded. verl's own
+# interpolations (`${oc.env:HOME}`, `${data.max_prompt_length}`) are lowercase or dotted.
+_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Z_][A-Z0-9_]*\})")
+_FALSE = ("false", "no", "off", "0", "null", "~")
+
+
+def value_problem(key: str, value: str | None) -> str | None:
+    """Why an override's value would not do in a phase what it did in a launch script, or None."""
+    found = _SHELL_VARIABLE.search(value or "")
+    if found:
+        name = found[0].strip("${}")
+        return (f"{found[0]} is a shell variable, which a launch script's shell expands; the "
+                "phase script passes overrides to verl as written, so verl would read it "
+                f"literally: write the value out, or ${{oc.env:{name}}} for the job's own")
+    if key == "data.shuffle" and (value or "").strip(" '\"").lower() in _FALSE:
+        return ("every phase is a new verl run, which reads the training set from its first "
+                "batch: in order, each phase of a strategy would train again on the rows its "
+                "first phase began with (llmzero shuffles with data.seed = seed + the phase's "
+                "start step): drop it")
+    return None
+
+
 def trap_reason(key: str) -> str | None:
     """Why a key must not be set, or None when it is fine."""
     for trap, reason in TRAPS.items():
@@ -118,6 +140,7 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                 elif value is not None:
                     value = yaml_spelling(value)
                 reason = f"{via}is set per phase by llmzero: {instead.format(value=value)}"
+            reason = reason or value_problem(key, value)
             if reason:
                 raise ConfigError(f"trainer.overrides: {key}", reason)
     problems.raise_all("trainer.overrides")
