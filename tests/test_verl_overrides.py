@@ -541,14 +541,14 @@ trainer.total_epochs=15""".split()
 
 def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
     """Walkthrough: a verl user's launch script pasted into trainer.overrides was refused one
-    key per try (31 tries for verl's own GRPO LoRA example), each saying only that the key
+    key per try (32 tries for verl's own GRPO LoRA example), each saying only that the key
     "is set from hparams.lr" or "is set per phase by llmzero (see PHASE_KEYS in keys.py)".
     Now every refusal comes at once, each with the line to write instead, its value kept, so
     the script's hyperparameters become the search's first phase."""
     with pytest.raises(ConfigError) as err:
         VerlSettings.from_config({"overrides": VERL_SCRIPT})
     problems = {e.key.removeprefix("trainer.overrides: "): e.problem for e in err.value.errors}
-    assert len(problems) == 31, sorted(problems)
+    assert len(problems) == 32, sorted(problems)
     # Each key the shared vocabulary holds: its hparams line, the value as YAML reads it.
     assert "write `lr: 3.0e-06` under hparams:" in problems["actor_rollout_ref.actor.optim.lr"]
     assert "`max_response_length: 1024`" in problems["data.max_response_length"]
@@ -572,7 +572,7 @@ def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
     assert "slurm.nodes: 1" in problems["trainer.nnodes"]
     assert "drop it" in problems["algorithm.adv_estimator"]
     assert "drop it" in problems["trainer.project_name"]
-    assert str(err.value).startswith("31 problems found in trainer.overrides:")
+    assert str(err.value).startswith("32 problems found in trainer.overrides:")
 
 
 @pytest.mark.parametrize("override", ["data.shuffle=False", "data.shuffle=false",
@@ -604,3 +604,15 @@ def test_a_shell_variable_left_in_an_override_is_refused(override, variable):
     VerlSettings.from_config({"overrides": [
         "trainer.validation_data_dir=${oc.env:HOME}/val_dumps",
         "actor_rollout_ref.rollout.max_num_batched_tokens=${data.max_prompt_length}"]})
+
+
+@pytest.mark.parametrize("value", ["False", "True"])
+def test_validation_before_training_is_left_to_the_search(value):
+    """Walkthrough: verl's GRPO LoRA example sets trainer.val_before_train=False, which was
+    accepted: every scratch phase then skipped the base model's validation, so llmzero-status
+    and the report had no base to state the search's gain over. True, appended after the
+    backend's false, made an evolve phase validate again the weights its parent validated."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [f"trainer.val_before_train={value}"]})
+    assert err.value.key == "trainer.overrides: trainer.val_before_train"
+    assert "base model" in err.value.problem and "drop it" in err.value.problem

@@ -68,6 +68,9 @@ PHASE_KEYS: dict[str, str] = {
     "trainer.experiment_name": f"every phase logs as node-NNNN, its node's number: {_DROP}",
     "trainer.default_local_dir": f"every phase checkpoints in its node folder's ckpt/: {_DROP}",
     "trainer.resume_mode": f"auto, so that a requeued phase resumes its checkpoint: {_DROP}",
+    "trainer.val_before_train": (
+        "a scratch phase validates the base model (the gain over it that llmzero-status and the "
+        f"report state), an evolve phase carries its parent's scores at its start: {_DROP}"),
     "trainer.nnodes": "set slurm.nodes: {value}",
     "trainer.n_gpus_per_node": "set slurm.gpus_per_node: {value}",
     FILE_LOGGER_ENV.lstrip("+"): f"the phase's metrics are copied from this file: {_DROP}",
