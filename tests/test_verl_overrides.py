@@ -616,3 +616,17 @@ def test_validation_before_training_is_left_to_the_search(value):
         VerlSettings.from_config({"overrides": [f"trainer.val_before_train={value}"]})
     assert err.value.key == "trainer.overrides: trainer.val_before_train"
     assert "base model" in err.value.problem and "drop it" in err.value.problem
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("+data.filter_overlong_prompts=True", "without the leading +"),
+    ("actor_rollout_ref.model.override_config.attn_implementation=eager",
+     "+actor_rollout_ref.model.override_config.attn_implementation=eager")])
+def test_a_plus_where_verl_has_the_key_or_none_where_it_lacks_it_says_which(override, hint):
+    """Walkthrough: Hydra's `+` appends a key verl's config lacks and refuses one it has; the
+    refusal kept only Hydra's first line ("Could not override '...'"), losing what to write."""
+    settings = VerlSettings.from_config({"overrides": [override]})
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(), TABLE12, settings))
+    assert err.value.key == override.lstrip("+").partition("=")[0]
+    assert hint in err.value.problem
