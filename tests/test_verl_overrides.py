@@ -630,3 +630,17 @@ def test_a_plus_where_verl_has_the_key_or_none_where_it_lacks_it_says_which(over
         compose(build_overrides(phase(), TABLE12, settings))
     assert err.value.key == override.lstrip("+").partition("=")[0]
     assert hint in err.value.problem
+
+
+@pytest.mark.parametrize("override", [
+    """actor_rollout_ref.actor.checkpoint.save_contents='["model","optimizer","extra"]'""",
+    """+actor_rollout_ref.model.override_config='{"attn_implementation": "eager"}'"""])
+def test_a_list_in_the_shells_quotes_is_refused_as_the_string_hydra_reads(override):
+    """Walkthrough: verl's scripts quote list values for the shell ('["console","wandb"]');
+    pasted into trainer.overrides the quotes reach Hydra, which reads one string. The list of
+    checkpoint contents was refused for lacking `model`, which it has."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert "one string" in err.value.problem and "model:" not in err.value.problem
+    unquoted = override.replace("='", "=").rstrip("'")
+    VerlSettings.from_config({"overrides": [unquoted]})

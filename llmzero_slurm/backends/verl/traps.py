@@ -72,7 +72,12 @@ _FALSE = ("false", "no", "off", "0", "null", "~")
 
 def value_problem(key: str, value: str | None) -> str | None:
     """Why an override's value would not do in a phase what it did in a launch script, or None."""
-    found = _SHELL_VARIABLE.search(value or "")
+    text = (value or "").strip()
+    if len(text) > 2 and text[0] == text[-1] and text[0] in "'\"" and text[1] in "[{":
+        return (f"{text[0]}{text[1]}...{text[-2]}{text[-1]} is quoted as a launch script quotes "
+                "it for its shell, but here the quotes reach Hydra, which reads one string: "
+                f"write {text[1:-1]} without them")
+    found = _SHELL_VARIABLE.search(text)
     if found:
         name = found[0].strip("${}")
         return (f"{found[0]} is a shell variable, which a launch script's shell expands; the "
@@ -122,8 +127,7 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
     for text in overrides:
         with problems.collect():
             prefix, key, value = parse_override(text)
-            reason = trap_reason(key) or checkpoint_problem(key, value) \
-                or credential_problem(prefix, key, value, names, keep)
+            reason = trap_reason(key) or credential_problem(prefix, key, value, names, keep)
             followed = FOLLOWERS.get(key, key)
             via = "" if followed == key else \
                 f"follows {followed} (verl's default interpolates it), which "
@@ -140,7 +144,7 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                 elif value is not None:
                     value = yaml_spelling(value)
                 reason = f"{via}is set per phase by llmzero: {instead.format(value=value)}"
-            reason = reason or value_problem(key, value)
+            reason = reason or value_problem(key, value) or checkpoint_problem(key, value)
             if reason:
                 raise ConfigError(f"trainer.overrides: {key}", reason)
     problems.raise_all("trainer.overrides")
