@@ -551,6 +551,9 @@ def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
     assert len(problems) == 32, sorted(problems)
     # Each key the shared vocabulary holds: its hparams line, the value as YAML reads it.
     assert "write `lr: 3.0e-06` under hparams:" in problems["actor_rollout_ref.actor.optim.lr"]
+    # Which the agents may change per phase, which stay for the whole run: search.space says.
+    assert "`max_prompt_length: 512` in search.space keeps it for the whole run" in \
+        problems["data.max_prompt_length"]
     assert "`max_response_length: 1024`" in problems["data.max_response_length"]
     assert "`use_kl_loss: true`" in problems["actor_rollout_ref.actor.use_kl_loss"]
     assert "`kl_loss_type: low_var_kl`" in problems["actor_rollout_ref.actor.kl_loss_type"]

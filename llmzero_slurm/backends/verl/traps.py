@@ -132,11 +132,11 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
             via = "" if followed == key else \
                 f"follows {followed} (verl's default interpolates it), which "
             if not reason and followed in managed:
-                name = managed[followed]
+                name, line = managed[followed], f"{managed[followed]}: {yaml_spelling(value)}"
                 reason = f"{via}is set from hparams.{name}" + (
-                    f": write `{name}: {yaml_spelling(value)}` under hparams: instead (the "
-                    "search starts from it)" if not via and value is not None else
-                    "; change that instead")
+                    f": write `{line}` under hparams: instead (the search's first phase starts "
+                    f"from it; `{line}` in search.space keeps it for the whole run)"
+                    if not via and value is not None else "; change that instead")
             elif not reason and followed in PHASE_KEYS:
                 instead = PHASE_KEYS[followed]
                 if key == "trainer.logger":     # verl's own two are always on
