@@ -554,6 +554,11 @@ def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
     # Which the agents may change per phase, which stay for the whole run: search.space says.
     assert "`max_prompt_length: 512` in search.space keeps it for the whole run" in \
         problems["data.max_prompt_length"]
+    # A launch script's total_epochs is its whole run; here it is each phase's length (and
+    # search.space refuses total_epochs for llmzero: it bounds total_training_steps).
+    epochs = problems["trainer.total_epochs"]
+    assert "each phase's length" in epochs and "search.budget_" in epochs, epochs
+    assert "in search.space keeps" not in epochs
     assert "`max_response_length: 1024`" in problems["data.max_response_length"]
     assert "`use_kl_loss: true`" in problems["actor_rollout_ref.actor.use_kl_loss"]
     assert "`kl_loss_type: low_var_kl`" in problems["actor_rollout_ref.actor.kl_loss_type"]

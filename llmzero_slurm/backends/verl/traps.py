@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from ...errors import ConfigError, ConfigProblems
+from ...hparams import LENGTH_KEYS
 from ...schedulers.job_env import credential_written
 from .grammar import parse_override
 from .keys import FOLLOWERS, HPARAM_KEYS, PHASE_KEYS
@@ -133,10 +134,14 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                 f"follows {followed} (verl's default interpolates it), which "
             if not reason and followed in managed:
                 name, line = managed[followed], f"{managed[followed]}: {yaml_spelling(value)}"
+                # A launch script's length is its whole run's; here a run is a tree of phases.
+                keeps = ("it is each phase's length here, a run's being search.budget_*" if
+                         name in LENGTH_KEYS else f"`{line}` in search.space keeps it for the "
+                         "whole run")
                 reason = f"{via}is set from hparams.{name}" + (
                     f": write `{line}` under hparams: instead (the search's first phase starts "
-                    f"from it; `{line}` in search.space keeps it for the whole run)"
-                    if not via and value is not None else "; change that instead")
+                    f"from it; {keeps})" if not via and value is not None else
+                    "; change that instead")
             elif not reason and followed in PHASE_KEYS:
                 instead = PHASE_KEYS[followed]
                 if key == "trainer.logger":     # verl's own two are always on
