@@ -652,3 +652,15 @@ def test_a_list_in_the_shells_quotes_is_refused_as_the_string_hydra_reads(overri
     assert "one string" in err.value.problem and "model:" not in err.value.problem
     unquoted = override.replace("='", "=").rstrip("'")
     VerlSettings.from_config({"overrides": [unquoted]})
+
+
+@pytest.mark.parametrize("override", ["data.truncation=error \\", "data.truncation=error\\",
+                                      "trainer.critic_warmup=0 $@"])
+def test_a_launch_scripts_line_continuation_is_refused(override):
+    """Walkthrough: lines copied from a launch script keep its ` \\` continuation (or its last
+    line's `$@`); `data.truncation=error \\` composed, and verl would have read the truncation
+    mode 'error \\' on the GPU node."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == f"trainer.overrides: {override.partition('=')[0]}"
+    assert "take it off" in err.value.problem

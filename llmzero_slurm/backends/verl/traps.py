@@ -68,12 +68,17 @@ def checkpoint_problem(key: str, value: str | None) -> str | None:
 # `$NAME` or `${NAME}`: a shell variable, which a launch script's shell expanded. verl's own
 # interpolations (`${oc.env:HOME}`, `${data.max_prompt_length}`) are lowercase or dotted.
 _SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Z_][A-Z0-9_]*\})")
+# A launch script's ` \` line continuation or trailing `$@`, copied with a line.
+_SCRIPT_TAIL = re.compile(r"(?:\\|\s\$[@*]|\s\"\$[@*]\")$")
 _FALSE = ("false", "no", "off", "0", "null", "~")
 
 
 def value_problem(key: str, value: str | None) -> str | None:
     """Why an override's value would not do in a phase what it did in a launch script, or None."""
     text = (value or "").strip()
+    if tail := _SCRIPT_TAIL.search(text):
+        return (f"ends with {tail[0].strip()!r}, a launch script's line continuation (or its "
+                "arguments): take it off")
     if len(text) > 2 and text[0] == text[-1] and text[0] in "'\"" and text[1] in "[{":
         return (f"{text[0]}{text[1]}...{text[-2]}{text[-1]} is quoted as a launch script quotes "
                 "it for its shell, but here the quotes reach Hydra, which reads one string: "
@@ -157,9 +162,9 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
 
 def yaml_spelling(value: str | None, without: Sequence[str] = ()) -> str:
     """A Hydra override's value as YAML reads it back (`3e-6` as 3.0e-06: YAML 1.1 reads the
-    former as text), the shell's quotes a pasted launch script kept taken off; list items
-    in `without` left out."""
-    text = (value or "").strip()
+    former as text), the shell's quotes and line continuation a pasted launch script kept
+    taken off; list items in `without` left out."""
+    text = _SCRIPT_TAIL.sub("", (value or "").strip()).strip()
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
         text = text[1:-1]
     items: Any
