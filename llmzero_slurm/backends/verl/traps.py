@@ -148,12 +148,11 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                     f"from it; {keeps})" if not via and value is not None else
                     "; change that instead")
             elif not reason and followed in PHASE_KEYS:
-                instead = PHASE_KEYS[followed]
-                if key == "trainer.logger":     # verl's own two are always on
-                    value = yaml_spelling(value, without=("console", "file"))
-                elif value is not None:
-                    value = yaml_spelling(value)
-                reason = f"{via}is set per phase by llmzero: {instead.format(value=value)}"
+                # verl's own two loggers are always on; `~key` has no value to show
+                shown = "..." if value is None else yaml_spelling(
+                    value, without=("console", "file") if key == "trainer.logger" else ())
+                reason = f"{via}is set per phase by llmzero: " \
+                    + PHASE_KEYS[followed].format(value=shown)
             reason = reason or value_problem(key, value) or checkpoint_problem(key, value)
             if reason:
                 raise ConfigError(f"trainer.overrides: {key}", reason)
