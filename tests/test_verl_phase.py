@@ -804,7 +804,7 @@ def test_an_evolve_phase_exports_with_the_trust_its_model_runs_with(tmp_path):
 
 def test_the_script_passes_each_override_on_its_own_line(tmp_path):
     """Walkthrough: a verl user diffing phase.sbatch against the launch script it replaces
-    found main_ppo and its ~45 overrides on one line of 3,000 characters. Each now has a line
+    found main_ppo and its ~45 overrides on one line of ~2,400 characters. Each now has a line
     of its own, as verl's example scripts write them, in the order main_ppo gets them."""
     phase = spec(tmp_path)
     script = render(phase)
