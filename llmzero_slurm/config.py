@@ -337,6 +337,7 @@ def parse_config(data: Any, source: str = "<memory>",
     check(lambda: cfg.agents.check("agents"))
     _check_hparams(cfg, problems)
     check(lambda: cfg.task.check("task"))
+    _check_paths_expand_nothing(cfg, problems)
     check(lambda: cfg.task.warm_start.check("task.warm_start"))
     check(lambda: placement_directives("monitor", cfg.monitor.partition, cfg.monitor.account,
                                        cfg.monitor.qos))
@@ -353,6 +354,25 @@ def parse_config(data: Any, source: str = "<memory>",
         problems.raise_all(source, [str(key) for key in data])
     cfg.source = source
     return cfg
+
+
+_SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+def _check_paths_expand_nothing(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
+    """A path copied from a launch script keeps its shell's `$HOME`, which nothing here or in
+    a job expands: a file would be looked for under a folder named `$HOME`, a model_path taken
+    for a hub id. `~` is the home a config may name (_anchor_paths)."""
+    t = cfg.task
+    paths = {"model_path": cfg.model_path, "task.reward_path": t.reward_path,
+             "search.strategy_file": cfg.search.strategy_file,
+             "slurm.setup_dir": cfg.slurm.setup_dir,
+             **{f"task.{name}[{i}]": p for name in ("train_files", "val_files", "test_files")
+                for i, p in enumerate(getattr(t, name))}}
+    for key, path in paths.items():
+        if isinstance(path, str) and (found := _SHELL_VARIABLE.search(path)):
+            problems.add(key, f"{path!r} holds the shell variable {found[0]}, which nothing "
+                         "expands here: write the path out (~/ for your home)")
 
 
 def _price_a_site_server_at_zero(agents: AgentConfig, data: Any) -> None:

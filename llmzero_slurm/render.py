@@ -119,6 +119,7 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
     argv = backend.command(outputs)
     for i, arg in enumerate(argv):
         checked(f"command[{i}]", arg)
+    words = [shell_word(a) for a in argv]
     env = backend.env(outputs)
     for name, value in env.items():
         checked(f"env.{name}", name, VARIABLE_NAME, "must be a variable name")
@@ -129,7 +130,7 @@ def render(spec: PhaseSpec, backend: TrainerBackend | None = None) -> str:
         credentials=credential_rule(spec.secret_names, backend.kept_credentials(spec.trainer)),
         node_dir=shlex.quote(str(spec.node_dir)), install=shlex.quote(str(ROOT)),
         env=[(name, shell_word(value)) for name, value in env.items()],
-        command=" ".join(shell_word(a) for a in argv))
+        command=" ".join(words), words=words)
 
 
 def write_phase_script(spec: PhaseSpec, backend: TrainerBackend | None = None) -> Path:

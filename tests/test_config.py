@@ -504,3 +504,20 @@ def test_an_openai_compatible_server_is_not_priced_at_claudes_rates():
     assert (cfg.price_input_per_mtok, cfg.price_output_per_mtok) == (0, 0.6)
     assert parse_config({"name": "x", "agents": {"backend": "anthropic"}}).agents \
         .price_output_per_mtok == 15.0
+
+
+def test_a_shell_variable_in_a_path_is_refused_naming_each(tmp_path):
+    """Walkthrough: paths copied from a verl launch script kept its shell's `$HOME`: task files
+    were looked for under <config folder>/$HOME/..., and model_path $HOME/models/X was taken
+    for a hub id and passed to verl as written. `~` is the home a config may name."""
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: demo\nbackend: verl\nmodel_path: $HOME/models/qwen3\n"
+                    "hparams: {lora_rank: 8}\nslurm: {gpus_per_node: 1}\n"
+                    "task: {train_files: ['${SCRATCH}/d/train.parquet'], val_files: [d/val.parquet], "
+                    "test_files: [d/test.parquet], reward_path: d/reward.py}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    problems = {e.key: e.problem for e in err.value.errors}
+    assert set(problems) == {"model_path", "task.train_files[0]"}, problems
+    assert "$HOME" in problems["model_path"] and "~/" in problems["model_path"]
+    assert "${SCRATCH}" in problems["task.train_files[0]"]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llmzero_slurm.backends.spec import PhaseSpec
 from llmzero_slurm.backends.verl.grammar import hydra_value
@@ -512,3 +513,154 @@ def test_a_phase_without_micro_batch_sizes_is_refused_before_submission(unset, k
     with pytest.raises(ConfigError) as err:
         compose(build_overrides(phase(), hp, VerlSettings()))
     assert err.value.key == key and "no default" in str(err.value)
+
+
+# The overrides of verl's examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh, pasted into
+# trainer.overrides as a verl user migrating a run would (the shell's quotes kept).
+VERL_SCRIPT = """algorithm.adv_estimator=grpo trainer.val_before_train=False
+data.train_files=$HOME/data/gsm8k/train.parquet data.val_files=$HOME/data/gsm8k/test.parquet
+data.train_batch_size=16 data.max_prompt_length=512 data.max_response_length=1024
+data.filter_overlong_prompts=True data.truncation='error'
+actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct actor_rollout_ref.model.lora_rank=64
+actor_rollout_ref.model.lora_alpha=32 actor_rollout_ref.actor.optim.lr=3e-6
+actor_rollout_ref.model.use_remove_padding=True actor_rollout_ref.actor.ppo_mini_batch_size=16
+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40 actor_rollout_ref.actor.use_kl_loss=True
+actor_rollout_ref.actor.kl_loss_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl
+actor_rollout_ref.actor.entropy_coeff=0 actor_rollout_ref.model.enable_gradient_checkpointing=True
+actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40
+actor_rollout_ref.rollout.tensor_model_parallel_size=2 actor_rollout_ref.rollout.name=vllm
+actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=5
+actor_rollout_ref.rollout.load_format=safetensors actor_rollout_ref.rollout.layered_summon=True
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40
+actor_rollout_ref.ref.fsdp_config.param_offload=True algorithm.use_kl_in_reward=False
+trainer.critic_warmup=0 trainer.logger='["console","wandb"]'
+trainer.project_name='verl_grpo_example_gsm8k' trainer.experiment_name='qwen2.5_3b_grpo_lora'
+trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=20 trainer.test_freq=5
+trainer.total_epochs=15""".split()
+
+
+def test_a_pasted_verl_script_is_refused_once_with_what_to_write_for_each_key():
+    """Walkthrough: a verl user's launch script pasted into trainer.overrides was refused one
+    key per try (32 tries for verl's own GRPO LoRA example), each saying only that the key
+    "is set from hparams.lr" or "is set per phase by llmzero (see PHASE_KEYS in keys.py)".
+    Now every refusal comes at once, each with the line to write instead, its value kept, so
+    the script's hyperparameters become the search's first phase."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": VERL_SCRIPT})
+    problems = {e.key.removeprefix("trainer.overrides: "): e.problem for e in err.value.errors}
+    assert len(problems) == 32, sorted(problems)
+    # Each key the shared vocabulary holds: its hparams line, the value as YAML reads it.
+    assert "write `lr: 3.0e-06` under hparams:" in problems["actor_rollout_ref.actor.optim.lr"]
+    # Which the agents may change per phase, which stay for the whole run: search.space says.
+    assert "`max_prompt_length: 512` in search.space keeps it for the whole run" in \
+        problems["data.max_prompt_length"]
+    # A launch script's total_epochs is its whole run; here it is each phase's length (and
+    # search.space refuses total_epochs for llmzero: it bounds total_training_steps).
+    epochs = problems["trainer.total_epochs"]
+    assert "each phase's length" in epochs and "search.budget_" in epochs, epochs
+    assert "in search.space keeps" not in epochs
+    assert "`max_response_length: 1024`" in problems["data.max_response_length"]
+    assert "`use_kl_loss: true`" in problems["actor_rollout_ref.actor.use_kl_loss"]
+    assert "`kl_loss_type: low_var_kl`" in problems["actor_rollout_ref.actor.kl_loss_type"]
+    assert "`lora_alpha: 32`" in problems["actor_rollout_ref.model.lora_alpha"]
+    assert "`use_kl_in_reward: false`" in problems["algorithm.use_kl_in_reward"]
+    for key, problem in problems.items():
+        if names := [name for name, keys in HPARAM_KEYS.items() if key in keys]:
+            written = yaml.safe_load(problem.split("`")[1])
+            assert list(written) == names[:1], (key, problem)
+            validate_hparams(written, "verl", written=True)
+        assert "PHASE_KEYS" not in problem, (key, problem)
+    # Each key llmzero sets per phase: the config key that sets it, or that it is dropped.
+    assert "task.train_files" in problems["data.train_files"]
+    assert "task.val_files" in problems["data.val_files"]
+    assert "model_path: Qwen/Qwen2.5-3B-Instruct" in problems["actor_rollout_ref.model.path"]
+    assert "trainer.rollout_engine" in problems["actor_rollout_ref.rollout.name"]
+    assert "extra_loggers: [wandb]" in problems["trainer.logger"]
+    assert "slurm.gpus_per_node: 2" in problems["trainer.n_gpus_per_node"]
+    assert "slurm.nodes: 1" in problems["trainer.nnodes"]
+    assert "drop it" in problems["algorithm.adv_estimator"]
+    assert "drop it" in problems["trainer.project_name"]
+    assert str(err.value).startswith("32 problems found in trainer.overrides:")
+
+
+@pytest.mark.parametrize("override", ["data.shuffle=False", "data.shuffle=false",
+                                      "data.shuffle='False'"])
+def test_a_training_set_read_in_order_is_refused(override):
+    """Walkthrough: verl's GRPO LoRA example sets data.shuffle=False, which was accepted. Each
+    phase is a new verl run and starts at its sampler's first batch: read in order, every phase
+    of a strategy trained again on the rows its first phase began with (the seed per resume
+    step that varies the order needs the shuffle)."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == "trainer.overrides: data.shuffle"
+    assert "first phase" in err.value.problem and "drop it" in err.value.problem
+    kept = VerlSettings.from_config({"overrides": ["data.shuffle=true"]})
+    assert compose(build_overrides(phase(), TABLE12, kept)).data.shuffle is True
+
+
+@pytest.mark.parametrize("override, variable", [
+    ("trainer.validation_data_dir=$HOME/val_dumps", "$HOME"),
+    ("data.custom_cls.path=${SCRATCH}/my_dataset.py", "${SCRATCH}"),
+    ('trainer.rollout_data_dir="$WORK/rollouts"', "$WORK")])
+def test_a_shell_variable_left_in_an_override_is_refused(override, variable):
+    """Walkthrough: `$HOME/...` from a launch script, which the shell expanded there, reached
+    verl as written (the phase script quotes every override): verl would read a folder named
+    '$HOME' on the GPU node, after the queue wait. verl's own interpolations stay accepted."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert variable in err.value.problem and "${oc.env:" in err.value.problem
+    VerlSettings.from_config({"overrides": [
+        "trainer.validation_data_dir=${oc.env:HOME}/val_dumps",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=${data.max_prompt_length}"]})
+
+
+@pytest.mark.parametrize("value", ["False", "True"])
+def test_validation_before_training_is_left_to_the_search(value):
+    """Walkthrough: verl's GRPO LoRA example sets trainer.val_before_train=False, which was
+    accepted: every scratch phase then skipped the base model's validation, so llmzero-status
+    and the report had no base to state the search's gain over. True, appended after the
+    backend's false, made an evolve phase validate again the weights its parent validated."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [f"trainer.val_before_train={value}"]})
+    assert err.value.key == "trainer.overrides: trainer.val_before_train"
+    assert "base model" in err.value.problem and "drop it" in err.value.problem
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("+data.filter_overlong_prompts=True", "without the leading +"),
+    ("actor_rollout_ref.model.override_config.attn_implementation=eager",
+     "+actor_rollout_ref.model.override_config.attn_implementation=eager")])
+def test_a_plus_where_verl_has_the_key_or_none_where_it_lacks_it_says_which(override, hint):
+    """Walkthrough: Hydra's `+` appends a key verl's config lacks and refuses one it has; the
+    refusal kept only Hydra's first line ("Could not override '...'"), losing what to write."""
+    settings = VerlSettings.from_config({"overrides": [override]})
+    with pytest.raises(ConfigError) as err:
+        compose(build_overrides(phase(), TABLE12, settings))
+    assert err.value.key == override.lstrip("+").partition("=")[0]
+    assert hint in err.value.problem
+
+
+@pytest.mark.parametrize("override", [
+    """actor_rollout_ref.actor.checkpoint.save_contents='["model","optimizer","extra"]'""",
+    """+actor_rollout_ref.model.override_config='{"attn_implementation": "eager"}'"""])
+def test_a_list_in_the_shells_quotes_is_refused_as_the_string_hydra_reads(override):
+    """Walkthrough: verl's scripts quote list values for the shell ('["console","wandb"]');
+    pasted into trainer.overrides the quotes reach Hydra, which reads one string. The list of
+    checkpoint contents was refused for lacking `model`, which it has."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert "one string" in err.value.problem and "model:" not in err.value.problem
+    unquoted = override.replace("='", "=").rstrip("'")
+    VerlSettings.from_config({"overrides": [unquoted]})
+
+
+@pytest.mark.parametrize("override", ["data.truncation=error \\", "data.truncation=error\\",
+                                      "trainer.critic_warmup=0 $@"])
+def test_a_launch_scripts_line_continuation_is_refused(override):
+    """Walkthrough: lines copied from a launch script keep its ` \\` continuation (or its last
+    line's `$@`); `data.truncation=error \\` composed, and verl would have read the truncation
+    mode 'error \\' on the GPU node."""
+    with pytest.raises(ConfigError) as err:
+        VerlSettings.from_config({"overrides": [override]})
+    assert err.value.key == f"trainer.overrides: {override.partition('=')[0]}"
+    assert "take it off" in err.value.problem

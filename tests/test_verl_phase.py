@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,11 +143,12 @@ def test_only_complete_verl_checkpoints_are_offered_as_parents(tmp_path):
 def main_ppo_overrides(script: str, nnodes: int, node_dir: Path) -> list[str]:
     """The override list the script passes to main_ppo, with $SLURM_NNODES and $LLMZ_NODE_DIR
     (the node's folder, or a rerun's) as the job sets them."""
-    line = next(s for s in script.splitlines() if "-m verl.trainer.main_ppo" in s)
+    start = script.index("-m verl.trainer.main_ppo")
+    line = script[start:script.index(" &\n", start)].replace(" \\\n", " ")
     line = line.replace('"${SLURM_NNODES:-1}"', str(nnodes))
     line = line.replace("${llmz_validated:+trainer.val_before_train=false}", "")   # not requeued
-    words = shlex.split(line.replace("${LLMZ_NODE_DIR}", str(node_dir)).rstrip(" &"))
-    return words[words.index("verl.trainer.main_ppo") + 1:]
+    words = shlex.split(line.replace("${LLMZ_NODE_DIR}", str(node_dir)))
+    return words[2:]
 
 
 def script_of(phase: PhaseSpec) -> Path:
@@ -798,3 +800,20 @@ def test_an_evolve_phase_exports_with_the_trust_its_model_runs_with(tmp_path):
     assert '${LLMZ_TRUST_REMOTE_CODE:+--trust-remote-code}' in render(trusting)
     assert "LLMZ_TRUST_REMOTE_CODE" not in VerlBackend().env(
         spec(tmp_path, kind="evolve", resume=True))
+
+
+def test_the_script_passes_each_override_on_its_own_line(tmp_path):
+    """Walkthrough: a verl user diffing phase.sbatch against the launch script it replaces
+    found main_ppo and its ~45 overrides on one line of ~2,400 characters. Each now has a line
+    of its own, as verl's example scripts write them, in the order main_ppo gets them."""
+    phase = spec(tmp_path)
+    script = render(phase)
+    start = script.index("-m verl.trainer.main_ppo")
+    lines = script[start:script.index(" &\n", start)].split(" \\\n")
+    assert lines[0] == "-m verl.trainer.main_ppo"
+    words = [shlex.split(line.replace("${LLMZ_NODE_DIR}", "N").replace(
+        "${llmz_validated:+trainer.val_before_train=false}", "")) for line in lines[1:]]
+    assert all(len(w) == 1 for w in words[:-1]), lines
+    overrides = VerlBackend().overrides(replace(phase, node_dir=Path("N")))
+    assert [w[0] for w in words[:len(overrides)]] == overrides
+    assert main_ppo_overrides(script, 1, Path("N"))[:len(overrides)] == overrides

@@ -51,14 +51,30 @@ HPARAM_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 # Keys set per phase by this module; a raw override of one would silently undo the search.
-PHASE_KEYS = (
-    "algorithm.adv_estimator", "actor_rollout_ref.rollout.name", "actor_rollout_ref.model.path",
-    "actor_rollout_ref.model.lora_adapter_path", "data.train_files", "data.val_files",
-    "reward.custom_reward_function.path", "reward.custom_reward_function.name",
-    "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-    "trainer.default_local_dir", "trainer.resume_mode", "trainer.nnodes",
-    "trainer.n_gpus_per_node", FILE_LOGGER_ENV.lstrip("+"),
-)
+# Each with what to write instead ({value}: the override's value), for a pasted launch script.
+_DROP = "drop it"
+PHASE_KEYS: dict[str, str] = {
+    "algorithm.adv_estimator": f"every phase is GRPO (grpo): {_DROP}",
+    "actor_rollout_ref.rollout.name": "set trainer.rollout_engine: {value} (vllm or sglang)",
+    "actor_rollout_ref.model.path": "set model_path: {value}",
+    "actor_rollout_ref.model.lora_adapter_path": (
+        "each evolve phase starts from its parent's exported adapter: " + _DROP),
+    "data.train_files": "list them in task.train_files",
+    "data.val_files": "list them in task.val_files (held-out test rows in task.test_files)",
+    "reward.custom_reward_function.path": "set task.reward_path: {value}",
+    "reward.custom_reward_function.name": "set task.reward_name: {value}",
+    "trainer.logger": "console and file always log: set trainer.extra_loggers: {value}",
+    "trainer.project_name": f"every phase logs as llmzero-<name>, from the config's name: {_DROP}",
+    "trainer.experiment_name": f"every phase logs as node-NNNN, its node's number: {_DROP}",
+    "trainer.default_local_dir": f"every phase checkpoints in its node folder's ckpt/: {_DROP}",
+    "trainer.resume_mode": f"auto, so that a requeued phase resumes its checkpoint: {_DROP}",
+    "trainer.val_before_train": (
+        "a scratch phase validates the base model (the gain over it that llmzero-status and the "
+        f"report state), an evolve phase carries its parent's scores at its start: {_DROP}"),
+    "trainer.nnodes": "set slurm.nodes: {value}",
+    "trainer.n_gpus_per_node": "set slurm.gpus_per_node: {value}",
+    FILE_LOGGER_ENV.lstrip("+"): f"the phase's metrics are copied from this file: {_DROP}",
+}
 
 # Keys whose verl default interpolates a managed key (${oc.select:<that key>,...} in verl's
 # config): a raw override would freeze them while the search changes the key they follow.

@@ -74,9 +74,10 @@ def compose(overrides: Sequence[str]) -> Any:
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
         key = _bad_key(exc, overrides)
-        raise ConfigError(key, "verl 0.9.1's config refuses it: "
-                          + str(exc).strip().splitlines()[0].rstrip(".")
-                          + _did_you_mean(defaults, key)) from None
+        first = str(exc).strip().splitlines()[0].rstrip(".")
+        raise ConfigError(key, "verl 0.9.1's config refuses it: " + first
+                          + (_did_you_mean(defaults, key) or _plus_hint(first, key, overrides))
+                          ) from None
     _check_required(cfg, overrides)
     _check_gpu_split(cfg)
     return cfg
@@ -178,6 +179,17 @@ def _check_new_keys_and_types(defaults: Any, cfg: Any, overrides: Sequence[str])
                               + ("; write true or false" if isinstance(default, bool) else "")
                               + (f", and {target} declares it an int: write a whole number"
                                  if int_field else ""))
+
+
+def _plus_hint(refusal: str, key: str, overrides: Sequence[str]) -> str:
+    """What to write for Hydra's two refusals of a `+` (Hydra's own hint is on a line the
+    refusal leaves out): a key verl's config has takes none, one it lacks needs it."""
+    if refusal.startswith("Could not append to config"):
+        return "; verl's config has the key: write it without the leading +"
+    if refusal.startswith("Could not override"):
+        value = next((v for _, k, v in map(parse_override, overrides) if k == key), None)
+        return f"; verl's config has no such key: append it as +{key}={value}"
+    return ""
 
 
 def _did_you_mean(defaults: Any, key: str) -> str:

@@ -4,9 +4,12 @@ is written."""
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-from ...errors import ConfigError
+import yaml
+
+from ...errors import ConfigError, ConfigProblems
+from ...hparams import LENGTH_KEYS
 from ...schedulers.job_env import credential_written
 from .grammar import parse_override
 from .keys import FOLLOWERS, HPARAM_KEYS, PHASE_KEYS
@@ -62,6 +65,38 @@ def checkpoint_problem(key: str, value: str | None) -> str | None:
     return CHECKPOINT_BREAKERS.get(key)
 
 
+# `$NAME` or `${NAME}`: a shell variable, which a launch script's shell expanded. verl's own
+# interpolations (`${oc.env:HOME}`, `${data.max_prompt_length}`) are lowercase or dotted.
+_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Z_][A-Z0-9_]*\})")
+# A launch script's ` \` line continuation or trailing `$@`, copied with a line.
+_SCRIPT_TAIL = re.compile(r"(?:\\|\s\$[@*]|\s\"\$[@*]\")$")
+_FALSE = ("false", "no", "off", "0", "null", "~")
+
+
+def value_problem(key: str, value: str | None) -> str | None:
+    """Why an override's value would not do in a phase what it did in a launch script, or None."""
+    text = (value or "").strip()
+    if tail := _SCRIPT_TAIL.search(text):
+        return (f"ends with {tail[0].strip()!r}, a launch script's line continuation (or its "
+                "arguments): take it off")
+    if len(text) > 2 and text[0] == text[-1] and text[0] in "'\"" and text[1] in "[{":
+        return (f"{text[0]}{text[1]}...{text[-2]}{text[-1]} is quoted as a launch script quotes "
+                "it for its shell, but here the quotes reach Hydra, which reads one string: "
+                f"write {text[1:-1]} without them")
+    found = _SHELL_VARIABLE.search(text)
+    if found:
+        name = found[0].strip("${}")
+        return (f"{found[0]} is a shell variable, which a launch script's shell expands; the "
+                "phase script passes overrides to verl as written, so verl would read it "
+                f"literally: write the value out, or ${{oc.env:{name}}} for the job's own")
+    if key == "data.shuffle" and (value or "").strip(" '\"").lower() in _FALSE:
+        return ("every phase is a new verl run, which reads the training set from its first "
+                "batch: in order, each phase of a strategy would train again on the rows its "
+                "first phase began with (llmzero shuffles with data.seed = seed + the phase's "
+                "start step): drop it")
+    return None
+
+
 def trap_reason(key: str) -> str | None:
     """Why a key must not be set, or None when it is fine."""
     for trap, reason in TRAPS.items():
@@ -91,24 +126,59 @@ def check_raw_overrides(overrides: Iterable[str], names: Iterable[str] = (),
                         keep: Iterable[str] = ()) -> None:
     """Refuse user overrides that are traps, that break resuming, or that would undo what the
     search sets per phase, or freeze a key that follows one of those, or that set a
-    credential: `names` the LLM key's variable, `keep` those the trainer's loggers read."""
+    credential: `names` the LLM key's variable, `keep` those the trainer's loggers read. Every
+    refusal at once, each with what to write instead: a pasted launch script has dozens."""
     managed = {key: name for name, keys in HPARAM_KEYS.items() for key in keys}
+    problems = ConfigProblems()
     for text in overrides:
-        prefix, key, value = parse_override(text)
-        reason = trap_reason(key) or checkpoint_problem(key, value) \
-            or credential_problem(prefix, key, value, names, keep)
-        if reason:
-            raise ConfigError(f"trainer.overrides: {key}", reason)
-        followed = FOLLOWERS.get(key, key)
-        via = "" if followed == key else \
-            f"follows {followed} (verl's default interpolates it), which "
-        if followed in managed:
-            raise ConfigError(f"trainer.overrides: {key}",
-                              f"{via}is set from hparams.{managed[followed]}; change that instead")
-        if followed in PHASE_KEYS:
-            raise ConfigError(f"trainer.overrides: {key}",
-                              f"{via}is set per phase by llmzero (see PHASE_KEYS in "
-                              "llmzero_slurm/backends/verl/keys.py)")
+        with problems.collect():
+            prefix, key, value = parse_override(text)
+            reason = trap_reason(key) or credential_problem(prefix, key, value, names, keep)
+            followed = FOLLOWERS.get(key, key)
+            via = "" if followed == key else \
+                f"follows {followed} (verl's default interpolates it), which "
+            if not reason and followed in managed:
+                name, line = managed[followed], f"{managed[followed]}: {yaml_spelling(value)}"
+                # A launch script's length is its whole run's; here a run is a tree of phases.
+                keeps = ("it is each phase's length here, a run's being search.budget_*" if
+                         name in LENGTH_KEYS else f"`{line}` in search.space keeps it for the "
+                         "whole run")
+                reason = f"{via}is set from hparams.{name}" + (
+                    f": write `{line}` under hparams: instead (the search's first phase starts "
+                    f"from it; {keeps})" if not via and value is not None else
+                    "; change that instead")
+            elif not reason and followed in PHASE_KEYS:
+                # verl's own two loggers are always on; `~key` has no value to show
+                shown = "..." if value is None else yaml_spelling(
+                    value, without=("console", "file") if key == "trainer.logger" else ())
+                reason = f"{via}is set per phase by llmzero: " \
+                    + PHASE_KEYS[followed].format(value=shown)
+            reason = reason or value_problem(key, value) or checkpoint_problem(key, value)
+            if reason:
+                raise ConfigError(f"trainer.overrides: {key}", reason)
+    problems.raise_all("trainer.overrides")
+
+
+def yaml_spelling(value: str | None, without: Sequence[str] = ()) -> str:
+    """A Hydra override's value as YAML reads it back (`3e-6` as 3.0e-06: YAML 1.1 reads the
+    former as text), the shell's quotes and line continuation a pasted launch script kept
+    taken off; list items in `without` left out."""
+    text = _SCRIPT_TAIL.sub("", (value or "").strip()).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    items: Any
+    if text.startswith("[") and text.endswith("]"):
+        items = [v.strip(" '\"") for v in text[1:-1].split(",") if v.strip(" '\"")]
+        items = [v for v in items if v not in without]
+    else:
+        items = {"true": True, "false": False}.get(text.lower(), text)
+        for kind in (int, float):
+            try:
+                items = kind(text)
+                break
+            except ValueError:
+                pass
+    return yaml.safe_dump([items], default_flow_style=True, width=1 << 16).strip()[1:-1]
 
 
 def check_traps(overrides: Sequence[str]) -> None:
