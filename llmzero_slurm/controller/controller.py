@@ -286,7 +286,9 @@ class Controller:
             n.results = results
             n.submission.scheduler_state = state.raw
             n.submission.exit_code = state.exit_code
-            n.submission.reason = state.reason
+            # node.json says why the stopper ended it: Slurm's reason for it is none.
+            n.submission.reason = (files.stop_line() if status is Status.EARLY_STOPPED
+                                   else state.reason)
             n.finished_at = time.time()
         self.store.update_node(node.id, finish)
         self.progress.event(ended_line(node, status, state, results, files))

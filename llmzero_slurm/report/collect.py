@@ -20,7 +20,7 @@ from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
-from ..store.node_dir import NodeDir
+from ..store.node_dir import HAND_CANCELLED, NodeDir, stop_line
 from ..store.run_store import RunStore
 from .costs import AgentCost
 from .logs import MetricsLogs
@@ -50,13 +50,11 @@ class NodeView:
         return self.ended_as or self.node.status
 
     @property
-    def stop_reason(self) -> str:
-        """The stopper's reason for its STOP decision, if it made one."""
-        for entry in reversed(self.stops):
-            result = entry.get("result")
-            if isinstance(result, dict) and result.get("action") == "STOP":
-                return str(result.get("reason", ""))
-        return ""
+    def why_stopped(self) -> str:
+        """Why the stopper ended it, as status says; a person's cancel said as such."""
+        if self.status is Status.CANCELLED:
+            return HAND_CANCELLED
+        return stop_line([e for e in self.stops if isinstance(e.get("result"), dict)]) or ""
 
     @property
     def decisions(self) -> list[dict[str, Any]]:
