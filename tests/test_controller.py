@@ -158,6 +158,17 @@ def test_a_cancel_after_a_recorded_stop_is_an_early_stop(tmp_path):
         out.getvalue(), out.getvalue()
 
 
+def test_a_cancel_without_a_recorded_stop_is_said_to_be_no_stoppers(tmp_path):
+    """Walkthrough: a phase scancelled by hand read "node 0: cancelled (CANCELLED, exit 1), ..."
+    as the stopper's cancels had; the line now says no STOP was on record."""
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.2}), "CANCELLED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.run()
+    assert ("node 0: cancelled (CANCELLED, exit 1), best val 0.200 at step 10; cancelled, not "
+            "by the stopper (no STOP on record): by a person (scancel, llmzero-stop --cancel) "
+            "or the batch system\n") in out.getvalue(), out.getvalue()
+
+
 def test_a_stop_request_cancels_the_phases_and_one_still_queued_ends_cancelled(tmp_path):
     """Review: `llmzero-stop --cancel` scancelled a phase still queued and recorded nothing.
     A job cancelled while pending writes neither job.claim nor status.json, and on a cluster

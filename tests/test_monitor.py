@@ -96,7 +96,7 @@ def test_a_stop_says_why_in_its_record_the_monitor_log_and_its_jobs_end(tmp_path
                     "more than the margin 0.05")
     assert f"monitor: node 1: {line}; cancelling job {job}" in capsys.readouterr().err
     state = finish(sched, job)
-    assert (state.raw, state.reason) == ("CANCELLED", f"stopped early by llmzero: {line}")
+    assert (state.raw, state.reason) == ("CANCELLED", f"llmzero: {line}")
 
 
 def test_a_phase_cancelled_by_hand_has_no_stop_line_and_its_job_no_reason(tmp_path):
@@ -512,7 +512,7 @@ def test_an_llm_stoppers_reason_is_kept_and_carried_to_the_job(tmp_path, monkeyp
     line = ("stopped early at step 20 by the LLM stopper (anthropic claude-test): validation "
             "climbs 0.05 a step but ends near 0.75, well below node 0's 0.900.")
     assert store.node_dir(1).stop_line() == line
-    assert sched.why == f"stopped early by llmzero: {line}"
+    assert sched.why == f"llmzero: {line}"
     assert f"monitor: node 1: {line}; cancelling job 77" in capsys.readouterr().err
 
 

@@ -101,7 +101,7 @@ def test_a_phase_the_stopper_cancels_says_why_in_its_slurm_comment(tmp_path, tin
     its scancel; a person's cancel leaves the comment as it was."""
     sched = SlurmScheduler(min_poll_s=0)
     jobs = []
-    for node_id, why in ((5, "stopped early by llmzero: at step 20 by the heuristic stopper"),
+    for node_id, why in ((5, "llmzero: stopped early at step 20 by the heuristic stopper"),
                          (6, None)):
         script = phase(tmp_path, tiny_program, node_id, {"total_training_steps": 300}, step_s=0.5)
         jobs.append(job := sched.submit(script, f"tok-{node_id}"))
@@ -109,7 +109,7 @@ def test_a_phase_the_stopper_cancels_says_why_in_its_slurm_comment(tmp_path, tin
         assert finish(sched, job).raw == "CANCELLED"
     listed = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(jobs)}",
                              "--format=%i|%k"], capture_output=True, text=True, check=True).stdout
-    assert f"{jobs[0]}|llmz:node=0005,token=tok-5,stopped early by llmzero: at step 20 by the " \
+    assert f"{jobs[0]}|llmz:node=0005,token=tok-5,llmzero: stopped early at step 20 by the " \
            "heuristic stopper" in listed, listed
     assert f"{jobs[1]}|llmz:node=0006,token=tok-6\n" in listed, listed
 

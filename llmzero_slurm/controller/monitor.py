@@ -124,7 +124,7 @@ class Monitor:
                 try:
                     self.scheduler.cancel(node.submission.job_id,
                                           node_job_name(self.store.config.name, node),
-                                          f"stopped early by llmzero: {why}")
+                                          f"llmzero: {why}")
                 except SchedulerError as exc:
                     # A job another member of the group submitted is only theirs (or an
                     # operator's) to cancel: the monitor says so in its log and lives on to
