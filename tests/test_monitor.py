@@ -21,6 +21,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
+from llmzero_slurm.stop_reason import stop_line
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import finish, wait_for
@@ -90,7 +91,7 @@ def test_a_stop_says_why_in_its_record_the_monitor_log_and_its_jobs_end(tmp_path
                                   status=Status.RUNNING, submission=Submission("t1", job)))
     write_val(store.node_dir(1).metrics_file, {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
     assert Monitor(store, sched).check_once() == [1]
-    line = store.node_dir(1).stop_line()
+    line = stop_line(store.node_dir(1))
     assert line == ("stopped early at step 20 by the heuristic stopper: the validation trend "
                     "reaches about 0.200 by step 35, 0.700 below the best 0.900 (node 0), "
                     "more than the margin 0.05")
@@ -111,7 +112,7 @@ def test_a_phase_cancelled_by_hand_has_no_stop_line_and_its_job_no_reason(tmp_pa
     sched.cancel(job, "llmz-mon-0001-scratch")          # llmzero-stop --cancel
     state = finish(sched, job)
     assert state.raw == "CANCELLED" and "llmzero" not in (state.reason or ""), state
-    assert store.node_dir(0).stop_line() is None
+    assert stop_line(store.node_dir(0)) is None
 
 
 def test_the_bar_is_the_best_finished_strategy_not_a_failed_phase(tmp_path):
@@ -511,7 +512,7 @@ def test_an_llm_stoppers_reason_is_kept_and_carried_to_the_job(tmp_path, monkeyp
         assert Monitor(store, sched).check_once() == [1]
     line = ("stopped early at step 20 by the LLM stopper (anthropic claude-test): validation "
             "climbs 0.05 a step but ends near 0.75, well below node 0's 0.900.")
-    assert store.node_dir(1).stop_line() == line
+    assert stop_line(store.node_dir(1)) == line
     assert sched.why == f"llmzero: {line}"
     assert f"monitor: node 1: {line}; cancelling job 77" in capsys.readouterr().err
 

@@ -11,7 +11,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any
 
 from .. import __version__
 from ..backends import get_backend
@@ -26,11 +26,10 @@ from ..report.collect import agent_costs
 from ..report.costs import AgentCost
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
-from ..search.budget import node_samples
-from ..search.tree import Node, Status, Tree
+from ..search.tree import Node, Tree
 from ..spent import spent
+from ..stop_reason import ended_why
 from ..store.disk_use import disk_line, disk_use
-from ..store.node_dir import HAND_CANCELLED
 from ..store.run_store import RunStore
 from ..store.schema import created_by, created_method, method_edit, release_note
 from .common import add_run_dir, open_run, run_main
@@ -129,26 +128,6 @@ def as_live(tree: Tree, states: dict[str, JobState], store: RunStore) -> Tree:
     return shown
 
 
-def ended_why(store: RunStore, shown: Tree, defaults: Mapping[str, Any],
-              only: set[int] | None = None) -> dict[int, str]:
-    """Why each phase stopped early (the stopper's line and the samples it saved) or was
-    cancelled: both jobs end CANCELLED, and only the stopper gives a verdict."""
-    said = {}
-    for node in shown:
-        if only is not None and node.id not in only:
-            continue
-        if node.status is Status.EARLY_STOPPED:
-            line = store.node_dir(node.id).stop_line() or "stopped early"
-            if node.results.last_step is not None:
-                planned = node_samples(node, defaults, planned=True)
-                line += (f"; saved {planned - node_samples(node, defaults):,} of {planned:,} "
-                         "planned samples")
-            said[node.id] = line
-        elif node.status is Status.CANCELLED:
-            said[node.id] = HAND_CANCELLED
-    return said
-
-
 def lost_checkpoints(store: RunStore, tree: Tree) -> list[str]:
     """Recorded checkpoints whose folders are gone (deleted by hand, a scratch purge): said,
     since a phase the search resumes from one fails, and nothing else would say why."""
@@ -212,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     costs = agent_costs(store, tree)
     disk = disk_use(store.root) if args.disk else None
     only = None if args.all or len(tree) <= COMPACT_ABOVE else listed(tree, path)
-    stops = ended_why(store, shown, use.budget.defaults, None if args.json else only)
+    stops = ended_why(shown, store.node_dir, use.budget.defaults, None if args.json else only)
     if args.json:
         print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
@@ -260,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {said}")
     print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged,
                                  only)))
-    for node_id, line in stops.items():
-        print(f"node {node_id}: {line}")
+    print("".join(f"node {node_id}: {line}\n" for node_id, line in stops.items()), end="")
     print(tree_summary(shown))
     print("\n".join(used.lines()))
     if (said := agents_line(costs)) is not None:

@@ -14,7 +14,8 @@ from ..metrics import MetricsLog, best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
-from ..store.node_dir import HAND_CANCELLED, NodeDir
+from ..stop_reason import HAND_CANCELLED, stop_line
+from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 
 
@@ -37,7 +38,7 @@ def ended_line(node: Node, status: Status, state: JobState, results: Results,
              if results.best_val is not None else "no validation score")
     said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
     why = (job_error(node, files) if status is Status.FAILED else
-           files.stop_line() if status is Status.EARLY_STOPPED else
+           stop_line(files) if status is Status.EARLY_STOPPED else
            HAND_CANCELLED if status is Status.CANCELLED else None)
     return (f"node {node.id}: {status.value} ({state.raw}{said}"
             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}"

@@ -27,6 +27,7 @@ from ..search.tree import Node, Status, Tree
 from ..errors import SchedulerError, StateError, full_storage
 from ..job_names import node_job_name
 from ..store.atomic import read_json, write_json
+from ..stop_reason import stop_line
 from ..store.run_store import RunStore
 from . import llm_key
 from .lease import Lease
@@ -118,7 +119,7 @@ class Monitor:
                       file=sys.stderr, flush=True)
                 continue
             if stop and node.id not in self.cancelled:
-                why = files.stop_line()
+                why = stop_line(files)
                 print(f"monitor: node {node.id}: {why}; cancelling job {node.submission.job_id}",
                       file=sys.stderr, flush=True)
                 try:

@@ -20,7 +20,8 @@ from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
-from ..store.node_dir import HAND_CANCELLED, NodeDir, stop_line
+from ..stop_reason import HAND_CANCELLED, stop_line
+from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .costs import AgentCost
 from .logs import MetricsLogs
@@ -54,7 +55,7 @@ class NodeView:
         """Why the stopper ended it, as status says; a person's cancel said as such."""
         if self.status is Status.CANCELLED:
             return HAND_CANCELLED
-        return stop_line([e for e in self.stops if isinstance(e.get("result"), dict)]) or ""
+        return stop_line(self.files) or ""
 
     @property
     def decisions(self) -> list[dict[str, Any]]:

@@ -261,14 +261,11 @@ class NodeDir:
 
     def stop_decided(self) -> bool:
         """Whether the monitor decided STOP for this phase (then its cancel is an early stop)."""
-        return self.stop_line() is not None
-
-    def stop_line(self) -> str | None:
-        """Why the stopper ended this phase (`stop_line`); None without a STOP on record."""
         try:
-            return stop_line(self.stop_records())
+            records = self.stop_records()
         except StateError:
-            return None
+            return False
+        return any((r.get("result") or {}).get("action") == "STOP" for r in records)
 
     def ended_as(self, status: Status) -> Status:
         """The status a job's end in `status` gives the phase: a cancel the stopper decided is
@@ -300,23 +297,3 @@ class NodeDir:
             return []
         return sorted(int(m.group(1)) + step_offset for e in self.ckpt.iterdir()
                       if (m := _CKPT.match(e.name)) and e.is_dir())
-
-
-HAND_CANCELLED = ("cancelled, not by the stopper (no STOP on record): by a person (scancel, "
-                  "llmzero-stop --cancel) or the batch system")
-
-
-def stop_line(records: list[dict[str, Any]]) -> str | None:
-    """The last STOP of early_stop.json's `records` on one line: when, which stopper, why. The
-    controller's line, node.json, status, the report and the job's Slurm comment say the same,
-    since its job ends CANCELLED as a person's cancel does."""
-    for record in reversed(records):
-        result = record.get("result") or {}
-        if result.get("action") == "STOP":
-            backend, model = record.get("backend"), record.get("model")
-            who = ("the heuristic stopper" if backend in (None, "heuristic") else
-                   f"the LLM stopper ({' '.join(filter(None, (backend, model)))})")
-            at = f" at step {result['step']}" if result.get("step") is not None else ""
-            reason = " ".join(str(result.get("reason") or "no reason given").split())
-            return f"stopped early{at} by {who}: {reason}"
-    return None
