@@ -67,7 +67,7 @@ class ScriptedScheduler(Scheduler):
         """The node directory of every job submitted, once per job."""
         return [job.node.path for job in self.jobs.values()]
 
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         if name != self.jobs[job_id].name:      # as scancel --name: another job is left alone
             return
         self.cancelled.append(job_id)

@@ -1351,6 +1351,38 @@ def test_status_shows_a_phase_the_stopper_ended_as_early_stopped_before_it_is_re
     assert f"early stopping saved {28 * per_step:,} of {40 * per_step:,}" in out, out
 
 
+def test_status_says_why_each_phase_was_stopped_or_cancelled(tmp_path, capsys):
+    """Walkthrough "why was my phase cancelled?": status showed early_stopped and cancelled
+    with no word of why, which stopper, or what the stop saved; a person's cancel and the
+    stopper's read alike to someone who looked at the job's state (CANCELLED both)."""
+    from llmzero_slurm.cli import status
+    store = two_phase_run(tmp_path)
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    for status_ in (Status.EARLY_STOPPED, Status.CANCELLED):
+        store.add_node(lambda i, s=status_: Node(
+            i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40}, resume=Resume(1, 10),
+            status=s, results=Results(best_val=0.45, last_step=22),
+            submission=Submission(job_id=str(40 + i), scheduler_state="CANCELLED")))
+    store.node_dir(2).early_stop_file.write_text(json.dumps([
+        {"agent": "stopper", "backend": "heuristic", "model": None,
+         "result": {"action": "CONTINUE", "reason": "too early", "step": 15}},
+        {"agent": "stopper", "backend": "anthropic", "model": "claude-x",
+         "result": {"action": "STOP", "reason": "flat at 0.45,\nbelow node 1's 0.5", "step": 20,
+                    "source": "anthropic"}}]))
+    assert status.main([str(store.root)]) == 0
+    out = capsys.readouterr().out
+    per_step = 32 * 8                       # planned 40 steps from step 10, trained 12
+    assert (f"node 2: stopped early at step 20 by the LLM stopper (anthropic claude-x): flat at "
+            f"0.45, below node 1's 0.5; saved {28 * per_step:,} of {40 * per_step:,} planned "
+            "samples") in out, out
+    assert ("node 3: cancelled, not by the stopper (no STOP on record): by a person (scancel, "
+            "llmzero-stop --cancel) or the batch system") in out, out
+    assert status.main([str(store.root), "--json"]) == 0
+    ended = json.loads(capsys.readouterr().out)["ended_why"]
+    assert ended["2"].startswith("stopped early at step 20 by the LLM stopper") and \
+        ended["3"].startswith("cancelled, not by the stopper")
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""

@@ -46,7 +46,8 @@ def trained(points: dict[int, float], checkpoints: tuple[int, ...] = (10, 20)):
 
 def decided_stop(files: NodeDir) -> None:
     """The monitor's record of a STOP, written before it cancels the job."""
-    files.early_stop_file.write_text(json.dumps([{"result": {"action": "STOP", "reason": "x"}}]))
+    files.early_stop_file.write_text(json.dumps([{"backend": "heuristic", "result": {
+        "action": "STOP", "reason": "x", "step": 10}}]))
 
 
 def scratch(tree: Tree) -> PhasePlan:
@@ -144,10 +145,28 @@ def test_a_report_that_cannot_be_written_never_stops_the_search(tmp_path, error)
 
 
 def test_a_cancel_after_a_recorded_stop_is_an_early_stop(tmp_path):
+    """Walkthrough "why was my phase cancelled?": the line read "node 0: early_stopped
+    (CANCELLED), ..." and node.json said nothing of why; both now carry the stopper's line."""
     sched = ScriptedScheduler([["RUNNING", trained({10: 0.2}), decided_stop, "CANCELLED"]])
-    ctl, _ = controller(tmp_path, sched, [scratch])
+    ctl, out = controller(tmp_path, sched, [scratch])
     assert ctl.run() == 0
-    assert ctl.store.load_tree()[0].status is Status.EARLY_STOPPED
+    node = ctl.store.load_tree()[0]
+    assert node.status is Status.EARLY_STOPPED
+    line = "stopped early at step 10 by the heuristic stopper: x"
+    assert node.submission.reason == line
+    assert f"node 0: early_stopped (CANCELLED, exit 1), best val 0.200 at step 10; {line}\n" in \
+        out.getvalue(), out.getvalue()
+
+
+def test_a_cancel_without_a_recorded_stop_is_said_to_be_no_stoppers(tmp_path):
+    """Walkthrough: a phase scancelled by hand read "node 0: cancelled (CANCELLED, exit 1), ..."
+    as the stopper's cancels had; the line now says no STOP was on record."""
+    sched = ScriptedScheduler([["RUNNING", trained({10: 0.2}), "CANCELLED"]])
+    ctl, out = controller(tmp_path, sched, [scratch])
+    ctl.run()
+    assert ("node 0: cancelled (CANCELLED, exit 1), best val 0.200 at step 10; cancelled, not "
+            "by the stopper (no STOP on record): by a person (scancel, llmzero-stop --cancel) "
+            "or the batch system\n") in out.getvalue(), out.getvalue()
 
 
 def test_a_stop_request_cancels_the_phases_and_one_still_queued_ends_cancelled(tmp_path):

@@ -21,6 +21,7 @@ from llmzero_slurm.errors import ConfigError
 from llmzero_slurm.schedulers import LocalScheduler
 from llmzero_slurm.schedulers.base import CallJob
 from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submission
+from llmzero_slurm.stop_reason import stop_line
 from llmzero_slurm.store.run_store import RunStore
 
 from conftest import finish, wait_for
@@ -71,6 +72,47 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     assert monitor.check_once() == [1]     # a restarted monitor makes sure the cancel went out
     assert monitor.check_once() == []      # and sends it once
     assert [r["result"]["action"] for r in json.loads(records.read_text())] == ["STOP"]
+
+
+def test_a_stop_says_why_in_its_record_the_monitor_log_and_its_jobs_end(tmp_path, capsys):
+    """Walkthrough "why was my phase cancelled?": the job ended a bare CANCELLED, as a person's
+    cancel does, the monitor's log said nothing of its STOP, and the reason on record named
+    neither the phase it could not beat, nor by how much, nor the margin. Now one line says
+    when, which stopper and why, in the record, the monitor's log and the job's end."""
+    store = run_with_a_best_phase(tmp_path, "local", stop_margin=0.05)
+    script = tmp_path / "phase.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
+                      "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    job = sched.submit(script, "t1")
+    wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
+    store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
+                                  status=Status.RUNNING, submission=Submission("t1", job)))
+    write_val(store.node_dir(1).metrics_file, {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
+    assert Monitor(store, sched).check_once() == [1]
+    line = stop_line(store.node_dir(1))
+    assert line == ("stopped early at step 20 by the heuristic stopper: the validation trend "
+                    "reaches about 0.200 by step 35, 0.700 below the best 0.900 (node 0), "
+                    "more than the margin 0.05")
+    assert f"monitor: node 1: {line}; cancelling job {job}" in capsys.readouterr().err
+    state = finish(sched, job)
+    assert (state.raw, state.reason) == ("CANCELLED", f"llmzero: {line}")
+
+
+def test_a_phase_cancelled_by_hand_has_no_stop_line_and_its_job_no_reason(tmp_path):
+    store = run_with_a_best_phase(tmp_path, "local")
+    script = tmp_path / "phase.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
+                      "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
+    sched = LocalScheduler(tmp_path / "local-jobs")
+    job = sched.submit(script, "t1")
+    wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
+    sched.cancel(job, "llmz-mon-0001-scratch")          # llmzero-stop --cancel
+    state = finish(sched, job)
+    assert state.raw == "CANCELLED" and "llmzero" not in (state.reason or ""), state
+    assert stop_line(store.node_dir(0)) is None
 
 
 def test_the_bar_is_the_best_finished_strategy_not_a_failed_phase(tmp_path):
@@ -449,10 +491,30 @@ def test_a_binary_heartbeat_reads_as_none_yet(tmp_path):
 
 
 class CancelRecorder(ScriptedScheduler):
-    """Cancels any job it is asked to, and notes which."""
+    """Cancels any job it is asked to, and notes which, and why."""
 
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         self.cancelled.append(job_id)
+        self.why = why
+
+
+def test_an_llm_stoppers_reason_is_kept_and_carried_to_the_job(tmp_path, monkeypatch, capsys):
+    """Walkthrough "why was my phase cancelled?" with the LLM stopper: its REASON, over lines
+    of its own, is the phase's stop line, naming the LLM, and the job's cancel carries it."""
+    from llm_loopback import LoopbackLLM
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    with LoopbackLLM() as service:
+        service.reply("REASON: validation climbs 0.05 a step but ends near 0.75,\n"
+                      "well below node 0's 0.900.\nDECISION: STOP")
+        store = judged_run(tmp_path, {"backend": "anthropic", "base_url": service.url,
+                                      "model": "claude-test"})
+        sched = CancelRecorder()
+        assert Monitor(store, sched).check_once() == [1]
+    line = ("stopped early at step 20 by the LLM stopper (anthropic claude-test): validation "
+            "climbs 0.05 a step but ends near 0.75, well below node 0's 0.900.")
+    assert stop_line(store.node_dir(1)) == line
+    assert sched.why == f"llmzero: {line}"
+    assert f"monitor: node 1: {line}; cancelling job 77" in capsys.readouterr().err
 
 
 def add_running(store: RunStore, job: str, points: dict[int, float]) -> Node:

@@ -595,7 +595,9 @@ def test_every_node_and_its_story_is_listed(run):
     nodes = page.split("<h2>All phases</h2>")[1].split("<h2>")[0]
     assert len(re.findall(r'<tr><td><a href="#node-\d+">\d+', nodes)) == 6
     assert "(injected)" in nodes and "early_stopped" in nodes and "failed" in nodes
-    assert "stopped early: validation far below the best strategy" in nodes
+    # the stopper's line, as status and the controller say it (which stopper, why)
+    assert "stopped early by the LLM stopper (anthropic): validation far below the best " \
+        "strategy" in nodes
     notes = page.split("<h2>Notes</h2>")[1]
     assert "0003/error_analysis.json" in notes          # torn record: noted, not fatal
     assert "node 4" in notes and "torn last line" in notes

@@ -44,13 +44,14 @@ class StopperInput:
     planned_end: int | None              # the global step it will end at, when known
     best: MetricsLog | None = None       # the best strategy's curves on the global-step axis
     best_val: float | None = None        # and its best validation score
+    best_node: int | None = None         # the node that scored it
 
     @classmethod
     def of(cls, node: Node, current: MetricsLog, best: MetricsLog | None,
-           best_val: float | None) -> "StopperInput":
+           best_val: float | None, best_node: int | None = None) -> "StopperInput":
         steps = node.hparams.get("total_training_steps")
         return cls(current, node.start_step, node.start_step + steps if steps else None,
-                   best, best_val)
+                   best, best_val, best_node)
 
 
 class Stopper:
@@ -69,7 +70,7 @@ class Stopper:
 
         def heuristic() -> Decision:
             return offline.decide(val, inp.best_val, phase_steps, inp.planned_end,
-                                  self.cfg.stop_margin)
+                                  self.cfg.stop_margin, inp.best_node)
 
         if answer := offline.ruled(val, inp.best_val, phase_steps, inp.planned_end):
             decision = answer
@@ -96,7 +97,8 @@ class Stopper:
                 return Decision("CONTINUE", "the answer could not be read", step, "rule",
                                 unread=True)
 
-            inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val)
+            inp = StopperInput(current, inp.start_step, inp.planned_end, inp.best, inp.best_val,
+                               inp.best_node)
             decision = ask(llm, self.prompt(inp, out_dir), parse, heuristic, record,
                            repairs=0, unusable=unreadable)
             decision = _not_the_leader(decision, val, inp.best_val, record)

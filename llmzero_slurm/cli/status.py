@@ -24,11 +24,12 @@ from ..controller.retention import removable_folders
 from ..controller.watched import poll_phases, watched_phases
 from ..errors import ConfigError, SchedulerError, StateError
 from ..report.collect import agent_costs
-from ..report.costs import AgentCost
+from ..report.costs import agents_line
 from ..schedulers import JobState, SlurmScheduler, make_scheduler, resolve_scheduler_kind
 from ..search.policy import best_path, is_terminal
 from ..search.tree import Node, Tree
 from ..spent import spent
+from ..stop_reason import ended_why
 from ..store.disk_use import disk_line, disk_use, held
 from ..store.run_store import RunStore
 from ..store.schema import created_by, created_method, method_edit, release_note
@@ -191,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     costs = agent_costs(store, tree)
     disk = disk_use(store.root) if args.disk else None
     freed = held(removable_folders(store, tree, get_backend(store.config.backend)) if disk else [])
+    only = None if args.all or len(tree) <= COMPACT_ABOVE else listed(tree, path)
+    stops = ended_why(shown, store.node_dir, use.budget.defaults, None if args.json else only)
     if args.json:
         print(json.dumps(finite({"experiment": store.config.name, "controller_running": running,
                           "created_by": created_by(store.root), "llmzero_slurm": __version__,
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                           "pending_reasons": {j: r for j, s in states.items()
                                               if (r := s.pending_reason)},
                           "live_states_note": note,
+                          "ended_why": {str(i): line for i, line in stops.items()},
                           "live_jobs": {j: {"state": s.raw, "exit_code": s.exit_code,
                                             "reason": s.reason, "final": s.final}
                                         for j, s in states.items()},
@@ -236,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     for said in (release_note(store.root), edited and f"search.method {edited}"):
         if said:
             print(f"note: {said}")
-    only = None if args.all or len(tree) <= COMPACT_ABOVE else listed(tree, path)
     print("\n".join(render_tree(shown, live, is_terminal(tree, store.config.search), used.logged,
                                  only)))
+    print("".join(f"node {node_id}: {line}\n" for node_id, line in stops.items()), end="")
     print(tree_summary(shown))
     print("\n".join(used.lines()))
     if (said := agents_line(costs)) is not None:
@@ -273,26 +277,6 @@ def main(argv: list[str] | None = None) -> int:
     if lease and running:
         print(f"last controller heartbeat {leases.silent_for() or 0.0:.0f} s ago")
     return 0
-
-
-def agents_line(costs: dict[str, AgentCost]) -> str | None:
-    """What the LLM agents spent, and how often the heuristic answered in their place (a key
-    refused on every call runs the whole search on the heuristics); None without an LLM."""
-    total = AgentCost.total(costs.values())
-    if not (total.asked or total.calls):
-        return None
-    tokens = sum(total.tokens.values())
-    # A server that reports no usage (vLLM can leave it out): not "0 tokens, $0.0000".
-    spent = ("tokens and dollars unknown: the service reported no usage" if total.unknown
-             and not tokens and not total.dollars else
-             f"{tokens:,} tokens, ${total.dollars:.4f}{total.unknown_said}")
-    line = f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, {spent}"
-    if total.heuristic:
-        # A failure long past reads as an LLM still down, unless its later answers are said.
-        since = "; the LLM has answered since" if total.answered > total.why[0] else ""
-        line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
-                 f"LLM's place" + (f" (last: {total.why[1][:200]}{since})" if total.why[1] else ""))
-    return line
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from ..schedulers.base import JobState, Scheduler
 from ..search.policy import make_child
 from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
+from ..stop_reason import stop_line
 from ..store import inputs
 from ..store.run_store import RunStore
 from .. import faults
@@ -286,7 +287,7 @@ class Controller:
             n.status, n.results = status, results
             n.submission.scheduler_state = state.raw
             n.submission.exit_code = state.exit_code
-            n.submission.reason = state.reason
+            n.submission.reason = stop_line(files) if status is Status.EARLY_STOPPED else state.reason
             n.finished_at = time.time()
         self.store.update_node(node.id, finish)
         self.progress.event(ended_line(node, status, state, results, files))

@@ -14,6 +14,7 @@ from ..metrics import MetricsLog, best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
+from ..stop_reason import HAND_CANCELLED, stop_line
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 
@@ -31,11 +32,14 @@ def collect_results(node: Node, files: NodeDir, backend: TrainerBackend, nodes: 
 def ended_line(node: Node, status: Status, state: JobState, results: Results,
                files: NodeDir) -> str:
     """The controller's line for a phase's end. A failure gives its job's own word as it
-    happens: the search may go on to other phases, and no later line would say it."""
+    happens: the search may go on to other phases, and no later line would say it; an early
+    stop, the stopper's line, told from a person's cancel."""
     score = (f"best val {results.best_val:.3f} at step {results.best_val_step}"
              if results.best_val is not None else "no validation score")
     said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
-    why = job_error(node, files) if status is Status.FAILED else None
+    why = (job_error(node, files) if status is Status.FAILED else
+           stop_line(files) if status is Status.EARLY_STOPPED else
+           HAND_CANCELLED if status is Status.CANCELLED else None)
     return (f"node {node.id}: {status.value} ({state.raw}{said}"
             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}"
             + (f"; {why}" if why else ""))

@@ -27,6 +27,7 @@ from ..search.tree import Node, Status, Tree
 from ..errors import SchedulerError, StateError, full_storage
 from ..job_names import node_job_name
 from ..store.atomic import read_json, write_json
+from ..stop_reason import stop_line
 from ..store.run_store import RunStore
 from . import llm_key
 from .lease import Lease
@@ -65,12 +66,13 @@ class Monitor:
             reader = self.readers[node_id] = self.store.node_dir(node_id).metrics_reader()
         return reader.read()
 
-    def best_strategy(self, tree: Tree) -> tuple[MetricsLog | None, float | None]:
-        """The best finished strategy's curves on the global-step axis, and its best score."""
+    def best_strategy(self, tree: Tree) -> tuple[MetricsLog | None, float | None, int | None]:
+        """The best finished strategy's curves on the global-step axis, its best score and
+        the node that scored it."""
         path = best_path(tree)
         if not path:
-            return None, None
-        return strategy_curves(path, self.metrics), path[-1].score
+            return None, None, None
+        return strategy_curves(path, self.metrics), path[-1].score, path[-1].id
 
     def reach_llm(self) -> None:
         """A monitor cut off from its LLM tries the route again before each pass, and its
@@ -92,7 +94,7 @@ class Monitor:
             self.reach_llm()
         try:
             tree = self.store.load_tree()
-            best, best_val = self.best_strategy(tree)
+            best = self.best_strategy(tree)
         except (StateError, OSError) as exc:
             # A listing failing for a moment (ESTALE on NFS) must not end the job: its
             # replacement may wait in the queue for hours while nothing is judged.
@@ -106,9 +108,9 @@ class Monitor:
             alive()
             # A STOP stays the last word: the phase is not judged again while its cancel takes
             # effect, and a monitor restarted between the record and scancel cancels it once.
+            files = self.store.node_dir(node.id)
             try:
-                stop = (self.store.node_dir(node.id).stop_decided()
-                        or self._judge(node, best, best_val))
+                stop = files.stop_decided() or self._judge(node, *best)
             except Exception as exc:  # see below
                 # One phase's torn early_stop.json, full disk or a bug its metrics meet must
                 # not end the monitor (its replacements would die the same way): the others
@@ -117,9 +119,13 @@ class Monitor:
                       file=sys.stderr, flush=True)
                 continue
             if stop and node.id not in self.cancelled:
+                why = stop_line(files)
+                print(f"monitor: node {node.id}: {why}; cancelling job {node.submission.job_id}",
+                      file=sys.stderr, flush=True)
                 try:
                     self.scheduler.cancel(node.submission.job_id,
-                                          node_job_name(self.store.config.name, node))
+                                          node_job_name(self.store.config.name, node),
+                                          f"llmzero: {why}")
                 except SchedulerError as exc:
                     # A job another member of the group submitted is only theirs (or an
                     # operator's) to cancel: the monitor says so in its log and lives on to
@@ -131,13 +137,14 @@ class Monitor:
                 stopped.append(node.id)
         return stopped
 
-    def _judge(self, node: Node, best: MetricsLog | None, best_val: float | None) -> bool:
+    def _judge(self, node: Node, best: MetricsLog | None, best_val: float | None,
+               best_node: int | None) -> bool:
         """Ask the stopper about a phase with new metrics; True when it says STOP."""
         current = self.metrics(node.id)
         if current.last_step is None or self.seen.get(node.id) == current.last_step:
             return False
         from ..agents.stopper import StopperInput
-        decision = self.stopper.decide(StopperInput.of(node, current, best, best_val),
+        decision = self.stopper.decide(StopperInput.of(node, current, best, best_val, best_node),
                                        self.store.node_dir(node.id).path)
         self.seen[node.id] = current.last_step    # judged once kept: a failed write asks again
         return decision.action == "STOP"

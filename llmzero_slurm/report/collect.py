@@ -20,6 +20,7 @@ from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
+from ..stop_reason import HAND_CANCELLED, stop_line
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .costs import AgentCost
@@ -50,13 +51,11 @@ class NodeView:
         return self.ended_as or self.node.status
 
     @property
-    def stop_reason(self) -> str:
-        """The stopper's reason for its STOP decision, if it made one."""
-        for entry in reversed(self.stops):
-            result = entry.get("result")
-            if isinstance(result, dict) and result.get("action") == "STOP":
-                return str(result.get("reason", ""))
-        return ""
+    def why_stopped(self) -> str:
+        """Why the stopper ended it, as status says; a person's cancel said as such."""
+        if self.status is Status.CANCELLED:
+            return HAND_CANCELLED
+        return stop_line(self.files) or ""
 
     @property
     def decisions(self) -> list[dict[str, Any]]:

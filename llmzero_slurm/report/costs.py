@@ -70,3 +70,23 @@ def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return 0.0
     return float(value)
+
+
+def agents_line(costs: dict[str, AgentCost]) -> str | None:
+    """What the LLM agents spent, and how often the heuristic answered in their place (a key
+    refused on every call runs the whole search on the heuristics); None without an LLM."""
+    total = AgentCost.total(costs.values())
+    if not (total.asked or total.calls):
+        return None
+    tokens = sum(total.tokens.values())
+    # A server that reports no usage (vLLM can leave it out): not "0 tokens, $0.0000".
+    spent = ("tokens and dollars unknown: the service reported no usage" if total.unknown
+             and not tokens and not total.dollars else
+             f"{tokens:,} tokens, ${total.dollars:.4f}{total.unknown_said}")
+    line = f"agents: {total.calls} LLM call{'s' * (total.calls != 1)}, {spent}"
+    if total.heuristic:
+        # A failure long past reads as an LLM still down, unless its later answers are said.
+        since = "; the LLM has answered since" if total.answered > total.why[0] else ""
+        line += (f"; the heuristic answered {total.heuristic} of {total.asked} decisions in the "
+                 f"LLM's place" + (f" (last: {total.why[1][:200]}{since})" if total.why[1] else ""))
+    return line

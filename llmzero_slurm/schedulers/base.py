@@ -218,9 +218,11 @@ class Scheduler(ABC):
         return self.states(ids, names={j: name for j in ids})
 
     @abstractmethod
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         """Ask the job to stop (TERM, then KILL after a grace period), provided it still has
-        the `name` it was submitted with: a recorded id may since belong to another job."""
+        the `name` it was submitted with: a recorded id may since belong to another job.
+        `why` (the stopper's) goes with the job where its scheduler shows it (Slurm's comment,
+        the local job's end reason): a bare CANCELLED reads as a person's cancel."""
 
     @abstractmethod
     def find_by_token(self, token: str, name: str) -> str | None:

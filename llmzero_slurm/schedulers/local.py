@@ -73,6 +73,15 @@ class LocalScheduler(Scheduler):
         except StateError:
             return None
 
+    def _cancel_why(self, job_id: str) -> str | None:
+        """Why the job was cancelled, as its cancel request says (the stopper's line; a
+        person's cancel gives none)."""
+        try:
+            request = read_json(cancel_request(self.dir, job_id))
+        except StateError:
+            return None
+        return request.get("why") if isinstance(request, dict) else None
+
     def _supervised(self, job_id: str, pid: int | None) -> bool:
         """True while `pid` is the job's supervisor: its command line names this folder and
         the job (a pid since given to another program, or to another job's supervisor, not)."""
@@ -130,7 +139,7 @@ class LocalScheduler(Scheduler):
             write_json(self.dir / "jobs.json", table)
         return job_id
 
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         """Recorded (`cancel_request`) before the supervisor is signalled, under the table's
         lock so that no submit is half-way: a job cancelled as it starts is CANCELLED, as
         Slurm shows a job cancelled while pending. A job the table does not know is gone, as
@@ -140,7 +149,8 @@ class LocalScheduler(Scheduler):
             job = self._table()["jobs"].get(job_id)
             if job is None or job["name"] != name:
                 return
-            write_json(cancel_request(self.dir, job_id), {"requested_at": time.time()})
+            write_json(cancel_request(self.dir, job_id), {"requested_at": time.time(),
+                                                          **({"why": why} if why else {})})
         what = f"cancelling job {job_id}"
         if self._supervised(job_id, job["supervisor_pid"]):
             _terminate(job["supervisor_pid"], what)   # and its group
@@ -192,8 +202,10 @@ class LocalScheduler(Scheduler):
             job = jobs.get(job_id)
             result = self._result(job_id) if job else None
             if result and result["state"] != "RUNNING":
-                out[job_id] = job_state(job_id, result["state"], result.get("exit_code"),
-                                        result.get("reason"), "local")
+                why = (result["state"] == "CANCELLED" and self._cancel_why(job_id)
+                       or result.get("reason"))
+                out[job_id] = job_state(job_id, result["state"], result.get("exit_code"), why,
+                                        "local")
             elif job and (self._supervised(job_id, job["supervisor_pid"])
                           or self._unsupervised(job_id, result) is not None):
                 out[job_id] = job_state(job_id, "RUNNING" if result else "PENDING", source="local")
@@ -203,7 +215,7 @@ class LocalScheduler(Scheduler):
                 state = state_from_status_file(job_id, Path(node_dir)) if node_dir else None
                 if job and (state is None or state.raw == LOST) \
                         and cancel_request(self.dir, job_id).exists():
-                    state = job_state(job_id, "CANCELLED", 0, source="local")
+                    state = job_state(job_id, "CANCELLED", 0, self._cancel_why(job_id), "local")
                 if state is None and job:
                     state = job_state(job_id, "NODE_FAIL", None,
                                       "the local supervisor died before the job ended", "local")

@@ -53,6 +53,7 @@ UNSTARTED = (errno.EAGAIN, errno.ENOMEM, errno.EINTR, errno.EMFILE, errno.ENFILE
 NO_SUCH_JOB = "invalid job id"
 SLOW_QUERY_S = 5.0      # a squeue this slow backs the polls off to ten times its duration
 LOST_AFTER_MISSES = 3   # polls without an answer, besides lost_after_s, before a job is lost
+COMMENT_MAX = 1000      # characters of the comment an early stop leaves on its job: one line of sacct
 _SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|,Comment:"
 
 
@@ -305,12 +306,28 @@ class SlurmScheduler(Scheduler):
             raise SchedulerError(f"sbatch --test-only {script}: {answer or '(no message)'}")
         return answer
 
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         """A job Slurm has forgotten (ended past MinJobAge) is "Invalid job id specified" to
-        scancel: gone either way, so done."""
+        scancel: gone either way, so done. `why` is added to the job's comment first (its
+        token kept), for squeue and sacct; a comment Slurm refuses still lets the job go."""
+        if why:
+            self._say_why(job_id, name, why)
         self._call(["scancel", f"--name={name}", str(job_id)], f"cancelling job {job_id} ({name})",
                    ok_errors=(NO_SUCH_JOB,))
         self._next_poll = 0.0
+
+    def _say_why(self, job_id: str, name: str, why: str) -> None:
+        """`why` after the comment of the job, while it bears `name` (scontrol has no --name
+        guard: a recorded id may since be another's)."""
+        try:
+            rows, _ = self._squeue_rows([f"--jobs={job_id}", f"--name={name}"])
+            comment = next((c for j, _, c in rows if j == str(job_id)), None)
+            if comment is not None:
+                text = ",".join(filter(None, (comment, " ".join(why.split()))))
+                self._call(["scontrol", "update", f"JobId={job_id}",
+                            f"Comment={text[:COMMENT_MAX]}"], f"commenting job {job_id}")
+        except SchedulerError as exc:
+            _log.warning("job %s is cancelled without its reason in its comment: %s", job_id, exc)
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], folder: Path,
                     job: CallJob) -> str:

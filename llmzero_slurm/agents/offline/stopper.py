@@ -40,8 +40,10 @@ def ruled(current_val: list[tuple[int, float]], best_val: float | None, phase_st
 
 
 def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_step: int,
-           planned_end: int | None, margin: float) -> Decision:
-    """STOP only when the validation trend stays more than `margin` below the best score.
+           planned_end: int | None, margin: float, best_node: int | None = None) -> Decision:
+    """STOP only when the validation trend stays more than `margin` below the best score
+    (of node `best_node`, named in the reason with the gap and the margin: a user asking why
+    a phase was cancelled sees what it could not beat, and by how much).
 
     The trend is extended no further ahead than the steps it was fitted on (and never past
     the planned end): a slope read off a few noisy points says little about the far future,
@@ -57,7 +59,9 @@ def decide(current_val: list[tuple[int, float]], best_val: float | None, phase_s
     ahead = min(span, (planned_end or last) - last)
     reach = level + max(0.0, slope) * ahead
     if reach + margin < best_val:
+        of = f" (node {best_node})" if best_node is not None else ""
         return Decision("STOP", f"the validation trend reaches about {reach:.3f} by step "
-                        f"{last + ahead}, below the best {best_val:.3f}", last)
+                        f"{last + ahead}, {best_val - reach:.3f} below the best {best_val:.3f}"
+                        f"{of}, more than the margin {margin:g}", last)
     return Decision("CONTINUE", f"the validation trend may reach {reach:.3f} by step "
                     f"{last + ahead} against the best {best_val:.3f}", last)
