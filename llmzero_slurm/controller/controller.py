@@ -20,11 +20,11 @@ from ..schedulers.base import JobState, Scheduler
 from ..search.policy import make_child
 from ..search.tree import Node, Status, Tree
 from ..spent import run_budget, spent
-from ..stop_reason import stop_line
 from ..store import inputs
 from ..store.run_store import RunStore
 from .. import faults
-from .ingest import collect_results, completed_at_limit, device_hours, ended_line, rescore
+from .ingest import (collect_results, completed_at_limit, device_hours, ended_line, record_end,
+                     rescore)
 from .admission import Admission
 from .debug_fixes import DebugFixes
 from .lease import Lease, LeaseLost
@@ -58,7 +58,8 @@ class Controller:
         self.monitor = monitor
         self.lease = Lease(store)
         self.admission = Admission(run_budget(store), self.progress)
-        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s, self.admission.submitted)
+        self.submitter = Submitter(store, scheduler, self.lease, self.progress, poll_s,
+                                   self.admission.submitted)
         self.backend = get_backend(self.config.backend)
         self.signals = StopSignals()
         scheduler.give_up_when(self.signals.came)
@@ -282,14 +283,8 @@ class Controller:
         state = completed_at_limit(state, node, files, results, self.backend)
         status = files.ended_as(state.status)
         faults.point("while_ingesting")
-
-        def finish(n: Node) -> None:
-            n.status, n.results = status, results
-            n.submission.scheduler_state = state.raw
-            n.submission.exit_code = state.exit_code
-            n.submission.reason = stop_line(files) if status is Status.EARLY_STOPPED else state.reason
-            n.finished_at = time.time()
-        self.store.update_node(node.id, finish)
+        self.store.update_node(node.id, partial(record_end, status=status, state=state,
+                                                results=results, files=files))
         self.progress.event(ended_line(node, status, state, results, files))
         return True
 

@@ -5,6 +5,7 @@ gives the same answer -- a controller killed while ingesting simply ingests agai
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from ..backends import TrainerBackend
@@ -43,6 +44,16 @@ def ended_line(node: Node, status: Status, state: JobState, results: Results,
     return (f"node {node.id}: {status.value} ({state.raw}{said}"
             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}"
             + (f"; {why}" if why else ""))
+
+
+def record_end(n: Node, status: Status, state: JobState, results: Results,
+               files: NodeDir) -> None:
+    """The node's record as its job ended; an early stop's reason is the stopper's line."""
+    n.status, n.results = status, results
+    n.submission.scheduler_state = state.raw
+    n.submission.exit_code = state.exit_code
+    n.submission.reason = stop_line(files) if status is Status.EARLY_STOPPED else state.reason
+    n.finished_at = time.time()
 
 
 def device_hours(files: NodeDir, nodes: int) -> float:
