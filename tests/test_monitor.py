@@ -44,10 +44,8 @@ def run_with_a_best_phase(tmp_path, scheduler: str, **agents) -> RunStore:
     return store
 
 
-def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_the_cancel(
-        tmp_path):
-    store = run_with_a_best_phase(tmp_path, "local")
-
+def a_running_phase_job(tmp_path: Path) -> tuple[LocalScheduler, str]:
+    """A local job named as node 1's phase would be, running (a sleep) until cancelled."""
     script = tmp_path / "phase.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
                       "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
@@ -55,6 +53,13 @@ def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_t
     sched = LocalScheduler(tmp_path / "local-jobs")
     job = sched.submit(script, "t1")
     wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
+    return sched, job
+
+
+def test_a_stopped_phase_is_never_judged_again_and_a_restarted_monitor_resends_the_cancel(
+        tmp_path):
+    store = run_with_a_best_phase(tmp_path, "local")
+    sched, job = a_running_phase_job(tmp_path)
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
                                   status=Status.RUNNING, submission=Submission("t1", job)))
     metrics = store.node_dir(1).metrics_file
@@ -80,13 +85,7 @@ def test_a_stop_says_why_in_its_record_the_monitor_log_and_its_jobs_end(tmp_path
     neither the phase it could not beat, nor by how much, nor the margin. Now one line says
     when, which stopper and why, in the record, the monitor's log and the job's end."""
     store = run_with_a_best_phase(tmp_path, "local", stop_margin=0.05)
-    script = tmp_path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
-                      "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
-                      f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
-    sched = LocalScheduler(tmp_path / "local-jobs")
-    job = sched.submit(script, "t1")
-    wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
+    sched, job = a_running_phase_job(tmp_path)
     store.add_node(lambda i: Node(i, None, Kind.SCRATCH, {"total_training_steps": 60},
                                   status=Status.RUNNING, submission=Submission("t1", job)))
     write_val(store.node_dir(1).metrics_file, {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
@@ -102,13 +101,7 @@ def test_a_stop_says_why_in_its_record_the_monitor_log_and_its_jobs_end(tmp_path
 
 def test_a_phase_cancelled_by_hand_has_no_stop_line_and_its_job_no_reason(tmp_path):
     store = run_with_a_best_phase(tmp_path, "local")
-    script = tmp_path / "phase.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --job-name=llmz-mon-0001-scratch\n"
-                      "#SBATCH --comment=token=t1\n#SBATCH --time=00:05:00\n"
-                      f"#SBATCH --output={tmp_path}/slurm-%j.out\nsleep 300\n")
-    sched = LocalScheduler(tmp_path / "local-jobs")
-    job = sched.submit(script, "t1")
-    wait_for(lambda: sched.states([job])[job].raw == "RUNNING", 30, "the job to start")
+    sched, job = a_running_phase_job(tmp_path)
     sched.cancel(job, "llmz-mon-0001-scratch")          # llmzero-stop --cancel
     state = finish(sched, job)
     assert state.raw == "CANCELLED" and "llmzero" not in (state.reason or ""), state
