@@ -3,6 +3,9 @@
 An update touches one node.json (plus meta.json when a node is created), so its cost does
 not grow with the tree. Loading the whole tree reads every node.json once; the search works
 on that snapshot.
+
+Long: the one owner of the run directory and its node records, created, read and written
+under one lock; split, each part would reach into the others' lock and paths.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ class RunStore:
         # Called under the lock before every node write; raises to refuse it (the
         # controller's lease check: a controller that lost its run writes nothing).
         self.fence: Callable[[], None] = lambda: None
+        self.writes = 0     # node records written: see tree_since
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -187,6 +191,7 @@ class RunStore:
         its copy, so that a write cut short leaves a record that reads, never a copy alone (a
         record gone, which stops the search). Callers changing structure hold the lock."""
         self._refuse_stand_in(node)
+        self.writes += 1
         data = {"schema_version": SCHEMA_VERSION, **node.to_record()}
         files = self.node_dir(node.id)
         for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
@@ -274,6 +279,11 @@ class RunStore:
 
     def node_ids(self) -> list[int]:
         return sorted(int(p.name) for p in self._node_folders() if (p / "node.json").exists())
+
+    def tree_since(self, tree: Tree, writes: int) -> Tree:
+        """`tree`, read when `writes` records had been written here, or the tree read again if
+        this store wrote one since (another process's write is seen by the next load_tree)."""
+        return tree if writes == self.writes else self.load_tree()
 
     def load_tree(self) -> Tree:
         """A snapshot of every node. A record that cannot be read stands in the tree as a
