@@ -61,11 +61,13 @@ def _built(node: Node, node_id: int) -> Node:
     return node
 
 
-def build(root: Path, nodes: int, steps: int, running: int, val0: bool, seed: int = 0) -> None:
+def build(root: Path, nodes: int, steps: int, running: int, val0: bool, seed: int = 0,
+          config: dict | None = None) -> None:
     """A search-shaped tree: a fifth of the phases from scratch, the rest evolve children of
-    a random earlier phase; the last `running` phases still training."""
+    a random earlier phase; the last `running` phases still training. `config`: more keys of
+    experiment.yaml."""
     rng = random.Random(seed)
-    store = RunStore.create(root, parse_config({"name": "scale", "hparams": RECIPE}))
+    store = RunStore.create(root, parse_config({"name": "scale", "hparams": RECIPE, **(config or {})}))
     starts: dict[int, int] = {}
     for i in range(nodes):
         scratch = i == 0 or rng.random() < 0.2

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from controller_doubles import ScriptedMethod, ScriptedScheduler
+from controller_doubles import Job, ScriptedMethod, ScriptedScheduler
 from llmzero_slurm.config import parse_config
 from llmzero_slurm.errors import SchedulerError, StateError, StorageError
-from llmzero_slurm.job_names import phase_job_name
+from llmzero_slurm.job_names import node_job_name, phase_job_name
 from llmzero_slurm.controller.controller import Controller
 from llmzero_slurm.controller.outcome import NOTHING_COMPLETED
 from llmzero_slurm.controller.lease import Lease
@@ -82,6 +82,34 @@ def controller(tmp_path: Path, scheduler: ScriptedScheduler, plans, store: RunSt
     ctx = MethodContext(store.config, store.node_dir, store.proposals_dir)
     out = io.StringIO()
     return Controller(store, scheduler, ScriptedMethod(ctx, plans), poll_s=0.001, out=out), out
+
+
+def running_phases(store: RunStore, sched: ScriptedScheduler, count: int) -> None:
+    """`count` phases running under jobs the scheduler knows (each poll: RUNNING)."""
+    for _ in range(count):
+        node = store.add_node(lambda i: Node(i, None, Kind.SCRATCH, dict(HP), status=Status.RUNNING,
+                                             submission=Submission(f"tok{i}", str(100 + i))))
+        sched.jobs[str(100 + node.id)] = Job(f"tok{node.id}", store.node_dir(node.id), ["RUNNING"],
+                                             node_job_name(store.config.name, node))
+
+
+def test_a_poll_that_writes_nothing_reads_each_record_once(tmp_path, monkeypatch):
+    """Review (a shared filesystem's metadata load): a poll read the whole tree three times
+    (before and after its submissions, and again for the debug fixes) though it wrote nothing
+    between: each read opens every node.json of the run. It is read again only after a write."""
+    store = new_run(tmp_path, concurrency=2)
+    sched = ScriptedScheduler()
+    running_phases(store, sched, 2)
+    ctl, _ = controller(tmp_path, sched, [scratch, scratch], store)
+    reads: list[int] = []
+    read_node = store.read_node
+    monkeypatch.setattr(store, "read_node", lambda i, *a, **kw: reads.append(i) or read_node(i, *a, **kw))
+    tree = ctl.reconcile()
+    assert sorted(reads) == [0, 1] and [n.status for n in tree] == [Status.RUNNING] * 2
+    sched.jobs["101"].script = ["COMPLETED"]     # a write: the tree after it is read again
+    reads.clear()
+    tree = ctl.reconcile()
+    assert sorted(reads) == [0, 0, 1, 1, 1] and tree[1].status is Status.COMPLETED
 
 
 def test_submits_watches_ingests_and_evolves_from_a_checkpoint(tmp_path):

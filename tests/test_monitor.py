@@ -599,7 +599,7 @@ def test_a_pass_whose_tree_cannot_be_read_is_skipped_and_the_next_judges(
     import errno
     store = run_with_a_best_phase(tmp_path, "local")
     dominated = add_running(store, "42", {5: 0.2, 10: 0.2, 15: 0.2, 20: 0.2})
-    listing = RunStore.node_ids
+    listing = RunStore.folder_ids
     fails = [OSError(errno.ESTALE, "Stale file handle", str(store.root / "nodes"))]
 
     def flaky(self):
@@ -607,7 +607,7 @@ def test_a_pass_whose_tree_cannot_be_read_is_skipped_and_the_next_judges(
             raise fails.pop()
         return listing(self)
 
-    monkeypatch.setattr(RunStore, "node_ids", flaky)
+    monkeypatch.setattr(RunStore, "folder_ids", flaky)
     sched = CancelRecorder()
     monitor = Monitor(store, sched)
     assert monitor.check_once() == []

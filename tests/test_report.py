@@ -1023,3 +1023,30 @@ def test_status_does_not_read_usage_no_answer_reported_as_zero():
     cost.add({**record("stopper", 300, 0.01, action="CONTINUE"), "answers": ["x"]})
     assert agents_line({"stopper": cost}).startswith("agents: 3 LLM calls, 335 tokens, "
                                                      "$0.0100 + the unknown cost of 2 answers")
+
+
+def test_the_controllers_refresh_opens_only_the_records_changed_since_the_last(run, tmp_path):
+    """Review (a shared filesystem's metadata load): each refresh after a phase ended opened
+    the run anew and read every node.json of it, hundreds in a long search. The controller's
+    refreshes share one store: a record is opened again only once it changed."""
+    import sys
+    from llmzero_slurm.cli.start import build_controller
+    run = Path(shutil.copytree(run, tmp_path / "rep"))
+    then = time.time() - 3600
+    for path in (run / "nodes").glob("*/node.json"):
+        os.utime(path, (then, then))
+    ctl = build_controller(RunStore.open(run))
+    assert ctl.on_finish is not None
+    opened: list[str] = []
+    on = [True]
+    sys.addaudithook(lambda event, args: opened.append(Path(str(args[0])).parent.name)
+                     if on[0] and event == "open" and str(args[0]).endswith("node.json") else None)
+    try:
+        ctl.on_finish(run, False)
+        assert sorted(opened) == ["0000", "0001", "0002", "0003", "0004", "0005"]
+        RunStore.open(run).update_node(2, lambda n: setattr(n, "diagnosis", "edited"))
+        opened.clear()
+        ctl.on_finish(run, False)
+        assert opened == ["0002"] and "edited" in html(run)
+    finally:
+        on[0] = False

@@ -996,3 +996,70 @@ def test_a_reader_who_cannot_write_the_run_still_gets_an_age(tmp_path, monkeypat
     monkeypatch.setattr(type(path), "write_bytes", refused)
     assert 99 <= server_age(path) <= 110
     assert server_age(tmp_path / "absent.json") is None
+
+
+
+def _aged(store: RunStore, hours: float = 1.0) -> None:
+    """Every node record written `hours` ago, as a long search's finished phases' are."""
+    then = time.time() - hours * 3600
+    for node_id in store.node_ids():
+        os.utime(store.node_path(node_id), (then, then))
+
+
+@pytest.fixture
+def opened():
+    """The node records opened while the test runs (the audit hook sees every open)."""
+    paths: list[str] = []
+    on = [True]
+    sys.addaudithook(lambda event, args: paths.append(str(args[0])) if on[0] and event == "open"
+                     and str(args[0]).endswith("node.json") else None)
+    yield paths
+    on[0] = False     # an audit hook cannot be removed: it stops recording
+
+
+def test_a_tree_read_again_opens_only_the_records_that_changed(tmp_path, opened):
+    """Review (a shared filesystem's metadata load): every poll of the controller and every
+    pass of the monitor opened and read each node.json, hundreds of them, though a finished
+    phase's record does not change. A record whose file is the one read last time (inode,
+    size, mtime and ctime) is not opened again; one written since is, whoever wrote it."""
+    store = new_store(tmp_path)
+    for _ in range(3):
+        add_root(store)
+    _aged(store)
+    store.load_tree()
+    assert len(opened) == 3
+    opened.clear()
+    assert [n.id for n in store.load_tree()] == [0, 1, 2] and opened == []
+    other = RunStore.open(store.root)          # another process: llmzero-repair, an edit
+    other.update_node(1, lambda n: setattr(n, "status", Status.FAILED))
+    opened.clear()
+    tree = store.load_tree()
+    assert tree[1].status is Status.FAILED and opened == [str(store.node_path(1))]
+
+
+def test_a_record_edited_in_place_is_read_again_though_its_size_and_mtime_are_kept(tmp_path):
+    """A hand edit that keeps the record's size and puts its mtime back (an editor writing in
+    place, a tool keeping times) still changes its ctime: the edit is read."""
+    store = new_store(tmp_path)
+    add_root(store)
+    _aged(store)
+    path = store.node_path(0)
+    assert store.load_tree()[0].status is Status.PROPOSED
+    before, text = path.stat(), path.read_text()
+    edited = text.replace('"status": "proposed"', '"status": "failed"  ')
+    assert len(edited) == len(text) and edited != text
+    with open(path, "r+") as fh:    # in place: the inode kept
+        fh.write(edited)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert store.load_tree()[0].status is Status.FAILED
+
+
+def test_a_record_written_moments_ago_is_read_again_each_time(tmp_path, opened):
+    """An mtime is as coarse as a second on Lustre: a record read within moments of its write
+    may change again, same size, under the same mtime. It is read again each time until it
+    has aged."""
+    store = new_store(tmp_path)
+    add_root(store)
+    store.load_tree()
+    store.load_tree()
+    assert len(opened) == 2

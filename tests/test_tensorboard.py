@@ -130,10 +130,39 @@ def test_a_poll_reads_only_the_logs_that_changed_since_the_last_export(tmp_path)
     export()
     assert read == [0, 1, 2]                    # every node
     out = export()
-    assert read == [1]                          # nothing new: the best path's alone
+    assert read == []                           # nothing new
     write_metrics(files[2].metrics_file, [(20, {VAL: 0.5})], append=True)
     export()
     assert read == [2, 1] and (20, TB_VAL, 0.5) in scalars(out / "node-0002")
+
+
+def test_a_poll_with_nothing_new_reads_no_log_and_rewrites_nothing(tmp_path):
+    """Review (a shared filesystem's metadata load): with no metrics file changed, each poll
+    still read the best path's whole logs and rewrote exported.json (a temporary file, its
+    fsync, a rename). Nothing is read or written then; a changed log on the best path, or
+    another best path, is exported as before."""
+    from llmzero_slurm.store.node_dir import NodeDir
+    root = tmp_path / "run"
+    files = [NodeDir(root / "nodes" / f"{i:04d}") for i in range(3)]
+    for i, f in enumerate(files):
+        write_metrics(f.metrics_file, [(10, {VAL: 0.1 * (i + 1)})])
+    tree = T(N(0, None, score=0.1), N(1, 0, score=0.2), N(2, None, S.RUNNING))
+    read: list[int] = []
+
+    def export(tree=tree) -> Path:
+        read.clear()
+        return export_tensorboard(root, tree, lambda i: read.append(i) or read_metrics(files[i].metrics_file),
+                                  lambda i: files[i].metrics_stamp())
+
+    state = export() / "exported.json"
+    before = state.stat()
+    export()
+    assert read == [] and state.stat().st_ino == before.st_ino
+    write_metrics(files[1].metrics_file, [(20, {VAL: 0.6})], append=True)
+    export()
+    assert read == [1, 0] and (20, TB_VAL, 0.6) in scalars(state.parent / "best-strategy")
+    export(T(N(0, None, score=0.1), N(1, 0, score=0.2), N(2, None, score=0.9)))
+    assert read == [2] and (10, TB_VAL, 0.3) in scalars(state.parent / "best-strategy")
 
 
 def test_an_export_leaves_torch_unloaded_where_it_is_installed(tmp_path):

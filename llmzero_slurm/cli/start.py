@@ -125,16 +125,17 @@ def build_controller(store: RunStore, poll_s: float | None = None) -> Controller
                            lambda i: store.node_dir(i).metrics_stamp())
     return Controller(store, scheduler, method,
                       configured or scheduler.default_poll_s,
-                      on_finish=partial(_report, logs=MetricsLogs()), monitor=monitor, on_poll=curves)
+                      on_finish=partial(_report, logs=MetricsLogs(), store=RunStore.open(store.root, reading=True)),
+                      monitor=monitor, on_poll=curves)
 
 
-def _report(root: Path, complete: bool, logs: MetricsLogs) -> Path:
+def _report(root: Path, complete: bool, logs: MetricsLogs, store: RunStore | None = None) -> Path:
     """The controller's report: every curve grid drawn at the end of a search, after a poll
     only for REFRESH_DRAW_S (the search waits on it), through one MetricsLogs, which parses
-    only the logs that changed since."""
+    only the logs that changed since, and one `store`, which opens only the records that did."""
     if complete:     # may take minutes at hundreds of nodes: say how far it got
-        return write_report(root, logs=logs, say=partial(print, flush=True))
-    return write_report(root, logs=logs, draw_budget_s=REFRESH_DRAW_S)
+        return write_report(root, logs=logs, say=partial(print, flush=True), store=store)
+    return write_report(root, logs=logs, draw_budget_s=REFRESH_DRAW_S, store=store)
 
 
 def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,

@@ -208,7 +208,7 @@ class Controller:
 
     def reconcile(self) -> Tree:
         """Bring every pending node up to date with the scheduler; ingest finished phases."""
-        tree = self.store.load_tree()
+        tree, read_at = self.store.load_tree(), self.store.writes
         for node in tree:
             if self.signals.came():   # stopping: nothing is sent, nor asked of a Slurm maybe down
                 return self.store.load_tree()
@@ -216,7 +216,7 @@ class Controller:
                 self.submitter.submit(node)
             elif node.status is Status.SUBMITTING:
                 self.submitter.confirm(node)
-        tree = self.store.load_tree()
+        tree, read_at = self.store.tree_since(tree, read_at), self.store.writes   # read once a poll
         watched = watched_phases(tree)
         ended: list[bool] = []
         if watched:
@@ -227,7 +227,7 @@ class Controller:
                 states = {}
             ended = [self._observe(watched[job_id], state) for job_id, state in states.items()]
             self._states = {watched[job_id].id: state for job_id, state in states.items()}
-        tree = self.retention.apply(self.fixes.settle())
+        tree = self.retention.apply(self.fixes.settle(self.store.tree_since(tree, read_at)))
         if any(ended):   # once per poll, after the reparent: the report sees the tree as it stands
             self.refresh_report()
         for node_id in sorted(set(self.store.corrupt) - self._quarantine_told):

@@ -23,10 +23,10 @@ class DebugFixes:
         self.store, self.scheduler, self.event = store, scheduler, event
         self._cancelled: set[int] = set()   # once per controller: scancel is not asked twice
 
-    def settle(self) -> Tree:
+    def settle(self, tree: Tree) -> Tree:
         """Move every successful fix, cancel every pruned phase still queued or running (with
-        more than one phase at a time, the failure's other fix may still run); the tree after."""
-        tree = self.store.load_tree()
+        more than one phase at a time, the failure's other fix may still run); the tree after.
+        `tree`: the run's tree as it stands."""
         for node in list(tree):
             plan = reparent_fix(tree, node.id)
             if plan is not None:

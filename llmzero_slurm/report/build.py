@@ -12,6 +12,7 @@ from typing import Callable
 from ..errors import StorageError, UsageError
 from ..store.atomic import remove_stale_temps, write_text
 from ..store.locks import server_ages
+from ..store.run_store import RunStore
 from .collect import collect
 from .figures import draw_all
 from .logs import MetricsLogs
@@ -43,14 +44,15 @@ def _check_own_folder(out: Path) -> None:
 
 def write_report(run_dir: str | Path, out: Path | None = None,
                  logs: MetricsLogs | None = None, draw_budget_s: float | None = None,
-                 say: Callable[[str], None] | None = None) -> Path:
+                 say: Callable[[str], None] | None = None, store: RunStore | None = None) -> Path:
     """Write <run>/report/ (or `out`: a reader without write access to the run gives a folder
     of their own) and return the path of its index.html. A folder that cannot be made is a
     StorageError naming it, as a file that cannot be written is. `logs`: the one the last
     report of the run read through, for a refresh that parses only the logs that changed.
     `draw_budget_s`: how long the node curve grids may take (the controller's refresh);
-    `say`: told how far they got, in a long drawing (hundreds of nodes: minutes)."""
-    view = collect(run_dir, logs)
+    `say`: told how far they got, in a long drawing (hundreds of nodes: minutes); `store`:
+    collect's."""
+    view = collect(run_dir, logs, store)
     if out is not None:
         _check_own_folder(Path(out))
     out = Path(out) if out is not None else view.root / "report"

@@ -249,9 +249,12 @@ def agent_costs(store: RunStore, tree: Tree) -> dict[str, AgentCost]:
     return _agent_costs(views, _unused_records(store.proposals_dir, []))
 
 
-def collect(root: str | Path, logs: MetricsLogs | None = None) -> RunView:
-    """`logs`: the one the last report of this run read through (a refresh), or a new one."""
-    store = RunStore.open(root, reading=True)
+def collect(root: str | Path, logs: MetricsLogs | None = None,
+            store: RunStore | None = None) -> RunView:
+    """`logs`: the one the last report of this run read through (a refresh), or a new one;
+    `store`: the run opened for reading by the last one (its records, once read, are opened
+    again only where they changed), or None to open it now."""
+    store = store or RunStore.open(root, reading=True)
     tree = store.load_tree()
     logs = MetricsLogs() if logs is None else logs
     notes: list[str] = []

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from ..errors import StateError
 from ..metrics import MetricsLog, strategy_curves
 from ..search.policy import best_path
-from ..search.tree import Tree
+from ..search.tree import Node, Tree
 from ..store.atomic import read_json, write_json
 
 TB_DIR = "tensorboard"
@@ -103,9 +103,9 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
                        stamp_of: Callable[[int], str] | None = None) -> Path:
     """Bring <root>/tensorboard up to date with every node's metrics; return its path.
     `stamp_of(node id)`: a stamp of its metrics file (NodeDir.metrics_stamp): a node whose
-    stamp is the one last exported is not read again, but for the best path's. The controller
-    runs this every poll, and parsing every node's whole log each time took minutes and GBs
-    on a search of hundreds of long phases."""
+    stamp is the one last exported is not read again. The controller runs this every poll,
+    and parsing every node's whole log each time took minutes and GBs on a search of hundreds
+    of long phases; with no stamp changed and the same best path, it reads and writes nothing."""
     out = Path(root) / TB_DIR
     out.mkdir(exist_ok=True)
     done, digests, best_before = _exported(out)
@@ -113,6 +113,7 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
     path = best_path(tree)
     on_path = {n.id for n in path}
     logs: dict[int, MetricsLog] = {}     # the best path's, kept: one other log held at a time
+    read = False
     for node in tree:
         key, run = str(node.id), out / f"node-{node.id:04d}"
         if stamp_of is not None:
@@ -120,7 +121,7 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
             if stamps.get(key) == stamp and key in done and key in digests:
                 continue
             stamps[key] = stamp
-        log = metrics_of(node.id)
+        log, read = metrics_of(node.id), True
         if node.id in on_path:
             logs[node.id] = log
         after = done.get(key, -1)
@@ -130,6 +131,8 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
             after = -1
         done[key] = _write(run, log, after)
         digests[key] = _digest(log, done[key])
+    if not read and _same_path(path, best_before):
+        return out     # no log changed and the same best path: nothing to read or write
     for n in path:
         if n.id not in logs:
             logs[n.id] = metrics_of(n.id)
@@ -141,6 +144,12 @@ def export_tensorboard(root: str | Path, tree: Tree, metrics_of: Callable[[int],
     write_json(out / STATE_FILE, {"nodes": done, "digests": digests, "best": progress,
                                   "stamps": stamps})
     return out
+
+
+def _same_path(path: list[Node], best: Any) -> bool:
+    """Whether the last export's record of the best path's progress, `best`, is of these nodes."""
+    return isinstance(best, list) and [[n.id] for n in path] == [
+        p[:1] if isinstance(p, list) else None for p in best]
 
 
 def _stamps(out: Path) -> dict[str, str]:

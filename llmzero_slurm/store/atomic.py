@@ -198,16 +198,25 @@ def read_json(path: str | Path) -> Any:
     An I/O error is its `__cause__`, for a caller that must not take a read failing for a
     file gone (a lease). Bytes that are not UTF-8 (a binary file, another encoding) are corrupt JSON too: every
     caller then treats them as it treats a torn file."""
+    return parse_json(path, read_utf8(path))
+
+
+def read_utf8(path: str | Path) -> str:
+    """The text of the file at `path`; StateError as read_json's."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StateError(path, "missing") from None
     except OSError as exc:
         raise StateError(path, f"cannot read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise StateError(path, f"corrupt JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def parse_json(path: str | Path, text: str) -> Any:
+    """The JSON `text` read from `path`; StateError naming it when it does not parse."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise StateError(path, f"corrupt JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+        raise StateError(Path(path), f"corrupt JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None

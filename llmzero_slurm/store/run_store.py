@@ -1,8 +1,11 @@
 """The run directory: a frozen config, one folder per node, and the lock guarding them.
 
 An update touches one node.json (plus meta.json when a node is created), so its cost does
-not grow with the tree. Loading the whole tree reads every node.json once; the search works
-on that snapshot.
+not grow with the tree. Loading the whole tree stats every node.json and reads those that
+changed since this store last did (record_texts.py); the search works on that snapshot.
+
+Long: the one owner of the run directory and its node records, created, read and written
+under one lock; split, each part would reach into the others' lock and paths.
 """
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ from .. import __version__, faults
 from ..config import ExperimentConfig, load_config
 from ..errors import ConfigError, EditedConfigError, FrozenConfigError, StateError, YamlSyntaxError
 from ..search.tree import Node, Tree, UnknownField, quarantined
-from .atomic import keep_copy, write_json, write_text
+from .atomic import keep_copy, parse_json, write_json, write_text
 from .inputs import Found, record as record_inputs
 from .locks import RunLock, make_lock
 from .new_run import refuse_taken
+from .record_texts import RecordTexts, stat_or_none
 from .node_dir import NodeDir
-from .schema import (CONFIG_COPY, SCHEMA_VERSION, created_by, edited_by_hand, new_meta, read_meta,
-                     syntax_edit, versioned)
+from .schema import (CONFIG_COPY, SCHEMA_VERSION, checked, created_by, edited_by_hand, new_meta,
+                     read_meta, syntax_edit, versioned)
 
 
 CONTROLLER_JOBS = "controller-jobs.json"   # each controller job llmzero-start --submit submitted
@@ -45,6 +49,8 @@ class RunStore:
         # Called under the lock before every node write; raises to refuse it (the
         # controller's lease check: a controller that lost its run writes nothing).
         self.fence: Callable[[], None] = lambda: None
+        self.writes = 0     # node records written: see tree_since
+        self._texts = RecordTexts()    # each record as load_tree last read it
 
     # -- creation and opening -------------------------------------------------------------
 
@@ -156,13 +162,15 @@ class RunStore:
         return self.node_dir(node_id).record
 
     def read_node(self, node_id: int, path: Path | None = None,
-                  known: Collection[int] | None = None) -> Node:
+                  known: Collection[int] | None = None, found: os.stat_result | None = None) -> Node:
         """Node `node_id` from its record (or from `path`, a copy of it). With `known`, the
         ids that have a record, the nodes it names must be among them and older than it: ids
         are handed out in order and a record only names nodes that existed when it was
-        written, so a parent that is missing, itself or later (a cycle) means damage."""
+        written, so a parent that is missing, itself or later (a cycle) means damage.
+        `found`: the record's stat just taken (load_tree): unchanged, it is not read again."""
         path = path or self.node_path(node_id)
-        data = versioned(path)
+        data = versioned(path) if found is None else checked(path, parse_json(
+            path, self._texts.text(path, found)))
         data.pop("schema_version")
         try:
             node = Node.from_dict(data)
@@ -187,6 +195,7 @@ class RunStore:
         its copy, so that a write cut short leaves a record that reads, never a copy alone (a
         record gone, which stops the search). Callers changing structure hold the lock."""
         self._refuse_stand_in(node)
+        self.writes += 1
         data = {"schema_version": SCHEMA_VERSION, **node.to_record()}
         files = self.node_dir(node.id)
         for path in (files.record, files.record_copy) if new else (files.record_copy, files.record):
@@ -275,19 +284,25 @@ class RunStore:
     def node_ids(self) -> list[int]:
         return sorted(int(p.name) for p in self._node_folders() if (p / "node.json").exists())
 
+    def tree_since(self, tree: Tree, writes: int) -> Tree:
+        """`tree`, read when `writes` records had been written here, or the tree read again if
+        this store wrote one since (another process's write is seen by the next load_tree)."""
+        return tree if writes == self.writes else self.load_tree()
+
     def load_tree(self) -> Tree:
         """A snapshot of every node. A record that cannot be read stands in the tree as a
         quarantined placeholder (see `quarantined`) and is listed in `self.corrupt`: one bad
         file must not hide or stop the rest of the run. So is a record gone but for its copy:
         a node once written, whose use of the budget and whose branch are unknown."""
         nodes, self.corrupt = [], {}
-        ids = self.node_ids()
-        gone = [i for i in sorted(set(self.folder_ids()) - set(ids))
-                if self.node_dir(i).record_copy.exists()]
+        found = {i: stat_or_none(self.node_path(i)) for i in self.folder_ids()}   # one stat each
+        ids = [i for i, stat in found.items() if stat is not None]
+        gone = [i for i, stat in found.items()
+                if stat is None and self.node_dir(i).record_copy.exists()]
         known = {*ids, *gone}     # a parent gone but for its copy is the parent still
         for node_id in ids:
             try:
-                nodes.append(self.read_node(node_id, known=known))
+                nodes.append(self.read_node(node_id, known=known, found=found[node_id]))
             except StateError as exc:
                 self.corrupt[node_id] = str(exc)
                 nodes.append(quarantined(node_id, str(exc)))

@@ -31,7 +31,11 @@ CREATED_BY, FIRST_RECORDED = "created_by", "0.2.0"
 def versioned(path: Path) -> dict[str, Any]:
     """The JSON object at `path`, refused (StateError, naming the file) unless it carries the
     schema version this release reads."""
-    data = read_json(path)
+    return checked(path, read_json(path))
+
+
+def checked(path: Path, data: Any) -> dict[str, Any]:
+    """`data` read from `path`, refused as `versioned` refuses it."""
     if not isinstance(data, dict):
         raise StateError(path, "expected a JSON object")
     version = data.get("schema_version")
