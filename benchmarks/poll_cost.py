@@ -58,7 +58,7 @@ class Answering(Scheduler):
     def submit(self, script: Path, token: str) -> str:
         raise AssertionError("a steady poll submits nothing")
 
-    def cancel(self, job_id: str, name: str) -> None:
+    def cancel(self, job_id: str, name: str, why: str | None = None) -> None:
         """The monitor's, as the controller leaves."""
 
     def find_by_token(self, token: str, name: str) -> str | None:
