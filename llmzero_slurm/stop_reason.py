@@ -13,8 +13,7 @@ from .store.node_dir import NodeDir
 
 HAND_CANCELLED = ("cancelled, not by the stopper (no STOP on record): by a person (scancel, "
                   "llmzero-stop --cancel) or the batch system")
-PRUNED = ("cancelled: pruned by the controller while it ran, as another debug fix of its failed "
-          "phase succeeded")
+PRUNED = "cancelled: pruned by the controller, as another debug fix of its failed phase succeeded"
 
 
 def cancel_line(node: Node) -> str:

@@ -1497,3 +1497,5 @@ def test_a_phase_the_controller_cancels_as_pruned_is_not_said_to_be_a_persons_ca
     assert "by a person" not in ended and "pruned by the controller" in ended, ended
     said = ended_why(tree, store.node_dir, {})
     assert said[3].startswith("cancelled: pruned by the controller"), said
+    # The job says so too (Slurm's comment, the local job's end reason), as an early stop's does.
+    assert sched.cancelled_why[tree[3].submission.job_id] == f"llmzero: {said[3]}"
