@@ -33,8 +33,11 @@ def stop_line(files: NodeDir) -> str | None:
         result = record.get("result") or {}
         if result.get("action") == "STOP":
             backend, model = record.get("backend"), record.get("model")
-            who = ("the heuristic stopper" if backend in (None, "heuristic") else
-                   f"the LLM stopper ({' '.join(filter(None, (backend, model)))})")
+            llm = f"the LLM stopper ({' '.join(filter(None, (backend, model)))})"
+            # The LLM down or its answers refused: the heuristic answered in its place.
+            who = ("the heuristic stopper" if backend in (None, "heuristic", "rule") else
+                   llm if result.get("source") in (None, backend) else
+                   f"the heuristic stopper, in the place of {llm}")
             at = f" at step {result['step']}" if result.get("step") is not None else ""
             reason = " ".join(str(result.get("reason") or "no reason given").split())
             return f"stopped early{at} by {who}: {reason}"
