@@ -1,17 +1,25 @@
 """Why a phase was stopped early or cancelled, on one line: its job ends CANCELLED either way,
-and only the stopper's STOP gives a verdict. One reading of early_stop.json for the
-controller's line, node.json, the monitor's log and the job's comment, status and the report."""
+and only the stopper's STOP gives a verdict (a debug fix the controller pruned has none). One
+reading of early_stop.json for the controller's line, node.json, the monitor's log and the
+job's comment, status and the report."""
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
 from .errors import StateError
 from .search.budget import node_samples
-from .search.tree import Status, Tree
+from .search.tree import Node, Status, Tree
 from .store.node_dir import NodeDir
 
 HAND_CANCELLED = ("cancelled, not by the stopper (no STOP on record): by a person (scancel, "
                   "llmzero-stop --cancel) or the batch system")
+PRUNED = "cancelled: pruned by the controller, as another debug fix of its failed phase succeeded"
+
+
+def cancel_line(node: Node) -> str:
+    """Why a CANCELLED phase was: the controller cancels a debug fix that another fix made
+    redundant (no STOP on record either), and anything else is a person's or Slurm's."""
+    return PRUNED if node.pruned else HAND_CANCELLED
 
 
 def stop_line(files: NodeDir) -> str | None:
@@ -25,8 +33,11 @@ def stop_line(files: NodeDir) -> str | None:
         result = record.get("result") or {}
         if result.get("action") == "STOP":
             backend, model = record.get("backend"), record.get("model")
-            who = ("the heuristic stopper" if backend in (None, "heuristic") else
-                   f"the LLM stopper ({' '.join(filter(None, (backend, model)))})")
+            llm = f"the LLM stopper ({' '.join(filter(None, (backend, model)))})"
+            # The LLM down or its answers refused: the heuristic answered in its place.
+            who = ("the heuristic stopper" if backend in (None, "heuristic", "rule") else
+                   llm if result.get("source") in (None, backend) else
+                   f"the heuristic stopper, in the place of {llm}")
             at = f" at step {result['step']}" if result.get("step") is not None else ""
             reason = " ".join(str(result.get("reason") or "no reason given").split())
             return f"stopped early{at} by {who}: {reason}"
@@ -49,5 +60,5 @@ def ended_why(tree: Tree, node_dir: Callable[[int], NodeDir], defaults: Mapping[
                          "planned samples")
             said[node.id] = line
         elif node.status is Status.CANCELLED:
-            said[node.id] = HAND_CANCELLED
+            said[node.id] = cancel_line(node)
     return said

@@ -36,6 +36,7 @@ class ScriptedScheduler(Scheduler):
     scripts: list[list[Step]] = field(default_factory=list)
     jobs: dict[str, Job] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
+    cancelled_why: dict[str, str | None] = field(default_factory=dict)   # what each cancel said
     name = "scripted"
     time_limited = False
 
@@ -71,6 +72,7 @@ class ScriptedScheduler(Scheduler):
         if name != self.jobs[job_id].name:      # as scancel --name: another job is left alone
             return
         self.cancelled.append(job_id)
+        self.cancelled_why[job_id] = why
         self.jobs[job_id].script = ["CANCELLED"]
 
     def find_by_token(self, token: str, name: str) -> str | None:

@@ -1383,6 +1383,44 @@ def test_status_says_why_each_phase_was_stopped_or_cancelled(tmp_path, capsys):
         ended["3"].startswith("cancelled, not by the stopper")
 
 
+def test_status_reads_a_stop_record_whose_result_is_not_a_mapping(tmp_path, capsys):
+    """Review: a hand-edited early_stop.json entry with a string result ended status (and the
+    report, which had skipped such entries) in an AttributeError; the entry says no STOP."""
+    from llmzero_slurm.cli import status
+    store = two_phase_run(tmp_path)
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    store.add_node(lambda i: Node(
+        i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40}, resume=Resume(1, 10),
+        status=Status.EARLY_STOPPED, results=Results(best_val=0.45, last_step=22),
+        submission=Submission(job_id="42", scheduler_state="CANCELLED")))
+    store.node_dir(2).early_stop_file.write_text(json.dumps([
+        {"result": {"action": "STOP", "reason": "flat", "step": 20}}, {"result": "STOP"}]))
+    assert status.main([str(store.root)]) == 0
+    assert "node 2: stopped early at step 20 by the heuristic stopper: flat" in \
+        capsys.readouterr().out
+
+
+def test_status_names_the_heuristic_that_stopped_a_phase_in_the_llms_place(tmp_path, capsys):
+    """Review: with the LLM down, the heuristic answers the stopper's question in its place
+    (the record keeps the LLM's backend and model, the fallback and the answer's source);
+    the stop was said to be the LLM stopper's, with the heuristic's reason."""
+    from llmzero_slurm.cli import status
+    store = two_phase_run(tmp_path)
+    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
+    store.add_node(lambda i: Node(
+        i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40}, resume=Resume(1, 10),
+        status=Status.EARLY_STOPPED, results=Results(best_val=0.45, last_step=22),
+        submission=Submission(job_id="42", scheduler_state="CANCELLED")))
+    store.node_dir(2).early_stop_file.write_text(json.dumps([
+        {"agent": "stopper", "backend": "anthropic", "model": "claude-x",
+         "fallbacks": ["LLM unavailable: connection refused"],
+         "result": {"action": "STOP", "reason": "the trend stays below", "step": 20,
+                    "source": "rule"}}]))
+    assert status.main([str(store.root)]) == 0
+    assert ("node 2: stopped early at step 20 by the heuristic stopper, in the place of the LLM "
+            "stopper (anthropic claude-x): the trend stays below") in capsys.readouterr().out
+
+
 def test_status_counts_what_a_running_phase_has_trained_so_far(tmp_path):
     """Review: a running phase's samples showed only once it ended, so a long phase read as
     nothing trained for hours; its log already says how far it is."""

@@ -29,6 +29,7 @@ from llmzero_slurm.search.tree import Kind, Node, Results, Resume, Status, Submi
 from llmzero_slurm.store.atomic import read_json
 from llmzero_slurm.store.node_dir import NodeDir
 from llmzero_slurm.store.run_store import RunStore
+from llmzero_slurm.stop_reason import ended_why
 from conftest import slurm_clients, wait_for
 from metrics_files import val_rows, write_metrics
 
@@ -1510,3 +1511,19 @@ def test_the_repeated_line_says_about_how_long_a_phase_has_left_at_its_pace(tmp_
     first, then = lines()[1:]
     assert first.endswith(", step 10 of 60"), first      # no pace yet
     assert re.search(r", step 20 of 60, about 0:0\d left$", then), then
+
+
+def test_a_phase_the_controller_cancels_as_pruned_is_not_said_to_be_a_persons_cancel(tmp_path):
+    """Review: a debug fix pruned while it ran ended CANCELLED with no STOP on record, and
+    the controller's line, status and the report said a person or the batch system cancelled
+    it, though the controller had, as the fix of its failed phase's other fix succeeded."""
+    store, sched, ctl, out = second_fix_running_as_the_first_ones_fix_succeeds(tmp_path)
+    ctl.reconcile()
+    tree = ctl.reconcile()
+    assert tree[3].status is Status.CANCELLED
+    ended = next(line for line in out.getvalue().splitlines() if "node 3: cancelled (" in line)
+    assert "by a person" not in ended and "pruned by the controller" in ended, ended
+    said = ended_why(tree, store.node_dir, {})
+    assert said[3].startswith("cancelled: pruned by the controller"), said
+    # The job says so too (Slurm's comment, the local job's end reason), as an early stop's does.
+    assert sched.cancelled_why[tree[3].submission.job_id] == f"llmzero: {said[3]}"

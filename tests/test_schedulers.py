@@ -710,6 +710,17 @@ def test_a_stop_lets_an_sbatch_under_way_and_a_later_lookup_answer(token_script,
 FORGOTTEN = "scancel: error: Kill job error on job id 4242: Invalid job id specified"
 
 
+def test_a_stop_cancelled_again_does_not_repeat_its_reason_in_the_comment(tmp_path, monkeypatch):
+    """Review: the monitor cancels again at its next pass when a scancel failed after the
+    comment was set; each try appended the same reason to the job's comment once more."""
+    why = "llmzero: stopped early at step 20 by the heuristic stopper: flat, below node 1"
+    slurm_clients(tmp_path, monkeypatch,
+                  squeue=f"echo '7|RUNNING|None|0|llmz:node=0001,token=t,{why}'",
+                  scontrol=f'echo "$@" >>{tmp_path}/scontrol.log', scancel="exit 0")
+    SlurmScheduler(min_poll_s=0).cancel("7", "llmz-x-0001-scratch", why)
+    assert not (tmp_path / "scontrol.log").exists()
+
+
 def test_cancelling_a_job_slurm_has_forgotten_is_done():
     """Review: scancel of a job Slurm had forgotten (ended past MinJobAge) exits 1 with
     "Invalid job id specified" (Slurm 22.05). Read as a failure, a resumed controller could not

@@ -14,6 +14,7 @@ from ..job_names import node_job_name
 from ..schedulers.base import Scheduler
 from ..search.policy import reparent_fix
 from ..search.tree import Tree
+from ..stop_reason import PRUNED
 from ..store.run_store import RunStore
 from .watched import watched_phases
 
@@ -38,7 +39,8 @@ class DebugFixes:
             if not node.pruned or node.id in self._cancelled:
                 continue
             try:
-                self.scheduler.cancel(job_id, node_job_name(self.store.config.name, node))
+                self.scheduler.cancel(job_id, node_job_name(self.store.config.name, node),
+                                      f"llmzero: {PRUNED}")
             except SchedulerError as exc:   # tried again at the next poll
                 self.event(f"node {node.id}: pruned while {node.status.value}, but job "
                            f"{job_id} was not cancelled: {exc}")

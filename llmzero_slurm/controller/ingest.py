@@ -15,7 +15,7 @@ from ..metrics import MetricsLog, best_val, test_score_at
 from ..schedulers.base import JobState
 from ..search.budget import planned_steps
 from ..search.tree import Node, Results, Status
-from ..stop_reason import HAND_CANCELLED, stop_line
+from ..stop_reason import cancel_line, stop_line
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 
@@ -40,7 +40,7 @@ def ended_line(node: Node, status: Status, state: JobState, results: Results,
     said = f": {state.reason}" if status is Status.COMPLETED and state.raw != "COMPLETED" else ""
     why = (job_error(node, files) if status is Status.FAILED else
            stop_line(files) if status is Status.EARLY_STOPPED else
-           HAND_CANCELLED if status is Status.CANCELLED else None)
+           cancel_line(node) if status is Status.CANCELLED else None)
     return (f"node {node.id}: {status.value} ({state.raw}{said}"
             + (f", exit {state.exit_code}" if state.exit_code else "") + f"), {score}"
             + (f"; {why}" if why else ""))

@@ -20,7 +20,7 @@ from ..schedulers.base import STATUS_FILE_STATES, job_state
 from ..search.tree import Node, Status, Tree
 from ..spent import Spent, spent
 from ..store.atomic import read_json
-from ..stop_reason import HAND_CANCELLED, stop_line
+from ..stop_reason import cancel_line, stop_line
 from ..store.node_dir import NodeDir
 from ..store.run_store import RunStore
 from .costs import AgentCost
@@ -52,9 +52,9 @@ class NodeView:
 
     @property
     def why_stopped(self) -> str:
-        """Why the stopper ended it, as status says; a person's cancel said as such."""
+        """Why the stopper ended it, as status says; a person's cancel or a prune said as such."""
         if self.status is Status.CANCELLED:
-            return HAND_CANCELLED
+            return cancel_line(self.node)
         return stop_line(self.files) or ""
 
     @property

@@ -318,12 +318,14 @@ class SlurmScheduler(Scheduler):
 
     def _say_why(self, job_id: str, name: str, why: str) -> None:
         """`why` after the comment of the job, while it bears `name` (scontrol has no --name
-        guard: a recorded id may since be another's)."""
+        guard: a recorded id may since be another's), once: a cancel tried again says it
+        again."""
+        why = " ".join(why.split())
         try:
             rows, _ = self._squeue_rows([f"--jobs={job_id}", f"--name={name}"])
             comment = next((c for j, _, c in rows if j == str(job_id)), None)
-            if comment is not None:
-                text = ",".join(filter(None, (comment, " ".join(why.split()))))
+            if comment is not None and why not in comment:
+                text = ",".join(filter(None, (comment, why)))
                 self._call(["scontrol", "update", f"JobId={job_id}",
                             f"Comment={text[:COMMENT_MAX]}"], f"commenting job {job_id}")
         except SchedulerError as exc:

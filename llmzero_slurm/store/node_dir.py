@@ -248,14 +248,14 @@ class NodeDir:
         return MetricsReader(self.metrics_file)
 
     def stop_records(self) -> list[dict[str, Any]]:
-        """The stopper's decisions, oldest first. A corrupt file raises StateError: its one
-        writer appends to it and must not overwrite what it cannot read."""
+        """The stopper's decisions (entries with a `result` mapping), oldest first. A corrupt
+        file raises StateError: its one writer appends, and must not overwrite what it cannot read."""
         if not self.early_stop_file.exists():
             return []
         records = read_json(self.early_stop_file)
         if not isinstance(records, list):
             raise StateError(self.early_stop_file, "expected a list of decisions")
-        return [r for r in records if isinstance(r, dict)]
+        return [r for r in records if isinstance(r, dict) and isinstance(r.get("result"), dict)]
 
     def stop_decided(self) -> bool:
         """Whether the monitor decided STOP for this phase (then its cancel is an early stop)."""
