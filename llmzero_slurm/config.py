@@ -356,7 +356,10 @@ def parse_config(data: Any, source: str = "<memory>",
     return cfg
 
 
-_SHELL_VARIABLE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+# `$NAME` or `${NAME}`: a shell variable, which a launch script's shell expanded and nothing
+# here or in a job does. Hydra's interpolations (`${oc.env:HOME}`, `${data.max_prompt_length}`)
+# are lowercase or dotted, so verl's raw overrides may keep them (backends/verl/traps.py).
+SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Z_][A-Z0-9_]*\})")
 
 
 def _check_paths_expand_nothing(cfg: ExperimentConfig, problems: ConfigProblems) -> None:
@@ -370,7 +373,7 @@ def _check_paths_expand_nothing(cfg: ExperimentConfig, problems: ConfigProblems)
              **{f"task.{name}[{i}]": p for name in ("train_files", "val_files", "test_files")
                 for i, p in enumerate(getattr(t, name))}}
     for key, path in paths.items():
-        if isinstance(path, str) and (found := _SHELL_VARIABLE.search(path)):
+        if isinstance(path, str) and (found := SHELL_VARIABLE.search(path)):
             problems.add(key, f"{path!r} holds the shell variable {found[0]}, which nothing "
                          "expands here: write the path out (~/ for your home)")
 

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from ...config import SHELL_VARIABLE
 from ...errors import ConfigError, ConfigProblems
 from ...hparams import LENGTH_KEYS
 from ...schedulers.job_env import credential_written
@@ -65,9 +66,6 @@ def checkpoint_problem(key: str, value: str | None) -> str | None:
     return CHECKPOINT_BREAKERS.get(key)
 
 
-# `$NAME` or `${NAME}`: a shell variable, which a launch script's shell expanded. verl's own
-# interpolations (`${oc.env:HOME}`, `${data.max_prompt_length}`) are lowercase or dotted.
-_SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Z_][A-Z0-9_]*\})")
 # A launch script's ` \` line continuation or trailing `$@`, copied with a line.
 _SCRIPT_TAIL = re.compile(r"(?:\\|\s\$[@*]|\s\"\$[@*]\")$")
 _FALSE = ("false", "no", "off", "0", "null", "~")
@@ -83,7 +81,7 @@ def value_problem(key: str, value: str | None) -> str | None:
         return (f"{text[0]}{text[1]}...{text[-2]}{text[-1]} is quoted as a launch script quotes "
                 "it for its shell, but here the quotes reach Hydra, which reads one string: "
                 f"write {text[1:-1]} without them")
-    found = _SHELL_VARIABLE.search(text)
+    found = SHELL_VARIABLE.search(text)
     if found:
         name = found[0].strip("${}")
         return (f"{found[0]} is a shell variable, which a launch script's shell expands; the "
