@@ -1383,18 +1383,25 @@ def test_status_says_why_each_phase_was_stopped_or_cancelled(tmp_path, capsys):
         ended["3"].startswith("cancelled, not by the stopper")
 
 
-def test_status_reads_a_stop_record_whose_result_is_not_a_mapping(tmp_path, capsys):
-    """Review: a hand-edited early_stop.json entry with a string result ended status (and the
-    report, which had skipped such entries) in an AttributeError; the entry says no STOP."""
-    from llmzero_slurm.cli import status
+def a_stopped_child(tmp_path: Path, records: list[object]) -> RunStore:
+    """two_phase_run with node 2, node 1's child, early stopped at step 22 with `records` in
+    its early_stop.json."""
     store = two_phase_run(tmp_path)
     store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
     store.add_node(lambda i: Node(
         i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40}, resume=Resume(1, 10),
         status=Status.EARLY_STOPPED, results=Results(best_val=0.45, last_step=22),
         submission=Submission(job_id="42", scheduler_state="CANCELLED")))
-    store.node_dir(2).early_stop_file.write_text(json.dumps([
-        {"result": {"action": "STOP", "reason": "flat", "step": 20}}, {"result": "STOP"}]))
+    store.node_dir(2).early_stop_file.write_text(json.dumps(records))
+    return store
+
+
+def test_status_reads_a_stop_record_whose_result_is_not_a_mapping(tmp_path, capsys):
+    """Review: a hand-edited early_stop.json entry with a string result ended status (and the
+    report, which had skipped such entries) in an AttributeError; the entry says no STOP."""
+    from llmzero_slurm.cli import status
+    store = a_stopped_child(tmp_path, [
+        {"result": {"action": "STOP", "reason": "flat", "step": 20}}, {"result": "STOP"}])
     assert status.main([str(store.root)]) == 0
     assert "node 2: stopped early at step 20 by the heuristic stopper: flat" in \
         capsys.readouterr().out
@@ -1405,17 +1412,11 @@ def test_status_names_the_heuristic_that_stopped_a_phase_in_the_llms_place(tmp_p
     (the record keeps the LLM's backend and model, the fallback and the answer's source);
     the stop was said to be the LLM stopper's, with the heuristic's reason."""
     from llmzero_slurm.cli import status
-    store = two_phase_run(tmp_path)
-    store.update_node(1, lambda n: setattr(n.results, "last_step", 10))
-    store.add_node(lambda i: Node(
-        i, 1, Kind.EVOLVE, {"lr": 1e-4, "total_training_steps": 40}, resume=Resume(1, 10),
-        status=Status.EARLY_STOPPED, results=Results(best_val=0.45, last_step=22),
-        submission=Submission(job_id="42", scheduler_state="CANCELLED")))
-    store.node_dir(2).early_stop_file.write_text(json.dumps([
+    store = a_stopped_child(tmp_path, [
         {"agent": "stopper", "backend": "anthropic", "model": "claude-x",
          "fallbacks": ["LLM unavailable: connection refused"],
          "result": {"action": "STOP", "reason": "the trend stays below", "step": 20,
-                    "source": "rule"}}]))
+                    "source": "rule"}}])
     assert status.main([str(store.root)]) == 0
     assert ("node 2: stopped early at step 20 by the heuristic stopper, in the place of the LLM "
             "stopper (anthropic claude-x): the trend stays below") in capsys.readouterr().out
