@@ -81,3 +81,15 @@ def test_render_goes_with_check(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path / "exp.yaml"), "--render", "x"])
     assert "--render goes with --check" in capsys.readouterr().err
+
+
+def test_render_refuses_a_folder_inside_the_run_folder(tmp_path, monkeypatch, capsys):
+    """Written there, the scripts would make the run's folder before its start, which then
+    finds a folder that is not a run."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    path = config_file(tmp_path, "cpu-addition.yaml")
+    assert main([str(path), "--check", "--render", "runs/cpu-addition/scripts"]) == 2
+    assert ("[FAIL] rendered scripts: runs/cpu-addition/scripts is inside runs/cpu-addition, "
+            "the folder of the run") in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]

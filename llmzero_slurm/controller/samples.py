@@ -58,7 +58,11 @@ def first_hparams(cfg: ExperimentConfig) -> dict:
 def render_samples(cfg: ExperimentConfig, run_dir: Path, out: Path) -> str:
     """Write NAMES into `out` and say where. Their node folders are those of the run a start
     would create (or resumes) in `run_dir`, though none exists: rendered in a scratch folder
-    whose path is then replaced; the evolve and debug samples resume from node 0000."""
+    whose path is then replaced; the evolve and debug samples resume from node 0000. Not
+    inside `run_dir`: that would make the run's folder, which its start then finds is no run."""
+    if out.resolve().is_relative_to(run_dir.resolve()):
+        raise UsageError(f"{out} is inside {run_dir}, the folder of the run: --render takes a "
+                         "folder outside it")
     nodes = str(run_dir.resolve() / "nodes")
     with tempfile.TemporaryDirectory(prefix="llmz-check-") as tmp:
         texts = [render(spec).replace(tmp, nodes)
