@@ -16,7 +16,8 @@ from ..controller.controller_job import (refuse_needless, submit_controller, tak
 from ..controller.keeper import MonitorKeeper
 from ..controller.lease import Lease, LeaseHeld, LeaseLost
 from ..controller.llm_trial import trial_warning
-from ..controller.preflight import Check, preflight
+from ..controller.preflight import Check, preflight, run_check
+from ..controller.samples import refuse_unless_empty, render_samples
 from ..controller.signals import STOP_SIGNALS
 from ..errors import ConfigError, SchedulerError, UsageError
 from ..hparams import validate_hparams
@@ -62,6 +63,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "an evolve and a debug phase) and reads the model, data and reward "
                         "files. The other, where the monitor runs, asks the LLM endpoint for any "
                         "answer. Exit 0 all ok, 2 a check failed, 5 the batch system failed")
+    p.add_argument("--render", type=Path, metavar="DIR",
+                   help="with --check: also write the phase scripts the search would submit into "
+                        "DIR (a new or empty folder), to read or diff: its first phase as the "
+                        "search method proposes it, an evolve and a debug sample. Each refuses "
+                        "to run; a run's own are <run>/nodes/NNNN/phase.sbatch")
     p.add_argument("--cluster-timeout", type=seconds, default=900.0, metavar="S",
                    help="with --on-cluster: cancel the check jobs and fail after S seconds, "
                         "queue wait included (default 900)")
@@ -83,6 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(conflict)
     if args.on_cluster and not args.check:
         p.error("--on-cluster goes with --check (it submits checks, never the search)")
+    if args.render is not None and not args.check:
+        p.error("--render goes with --check (it writes scripts, and starts nothing)")
     if args.cancel_on_stop and args.submit:
         p.error("--cancel-on-stop does not go with --submit: Slurm ends a controller job with "
                 "SIGTERM for its requeue near the time limit and for a preemption too, which "
@@ -159,12 +167,17 @@ def check_on_cluster(cfg: ExperimentConfig, kind: str, args: argparse.Namespace,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check:
+        if args.render is not None:
+            refuse_unless_empty(args.render)
         cfg, checks = checked_config(args)
         if cfg is None:
             print("\n".join(check.line() for check in checks))
             return 2
         kind = resolve_scheduler_kind(cfg.scheduler)
         checks = preflight(cfg, kind, run_dir_of(args, cfg))
+        if args.render is not None:
+            checks.append(run_check("rendered scripts", partial(render_samples, cfg,
+                                                            run_dir_of(args, cfg), args.render)))
         for check in checks:
             print(check.line(), flush=True)
         said = check_note(args.config, cfg, run_dir_of(args, cfg))

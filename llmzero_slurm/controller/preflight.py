@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..agents.probe import Unverified
 from ..config import ExperimentConfig
@@ -47,7 +47,7 @@ class Check:
         return f"[{mark}] {self.name}: {self.detail}"
 
 
-def _run(name: str, fn: Callable[[], str]) -> Check:
+def run_check(name: str, fn: Callable[[], str]) -> Check:
     try:
         return Check(name, True, fn())
     except NotChecked as exc:
@@ -58,13 +58,15 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, False, f"{type(exc).__name__}: {exc}")
 
 
-def sample_specs(cfg: ExperimentConfig, root: Path) -> list[PhaseSpec]:
+def sample_specs(cfg: ExperimentConfig, root: Path,
+                 first: dict[str, Any] | None = None) -> list[PhaseSpec]:
     """A scratch, an evolve and a debug phase of this config, their node folders under `root`:
     every kind of script the search can render, with the values it runs (the trainer's
-    defaults under the config's: a micro-batch that divides none of theirs is refused here)."""
+    defaults under the config's: a micro-batch that divides none of theirs is refused here).
+    `first`: the scratch phase's values, where the method's first phase is known."""
     backend = get_backend(cfg.backend)
     hparams = backend.effective_hparams(cfg.hparams)
-    nodes = [Node(0, None, Kind.SCRATCH, hparams),
+    nodes = [Node(0, None, Kind.SCRATCH, hparams if first is None else first),
              Node(1, 0, Kind.EVOLVE, hparams, resume=Resume(0, 10)),
              Node(2, 1, Kind.DEBUG, hparams, resume=Resume(0, 10), debug_depth=1)]
     backend.record_start(root / "0000", 0)   # the parent, as if it ran
@@ -238,13 +240,13 @@ def preflight(cfg: ExperimentConfig, scheduler_kind: str, run_dir: Path) -> list
                              checked=False)]
     else:
         task_checks = [
-            _run("data and reward", lambda: check_data(cfg, read)),
-            _run("lengths", lambda: check_lengths(cfg, read)),
-            *([_run("inputs since the run was created", lambda: check_unchanged(run_dir))]
+            run_check("data and reward", lambda: check_data(cfg, read)),
+            run_check("lengths", lambda: check_lengths(cfg, read)),
+            *([run_check("inputs since the run was created", lambda: check_unchanged(run_dir))]
               if (run_dir / INPUTS).exists() else []),
-            *(_run(name, check) for name, check in script_checks(cfg, run_dir)),
-            _run("scheduler", lambda: check_scheduler(cfg, scheduler_kind))]
-    return [config, _run("search method", lambda: check_method(cfg)), *task_checks,
-            *([_run("trainer", lambda: check_trainer(cfg))]
+            *(run_check(name, check) for name, check in script_checks(cfg, run_dir)),
+            run_check("scheduler", lambda: check_scheduler(cfg, scheduler_kind))]
+    return [config, run_check("search method", lambda: check_method(cfg)), *task_checks,
+            *([run_check("trainer", lambda: check_trainer(cfg))]
               if SCHEDULERS[scheduler_kind].on_this_machine else []),
-            _run("agents", lambda: check_llm(cfg))]
+            run_check("agents", lambda: check_llm(cfg))]
