@@ -101,17 +101,19 @@ def test_a_phase_the_stopper_cancels_says_why_in_its_slurm_comment(tmp_path, tin
     its scancel; a person's cancel leaves the comment as it was."""
     sched = SlurmScheduler(min_poll_s=0)
     jobs = []
-    for node_id, why in ((5, "llmzero: stopped early at step 20 by the heuristic stopper"),
-                         (6, None)):
+    # Node ids no other test submits: squeue lists an ended job for MinJobAge, and a later
+    # test that looks a token up by its job's name (a resubmission's check) would find these.
+    for node_id, why in ((25, "llmzero: stopped early at step 20 by the heuristic stopper"),
+                         (26, None)):
         script = phase(tmp_path, tiny_program, node_id, {"total_training_steps": 300}, step_s=0.5)
         jobs.append(job := sched.submit(script, f"tok-{node_id}"))
         sched.cancel(job, phase_job_name("clu", node_id, "scratch"), why)
         assert finish(sched, job).raw == "CANCELLED"
     listed = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(jobs)}",
                              "--format=%i|%k"], capture_output=True, text=True, check=True).stdout
-    assert f"{jobs[0]}|llmz:node=0005,token=tok-5,llmzero: stopped early at step 20 by the " \
+    assert f"{jobs[0]}|llmz:node=0025,token=tok-25,llmzero: stopped early at step 20 by the " \
            "heuristic stopper" in listed, listed
-    assert f"{jobs[1]}|llmz:node=0006,token=tok-6\n" in listed, listed
+    assert f"{jobs[1]}|llmz:node=0026,token=tok-26\n" in listed, listed
 
 
 @pytest.mark.parametrize("directive", ["gpus-per-node", "gres"])
