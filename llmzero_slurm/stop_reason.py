@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from .errors import StateError
 from .search.budget import node_samples
 from .search.tree import Node, Status, Tree
 from .store.node_dir import NodeDir
@@ -25,23 +24,18 @@ def cancel_line(node: Node) -> str:
 def stop_line(files: NodeDir) -> str | None:
     """The phase's last STOP: when, which stopper, why; None without one (or an unreadable
     record, which `stop_decided` also reads as none)."""
-    try:
-        records = files.stop_records()
-    except StateError:
+    record = files.last_stop()
+    if record is None:
         return None
-    for record in reversed(records):
-        result = record.get("result") or {}
-        if result.get("action") == "STOP":
-            backend, model = record.get("backend"), record.get("model")
-            llm = f"the LLM stopper ({' '.join(filter(None, (backend, model)))})"
-            # The LLM down or its answers refused: the heuristic answered in its place.
-            who = ("the heuristic stopper" if backend in (None, "heuristic", "rule") else
-                   llm if result.get("source") in (None, backend) else
-                   f"the heuristic stopper, in the place of {llm}")
-            at = f" at step {result['step']}" if result.get("step") is not None else ""
-            reason = " ".join(str(result.get("reason") or "no reason given").split())
-            return f"stopped early{at} by {who}: {reason}"
-    return None
+    result, backend, model = record["result"], record.get("backend"), record.get("model")
+    llm = f"the LLM stopper ({' '.join(filter(None, (backend, model)))})"
+    # The LLM down or its answers refused: the heuristic answered in its place.
+    who = ("the heuristic stopper" if backend in (None, "heuristic", "rule") else
+           llm if result.get("source") in (None, backend) else
+           f"the heuristic stopper, in the place of {llm}")
+    at = f" at step {result['step']}" if result.get("step") is not None else ""
+    reason = " ".join(str(result.get("reason") or "no reason given").split())
+    return f"stopped early{at} by {who}: {reason}"
 
 
 def ended_why(tree: Tree, node_dir: Callable[[int], NodeDir], defaults: Mapping[str, Any],

@@ -199,13 +199,18 @@ class NodeDir:
             raise StateError(self.early_stop_file, "expected a list of decisions")
         return [r for r in records if isinstance(r, dict) and isinstance(r.get("result"), dict)]
 
-    def stop_decided(self) -> bool:
-        """Whether the monitor decided STOP for this phase (then its cancel is an early stop)."""
+    def last_stop(self) -> dict[str, Any] | None:
+        """The stopper's last STOP record; None without one, or when the file cannot be read
+        (a cancel is then not taken for the stopper's)."""
         try:
             records = self.stop_records()
         except StateError:
-            return False
-        return any((r.get("result") or {}).get("action") == "STOP" for r in records)
+            return None
+        return next((r for r in reversed(records) if r["result"].get("action") == "STOP"), None)
+
+    def stop_decided(self) -> bool:
+        """Whether the monitor decided STOP for this phase (then its cancel is an early stop)."""
+        return self.last_stop() is not None
 
     def ended_as(self, status: Status) -> Status:
         """The status a job's end in `status` gives the phase: a cancel the stopper decided is
